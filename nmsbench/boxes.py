@@ -1,0 +1,137 @@
+"""Box tensors: the NMS result type, input validation and the IoU convention.
+
+IoU follows torchvision exactly, so exact variants can agree with it bit for bit:
+``area = (x2 - x1) * (y2 - y1)``, ``inter = max(0, min(x2) - max(x1)) * max(0, min(y2) - max(y1))``,
+``iou = inter / (area_a + area_b - inter)``; where the union is 0 (two zero-area boxes) the
+IoU is 0, which is what torchvision's NaN comparison does.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import NamedTuple, Optional
+
+import torch
+
+
+class NMSResult(NamedTuple):
+    """What every NMS variant returns.
+
+    keep:   int64 indices into the *input* order, sorted by descending final score
+            (ties by lower input index), on the input's device.
+    scores: final (decayed) scores of the kept boxes, aligned with ``keep``, for
+            variants that change scores (Matrix NMS); ``None`` otherwise.
+    """
+
+    keep: torch.Tensor
+    scores: Optional[torch.Tensor] = None
+
+
+@dataclass
+class BoxSet:
+    """One generated or loaded set of candidate boxes (always built on the CPU)."""
+
+    boxes: torch.Tensor
+    scores: torch.Tensor
+    labels: Optional[torch.Tensor] = None
+    meta: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.boxes.shape[0])
+
+    def to(self, device: str | torch.device, dtype: torch.dtype | None = None) -> "BoxSet":
+        """The same boxes on ``device`` (and in ``dtype`` for boxes and scores)."""
+        return BoxSet(
+            boxes=self.boxes.to(device=device, dtype=dtype or self.boxes.dtype),
+            scores=self.scores.to(device=device, dtype=dtype or self.scores.dtype),
+            labels=None if self.labels is None else self.labels.to(device),
+            meta=dict(self.meta),
+        )
+
+
+def _shape(t: torch.Tensor) -> str:
+    return "(" + ", ".join(str(s) for s in t.shape) + ("," if t.dim() == 1 else "") + ")"
+
+
+def validate_nms_inputs(boxes, scores, labels=None) -> None:
+    """Raise ``ValueError`` naming the first problem with an NMS call's inputs.
+
+    Checks types, shapes, dtypes, devices, NaN/Inf and x2 >= x1, y2 >= y1. N = 0 and
+    zero-area boxes are valid. Runs on the data once; keep it out of timed regions.
+    """
+    for name, t in (("boxes", boxes), ("scores", scores)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if boxes.dim() != 2 or boxes.shape[1] != 4:
+        raise ValueError(f"boxes must have shape (N, 4) as x1, y1, x2, y2; got {_shape(boxes)}")
+    n = boxes.shape[0]
+    if scores.dim() != 1 or scores.shape[0] != n:
+        raise ValueError(
+            f"scores must have shape ({n},) to match {n} boxes; got {_shape(scores)}"
+        )
+    if not boxes.is_floating_point():
+        raise ValueError(f"boxes must be a floating-point tensor, got {boxes.dtype}")
+    if not scores.is_floating_point():
+        raise ValueError(f"scores must be a floating-point tensor, got {scores.dtype}")
+    if scores.dtype != boxes.dtype:
+        raise ValueError(f"scores dtype {scores.dtype} differs from boxes dtype {boxes.dtype}")
+    if scores.device != boxes.device:
+        raise ValueError(f"scores are on {scores.device} but boxes are on {boxes.device}")
+    if labels is not None:
+        if not isinstance(labels, torch.Tensor):
+            raise ValueError(f"labels must be a torch.Tensor or None, got {type(labels).__name__}")
+        if labels.dim() != 1 or labels.shape[0] != n:
+            raise ValueError(f"labels must have shape ({n},) to match {n} boxes; got {_shape(labels)}")
+        if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+            raise ValueError(f"labels must be an integer tensor, got {labels.dtype}")
+        if labels.device != boxes.device:
+            raise ValueError(f"labels are on {labels.device} but boxes are on {boxes.device}")
+    if n == 0:
+        return
+    finite = torch.isfinite(boxes).all(dim=1)
+    if not bool(finite.all()):
+        row = int((~finite).nonzero()[0, 0])
+        raise ValueError(f"boxes contain NaN or Inf (first at row {row}: {boxes[row].tolist()})")
+    finite = torch.isfinite(scores)
+    if not bool(finite.all()):
+        row = int((~finite).nonzero()[0, 0])
+        raise ValueError(f"scores contain NaN or Inf (first at index {row}: {scores[row].item()})")
+    for lo, hi, axis in ((0, 2, "x"), (1, 3, "y")):
+        bad = boxes[:, hi] < boxes[:, lo]
+        if bool(bad.any()):
+            row = int(bad.nonzero()[0, 0])
+            raise ValueError(
+                f"boxes must be x1, y1, x2, y2 with {axis}2 >= {axis}1; row {row} has "
+                f"{axis}2 < {axis}1 ({boxes[row, hi].item()} < {boxes[row, lo].item()})"
+            )
+
+
+def validate_iou_threshold(iou_threshold) -> float:
+    """The threshold as a float in [0, 1], or a ``ValueError``."""
+    try:
+        value = float(iou_threshold)
+    except (TypeError, ValueError):
+        raise ValueError(f"iou_threshold must be a number, got {iou_threshold!r}") from None
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"iou_threshold must be in [0, 1], got {iou_threshold!r}")
+    return value
+
+
+def score_order(scores: torch.Tensor) -> torch.Tensor:
+    """Input indices by descending score, ties by lower input index (torchvision's order)."""
+    return torch.sort(scores, descending=True, stable=True).indices
+
+
+def pairwise_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """IoU matrix between boxes ``a`` (M, 4) and ``b`` (N, 4), in their dtype.
+
+    Same arithmetic as torchvision's NMS kernels, with 0 where the union is 0.
+    """
+    area_a = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
+    area_b = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+    w = (torch.minimum(a[:, None, 2], b[None, :, 2]) - torch.maximum(a[:, None, 0], b[None, :, 0])).clamp_(min=0)
+    h = (torch.minimum(a[:, None, 3], b[None, :, 3]) - torch.maximum(a[:, None, 1], b[None, :, 1])).clamp_(min=0)
+    inter = w * h
+    iou = inter / (area_a[:, None] + area_b[None, :] - inter)
+    return torch.nan_to_num_(iou, nan=0.0)

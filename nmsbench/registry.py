@@ -1,0 +1,178 @@
+"""The registry: every NMS variant is a plain function registered with its capabilities.
+
+    @register(name="allpairs", family="allpairs", devices=("cpu",), requires=("numba",),
+              summary="numba prange: each box checks every higher-ranked box")
+    def allpairs_cpu(boxes, scores, *, iou_threshold, labels=None) -> NMSResult: ...
+
+One name may be registered several times (one function per device); the entries merge
+into one :class:`Implementation`. Availability is computed from guarded look-ups, never
+by crashing discovery: a backend whose module or device is missing is listed as
+unavailable, with the reason.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import torch
+
+from .families import FAMILIES, ParamSpec
+
+DEVICES = ("cpu", "cuda")
+DEFAULT_DTYPES = (torch.float32, torch.float64)
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One device's function for an implementation, and what shapes its cost."""
+
+    device: str
+    fn: Callable
+    requires: tuple[str, ...] = ()
+    dtypes: tuple[torch.dtype, ...] = DEFAULT_DTYPES
+    summary: str = ""
+    host_sync: bool = False  # waits for the device inside the op (e.g. to size its output)
+    graph_safe: bool = False  # capturable in a CUDA graph
+
+    def availability(self) -> tuple[bool, str]:
+        """(available, reason) on this machine; reason is "" when available."""
+        for module in self.requires:
+            if importlib.util.find_spec(module) is None:
+                return False, f"{module} not installed"
+        if self.device == "cuda" and not torch.cuda.is_available():
+            return False, "no CUDA device"
+        return True, ""
+
+
+@dataclass
+class Implementation:
+    """An NMS variant: its family, parameters and one backend per device."""
+
+    name: str
+    family: str
+    exact: bool
+    summary: str
+    params: tuple[ParamSpec, ...] = ()
+    backends: dict[str, Backend] = field(default_factory=dict)
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return tuple(d for d in DEVICES if d in self.backends)
+
+    def resolve_params(self, given: dict[str, Any]) -> dict[str, Any]:
+        """Defaults filled in and every value checked; unknown names are a ValueError."""
+        known = {p.name: p for p in self.params}
+        unknown = sorted(set(given) - set(known))
+        if unknown:
+            accepted = ", ".join(known) or "none"
+            raise ValueError(f"{self.name} does not take parameter(s) {', '.join(unknown)}; it accepts: {accepted}")
+        return {name: spec.check(given.get(name, spec.default)) for name, spec in known.items()}
+
+    def backend(self, device: str) -> Backend:
+        """The backend for a device type, or a ValueError naming the devices it has."""
+        if device not in self.backends:
+            raise ValueError(f"{self.name} has no {device} backend (devices: {', '.join(self.devices)})")
+        return self.backends[device]
+
+
+class BackendUnavailable(RuntimeError):
+    """The backend exists but cannot run here (missing module or device)."""
+
+
+_REGISTRY: dict[str, Implementation] = {}
+_LOADED = False
+
+
+def register(
+    *,
+    name: str,
+    family: str,
+    devices: tuple[str, ...],
+    exact: bool = False,
+    requires: tuple[str, ...] = (),
+    summary: str = "",
+    params: tuple[ParamSpec, ...] = (),
+    dtypes: tuple[torch.dtype, ...] = DEFAULT_DTYPES,
+    host_sync: bool = False,
+    graph_safe: bool = False,
+):
+    """Decorator that registers ``fn`` as ``name``'s backend on each of ``devices``."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
+    bad = [d for d in devices if d not in DEVICES]
+    if bad or not devices:
+        raise ValueError(f"devices must be a non-empty subset of {DEVICES}, got {devices}")
+
+    def decorator(fn: Callable) -> Callable:
+        impl = _REGISTRY.get(name)
+        if impl is None:
+            impl = _REGISTRY[name] = Implementation(name, family, exact, summary, tuple(params))
+        elif (impl.family, impl.exact, impl.params) != (family, exact, tuple(params)):
+            raise ValueError(f"{name} is already registered with another family, exactness or parameters")
+        for device in devices:
+            if device in impl.backends:
+                raise ValueError(f"{name} already has a {device} backend")
+            impl.backends[device] = Backend(device, fn, tuple(requires), tuple(dtypes), summary, host_sync, graph_safe)
+        return fn
+
+    return decorator
+
+
+def unregister(name: str) -> None:
+    """Remove an implementation (for tests and plug-in reloading)."""
+    _REGISTRY.pop(name, None)
+
+
+def _load_builtin() -> None:
+    global _LOADED
+    if _LOADED:
+        return
+    _LOADED = True
+    from . import implementations as package
+
+    for module in pkgutil.iter_modules(package.__path__):
+        if not module.name.startswith("_"):
+            importlib.import_module(f"{package.__name__}.{module.name}")
+
+
+def implementations() -> dict[str, Implementation]:
+    """Every registered implementation by name (the built-in ones loaded on first use)."""
+    _load_builtin()
+    return dict(_REGISTRY)
+
+
+def get(name: str) -> Implementation:
+    """One implementation by name, or a ValueError listing the known names."""
+    impls = implementations()
+    if name not in impls:
+        raise ValueError(f"unknown implementation {name!r}; known: {', '.join(sorted(impls))}")
+    return impls[name]
+
+
+def describe() -> list[dict[str, Any]]:
+    """One record per (implementation, device backend): what `nmsbench list` shows."""
+    rows = []
+    for impl in implementations().values():
+        for device, backend in impl.backends.items():
+            available, reason = backend.availability()
+            rows.append(
+                {
+                    "name": impl.name,
+                    "family": impl.family,
+                    "exact": impl.exact,
+                    "device": device,
+                    "available": available,
+                    "reason": reason,
+                    "dtypes": [str(d).removeprefix("torch.") for d in backend.dtypes],
+                    "requires": list(backend.requires),
+                    "host_sync": backend.host_sync,
+                    "graph_safe": backend.graph_safe,
+                    "params": {p.name: p.default for p in impl.params},
+                    "summary": backend.summary or impl.summary,
+                }
+            )
+    return rows
