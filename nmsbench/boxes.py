@@ -135,3 +135,12 @@ def pairwise_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     inter = w * h
     iou = inter / (area_a[:, None] + area_b[None, :] - inter)
     return torch.nan_to_num_(iou, nan=0.0)
+
+
+def result_by_final_score(indices: torch.Tensor, final_scores: torch.Tensor) -> NMSResult:
+    """Kept input ``indices`` with their final scores, ordered by descending final score,
+    ties by lower input index (the family rule for score-changing variants)."""
+    by_index = indices.sort().indices
+    indices, final_scores = indices[by_index], final_scores[by_index]
+    rank = torch.sort(final_scores, descending=True, stable=True).indices
+    return NMSResult(indices[rank], final_scores[rank])

@@ -132,8 +132,7 @@ def _load_builtin() -> None:
     if _LOADED:
         return
     _LOADED = True
-    from . import implementations as package
-
+    package = importlib.import_module("nmsbench.variants")  # the implementations/ folder
     for module in pkgutil.iter_modules(package.__path__):
         if not module.name.startswith("_"):
             importlib.import_module(f"{package.__name__}.{module.name}")

@@ -1,0 +1,66 @@
+"""The classic 64-bit-mask NMS (seeds/classic-64bit-bitmask-nms.zh.txt; torchvision's
+original CUDA design).
+
+Boxes are cut into blocks of 64. A 2-D grid of (row block, column block) pairs, upper
+triangle only, writes one 64-bit word per (box, column block): bit c says box i
+suppresses box col_block*64 + c (on the diagonal block only boxes after i). The greedy
+resolve then runs on the host over the copied mask with a ``remv`` word per column block.
+Here the grid is numba ``prange`` over row blocks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from nmsbench.registry import register
+
+from ._cpu import JIT, balanced_row, box_iou, keep_from_sorted, sorted_inputs
+
+BLOCK = 64
+
+
+@njit(parallel=True, **JIT)
+def block_masks_64(b, labels, iou_threshold):
+    n = b.shape[0]
+    blocks = (n + 63) // 64
+    mask = np.zeros((n, blocks), dtype=np.uint64)
+    for k in prange(blocks):
+        row_block = balanced_row(k, blocks)
+        for col_block in range(row_block, blocks):
+            col_size = min(64, n - col_block * 64)
+            for r in range(min(64, n - row_block * 64)):
+                i = row_block * 64 + r
+                start = r + 1 if col_block == row_block else 0
+                bits = np.uint64(0)
+                for c in range(start, col_size):
+                    j = col_block * 64 + c
+                    if labels[i] == labels[j] and box_iou(b, i, j) > iou_threshold:
+                        bits |= np.uint64(1) << np.uint64(c)
+                mask[i, col_block] = bits
+    return mask
+
+
+@njit(**JIT)
+def resolve_on_host_64(mask):
+    n, blocks = mask.shape
+    remv = np.zeros(blocks, dtype=np.uint64)
+    kept = np.empty(n, dtype=np.int64)
+    count = 0
+    for i in range(n):
+        if (remv[i // 64] >> np.uint64(i % 64)) & np.uint64(1) == 0:
+            kept[count] = i
+            count += 1
+            for w in range(i // 64, blocks):
+                remv[w] |= mask[i, w]
+    return kept[:count]
+
+
+@register(
+    name="bitmask_classic", family="hard", devices=("cpu",), exact=True, requires=("numba",),
+    summary="numba: 64-bit block masks over a 2-D block grid, greedy resolve on the host",
+)
+def bitmask_classic_cpu(boxes, scores, *, iou_threshold, labels=None):
+    order, sorted_boxes, sorted_labels = sorted_inputs(boxes, scores, labels)
+    mask = block_masks_64(sorted_boxes, sorted_labels, iou_threshold)
+    return keep_from_sorted(order, resolve_on_host_64(mask))
