@@ -155,8 +155,9 @@ def get(name: str) -> Implementation:
 def describe() -> list[dict[str, Any]]:
     """One record per (implementation, device backend): what `nmsbench list` shows."""
     rows = []
-    for impl in implementations().values():
-        for device, backend in impl.backends.items():
+    for impl in sorted(implementations().values(), key=lambda impl: impl.name):
+        for device in impl.devices:
+            backend = impl.backends[device]
             available, reason = backend.availability()
             rows.append(
                 {

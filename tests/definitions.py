@@ -63,11 +63,14 @@ def _inputs(boxes, scores, labels):
         lab = [int(v) for v in _to_numpy(labels).reshape(n)]
     # rows of numpy scalars, in the input dtype
     rows = [tuple(b[k, c] for c in range(4)) for k in range(n)]
-    return rows, [s[k] for k in range(n)], lab
+    return rows, s, lab
 
 
 def rank(scores) -> list[int]:
-    """Input indices by descending score, ties by lower input index."""
+    """Input indices by descending score, ties by lower input index.
+
+    Scores are compared as given (a tensor or array in its own dtype; a list as float32).
+    """
     s = _to_numpy(scores, np.float32).reshape(-1)
     return sorted(range(s.shape[0]), key=lambda k: (-float(s[k]), k))
 

@@ -1,0 +1,151 @@
+"""Recorded box sets: ``.npz``, ``.pt`` and ``.csv`` files, and the ``file`` scenario."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from nmsbench.boxes import BoxSet, validate_nms_inputs
+
+CSV_COLUMNS = ("x1", "y1", "x2", "y2", "score")
+
+
+class _Problem(ValueError):
+    """A problem with the file's content, reported as is (not as a read failure)."""
+
+
+def load_boxes_file(path) -> BoxSet:
+    """Load boxes, scores and optional labels from an ``.npz``, ``.pt`` or ``.csv`` file.
+
+    ``.npz``: arrays ``boxes`` (N, 4), ``scores`` (N,), optional ``labels`` (N,).
+    ``.pt``: a dict with the same keys (tensors or arrays), read with ``weights_only=True``.
+    ``.csv``: columns ``x1, y1, x2, y2, score`` and optional ``label``.
+    Returns float32 boxes/scores and int64 labels on the CPU; any problem raises a
+    ``ValueError`` that names the file and the problem.
+    """
+    if path is None:
+        raise ValueError("no boxes file given (path is None)")
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path}: {'is not a file' if path.exists() else 'no such file'}")
+    readers = {".npz": _read_npz, ".pt": _read_pt, ".pth": _read_pt, ".csv": _read_csv}
+    suffix = path.suffix.lower()
+    if suffix not in readers:
+        raise ValueError(f"{path}: unknown file type {suffix or '(no extension)'!r}; expected .npz, .pt or .csv")
+    try:
+        boxes, scores, labels = _check_arrays(readers[suffix](path))
+    except _Problem as e:
+        raise ValueError(f"{path}: {e}") from None
+    except Exception as e:  # zipfile, pickle, torch and pandas parse errors: corrupt or foreign files
+        raise ValueError(f"{path}: cannot read as {suffix} (corrupt, truncated or not a box file): "
+                         f"{type(e).__name__}: {e}") from e
+    result = BoxSet(torch.from_numpy(boxes), torch.from_numpy(scores),
+                    None if labels is None else torch.from_numpy(labels), {"source": str(path)})
+    try:
+        validate_nms_inputs(result.boxes, result.scores, result.labels)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
+    return result
+
+
+def _read_npz(path: Path) -> dict:
+    data = np.load(path, allow_pickle=False)
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise _Problem("not an .npz archive (a single .npy array?); expected arrays boxes, scores[, labels]")
+    with data:
+        return {key: data[key] for key in ("boxes", "scores", "labels") if key in data.files} | {
+            "_found": list(data.files)}
+
+
+def _read_pt(path: Path) -> dict:
+    obj = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(obj, Mapping):
+        raise _Problem(f"expected a dict with keys boxes, scores[, labels], got {type(obj).__name__}")
+    out = {"_found": [str(k) for k in obj]}
+    for key in ("boxes", "scores", "labels"):
+        if key in obj:
+            value = obj[key]
+            if isinstance(value, torch.Tensor):
+                value = value.detach().cpu()
+                if value.dtype in (torch.float16, torch.bfloat16):
+                    value = value.float()  # numpy has no bfloat16
+                value = value.numpy()
+            out[key] = value
+    return out
+
+
+def _read_csv(path: Path) -> dict:
+    df = pd.read_csv(path)
+    df.columns = [str(c).strip() for c in df.columns]
+    missing = [c for c in CSV_COLUMNS if c not in df.columns]
+    if missing:
+        raise _Problem(f"missing column(s) {', '.join(missing)}; found {', '.join(df.columns) or 'none'}")
+    for column in CSV_COLUMNS + (("label",) if "label" in df.columns else ()):
+        if not pd.api.types.is_numeric_dtype(df[column]) or pd.api.types.is_bool_dtype(df[column]):
+            bad = pd.to_numeric(df[column], errors="coerce").isna() & df[column].notna()
+            row = int(np.flatnonzero(bad.to_numpy())[0]) if bad.any() else 0
+            raise _Problem(f"column {column!r} is not numeric (row {row}: {df[column].iloc[row]!r})")
+    out = {"boxes": df[list(CSV_COLUMNS[:4])].to_numpy(np.float64), "scores": df["score"].to_numpy(np.float64)}
+    if "label" in df.columns:
+        out["labels"] = df["label"].to_numpy()
+    return out
+
+
+def _numeric(name: str, value) -> np.ndarray:
+    try:
+        array = np.asarray(value)
+    except Exception as e:
+        raise _Problem(f"{name} is not an array: {e}") from None
+    if array.dtype.kind not in "iuf":
+        raise _Problem(f"{name} must be numeric, got dtype {array.dtype}")
+    return array
+
+
+def _check_arrays(arrays: dict):
+    found = arrays.pop("_found", list(arrays))
+    for key in ("boxes", "scores"):
+        if key not in arrays:
+            raise _Problem(f"missing {key!r} (found: {', '.join(found) or 'nothing'})")
+    boxes = _numeric("boxes", arrays["boxes"])
+    scores = _numeric("scores", arrays["scores"])
+    if boxes.ndim != 2 or boxes.shape[1] != 4:
+        raise _Problem(f"boxes must have shape (N, 4) as x1, y1, x2, y2; got {boxes.shape}")
+    n = boxes.shape[0]
+    if scores.ndim != 1:
+        raise _Problem(f"scores must have shape (N,); got {scores.shape}")
+    if scores.shape[0] != n:
+        raise _Problem(f"length mismatch: {n} boxes but {scores.shape[0]} scores")
+    labels = None
+    if arrays.get("labels") is not None:
+        labels = _numeric("labels", arrays["labels"])
+        if labels.ndim != 1 or labels.shape[0] != n:
+            raise _Problem(f"length mismatch: {n} boxes but labels have shape {labels.shape}")
+        if labels.dtype.kind == "f":
+            if not np.all(np.isfinite(labels)) or not np.all(labels == np.round(labels)):
+                raise _Problem("labels must be integers")
+        labels = labels.astype(np.int64)
+    with np.errstate(over="ignore"):  # values beyond float32 become inf, which validation reports
+        boxes, scores = boxes.astype(np.float32), scores.astype(np.float32)
+    return np.ascontiguousarray(boxes), np.ascontiguousarray(scores), labels
+
+
+def sample_file(n: int, t: float, seed: int, classes: int, path) -> tuple[BoxSet, dict]:
+    """The first ``n`` boxes of ``path``, scaled by ``t`` about their centres; ``seed`` and ``classes`` are ignored."""
+    if path is None:
+        raise ValueError("the 'file' scenario needs path= (an .npz, .pt or .csv boxes file)")
+    loaded = load_boxes_file(path)
+    if len(loaded) < n:
+        raise ValueError(f"{path}: asked for n={n} boxes but the file has only {len(loaded)}")
+    boxes, scores = loaded.boxes[:n].clone(), loaded.scores[:n].clone()
+    labels = None if loaded.labels is None else loaded.labels[:n].clone()
+    if t != 1.0:
+        b = boxes.double()
+        centre = (b[:, :2] + b[:, 2:]) / 2
+        half = (b[:, 2:] - b[:, :2]) / 2 * t
+        boxes = torch.cat([centre - half, centre + half], dim=1).float()
+    distinct = 1 if labels is None else max(1, int(labels.unique().numel()))
+    return BoxSet(boxes, scores, labels), {"source": str(path), "classes": distinct}

@@ -1,0 +1,253 @@
+"""The command line: ``nmsbench list`` and ``nmsbench sweep``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import sys
+from pathlib import Path
+
+import click
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from . import datasets
+from .registry import describe, implementations
+from .results import ResultWriter, default_output_path, environment
+from .runner import DTYPES, Grid, run_sweep
+from .timing import TIMERS
+
+# Progress and messages go to stderr; tables are not squeezed to 80 columns when piped.
+console = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 160)
+
+
+def parse_sizes(text: str) -> list[int]:
+    """``64..8192`` is 64, 128, ..., 8192 (doubling); ``100,1000`` a list; both mix."""
+    sizes: list[int] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        match = re.fullmatch(r"(\d+)\s*\.\.\s*(\d+)", part)
+        if match:
+            lo, hi = int(match[1]), int(match[2])
+            if lo < 1 or hi < lo:
+                raise ValueError(f"range {part!r} must go from a positive size up to a size at least as large")
+            value = lo
+            while value <= hi:
+                sizes.append(value)
+                value *= 2
+        elif part.isdigit():
+            sizes.append(int(part))
+        else:
+            raise ValueError(f"{part!r} is not a box count or a range like 64..8192")
+    if not sizes:
+        raise ValueError("no box counts given")
+    return list(dict.fromkeys(sizes))
+
+
+def _split(values: tuple[str, ...]) -> list[str]:
+    """Options given several times and/or comma-separated, in order, without repeats."""
+    items = [v.strip() for value in values for v in value.split(",") if v.strip()]
+    return list(dict.fromkeys(items))
+
+
+def _floats(values: tuple[str, ...], what: str) -> list[float]:
+    try:
+        return [float(v) for v in _split(values)]
+    except ValueError:
+        raise click.BadParameter(f"{what} must be numbers, got {', '.join(values)}") from None
+
+
+def _param_value(text: str):
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="nmsbench")
+def main():
+    """nmsbench: benchmark and compare non-maximum suppression (NMS) variants.
+
+    \b
+    nmsbench list                                 what is registered, and what runs here
+    nmsbench sweep --n 64..1024 --device cpu      time every variant, write a tidy CSV
+    """
+
+
+@main.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON instead of a table.")
+def list_command(as_json: bool):
+    """List every registered implementation and backend, and whether it runs here."""
+    rows = describe()
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    table = Table(title="nmsbench implementations")
+    for column in ("name", "family", "exact", "device"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("available", overflow="fold")
+    table.add_column("summary", overflow="fold")
+    for row in rows:
+        available = "[green]yes[/]" if row["available"] else f"[red]no[/]: {row['reason']}"
+        table.add_row(row["name"], row["family"], "yes" if row["exact"] else "", row["device"], available, row["summary"])
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
+
+
+SCENARIO_HELP = "; ".join(f"{name} (knob: {s.knob})" for name, s in datasets.SCENARIOS.items())
+
+
+@main.command()
+@click.option("--n", "sizes", default="64..1024", show_default=True, help="Box counts: 64..8192 doubles from 64 to 8192; or a list 100,1000; or both.")
+@click.option("--impl", "impls", multiple=True, help="Implementations to run (repeat or comma-separate). Default: all; see `nmsbench list`.")
+@click.option("--device", "devices", multiple=True, default=("cpu",), show_default=True, help="cpu and/or cuda (repeat or comma-separate).")
+@click.option("--scenario", "scenarios", multiple=True, help=f"Box-set scenarios. Default: {', '.join(datasets.SYNTHETIC)}. Known: {SCENARIO_HELP}.")
+@click.option("--overlap", "overlaps", multiple=True, help="Values of each scenario's overlap knob to sweep. Default: each scenario's own default.")
+@click.option("--iou", "ious", multiple=True, default=("0.5",), show_default=True, help="IoU thresholds (repeat or comma-separate).")
+@click.option("--dtype", "dtypes", multiple=True, default=("float32",), show_default=True, help=f"Box dtypes: {', '.join(DTYPES)}.")
+@click.option("--seed", default=0, show_default=True, help="Seed of the generated box sets.")
+@click.option("--classes", default=1, show_default=True, type=click.IntRange(min=1), help="Number of labels; above 1 the NMS is class-aware.")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="Implementation parameter, given to those that take it (e.g. sigma=0.5, kernel=linear, score_threshold=0.1).")
+@click.option("--file", "file_path", type=click.Path(exists=True, dir_okay=False), help="Boxes file (.npz, .pt, .csv) for the `file` scenario.")
+@click.option("--timer", "timers", multiple=True, default=TIMERS, show_default=True, help="wall (what a caller waits for) and/or device (CUDA events; cuda rows only).")
+@click.option("--min-run-time", default=0.2, show_default=True, type=click.FloatRange(min=0.001), help="Seconds of timing per case (blocked_autorange).")
+@click.option("--threads", default=os.cpu_count() or 1, show_default=True, type=click.IntRange(min=1), help="CPU threads for torch and numba during the sweep.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="CSV to write (a sidecar .json goes next to it). Default: a new file under results/.")
+@click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
+def sweep(sizes, impls, devices, scenarios, overlaps, ious, dtypes, seed, classes, params, file_path, timers, min_run_time, threads, out, force):
+    """Time implementations over the grid impl x device x dtype x scenario x overlap x n x IoU.
+
+    Every case becomes one CSV row per timer, written as soon as it finishes. A variant
+    that raises or runs out of memory gives a row with status=error and the message; a
+    cell it cannot run (no backend, unavailable, dtype) a row with status=skipped.
+    """
+    try:
+        ns = parse_sizes(sizes)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--n") from None
+    known = implementations()
+    impl_list = _split(impls) or sorted(known)
+    unknown = [i for i in impl_list if i not in known]
+    if unknown:
+        raise click.BadParameter(f"unknown {', '.join(unknown)}; known: {', '.join(sorted(known))}", param_hint="--impl")
+    device_list = _split(devices)
+    bad = [d for d in device_list if d not in ("cpu", "cuda")]
+    if bad:
+        raise click.BadParameter(f"{', '.join(bad)}: choose cpu and/or cuda", param_hint="--device")
+    if "cuda" in device_list and not torch.cuda.is_available():
+        raise click.UsageError("--device cuda was asked for, but no CUDA device is available here (torch.cuda.is_available() is False)")
+    scenario_list = _split(scenarios) or list(datasets.SYNTHETIC)
+    bad = [s for s in scenario_list if s not in datasets.SCENARIOS]
+    if bad:
+        raise click.BadParameter(f"unknown {', '.join(bad)}; known: {', '.join(datasets.SCENARIOS)}", param_hint="--scenario")
+    if "file" in scenario_list and not file_path:
+        raise click.BadParameter("the file scenario needs --file PATH", param_hint="--scenario")
+    overlap_list = _floats(overlaps, "--overlap values") or None
+    for name in scenario_list if overlap_list else []:
+        lo, hi = datasets.SCENARIOS[name].knob_range
+        outside = [v for v in overlap_list if not lo <= v <= hi]
+        if outside:
+            raise click.BadParameter(f"{outside} outside {name}'s knob range [{lo}, {hi}]", param_hint="--overlap")
+    iou_list = _floats(ious, "--iou values")
+    if any(not 0.0 <= v <= 1.0 for v in iou_list):
+        raise click.BadParameter("IoU thresholds must lie in [0, 1]", param_hint="--iou")
+    dtype_list = _split(dtypes)
+    bad = [d for d in dtype_list if d not in DTYPES]
+    if bad:
+        raise click.BadParameter(f"unknown {', '.join(bad)}; choose from {', '.join(DTYPES)}", param_hint="--dtype")
+    timer_list = _split(timers)
+    bad = [t for t in timer_list if t not in TIMERS]
+    if bad or not timer_list:
+        raise click.BadParameter(f"choose from {', '.join(TIMERS)}, got {', '.join(timers)}", param_hint="--timer")
+    param_dict = {}
+    for item in params:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--param")
+        param_dict[key.strip()] = _param_value(value.strip())
+    takers = [i for i in impl_list if any(p.name in param_dict for p in known[i].params)]
+    for name in takers:  # check values now, not once per case
+        try:
+            known[name].resolve_params({k: v for k, v in param_dict.items() if k in {p.name for p in known[name].params}})
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--param") from None
+    accepted = {p.name for i in impl_list for p in known[i].params}
+    if set(param_dict) - accepted:
+        raise click.BadParameter(f"no selected implementation takes {', '.join(sorted(set(param_dict) - accepted))}", param_hint="--param")
+
+    grid = Grid(
+        impls=impl_list, devices=device_list, dtypes=dtype_list, scenarios=scenario_list, ns=ns, ious=iou_list,
+        overlaps=overlap_list, seed=seed, classes=classes, params=param_dict, timers=timer_list,
+        min_run_time=min_run_time, threads=threads, file=file_path,
+    )
+    out = out or default_output_path(device_list)
+    if out.exists() and not force:
+        raise click.UsageError(f"{out} exists; pass --force to overwrite it or choose another --out")
+
+    total = grid.count()
+    console.print(f"nmsbench sweep: {total} rows -> {out}")
+    with ResultWriter(out, environment(), grid.__dict__, reproduce_command(grid, out)) as writer, Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+        console=console, transient=False,
+    ) as progress:
+        task = progress.add_task("starting", total=total)
+
+        def on_case(row):
+            progress.update(task, advance=1, description=f"{row['scenario']:>10} n={row['n']:<6} {row['impl']:<18} {row['device']}")
+            if row["status"] == "error":
+                progress.console.print(f"[red]error[/] {row['impl']} {row['device']} {row['scenario']} n={row['n']}: {row['error']}")
+
+        try:
+            counts = run_sweep(grid, writer.write, on_case)
+        except KeyboardInterrupt:
+            progress.stop()
+            console.print(f"[yellow]interrupted[/]: {writer.rows_written} of {total} rows are in {out}")
+            raise SystemExit(130)
+    _print_summary(out, counts)
+
+
+def reproduce_command(grid: Grid, out: Path) -> str:
+    """The sweep command that reproduces this grid, every default spelled out."""
+    args = ["nmsbench", "sweep", "--n", ",".join(map(str, grid.ns)), "--impl", ",".join(grid.impls),
+            "--device", ",".join(grid.devices), "--dtype", ",".join(grid.dtypes),
+            "--scenario", ",".join(grid.scenarios), "--iou", ",".join(map(str, grid.ious)),
+            "--seed", str(grid.seed), "--classes", str(grid.classes), "--timer", ",".join(grid.timers),
+            "--min-run-time", str(grid.min_run_time), "--threads", str(grid.threads)]
+    if grid.overlaps:
+        args += ["--overlap", ",".join(map(str, grid.overlaps))]
+    for key, value in grid.params.items():
+        args += ["--param", f"{key}={value}"]
+    if grid.file:
+        args += ["--file", str(grid.file)]
+    return shlex.join(args + ["--out", str(out)])
+
+
+def _print_summary(out: Path, counts: dict) -> None:
+    import pandas as pd
+
+    frame = pd.read_csv(out)
+    ok = frame[frame.status == "ok"]
+    for (scenario, device, timer), group in ok.groupby(["scenario", "device", "timer"], sort=False):
+        pivot = group.pivot_table(index="impl", columns="n", values="median_us", aggfunc="median")
+        table = Table(title=f"median µs ({timer} timer) · {scenario} · {device}")
+        table.add_column("impl")
+        for n in pivot.columns:
+            table.add_column(str(n), justify="right")
+        for impl, values in pivot.iterrows():
+            table.add_row(str(impl), *("" if pd.isna(v) else f"{v:,.1f}" for v in values))
+        console.print(table)
+    console.print(
+        f"wrote {len(frame)} rows to {out}: {counts['ok']} ok, {counts['error']} error, "
+        f"{counts['skipped']} skipped, {counts['noisy']} noisy (IQR > 10% of median)"
+    )
+
+
+if __name__ == "__main__":
+    main()

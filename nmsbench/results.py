@@ -1,0 +1,161 @@
+"""The results schema, the run's environment, and the CSV writer.
+
+One tidy row per case (implementation x device x dtype x timer x scenario x overlap x n
+x iou_threshold), written and flushed as soon as the case finishes. The environment is
+repeated in every row, so concatenated CSVs stay self-describing, and also written to a
+sidecar ``<name>.json`` together with the command that reproduces the run.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import importlib.metadata
+import json
+import platform
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+SCHEMA_VERSION = 1
+
+CASE_COLUMNS = [
+    "impl", "family", "device", "dtype", "timer", "scenario", "overlap", "classes", "n",
+    "iou_threshold", "seed", "params",
+]
+MEASURE_COLUMNS = [
+    "status", "error", "median_us", "iqr_us", "runs", "rel_spread", "noisy", "threads",
+    "host_sync", "graph_safe", "peak_mem_bytes",
+    "kept", "ref_kept", "jaccard", "extra", "missing", "mean_max_iou", "greedy_suppressed_frac",
+]
+ENV_COLUMNS = [
+    "machine", "cpu", "gpu", "driver", "cuda", "torch", "torchvision", "cupy", "numba",
+    "nmsbench", "git_commit", "python", "timestamp",
+]
+COLUMNS = ["schema_version", *CASE_COLUMNS, *MEASURE_COLUMNS, *ENV_COLUMNS]
+STATUSES = ("ok", "error", "skipped")
+
+
+def _version(*distributions: str) -> str:
+    for name in distributions:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return ""
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _run(args: list[str], cwd: Path | None = None) -> str:
+    try:
+        out = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def _git_commit() -> str:
+    repo = Path(__file__).resolve().parent.parent
+    commit = _run(["git", "rev-parse", "--short=12", "HEAD"], cwd=repo)
+    if commit and _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo):
+        commit += "-dirty"
+    return commit
+
+
+def environment() -> dict:
+    """The machine and software versions of this run (the ENV_COLUMNS)."""
+    from . import __version__
+
+    has_cuda = torch.cuda.is_available()
+    gpu = torch.cuda.get_device_name(0) if has_cuda else ""
+    driver = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]).splitlines()
+    return {
+        "machine": platform.node(),
+        "cpu": _cpu_model(),
+        "gpu": gpu,
+        "driver": driver[0] if driver else "",
+        "cuda": torch.version.cuda or "",
+        "torch": torch.__version__,
+        "torchvision": _version("torchvision"),
+        "cupy": _version("cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x", "cupy"),
+        "numba": _version("numba"),
+        "nmsbench": __version__,
+        "git_commit": _git_commit(),
+        "python": platform.python_version(),
+        "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def default_output_path(devices: list[str], directory: Path = Path("results")) -> Path:
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return directory / f"sweep-{stamp}-{'-'.join(devices)}.csv"
+
+
+def sidecar_path(csv_path: Path) -> Path:
+    return csv_path.with_suffix(".json")
+
+
+class ResultWriter:
+    """Writes rows to a CSV as they come (flushed each time) plus the sidecar JSON."""
+
+    def __init__(self, path: Path, env: dict, grid: dict, command: str = ""):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.env = env
+        self.rows_written = 0
+        self._file = open(self.path, "w", newline="")
+        self._csv = csv.DictWriter(self._file, fieldnames=COLUMNS)
+        self._csv.writeheader()
+        self._file.flush()
+        meta = {
+            "schema_version": SCHEMA_VERSION,
+            "command": command or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+            "grid": grid,
+            "environment": env,
+            "columns": COLUMNS,
+        }
+        sidecar_path(self.path).write_text(json.dumps(meta, indent=2, default=str) + "\n")
+
+    def write(self, row: dict) -> None:
+        unknown = set(row) - set(COLUMNS)
+        if unknown:
+            raise ValueError(f"row has columns outside the schema: {sorted(unknown)}")
+        full = {"schema_version": SCHEMA_VERSION, **self.env, **row}
+        self._csv.writerow({k: full.get(k, "") for k in COLUMNS})
+        self._file.flush()
+        self.rows_written += 1
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def read_results(path) -> "pandas.DataFrame":
+    """Load a results CSV, or raise ValueError naming what makes it not one."""
+    import pandas as pd
+
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, ValueError, pd.errors.ParserError) as e:
+        raise ValueError(f"{path}: not a readable CSV ({e})") from None
+    missing = [c for c in ("schema_version", *CASE_COLUMNS, "status", "median_us") if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{path}: not an nmsbench results file (missing columns: {', '.join(missing)})")
+    return frame

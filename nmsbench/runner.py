@@ -1,0 +1,203 @@
+"""The sweep: every case of the grid, timed and compared, one row each.
+
+For each box set (scenario x overlap x n, generated once on the CPU) the runner computes
+the realized overlap and the reference greedy NMS once per IoU threshold, then for each
+device x dtype x implementation: prepares the inputs (cast, move, validate), calls the
+op once (warm-up: numba/NVRTC compilation; its output is the one checked against the
+reference), and times that very same call. Any exception becomes an error row, an
+unsupported cell a skipped row; the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Optional
+
+import torch
+
+from . import datasets
+from .agreement import compare_keep
+from .boxes import BoxSet, validate_nms_inputs
+from .overlap import realized_overlap
+from .registry import Implementation, get
+from .timing import Timing, time_device, time_wall
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16}
+REFERENCE = "torchvision"
+
+
+@dataclass
+class Grid:
+    """The sweep axes; their product is the set of cases."""
+
+    impls: list[str]
+    devices: list[str]
+    dtypes: list[str]
+    scenarios: list[str]
+    ns: list[int]
+    ious: list[float]
+    overlaps: Optional[list[float]] = None  # None: each scenario's default knob value
+    seed: int = 0
+    classes: int = 1
+    params: dict = field(default_factory=dict)  # given to implementations that accept them
+    timers: list[str] = field(default_factory=lambda: ["wall", "device"])
+    min_run_time: float = 0.2
+    threads: int = 1
+    file: Optional[str] = None
+
+    def overlaps_for(self, scenario: str) -> list[float]:
+        return list(self.overlaps) if self.overlaps else [datasets.SCENARIOS[scenario].default_overlap]
+
+    def timers_for(self, device: str) -> list[str]:
+        return [t for t in self.timers if t == "wall" or device == "cuda"]
+
+    def count(self) -> int:
+        """Number of rows the sweep will write."""
+        per_set = sum(len(self.timers_for(d)) for d in self.devices) * len(self.dtypes) * len(self.impls) * len(self.ious)
+        return sum(len(self.overlaps_for(s)) for s in self.scenarios) * len(self.ns) * per_set
+
+
+def _params_for(impl: Implementation, params: dict) -> dict:
+    accepted = {p.name for p in impl.params}
+    return impl.resolve_params({k: v for k, v in params.items() if k in accepted})
+
+
+def _error_text(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text if len(text) <= 500 else text[:497] + "..."
+
+
+def _reference(data: BoxSet, iou: float) -> torch.Tensor:
+    """Greedy NMS by torchvision on the CPU, on exactly the case's (cast) values."""
+    if data.boxes.dtype == torch.float16:  # torchvision's CPU kernel has no half; float32 holds them exactly
+        data = data.to("cpu", torch.float32)
+    backend = get(REFERENCE).backend("cpu")
+    return backend.fn(data.boxes, data.scores, iou_threshold=iou, labels=data.labels).keep
+
+
+def _measure(impl, backend, data: BoxSet, iou: float, params: dict, timers: list[str], grid: Grid, ref_keep):
+    """Run one case: warm-up call (checked), then each timer on the same call."""
+    device = data.boxes.device
+
+    def op():
+        return backend.fn(data.boxes, data.scores, iou_threshold=iou, labels=data.labels, **params)
+
+    peak = ""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+    result = op()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated(device) - before
+    agreement = compare_keep(result.keep.cpu(), ref_keep)
+    timings: dict[str, Timing] = {}
+    for timer in timers:
+        if timer == "wall":
+            timings[timer] = time_wall(op, min_run_time=grid.min_run_time, threads=grid.threads)
+        else:
+            timings[timer] = time_device(op, min_run_time=grid.min_run_time)
+    return agreement, timings, peak
+
+
+def run_sweep(grid: Grid, write: Callable[[dict], None], on_case: Callable[[dict], None] = lambda row: None) -> dict:
+    """Run every case of ``grid``; ``write`` gets each row as soon as it exists."""
+    counts = {"ok": 0, "error": 0, "skipped": 0, "noisy": 0}
+    torch.set_num_threads(grid.threads)
+    try:
+        import numba
+
+        numba.set_num_threads(min(grid.threads, numba.config.NUMBA_NUM_THREADS))
+    except ImportError:
+        pass
+    impls = [get(name) for name in grid.impls]
+
+    def emit(row: dict) -> None:
+        write(row)
+        counts[row["status"]] += 1
+        counts["noisy"] += bool(row.get("noisy"))
+        on_case(row)
+
+    for scenario, n in itertools.product(grid.scenarios, grid.ns):
+        for overlap in grid.overlaps_for(scenario):
+            base = {"scenario": scenario, "overlap": overlap, "n": n, "seed": grid.seed, "classes": grid.classes}
+            try:
+                box_set = datasets.generate(scenario, n, overlap=overlap, seed=grid.seed, classes=grid.classes, path=grid.file)
+                mean_max_iou = realized_overlap(box_set.boxes, box_set.scores, box_set.labels)["mean_max_iou"]
+            except Exception as exc:  # e.g. a file with fewer than n boxes: this set's cases become error rows
+                message = f"generating {scenario}: {_error_text(exc)}"
+                for device, dtype_name, iou, impl in itertools.product(grid.devices, grid.dtypes, grid.ious, impls):
+                    for row in _case_rows(impl, device, dtype_name, iou, grid, base):
+                        emit(row | {"status": "error", "error": message})
+                continue
+            references: dict = {}  # (dtype, iou) -> reference keep, computed once per box set
+
+            def reference(dtype_name: str, iou: float) -> torch.Tensor:
+                if (dtype_name, iou) not in references:
+                    references[dtype_name, iou] = _reference(box_set.to("cpu", DTYPES[dtype_name]), iou)
+                return references[dtype_name, iou]
+
+            for device, dtype_name, iou, impl in itertools.product(grid.devices, grid.dtypes, grid.ious, impls):
+                rows = _case_rows(impl, device, dtype_name, iou, grid, base)
+                for row in _run_case(impl, device, dtype_name, iou, grid, box_set, rows, mean_max_iou, reference):
+                    emit(row)
+    return counts
+
+
+def _case_rows(impl: Implementation, device: str, dtype_name: str, iou: float, grid: Grid, base: dict) -> list[dict]:
+    """The identifying columns of the rows one case produces (one per timer)."""
+    try:
+        params = json.dumps(_params_for(impl, grid.params), sort_keys=True)
+    except ValueError:
+        params = json.dumps({k: v for k, v in grid.params.items() if k in {p.name for p in impl.params}}, sort_keys=True)
+    backend = impl.backends.get(device)
+    common = base | {
+        "impl": impl.name, "family": impl.family, "device": device, "dtype": dtype_name,
+        "iou_threshold": iou, "params": params, "threads": grid.threads,
+        "host_sync": backend.host_sync if backend else "", "graph_safe": backend.graph_safe if backend else "",
+    }
+    return [common | {"timer": t} for t in grid.timers_for(device)]
+
+
+def _run_case(impl, device, dtype_name, iou, grid, box_set: BoxSet, rows: list[dict], mean_max_iou, reference) -> Iterator[dict]:
+    backend = impl.backends.get(device)
+    skip = None
+    if backend is None:
+        skip = f"{impl.name} has no {device} backend"
+    else:
+        available, reason = backend.availability()
+        if not available:
+            skip = reason
+        elif DTYPES[dtype_name] not in backend.dtypes:
+            skip = f"{dtype_name} not supported on {device}"
+    if skip:
+        for row in rows:
+            yield row | {"status": "skipped", "error": skip}
+        return
+    try:
+        params = _params_for(impl, grid.params)
+        data = box_set.to(device, DTYPES[dtype_name])
+        validate_nms_inputs(data.boxes, data.scores, data.labels)  # once, outside the timed calls
+        ref_keep = reference(dtype_name, iou)
+        agreement, timings, peak = _measure(impl, backend, data, iou, params, [r["timer"] for r in rows], grid, ref_keep)
+    except Exception as exc:
+        if isinstance(exc, torch.cuda.OutOfMemoryError):
+            torch.cuda.empty_cache()
+        message = _error_text(exc)
+        for row in rows:
+            yield row | {"status": "error", "error": message}
+        return
+    n = len(box_set)
+    overlap_cols = {
+        "mean_max_iou": mean_max_iou,
+        "greedy_suppressed_frac": 1 - agreement["ref_kept"] / n if n else 0.0,
+    }
+    for row in rows:
+        t = timings[row["timer"]]
+        yield row | agreement | overlap_cols | {
+            "status": "ok", "error": "", "median_us": t.median_us, "iqr_us": t.iqr_us, "runs": t.runs,
+            "rel_spread": t.rel_spread, "noisy": t.noisy, "peak_mem_bytes": peak,
+        }

@@ -1,0 +1,195 @@
+"""The command line, driven through click's CliRunner."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+from click.testing import CliRunner
+
+from nmsbench import NMSResult, register
+from nmsbench.cli import main, parse_sizes
+from nmsbench.registry import unregister
+from nmsbench.results import COLUMNS
+
+BUILTIN = {"torchvision", "matrix_naive", "matrix_fused", "allpairs", "bitmask_two_phase", "bitmask_classic"}
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+@pytest.mark.parametrize(
+    "text, sizes",
+    [
+        ("64..8192", [64, 128, 256, 512, 1024, 2048, 4096, 8192]),
+        ("64..100", [64]),
+        ("100,1000", [100, 1000]),
+        ("64..256, 1000", [64, 128, 256, 1000]),
+        ("5", [5]),
+        ("3..24,12", [3, 6, 12, 24]),
+    ],
+)
+def test_parse_sizes(text, sizes):
+    assert parse_sizes(text) == sizes
+
+
+@pytest.mark.parametrize("text", ["", "abc", "0..8", "256..64", "64..", "1.5", "-4"])
+def test_parse_sizes_rejects(text):
+    with pytest.raises(ValueError):
+        parse_sizes(text)
+
+
+def test_list_shows_every_implementation():
+    result = run("list")
+    assert result.exit_code == 0
+    for name in BUILTIN:
+        assert name in result.output
+
+
+def test_list_json_reports_availability():
+    rows = json.loads(run("list", "--json").output)
+    assert {r["name"] for r in rows} >= BUILTIN
+    cpu = {r["name"]: r for r in rows if r["device"] == "cpu"}
+    assert set(cpu) >= BUILTIN and all(cpu[name]["available"] for name in BUILTIN)
+    assert cpu["torchvision"]["family"] == "hard" and cpu["torchvision"]["exact"] is True
+    assert cpu["matrix_fused"]["params"] == {"kernel": "gaussian", "sigma": 0.5, "score_threshold": 0.05}
+    cuda = [r for r in rows if r["device"] == "cuda"]
+    assert {r["name"] for r in cuda} >= {"torchvision", "matrix_naive"}
+    if not torch.cuda.is_available():
+        assert all(not r["available"] and r["reason"] for r in cuda)
+        assert {r["reason"] for r in cuda if r["name"] == "torchvision"} == {"no CUDA device"}
+
+
+def test_tiny_sweep_writes_tidy_rows(tmp_path):
+    out = tmp_path / "run.csv"
+    result = run("sweep", "--n", "8,16", "--impl", "torchvision,allpairs", "--scenario", "uniform",
+                 "--scenario", "chain", "--min-run-time", "0.01", "--threads", "1", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    frame = pd.read_csv(out)
+    assert list(frame.columns) == COLUMNS
+    assert len(frame) == 2 * 2 * 2
+    assert set(frame.status) == {"ok"}
+    assert (frame.median_us > 0).all() and (frame.runs > 0).all()
+    assert set(frame.timer) == {"wall"} and set(frame.device) == {"cpu"}
+    tv = frame[frame.impl == "torchvision"]
+    assert (tv.jaccard == 1.0).all() and (tv.kept == tv.ref_kept).all()
+    chain = frame[(frame.scenario == "chain") & (frame.impl == "allpairs")]
+    assert (chain.kept <= chain.ref_kept).all()
+    meta = json.loads(out.with_suffix(".json").read_text())
+    assert meta["command"].startswith("nmsbench sweep --n 8,16 --impl torchvision,allpairs --device cpu")
+    assert "--scenario uniform,chain" in meta["command"] and "--threads 1" in meta["command"]
+    assert meta["environment"]["torch"] == torch.__version__
+    assert "median µs" in result.output
+
+
+def test_default_output_goes_under_results(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = run("sweep", "--n", "4", "--impl", "torchvision", "--scenario", "uniform", "--min-run-time", "0.01")
+    assert result.exit_code == 0, result.output
+    written = list((tmp_path / "results").glob("sweep-*-cpu.csv"))
+    assert len(written) == 1 and len(pd.read_csv(written[0])) == 1
+
+
+@pytest.fixture
+def failing_impl():
+    @register(name="test_always_fails", family="hard", devices=("cpu",), summary="raises on purpose")
+    def always_fails(boxes, scores, *, iou_threshold, labels=None):
+        raise RuntimeError("boom at n=%d" % boxes.shape[0])
+
+    @register(name="test_out_of_memory", family="hard", devices=("cpu",), summary="runs out of memory")
+    def out_of_memory(boxes, scores, *, iou_threshold, labels=None):
+        if boxes.shape[0] > 8:
+            raise MemoryError("cannot allocate")
+        return NMSResult(torch.arange(boxes.shape[0]))
+
+    yield
+    unregister("test_always_fails")
+    unregister("test_out_of_memory")
+
+
+def test_failing_implementation_becomes_error_rows(tmp_path, failing_impl):
+    out = tmp_path / "run.csv"
+    result = run("sweep", "--n", "8,16", "--impl", "test_always_fails,test_out_of_memory,torchvision",
+                 "--scenario", "uniform", "--min-run-time", "0.01", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    frame = pd.read_csv(out).set_index(["impl", "n"])
+    assert len(frame) == 6
+    assert frame.loc[("test_always_fails", 8), "status"] == "error"
+    assert frame.loc[("test_always_fails", 16), "error"] == "RuntimeError: boom at n=16"
+    assert frame.loc[("test_out_of_memory", 8), "status"] == "ok"
+    assert frame.loc[("test_out_of_memory", 16), "error"] == "MemoryError: cannot allocate"
+    assert (frame.loc["torchvision", "status"] == "ok").all()
+    assert "3 ok, 3 error" in result.output
+
+
+def test_unsupported_cells_become_skipped_rows(tmp_path):
+    out = tmp_path / "run.csv"
+    result = run("sweep", "--n", "8", "--impl", "allpairs", "--dtype", "float16,float32", "--scenario", "uniform",
+                 "--min-run-time", "0.01", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    frame = pd.read_csv(out).set_index("dtype")
+    assert frame.loc["float16", "status"] == "skipped" and "float16 not supported on cpu" in frame.loc["float16", "error"]
+    assert frame.loc["float32", "status"] == "ok"
+
+
+def test_matrix_params_reach_the_rows(tmp_path):
+    out = tmp_path / "run.csv"
+    result = run("sweep", "--n", "32", "--impl", "matrix_fused,torchvision", "--scenario", "clustered",
+                 "--param", "kernel=linear", "--param", "score_threshold=0.3", "--min-run-time", "0.01", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    frame = pd.read_csv(out).set_index("impl")
+    assert json.loads(frame.loc["matrix_fused", "params"]) == {"kernel": "linear", "score_threshold": 0.3, "sigma": 0.5}
+    assert json.loads(frame.loc["torchvision", "params"]) == {}
+
+
+def test_class_aware_sweep(tmp_path):
+    out = tmp_path / "run.csv"
+    result = run("sweep", "--n", "64", "--classes", "3", "--impl", "bitmask_two_phase,bitmask_classic",
+                 "--scenario", "crowd", "--min-run-time", "0.01", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    frame = pd.read_csv(out)
+    assert (frame.classes == 3).all() and (frame.jaccard == 1.0).all()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--n", "abc"], "is not a box count"),
+        (["--impl", "nope"], "unknown nope"),
+        (["--device", "tpu"], "choose cpu and/or cuda"),
+        (["--iou", "1.5"], "must lie in [0, 1]"),
+        (["--iou", "half"], "must be numbers"),
+        (["--dtype", "int8"], "unknown int8"),
+        (["--scenario", "moon"], "unknown moon"),
+        (["--scenario", "file"], "needs --file"),
+        (["--scenario", "chain", "--overlap", "1.5"], "outside chain's knob range"),
+        (["--impl", "matrix_fused", "--param", "sigma=-1"], "sigma must be a positive number"),
+        (["--impl", "matrix_fused", "--param", "colour=red"], "no selected implementation takes colour"),
+        (["--param", "sigma"], "is not KEY=VALUE"),
+        (["--classes", "0"], "0 is not in the range"),
+        (["--timer", "stopwatch"], "choose from wall, device"),
+    ],
+)
+def test_bad_options_exit_nonzero_with_a_message(tmp_path, args, message):
+    result = run("sweep", *args, "--out", str(tmp_path / "x.csv"))
+    assert result.exit_code == 2
+    assert message in result.output
+    assert not (tmp_path / "x.csv").exists()
+
+
+def test_existing_output_is_not_overwritten(tmp_path):
+    out = tmp_path / "keep.csv"
+    out.write_text("precious\n")
+    result = run("sweep", "--n", "4", "--impl", "torchvision", "--scenario", "uniform", "--out", str(out))
+    assert result.exit_code == 2 and "--force" in result.output
+    assert out.read_text() == "precious\n"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_cuda_without_a_device_is_a_clear_error(tmp_path):
+    result = run("sweep", "--device", "cuda", "--out", str(tmp_path / "x.csv"))
+    assert result.exit_code == 2
+    assert "no CUDA device is available" in result.output

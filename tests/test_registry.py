@@ -1,0 +1,94 @@
+"""The registry: registration rules, availability reasons, parameters."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import nmsbench
+from nmsbench import NMSResult, register
+from nmsbench.registry import BackendUnavailable, describe, unregister
+
+EXPECTED = {
+    "torchvision": ("hard", True),
+    "bitmask_two_phase": ("hard", True),
+    "bitmask_classic": ("hard", True),
+    "allpairs": ("allpairs", False),
+    "matrix_naive": ("matrix", False),
+    "matrix_fused": ("matrix", False),
+}
+
+
+def test_builtin_implementations_are_registered():
+    impls = nmsbench.implementations()
+    for name, (family, exact) in EXPECTED.items():
+        assert impls[name].family == family and impls[name].exact == exact
+        assert "cpu" in impls[name].devices
+
+
+@pytest.fixture
+def scratch():
+    names = []
+    yield names
+    for name in names:
+        unregister(name)
+
+
+def _identity(boxes, scores, *, iou_threshold, labels=None):
+    return NMSResult(torch.arange(boxes.shape[0]))
+
+
+def test_missing_module_makes_a_backend_unavailable_with_the_reason(scratch):
+    scratch.append("test_needs_module")
+    register(name="test_needs_module", family="hard", devices=("cpu",), requires=("no_such_module_xyz",))(_identity)
+    row = next(r for r in describe() if r["name"] == "test_needs_module")
+    assert row["available"] is False and row["reason"] == "no_such_module_xyz not installed"
+    boxes = torch.zeros(1, 4)
+    with pytest.raises(BackendUnavailable, match="no_such_module_xyz not installed"):
+        nmsbench.run_nms("test_needs_module", boxes, torch.ones(1))
+
+
+def test_registration_rules(scratch):
+    scratch.append("test_twice")
+    register(name="test_twice", family="hard", devices=("cpu",))(_identity)
+    with pytest.raises(ValueError, match="already has a cpu backend"):
+        register(name="test_twice", family="hard", devices=("cpu",))(_identity)
+    with pytest.raises(ValueError, match="another family"):
+        register(name="test_twice", family="allpairs", devices=("cuda",))(_identity)
+    with pytest.raises(ValueError, match="unknown family"):
+        register(name="test_bad", family="soft-ish", devices=("cpu",))
+    with pytest.raises(ValueError, match="devices must be"):
+        register(name="test_bad", family="hard", devices=("tpu",))
+
+
+def test_run_nms_without_a_backend_for_the_device(scratch):
+    scratch.append("test_cuda_only")
+    register(name="test_cuda_only", family="hard", devices=("cuda",))(_identity)
+    with pytest.raises(ValueError, match="has no cpu backend"):
+        nmsbench.run_nms("test_cuda_only", torch.zeros(1, 4), torch.ones(1))
+
+
+def test_broken_output_contract_is_caught(scratch):
+    scratch.append("test_int32")
+    register(name="test_int32", family="hard", devices=("cpu",))(
+        lambda boxes, scores, *, iou_threshold, labels=None: NMSResult(torch.arange(boxes.shape[0], dtype=torch.int32))
+    )
+    with pytest.raises(RuntimeError, match="1-D int64"):
+        nmsbench.run_nms("test_int32", torch.zeros(2, 4), torch.ones(2))
+
+
+def test_matrix_params_defaults_and_checks():
+    impl = nmsbench.implementations()["matrix_naive"]
+    assert impl.resolve_params({}) == {"kernel": "gaussian", "sigma": 0.5, "score_threshold": 0.05}
+    assert impl.resolve_params({"sigma": "2"})["sigma"] == 2.0
+    with pytest.raises(ValueError, match="does not take parameter"):
+        nmsbench.implementations()["torchvision"].resolve_params({"sigma": 1})
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the reason on a machine without CUDA")
+def test_cuda_backend_reports_no_device():
+    with pytest.raises(BackendUnavailable, match="no CUDA device"):
+        impl = nmsbench.implementations()["torchvision"]
+        available, reason = impl.backend("cuda").availability()
+        assert not available
+        raise BackendUnavailable(reason)
