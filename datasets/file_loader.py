@@ -41,8 +41,9 @@ def load_boxes_file(path) -> BoxSet:
     except _Problem as e:
         raise ValueError(f"{path}: {e}") from None
     except Exception as e:  # zipfile, pickle, torch and pandas parse errors: corrupt or foreign files
+        detail = (str(e).strip().splitlines() or [""])[0][:200]  # torch's pickle errors run to pages
         raise ValueError(f"{path}: cannot read as {suffix} (corrupt, truncated or not a box file): "
-                         f"{type(e).__name__}: {e}") from e
+                         f"{type(e).__name__}: {detail}") from e
     result = BoxSet(torch.from_numpy(boxes), torch.from_numpy(scores),
                     None if labels is None else torch.from_numpy(labels), {"source": str(path)})
     try:
@@ -125,8 +126,10 @@ def _check_arrays(arrays: dict):
         if labels.ndim != 1 or labels.shape[0] != n:
             raise _Problem(f"length mismatch: {n} boxes but labels have shape {labels.shape}")
         if labels.dtype.kind == "f":
-            if not np.all(np.isfinite(labels)) or not np.all(labels == np.round(labels)):
-                raise _Problem("labels must be integers")
+            bad = ~np.isfinite(labels) | (labels != np.round(labels))
+            if bad.any():
+                row = int(np.flatnonzero(bad)[0])
+                raise _Problem(f"labels must be integers (row {row}: {labels[row]})")
         labels = labels.astype(np.int64)
     with np.errstate(over="ignore"):  # values beyond float32 become inf, which validation reports
         boxes, scores = boxes.astype(np.float32), scores.astype(np.float32)
@@ -134,7 +137,10 @@ def _check_arrays(arrays: dict):
 
 
 def sample_file(n: int, t: float, seed: int, classes: int, path) -> tuple[BoxSet, dict]:
-    """The first ``n`` boxes of ``path``, scaled by ``t`` about their centres; ``seed`` and ``classes`` are ignored."""
+    """The first ``n`` boxes of ``path``, scaled by ``t`` about their centres.
+
+    ``seed`` and ``classes`` are ignored: the boxes and labels are the file's.
+    """
     if path is None:
         raise ValueError("the 'file' scenario needs path= (an .npz, .pt or .csv boxes file)")
     loaded = load_boxes_file(path)

@@ -104,8 +104,9 @@ def chain(rng, n: int, t: float, classes: int):
     # a chain spans at most 0.8 of its slot; a random offset keeps it inside [0.05, 0.95]
     w = 0.8 * slot_w / extent_per_width * rng.uniform(0.6, 1.0, size=m)
     h = slot_h * rng.uniform(0.3, 0.8, size=m)
-    x0 = (np.arange(m) % cols) * slot_w + 0.05 * slot_w + rng.uniform(0, 1, size=m) * (0.9 * slot_w - w * extent_per_width)
-    y0 = (np.arange(m) // cols) * slot_h + 0.05 * slot_h + rng.uniform(0, 1, size=m) * (0.9 * slot_h - h)
+    free_w, free_h = 0.9 * slot_w - w * extent_per_width, 0.9 * slot_h - h
+    x0 = (np.arange(m) % cols + 0.05) * slot_w + rng.uniform(0, 1, size=m) * free_w
+    y0 = (np.arange(m) // cols + 0.05) * slot_h + rng.uniform(0, 1, size=m) * free_h
     top = rng.uniform(0.5, 1.0, size=m)
 
     c, k = np.arange(n) // CHAIN_LENGTH, np.arange(n) % CHAIN_LENGTH
@@ -131,7 +132,7 @@ def degenerate(rng, n: int, t: float, classes: int):
         scores[-1] = scores[0]  # a tie even when n is below the number of levels
 
     # kinds cycle duplicate, zero-area, duplicate, tiny: half the degenerate boxes are
-    # duplicates, and every duplicate has a non-duplicate, non-zero-area box to copy
+    # duplicates, copies of boxes that are neither duplicates nor zero-area (if any exist)
     chosen = rng.permutation(n)[: round(t * n)]
     dup, zero, tiny = chosen[0::2], chosen[1::4], chosen[3::4]
     boxes[zero[0::2], 2] = boxes[zero[0::2], 0]  # x1 == x2

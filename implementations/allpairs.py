@@ -29,7 +29,7 @@ def suppressed_by_any_parent(b, labels, iou_threshold):
 
 
 @register(
-    name="allpairs", family="allpairs", devices=("cpu",), requires=("numba",),
+    name="allpairs", family="allpairs", devices=("cpu",), exact=True, requires=("numba",),
     summary="numba prange: each box scans its higher-ranked boxes, class-aware",
 )
 def allpairs_cpu(boxes, scores, *, iou_threshold, labels=None):

@@ -9,6 +9,7 @@ IoU is 0, which is what torchvision's NaN comparison does.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import NamedTuple, Optional
 
@@ -109,10 +110,11 @@ def validate_nms_inputs(boxes, scores, labels=None) -> None:
 
 def validate_iou_threshold(iou_threshold) -> float:
     """The threshold as a float in [0, 1], or a ``ValueError``."""
-    try:
-        value = float(iou_threshold)
-    except (TypeError, ValueError):
-        raise ValueError(f"iou_threshold must be a number, got {iou_threshold!r}") from None
+    if isinstance(iou_threshold, torch.Tensor) and iou_threshold.numel() == 1:
+        iou_threshold = iou_threshold.item()
+    if isinstance(iou_threshold, bool) or not isinstance(iou_threshold, numbers.Real):
+        raise ValueError(f"iou_threshold must be a number, got {iou_threshold!r}")
+    value = float(iou_threshold)
     if not math.isfinite(value) or not 0.0 <= value <= 1.0:
         raise ValueError(f"iou_threshold must be in [0, 1], got {iou_threshold!r}")
     return value

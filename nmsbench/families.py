@@ -19,6 +19,7 @@ sigma = 0.5 is mmdet's ``mask_matrix_nms`` sigma = 2.0 in its exp(-sigma * x^2) 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -45,21 +46,23 @@ def _kernel(value):
     return value
 
 
+def _number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def _sigma(value):
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"sigma must be a positive number, got {value!r}") from None
+    if not _number(value):
+        raise ValueError(f"sigma must be a positive number, got {value!r}")
+    v = float(value)
     if not (math.isfinite(v) and v > 0):
         raise ValueError(f"sigma must be a positive number, got {value!r}")
     return v
 
 
 def _score_threshold(value):
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"score_threshold must be a finite number, got {value!r}") from None
+    if not _number(value):
+        raise ValueError(f"score_threshold must be a finite number, got {value!r}")
+    v = float(value)
     if not math.isfinite(v):
         raise ValueError(f"score_threshold must be a finite number, got {value!r}")
     return v

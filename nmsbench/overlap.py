@@ -1,8 +1,9 @@
 """Realized overlap of a box set: how much each box overlaps the boxes ranked above it.
 
-Computed with a numba kernel that never builds the n x n IoU matrix: boxes are sorted by
-x1 and each box only visits the boxes whose x-range can intersect its own. IoU arithmetic
-is that of :func:`nmsbench.boxes.pairwise_iou`, in the boxes' dtype (float32 or float64).
+A numba kernel computes it without the n x n IoU matrix: boxes are grouped by width
+octave and sorted by x1 within a group, so each box only visits the boxes of each group
+whose x-range can reach its own. IoU arithmetic is that of
+:func:`nmsbench.boxes.pairwise_iou`, in the boxes' dtype (float32, or float64 for float64).
 """
 
 from __future__ import annotations
@@ -15,23 +16,32 @@ from .boxes import score_order, validate_nms_inputs
 
 
 @njit(parallel=True, cache=True, error_model="numpy")
-def _max_iou_kernel(x1, y1, x2, y2, area, rank, labels, lo, hi):  # pragma: no cover
-    """Per box j, the max IoU over boxes i in [lo[j], hi[j]) with lower rank and equal label.
+def _max_iou_kernel(x1, y1, x2, y2, area, rank, labels, x1_64, starts, reach, zero):  # pragma: no cover
+    """Per box j, the max IoU with boxes of lower rank and equal label (0 if none).
 
-    All arrays are in x1 order, so the inner loop reads memory contiguously.
+    Arrays are sorted by (width group, x1); group g is ``[starts[g], starts[g + 1])``
+    and none of its boxes is wider than ``reach[g]``. ``zero`` is 0 in the boxes' dtype
+    (a plain 0 would promote float32 arithmetic to float64).
     """
     n = x1.shape[0]
     out = np.zeros(n, dtype=np.float32)
     for j in prange(n):
         jx1, jy1, jx2, jy2, jarea, jrank, jlabel = x1[j], y1[j], x2[j], y2[j], area[j], rank[j], labels[j]
-        best = 0.0
-        for i in range(lo[j], hi[j]):
-            w = min(x2[i], jx2) - max(x1[i], jx1)
-            h = min(y2[i], jy2) - max(y1[i], jy1)
-            # w <= 0 or h <= 0 means IoU 0, which cannot raise the maximum
-            if w > 0 and h > 0 and rank[i] < jrank and labels[i] == jlabel:
+        best = zero
+        for g in range(starts.size - 1):
+            s, e = starts[g], starts[g + 1]
+            # box i can intersect box j only if x1_j - width_i < x1_i < x2_j; the relative
+            # 1e-9 slack lets float64 rounding admit extra boxes, never drop one
+            left = x1_64[j] - reach[g] - 1e-9 * (abs(x1_64[j]) + reach[g])
+            lo = s + np.searchsorted(x1_64[s:e], left)
+            hi = s + np.searchsorted(x1_64[s:e], np.float64(jx2))
+            for i in range(lo, hi):
+                # branch-free until the max: the rank/label test is unpredictable
+                w = max(min(x2[i], jx2) - max(x1[i], jx1), zero)
+                h = max(min(y2[i], jy2) - max(y1[i], jy1), zero)
                 inter = w * h
-                iou = inter / (area[i] + jarea - inter)
+                iou = inter / (area[i] + jarea - inter)  # NaN when the union is 0, never > best
+                iou = iou if (rank[i] < jrank) & (labels[i] == jlabel) else zero
                 if iou > best:
                     best = iou
         out[j] = best
@@ -54,24 +64,24 @@ def max_iou_with_higher_ranked(boxes: torch.Tensor, scores: torch.Tensor,
     b = boxes.detach().to("cpu", dtype).numpy()
     x1, y1, x2, y2 = (b[:, k] for k in range(4))
     area = (x2 - x1) * (y2 - y1)  # elementwise in the boxes' dtype, like pairwise_iou
+    rank = np.empty(n, dtype=np.int32)
+    rank[score_order(scores.detach().cpu()).numpy()] = np.arange(n, dtype=np.int32)
+    if labels is None:
+        lab = np.zeros(n, dtype=np.int32)
+    else:
+        lab = np.unique(labels.detach().cpu().numpy(), return_inverse=True)[1].astype(np.int32)
 
-    rank = np.empty(n, dtype=np.int64)
-    rank[score_order(scores.detach().cpu()).numpy()] = np.arange(n)
-    lab = labels.detach().cpu().to(torch.int64).numpy() if labels is not None else np.zeros(n, dtype=np.int64)
-
-    # Box i can only intersect box j if x1_i < x2_j and x2_i > x1_j. In x1 order the first
-    # is a prefix; for the second, x1_i >= x1_j - max width is necessary. The bound is
-    # widened by a relative 1e-9 so float64 rounding can only admit extra pairs, never drop one.
-    by_x1 = np.argsort(x1, kind="stable")
-    x1, y1, x2, y2, area, rank, lab = (np.ascontiguousarray(a[by_x1]) for a in (x1, y1, x2, y2, area, rank, lab))
-    x1_64 = x1.astype(np.float64)
-    max_width = float((x2.astype(np.float64) - x1_64).max()) * (1 + 1e-9)
-    left = x1_64 - max_width - 1e-9 * (np.abs(x1_64) + max_width)
-    lo = np.searchsorted(x1_64, left, side="left").astype(np.int64)
-    hi = np.searchsorted(x1_64, x2.astype(np.float64), side="left").astype(np.int64)
+    width = x2.astype(np.float64) - x1.astype(np.float64)
+    group = np.floor(np.log2(np.maximum(width, 1e-300))).astype(np.int64)  # width octave
+    order = np.lexsort((x1, group))
+    x1, y1, x2, y2, area, rank, lab, width, group = (
+        np.ascontiguousarray(a[order]) for a in (x1, y1, x2, y2, area, rank, lab, width, group))
+    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1], True]).astype(np.int64)
+    reach = np.maximum.reduceat(width, starts[:-1]) * (1 + 1e-9)
 
     out = np.empty(n, dtype=np.float32)
-    out[by_x1] = _max_iou_kernel(x1, y1, x2, y2, area, rank, lab, lo, hi)
+    zero = x1.dtype.type(0)
+    out[order] = _max_iou_kernel(x1, y1, x2, y2, area, rank, lab, x1.astype(np.float64), starts, reach, zero)
     return torch.from_numpy(out)
 
 

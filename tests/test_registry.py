@@ -13,7 +13,7 @@ EXPECTED = {
     "torchvision": ("hard", True),
     "bitmask_two_phase": ("hard", True),
     "bitmask_classic": ("hard", True),
-    "allpairs": ("allpairs", False),
+    "allpairs": ("allpairs", True),
     "matrix_naive": ("matrix", False),
     "matrix_fused": ("matrix", False),
 }
@@ -80,7 +80,10 @@ def test_broken_output_contract_is_caught(scratch):
 def test_matrix_params_defaults_and_checks():
     impl = nmsbench.implementations()["matrix_naive"]
     assert impl.resolve_params({}) == {"kernel": "gaussian", "sigma": 0.5, "score_threshold": 0.05}
-    assert impl.resolve_params({"sigma": "2"})["sigma"] == 2.0
+    assert impl.resolve_params({"sigma": 2})["sigma"] == 2.0
+    for bad in ({"sigma": "2"}, {"score_threshold": True}, {"kernel": 1}):
+        with pytest.raises(ValueError):
+            impl.resolve_params(bad)
     with pytest.raises(ValueError, match="does not take parameter"):
         nmsbench.implementations()["torchvision"].resolve_params({"sigma": 1})
 

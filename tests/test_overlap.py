@@ -1,0 +1,143 @@
+"""Realized-overlap metrics (nmsbench.overlap) against a brute-force IoU matrix."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nmsbench.boxes import pairwise_iou, score_order
+from nmsbench.datasets import SYNTHETIC, generate
+from nmsbench.overlap import max_iou_with_higher_ranked, realized_overlap
+
+
+def brute_force(boxes, scores, labels=None):
+    """Full IoU matrix, masked to higher-ranked (and same-label) boxes, max per column."""
+    n = boxes.shape[0]
+    if n == 0:
+        return torch.zeros(0, dtype=torch.float32)
+    rank = torch.empty(n, dtype=torch.int64)
+    rank[score_order(scores)] = torch.arange(n)
+    above = rank[:, None] < rank[None, :]  # row i ranked above column j
+    if labels is not None:
+        above &= labels[:, None] == labels[None, :]
+    iou = torch.where(above, pairwise_iou(boxes, boxes), torch.zeros((), dtype=boxes.dtype))
+    return iou.amax(dim=0).float()
+
+
+def random_set(seed, n, *, levels=5, grid=None, offset=0.0, scale=100.0, classes=3, dtype=torch.float32):
+    """Boxes with score ties, exact duplicates, zero-area boxes and widely varying widths."""
+    rng = np.random.default_rng(seed)
+    xy = rng.uniform(0, scale, size=(n, 2))
+    wh = scale * np.exp(rng.uniform(-6, 0, size=(n, 2)))  # widths over several octaves
+    wh[rng.random(n) < 0.1, 0] = 0  # zero width
+    wh[rng.random(n) < 0.1, 1] = 0  # zero height
+    boxes = np.concatenate([xy, xy + wh], axis=1) + offset
+    if grid:
+        boxes = np.round(boxes / grid) * grid  # shared edges, touching boxes
+    dup = rng.random(n) < 0.15
+    boxes[dup] = boxes[rng.integers(n, size=int(dup.sum()))]
+    scores = rng.integers(levels, size=n) / levels
+    labels = torch.from_numpy(rng.integers(classes, size=n))
+    return torch.tensor(boxes, dtype=dtype), torch.tensor(scores, dtype=dtype), labels
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_matches_brute_force_with_ties_duplicates_and_labels(seed, dtype):
+    boxes, scores, labels = random_set(seed, 400, grid=0.5 if seed % 2 else None, dtype=dtype)
+    for lab in (None, labels):
+        got = max_iou_with_higher_ranked(boxes, scores, lab)
+        assert got.dtype == torch.float32 and got.shape == (400,)
+        assert torch.equal(got, brute_force(boxes, scores, lab))
+
+
+@pytest.mark.parametrize(("offset", "scale"), [(-1e4, 50.0), (3e5, 2e4), (0.0, 1e-3)])
+def test_matches_brute_force_at_other_coordinate_scales(offset, scale):
+    boxes, scores, labels = random_set(7, 300, offset=offset, scale=scale)
+    assert torch.equal(max_iou_with_higher_ranked(boxes, scores, labels), brute_force(boxes, scores, labels))
+
+
+@pytest.mark.parametrize("name", SYNTHETIC)
+def test_matches_brute_force_on_every_scenario(name):
+    bs = generate(name, 600, seed=1, classes=2)
+    for lab in (None, bs.labels):
+        assert torch.equal(max_iou_with_higher_ranked(bs.boxes, bs.scores, lab),
+                           brute_force(bs.boxes, bs.scores, lab))
+
+
+@settings(max_examples=60)
+@given(st.data())
+def test_matches_brute_force_on_small_integer_sets(data):
+    n = data.draw(st.integers(0, 24))
+    coords = data.draw(st.lists(st.tuples(*[st.integers(0, 12)] * 4), min_size=n, max_size=n))
+    boxes = torch.tensor([[min(a, c), min(b, d), max(a, c), max(b, d)] for a, b, c, d in coords],
+                         dtype=torch.float32).reshape(n, 4)
+    scores = torch.tensor(data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)), dtype=torch.float32)
+    labels = torch.tensor(data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n)), dtype=torch.int64)
+    for lab in (None, labels):
+        assert torch.equal(max_iou_with_higher_ranked(boxes, scores, lab), brute_force(boxes, scores, lab))
+
+
+def test_rank_ties_break_by_lower_index_and_labels_separate():
+    boxes = torch.tensor([[0, 0, 10, 10], [0, 0, 10, 10], [0, 0, 10, 5], [0, 0, 10, 10]], dtype=torch.float32)
+    scores = torch.tensor([0.5, 0.5, 0.9, 0.1])
+    # rank: 2 (0.9), 0, 1 (tie, lower index first), 3
+    assert max_iou_with_higher_ranked(boxes, scores).tolist() == [0.5, 1.0, 0.0, 1.0]
+    labels = torch.tensor([0, 1, 0, 2])
+    assert max_iou_with_higher_ranked(boxes, scores, labels).tolist() == [0.5, 0.0, 0.0, 0.0]
+
+
+def test_wide_box_far_left_still_reaches_narrow_boxes_on_the_right():
+    narrow = torch.tensor([[990.0 + k, 0, 991.0 + k, 10] for k in range(50)])
+    boxes = torch.cat([torch.tensor([[0.0, 0, 1000, 10]]), narrow])
+    scores = torch.cat([torch.ones(1), torch.linspace(0.9, 0.1, 50)])
+    got = max_iou_with_higher_ranked(boxes, scores)
+    assert torch.equal(got, brute_force(boxes, scores))
+    assert got[1:11].gt(0).all() and got[11:].eq(0).all()
+
+
+def test_zero_area_boxes_have_zero_iou_even_when_identical():
+    boxes = torch.tensor([[5.0, 5, 5, 9], [5.0, 5, 5, 9], [1.0, 1, 1, 1], [1.0, 1, 1, 1]])
+    assert max_iou_with_higher_ranked(boxes, torch.ones(4)).tolist() == [0.0] * 4
+
+
+def test_small_and_empty_inputs():
+    assert max_iou_with_higher_ranked(torch.zeros(0, 4), torch.zeros(0)).shape == (0,)
+    assert max_iou_with_higher_ranked(torch.tensor([[0.0, 0, 1, 1]]), torch.ones(1)).tolist() == [0.0]
+    assert realized_overlap(torch.zeros(0, 4), torch.zeros(0)) == {"mean_max_iou": 0.0}
+
+
+def test_realized_overlap_is_the_mean():
+    boxes, scores, labels = random_set(3, 200)
+    expected = brute_force(boxes, scores, labels).double().mean().item()
+    result = realized_overlap(boxes, scores, labels)
+    assert set(result) == {"mean_max_iou"} and isinstance(result["mean_max_iou"], float)
+    assert result["mean_max_iou"] == pytest.approx(expected, rel=1e-12)
+
+
+def test_large_sets_run_without_an_n_by_n_matrix():
+    bs = generate("chain", 65536, seed=0)  # a 65536^2 float32 matrix would need 16 GiB
+    got = max_iou_with_higher_ranked(bs.boxes, bs.scores)
+    assert got.shape == (65536,)
+    # every chain box but the first overlaps its left neighbour at IoU 0.6
+    assert int((got - 0.6).abs().lt(1e-3).sum()) == 65536 - 65536 // 6 - 1
+
+
+@pytest.mark.parametrize(
+    ("boxes", "scores", "labels", "message"),
+    [
+        (torch.zeros(3, 4), torch.zeros(2), None, "scores must have shape (3,)"),
+        (torch.zeros(3, 3), torch.zeros(3), None, "boxes must have shape (N, 4)"),
+        (torch.tensor([[0.0, 0, float("nan"), 1]]), torch.ones(1), None, "NaN"),
+        (torch.tensor([[2.0, 0, 1, 1]]), torch.ones(1), None, "x2 >= x1"),
+        (torch.zeros(2, 4), torch.zeros(2), torch.zeros(3, dtype=torch.int64), "labels must have shape (2,)"),
+        (torch.zeros(2, 4), torch.zeros(2), torch.zeros(2), "labels must be an integer tensor"),
+    ],
+)
+def test_bad_inputs_raise_value_error(boxes, scores, labels, message):
+    with pytest.raises(ValueError) as info:
+        max_iou_with_higher_ranked(boxes, scores, labels)
+    assert message in str(info.value)

@@ -1,0 +1,96 @@
+"""Results rows: flushed as written, readable back, foreign files rejected, Ctrl-C kept."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+from click.testing import CliRunner
+
+from nmsbench import NMSResult, register
+from nmsbench.cli import main
+from nmsbench.registry import unregister
+from nmsbench.results import COLUMNS, ResultWriter, environment, read_results
+
+
+def test_rows_are_on_disk_as_soon_as_written(tmp_path):
+    path = tmp_path / "r.csv"
+    writer = ResultWriter(path, {"machine": "m"}, {"ns": [1]}, "nmsbench sweep --n 1")
+    writer.write({"impl": "a", "n": 1, "status": "ok", "median_us": 3.5})
+    # read through another handle while the writer is still open
+    frame = pd.read_csv(path)
+    assert len(frame) == 1 and frame.loc[0, "impl"] == "a" and frame.loc[0, "machine"] == "m"
+    writer.write({"impl": "b", "n": 2, "status": "error", "error": "boom"})
+    assert len(pd.read_csv(path)) == 2
+    writer.close()
+    meta = json.loads(path.with_suffix(".json").read_text())
+    assert meta["command"] == "nmsbench sweep --n 1" and meta["columns"] == COLUMNS
+
+
+def test_rows_outside_the_schema_are_refused(tmp_path):
+    with ResultWriter(tmp_path / "r.csv", {}, {}) as writer, pytest.raises(ValueError, match="outside the schema"):
+        writer.write({"impl": "a", "colour": "red"})
+
+
+def test_environment_names_the_software():
+    env = environment()
+    assert env["torch"] == torch.__version__ and env["numba"] and env["nmsbench"]
+    assert env["timestamp"].endswith("+00:00")
+
+
+def test_read_results_rejects_foreign_csv(tmp_path):
+    foreign = tmp_path / "foreign.csv"
+    foreign.write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="not an nmsbench results file"):
+        read_results(foreign)
+    garbage = tmp_path / "garbage.csv"
+    garbage.write_bytes(b"\x00\x01\x02")
+    with pytest.raises(ValueError, match="garbage.csv"):
+        read_results(garbage)
+
+
+def test_ctrl_c_keeps_the_rows_written_so_far(tmp_path):
+    calls = {"n": 0}
+
+    @register(name="test_interrupts", family="hard", devices=("cpu",))
+    def interrupts(boxes, scores, *, iou_threshold, labels=None):
+        if boxes.shape[0] >= 16:
+            raise KeyboardInterrupt
+        calls["n"] += 1
+        return NMSResult(torch.arange(boxes.shape[0]))
+
+    out = tmp_path / "run.csv"
+    try:
+        result = CliRunner().invoke(main, ["sweep", "--n", "4,8,16,32", "--impl", "test_interrupts", "--scenario", "uniform",
+                                           "--min-run-time", "0.01", "--out", str(out)])
+    finally:
+        unregister("test_interrupts")
+    assert result.exit_code == 130
+    assert "interrupted: 2 of 4 rows" in result.output
+    frame = read_results(out)
+    assert list(frame.n) == [4, 8] and set(frame.status) == {"ok"}
+
+
+def test_validation_runs_once_per_case_outside_the_timed_calls(monkeypatch):
+    import nmsbench.runner as runner
+
+    validations, calls = [], []
+    real_validate = runner.validate_nms_inputs
+    monkeypatch.setattr(runner, "validate_nms_inputs", lambda *a: validations.append(1) or real_validate(*a))
+
+    @register(name="test_counts_calls", family="hard", devices=("cpu",))
+    def counts_calls(boxes, scores, *, iou_threshold, labels=None):
+        calls.append(1)
+        return NMSResult(torch.arange(boxes.shape[0]))
+
+    rows = []
+    try:
+        grid = runner.Grid(impls=["test_counts_calls"], devices=["cpu"], dtypes=["float32"], scenarios=["uniform"],
+                           ns=[8, 16], ious=[0.5], min_run_time=0.01)
+        runner.run_sweep(grid, rows.append)
+    finally:
+        unregister("test_counts_calls")
+    assert len(validations) == len(rows) == 2
+    assert len(calls) > 10 * len(rows)  # warm-up + timed calls, none of them validating again

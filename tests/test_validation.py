@@ -1,0 +1,190 @@
+"""Bad input through nmsbench.run_nms: a ValueError that names the problem, for every
+registered implementation (validation lives once in nmsbench, before any backend runs)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import nmsbench
+
+IMPLS = nmsbench.implementations()
+ALL = sorted(IMPLS)
+MATRIX = sorted(n for n, impl in IMPLS.items() if impl.family == "matrix")
+NOT_MATRIX = sorted(n for n, impl in IMPLS.items() if impl.family != "matrix")
+
+
+def good(n: int = 3, dtype=torch.float32):
+    boxes = torch.tensor([[0, 0, 10, 10], [5, 0, 15, 10], [10, 0, 20, 10]], dtype=dtype)[:n]
+    scores = torch.tensor([0.9, 0.8, 0.7], dtype=dtype)[:n]
+    labels = torch.tensor([0, 1, 0], dtype=torch.int64)[:n]
+    return boxes, scores, labels
+
+
+def _set(t, index, value):
+    t = t.clone()
+    t[index] = value
+    return t
+
+
+B, S, L = good()
+
+# (id, boxes, scores, labels, regex the message must match)
+BAD_INPUTS = [
+    ("nan-box", _set(B, (1, 2), math.nan), S, None, r"boxes contain NaN or Inf.*row 1"),
+    ("inf-box", _set(B, (0, 0), -math.inf), S, None, r"boxes contain NaN or Inf.*row 0"),
+    ("nan-score", B, _set(S, 2, math.nan), None, r"scores contain NaN or Inf.*index 2"),
+    ("inf-score", B, _set(S, 0, math.inf), None, r"scores contain NaN or Inf.*index 0"),
+    ("x2<x1", _set(B, (2, 2), 9.0), S, None, r"x2 >= x1.*row 2"),
+    ("y2<y1", _set(B, (1, 3), -1.0), S, None, r"y2 >= y1.*row 1"),
+    ("scores-too-long", B, torch.rand(4), None, r"scores must have shape \(3,\)"),
+    ("scores-too-short", B, S[:2], None, r"scores must have shape \(3,\)"),
+    ("scores-2d", B, S[:, None], None, r"scores must have shape \(3,\)"),
+    ("boxes-N-5", torch.cat([B, B[:, :1]], 1), S, None, r"boxes must have shape \(N, 4\).*\(3, 5\)"),
+    ("boxes-1d", B[0], S[:1], None, r"boxes must have shape \(N, 4\).*\(4,\)"),
+    ("boxes-3d", B[None], S, None, r"boxes must have shape \(N, 4\)"),
+    ("boxes-empty-1d", torch.zeros(0), torch.zeros(0), None, r"boxes must have shape \(N, 4\)"),
+    ("boxes-int", B.long(), S, None, r"boxes must be a floating-point tensor.*int64"),
+    ("scores-int", B, torch.tensor([3, 2, 1]), None, r"scores must be a floating-point tensor"),
+    ("scores-f64-boxes-f32", B, S.double(), None, r"scores dtype torch.float64 differs from boxes dtype torch.float32"),
+    ("scores-f32-boxes-f64", B.double(), S, None, r"dtype"),
+    ("labels-too-short", B, S, L[:2], r"labels must have shape \(3,\)"),
+    ("labels-2d", B, S, L[:, None], r"labels must have shape \(3,\)"),
+    ("labels-float", B, S, L.float(), r"labels must be an integer tensor"),
+    ("labels-bool", B, S, L.bool(), r"labels must be an integer tensor"),
+    ("labels-list", B, S, [0, 1, 0], r"labels must be a torch.Tensor"),
+    ("boxes-list", B.tolist(), S, None, r"boxes must be a torch.Tensor"),
+    ("boxes-numpy", B.numpy(), S, None, r"boxes must be a torch.Tensor"),
+    ("scores-list", B, S.tolist(), None, r"scores must be a torch.Tensor"),
+]
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("boxes,scores,labels,match", [c[1:] for c in BAD_INPUTS], ids=[c[0] for c in BAD_INPUTS])
+def test_bad_input(name, boxes, scores, labels, match):
+    with pytest.raises(ValueError, match=match):
+        nmsbench.run_nms(name, boxes, scores, iou_threshold=0.5, labels=labels)
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("value", [math.nan, -0.1, 1.5, math.inf, -math.inf, "high", None, [0.5]], ids=repr)
+def test_bad_iou_threshold(name, value):
+    with pytest.raises(ValueError, match=r"iou_threshold"):
+        nmsbench.run_nms(name, B, S, iou_threshold=value)
+
+
+def test_numeric_string_iou_threshold_rejected():
+    # a string is not a threshold, even one float() would parse
+    with pytest.raises(ValueError, match=r"iou_threshold"):
+        nmsbench.run_nms(ALL[0], B, S, iou_threshold="0.5")
+
+
+def test_unknown_implementation():
+    with pytest.raises(ValueError, match=r"unknown implementation 'no_such_nms'"):
+        nmsbench.run_nms("no_such_nms", B, S, iou_threshold=0.5)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_unknown_parameter(name):
+    with pytest.raises(ValueError, match=r"does not take parameter\(s\) bogus"):
+        nmsbench.run_nms(name, B, S, iou_threshold=0.5, bogus=1)
+
+
+@pytest.mark.parametrize("name", NOT_MATRIX)
+def test_matrix_parameters_rejected_elsewhere(name):
+    with pytest.raises(ValueError, match=r"does not take parameter\(s\) sigma"):
+        nmsbench.run_nms(name, B, S, iou_threshold=0.5, sigma=0.5)
+
+
+BAD_MATRIX_PARAMS = [
+    ({"kernel": "box"}, r"kernel must be 'gaussian' or 'linear'.*'box'"),
+    ({"kernel": None}, r"kernel must be"),
+    ({"kernel": "Gaussian"}, r"kernel must be"),
+    ({"sigma": 0}, r"sigma must be a positive number"),
+    ({"sigma": -1}, r"sigma must be a positive number"),
+    ({"sigma": math.nan}, r"sigma must be a positive number"),
+    ({"sigma": math.inf}, r"sigma must be a positive number"),
+    ({"sigma": "wide"}, r"sigma must be a positive number"),
+    ({"score_threshold": math.nan}, r"score_threshold must be a finite number"),
+    ({"score_threshold": math.inf}, r"score_threshold must be a finite number"),
+    ({"score_threshold": "low"}, r"score_threshold must be a finite number"),
+]
+
+
+@pytest.mark.parametrize("name", MATRIX)
+@pytest.mark.parametrize("params,match", BAD_MATRIX_PARAMS, ids=[repr(p) for p, _ in BAD_MATRIX_PARAMS])
+def test_bad_matrix_parameters(name, params, match):
+    with pytest.raises(ValueError, match=match):
+        nmsbench.run_nms(name, B, S, iou_threshold=0.5, **params)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_unsupported_dtype_names_it(name):
+    if "cpu" not in IMPLS[name].devices:
+        pytest.skip(f"{name} has no cpu backend")
+    backend = IMPLS[name].backend("cpu")
+    if torch.float16 in backend.dtypes or not backend.availability()[0]:
+        pytest.skip(f"{name} on cpu takes float16 or is unavailable")
+    with pytest.raises(ValueError, match=r"float16"):
+        nmsbench.run_nms(name, B.half(), S.half(), iou_threshold=0.5)
+
+
+def _cpu_ready(name, dtype):
+    impl = IMPLS[name]
+    if "cpu" not in impl.devices:
+        return False
+    backend = impl.backend("cpu")
+    return backend.availability()[0] and dtype in backend.dtypes
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_empty_input_gives_empty_result(name, dtype):
+    if not _cpu_ready(name, dtype):
+        pytest.skip(f"{name} cannot run {dtype} on cpu here")
+    for labels in (None, torch.zeros(0, dtype=torch.int64)):
+        result = nmsbench.run_nms(name, torch.zeros(0, 4, dtype=dtype), torch.zeros(0, dtype=dtype), iou_threshold=0.5, labels=labels)
+        assert isinstance(result, nmsbench.NMSResult)
+        assert result.keep.dtype == torch.int64 and result.keep.shape == (0,)
+        assert result.keep.device.type == "cpu"
+        if IMPLS[name].family == "matrix":
+            assert result.scores is not None and result.scores.shape == (0,)
+        else:
+            assert result.scores is None
+
+
+VALID_EDGES = [
+    ("zero-area", torch.tensor([[1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 5.0]]), torch.tensor([0.5, 0.4]), None),
+    ("negative-coords", torch.tensor([[-5.0, -5.0, -1.0, -1.0], [-4.0, -4.0, 0.0, 0.0]]), torch.tensor([0.5, 0.4]), None),
+    ("negative-scores", B[:2], torch.tensor([-1.0, -2.0]), None),
+    ("int32-labels", B, S, L.int()),
+    ("uint8-labels", B, S, L.to(torch.uint8)),
+    ("threshold-ends", B, S, None),
+]
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("boxes,scores,labels", [c[1:] for c in VALID_EDGES], ids=[c[0] for c in VALID_EDGES])
+def test_valid_edge_inputs_accepted(name, boxes, scores, labels):
+    if not _cpu_ready(name, boxes.dtype):
+        pytest.skip(f"{name} cannot run on cpu here")
+    for thr in (0.0, 1.0):
+        result = nmsbench.run_nms(name, boxes, scores, iou_threshold=thr, labels=labels)
+        assert result.keep.dtype == torch.int64
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", ALL)
+def test_mixed_devices(name):
+    cb, cs, cl = B.cuda(), S.cuda(), L.cuda()
+    with pytest.raises(ValueError, match=r"scores are on cpu but boxes are on cuda"):
+        nmsbench.run_nms(name, cb, S, iou_threshold=0.5)
+    with pytest.raises(ValueError, match=r"scores are on cuda:0 but boxes are on cpu"):
+        nmsbench.run_nms(name, B, cs, iou_threshold=0.5)
+    with pytest.raises(ValueError, match=r"labels are on cpu but boxes are on cuda"):
+        nmsbench.run_nms(name, cb, cs, iou_threshold=0.5, labels=L)
+    with pytest.raises(ValueError, match=r"labels are on cuda:0 but boxes are on cpu"):
+        nmsbench.run_nms(name, B, S, iou_threshold=0.5, labels=cl)
