@@ -12,6 +12,7 @@ import csv
 import datetime as dt
 import importlib.metadata
 import json
+import os
 import platform
 import shlex
 import subprocess
@@ -67,6 +68,8 @@ def _run(args: list[str], cwd: Path | None = None) -> str:
 
 
 def _git_commit() -> str:
+    if os.environ.get("NMSBENCH_GIT_COMMIT"):  # for copies of the tree without .git (e.g. a GPU machine)
+        return os.environ["NMSBENCH_GIT_COMMIT"]
     repo = Path(__file__).resolve().parent.parent
     commit = _run(["git", "rev-parse", "--short=12", "HEAD"], cwd=repo)
     if commit and _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo):
