@@ -46,6 +46,27 @@ def balanced_row(k, n):
     return half if (k & 1) == 0 else np.int64(n) - 1 - half
 
 
+@njit(**JIT)
+def resolve_greedy(mask, word_bits):
+    """Greedy resolve over a suppression bitmask: rank positions kept, ascending.
+
+    ``mask[i, w]`` bit k says box i suppresses box ``w * word_bits + k`` (only boxes after
+    i). Walk boxes in rank order; keep one iff no kept box has removed it, then OR its
+    row into the running ``removed`` words (from its own word on: earlier words are done).
+    """
+    n, words = mask.shape
+    removed = np.zeros(words, dtype=mask.dtype)
+    kept = np.empty(n, dtype=np.int64)
+    count = 0
+    for i in range(n):
+        if (removed[i // word_bits] >> (i % word_bits)) & 1 == 0:
+            kept[count] = i
+            count += 1
+            for w in range(i // word_bits, words):
+                removed[w] |= mask[i, w]
+    return kept[:count]
+
+
 def sorted_inputs(boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor | None):
     """(order, sorted boxes as numpy, sorted labels as int64 numpy; zeros without labels)."""
     order = score_order(scores)

@@ -15,7 +15,7 @@ from numba import njit, prange
 
 from nmsbench.registry import register
 
-from ._cpu import JIT, balanced_row, box_iou, keep_from_sorted, sorted_inputs
+from ._cpu import JIT, balanced_row, box_iou, keep_from_sorted, resolve_greedy, sorted_inputs
 
 BLOCK = 64
 
@@ -41,21 +41,6 @@ def block_masks_64(b, labels, iou_threshold):
     return mask
 
 
-@njit(**JIT)
-def resolve_on_host_64(mask):
-    n, blocks = mask.shape
-    remv = np.zeros(blocks, dtype=np.uint64)
-    kept = np.empty(n, dtype=np.int64)
-    count = 0
-    for i in range(n):
-        if (remv[i // 64] >> np.uint64(i % 64)) & np.uint64(1) == 0:
-            kept[count] = i
-            count += 1
-            for w in range(i // 64, blocks):
-                remv[w] |= mask[i, w]
-    return kept[:count]
-
-
 @register(
     name="bitmask_classic", family="hard", devices=("cpu",), exact=True, requires=("numba",),
     summary="numba: 64-bit block masks over a 2-D block grid, greedy resolve on the host",
@@ -63,4 +48,4 @@ def resolve_on_host_64(mask):
 def bitmask_classic_cpu(boxes, scores, *, iou_threshold, labels=None):
     order, sorted_boxes, sorted_labels = sorted_inputs(boxes, scores, labels)
     mask = block_masks_64(sorted_boxes, sorted_labels, iou_threshold)
-    return keep_from_sorted(order, resolve_on_host_64(mask))
+    return keep_from_sorted(order, resolve_greedy(mask, BLOCK))

@@ -15,7 +15,7 @@ from numba import njit, prange
 
 from nmsbench.registry import register
 
-from ._cpu import JIT, balanced_row, box_iou, keep_from_sorted, sorted_inputs
+from ._cpu import JIT, balanced_row, box_iou, keep_from_sorted, resolve_greedy, sorted_inputs
 
 WORD_BITS = 32
 
@@ -37,21 +37,6 @@ def suppression_mask_32(b, labels, iou_threshold):
     return mask
 
 
-@njit(**JIT)
-def resolve_greedy_32(mask):
-    n, words = mask.shape
-    removed = np.zeros(words, dtype=np.uint32)
-    kept = np.empty(n, dtype=np.int64)
-    count = 0
-    for i in range(n):
-        if (removed[i // 32] >> np.uint32(i % 32)) & np.uint32(1) == 0:
-            kept[count] = i
-            count += 1
-            for w in range(i // 32, words):
-                removed[w] |= mask[i, w]
-    return kept[:count]
-
-
 @register(
     name="bitmask_two_phase", family="hard", devices=("cpu",), exact=True, requires=("numba",),
     summary="numba: 32-bit suppression bitmask (seed layout), then the sequential greedy resolve",
@@ -59,4 +44,4 @@ def resolve_greedy_32(mask):
 def bitmask_two_phase_cpu(boxes, scores, *, iou_threshold, labels=None):
     order, sorted_boxes, sorted_labels = sorted_inputs(boxes, scores, labels)
     mask = suppression_mask_32(sorted_boxes, sorted_labels, iou_threshold)
-    return keep_from_sorted(order, resolve_greedy_32(mask))
+    return keep_from_sorted(order, resolve_greedy(mask, WORD_BITS))
