@@ -124,6 +124,12 @@ SCENARIO_HELP = "; ".join(f"{name} (knob: {s.knob})" for name, s in datasets.SCE
 def sweep(sizes, impls, devices, scenarios, overlaps, ious, dtypes, seed, classes, params, file_path, timers, min_run_time, threads, out, force):
     """Time implementations over the grid impl x device x dtype x scenario x overlap x n x IoU.
 
+    \b
+    nmsbench sweep --n 64..8192 --device cuda
+    nmsbench sweep --n 100,1000 --impl torchvision,allpairs --scenario chain --iou 0.5,0.7
+    nmsbench sweep --scenario clustered --overlap 0.3,0.6,0.9 --classes 3
+    nmsbench sweep --scenario file --file boxes.npz --n 500 --param score_threshold=0.1
+
     Every case becomes one CSV row per timer, written as soon as it finishes. A variant
     that raises or runs out of memory gives a row with status=error and the message; a
     cell it cannot run (no backend, unavailable, dtype) a row with status=skipped.
@@ -147,8 +153,15 @@ def sweep(sizes, impls, devices, scenarios, overlaps, ious, dtypes, seed, classe
     bad = [s for s in scenario_list if s not in datasets.SCENARIOS]
     if bad:
         raise click.BadParameter(f"unknown {', '.join(bad)}; known: {', '.join(datasets.SCENARIOS)}", param_hint="--scenario")
-    if "file" in scenario_list and not file_path:
-        raise click.BadParameter("the file scenario needs --file PATH", param_hint="--scenario")
+    if "file" in scenario_list:
+        if not file_path:
+            raise click.BadParameter("the file scenario needs --file PATH", param_hint="--scenario")
+        try:
+            recorded = len(datasets.load_boxes_file(file_path))
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--file") from None
+        if max(ns) > recorded:
+            raise click.BadParameter(f"{file_path} holds {recorded} boxes; --n asks for up to {max(ns)}", param_hint="--n")
     overlap_list = _floats(overlaps, "--overlap values") or None
     for name in scenario_list if overlap_list else []:
         lo, hi = datasets.SCENARIOS[name].knob_range

@@ -193,3 +193,30 @@ def test_cuda_without_a_device_is_a_clear_error(tmp_path):
     result = run("sweep", "--device", "cuda", "--out", str(tmp_path / "x.csv"))
     assert result.exit_code == 2
     assert "no CUDA device is available" in result.output
+
+
+def test_file_scenario_sweep(tmp_path):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    xy = rng.uniform(0, 500, size=(40, 2))
+    boxes = np.concatenate([xy, xy + rng.uniform(5, 80, size=(40, 2))], axis=1).astype(np.float32)
+    path = tmp_path / "boxes.npz"
+    np.savez(path, boxes=boxes, scores=rng.uniform(size=40).astype(np.float32))
+    out = tmp_path / "run.csv"
+    result = run("sweep", "--scenario", "file", "--file", str(path), "--n", "10,40", "--impl", "torchvision,allpairs",
+                 "--overlap", "1,2", "--min-run-time", "0.01", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    frame = pd.read_csv(out)
+    assert len(frame) == 2 * 2 * 2 and set(frame.status) == {"ok"}
+    assert set(frame.scenario) == {"file"} and set(frame.overlap) == {1.0, 2.0}
+    # doubling box sizes about their centres raises the realized overlap
+    overlap = frame[frame.n == 40].groupby("overlap").mean_max_iou.first()
+    assert overlap[2.0] > overlap[1.0]
+
+    too_many = run("sweep", "--scenario", "file", "--file", str(path), "--n", "64", "--out", str(tmp_path / "x.csv"))
+    assert too_many.exit_code == 2 and "holds 40 boxes" in too_many.output
+    broken = tmp_path / "broken.npz"
+    broken.write_bytes(path.read_bytes()[:100])
+    bad = run("sweep", "--scenario", "file", "--file", str(broken), "--n", "8", "--out", str(tmp_path / "y.csv"))
+    assert bad.exit_code == 2 and "broken.npz" in bad.output
