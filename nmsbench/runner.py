@@ -126,7 +126,7 @@ def run_sweep(grid: Grid, write: Callable[[dict], None], on_case: Callable[[dict
             base = {"scenario": scenario, "overlap": overlap, "n": n, "seed": grid.seed, "classes": grid.classes}
             try:
                 box_set = datasets.generate(scenario, n, overlap=overlap, seed=grid.seed, classes=grid.classes, path=grid.file)
-                mean_max_iou = realized_overlap(box_set.boxes, box_set.scores, box_set.labels)["mean_max_iou"]
+                base["mean_max_iou"] = realized_overlap(box_set.boxes, box_set.scores, box_set.labels)["mean_max_iou"]
             except Exception as exc:  # e.g. a file with fewer than n boxes: this set's cases become error rows
                 message = f"generating {scenario}: {_error_text(exc)}"
                 for device, dtype_name, iou, impl in itertools.product(grid.devices, grid.dtypes, grid.ious, impls):
@@ -142,7 +142,7 @@ def run_sweep(grid: Grid, write: Callable[[dict], None], on_case: Callable[[dict
 
             for device, dtype_name, iou, impl in itertools.product(grid.devices, grid.dtypes, grid.ious, impls):
                 rows = _case_rows(impl, device, dtype_name, iou, grid, base)
-                for row in _run_case(impl, device, dtype_name, iou, grid, box_set, rows, mean_max_iou, reference):
+                for row in _run_case(impl, device, dtype_name, iou, grid, box_set, rows, reference):
                     emit(row)
     return counts
 
@@ -162,7 +162,7 @@ def _case_rows(impl: Implementation, device: str, dtype_name: str, iou: float, g
     return [common | {"timer": t} for t in grid.timers_for(device)]
 
 
-def _run_case(impl, device, dtype_name, iou, grid, box_set: BoxSet, rows: list[dict], mean_max_iou, reference) -> Iterator[dict]:
+def _run_case(impl, device, dtype_name, iou, grid, box_set: BoxSet, rows: list[dict], reference) -> Iterator[dict]:
     backend = impl.backends.get(device)
     skip = None
     if backend is None:
@@ -191,13 +191,10 @@ def _run_case(impl, device, dtype_name, iou, grid, box_set: BoxSet, rows: list[d
             yield row | {"status": "error", "error": message}
         return
     n = len(box_set)
-    overlap_cols = {
-        "mean_max_iou": mean_max_iou,
-        "greedy_suppressed_frac": 1 - agreement["ref_kept"] / n if n else 0.0,
-    }
+    suppressed = {"greedy_suppressed_frac": 1 - agreement["ref_kept"] / n if n else 0.0}
     for row in rows:
         t = timings[row["timer"]]
-        yield row | agreement | overlap_cols | {
+        yield row | agreement | suppressed | {
             "status": "ok", "error": "", "median_us": t.median_us, "iqr_us": t.iqr_us, "runs": t.runs,
             "rel_spread": t.rel_spread, "noisy": t.noisy, "peak_mem_bytes": peak,
         }
