@@ -21,8 +21,13 @@ from .results import ResultWriter, default_output_path, environment
 from .runner import DTYPES, Grid, run_sweep
 from .timing import TIMERS
 
-# Progress and messages go to stderr; tables are not squeezed to 80 columns when piped.
-console = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 160)
+def _console(stderr: bool = False) -> Console:
+    """A console that does not squeeze tables to 80 columns when its stream is piped."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, soft_wrap=True, width=None if stream.isatty() else 160)
+
+
+console = _console(stderr=True)  # progress, messages and summaries
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -98,7 +103,7 @@ def list_command(as_json: bool):
     for row in rows:
         available = "[green]yes[/]" if row["available"] else f"[red]no[/]: {row['reason']}"
         table.add_row(row["name"], row["family"], "yes" if row["exact"] else "", row["device"], available, row["summary"])
-    Console(width=None if sys.stdout.isatty() else 160).print(table)
+    _console().print(table)
 
 
 SCENARIO_HELP = "; ".join(f"{name} (knob: {s.knob})" for name, s in datasets.SCENARIOS.items())
@@ -185,10 +190,9 @@ def sweep(sizes, impls, devices, scenarios, overlaps, ious, dtypes, seed, classe
         if not sep or not key.strip():
             raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--param")
         param_dict[key.strip()] = _param_value(value.strip())
-    takers = [i for i in impl_list if any(p.name in param_dict for p in known[i].params)]
-    for name in takers:  # check values now, not once per case
+    for name in impl_list:  # check values now, not once per case
         try:
-            known[name].resolve_params({k: v for k, v in param_dict.items() if k in {p.name for p in known[name].params}})
+            known[name].resolve_params(known[name].accepted_params(param_dict))
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="--param") from None
     accepted = {p.name for i in impl_list for p in known[i].params}

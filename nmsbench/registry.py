@@ -63,6 +63,11 @@ class Implementation:
     def devices(self) -> tuple[str, ...]:
         return tuple(d for d in DEVICES if d in self.backends)
 
+    def accepted_params(self, given: dict[str, Any]) -> dict[str, Any]:
+        """The entries of ``given`` this implementation takes (a sweep passes one dict to all)."""
+        names = {p.name for p in self.params}
+        return {k: v for k, v in given.items() if k in names}
+
     def resolve_params(self, given: dict[str, Any]) -> dict[str, Any]:
         """Defaults filled in and every value checked; unknown names are a ValueError."""
         known = {p.name: p for p in self.params}

@@ -59,9 +59,13 @@ class Grid:
         return sum(len(self.overlaps_for(s)) for s in self.scenarios) * len(self.ns) * per_set
 
 
-def _params_for(impl: Implementation, params: dict) -> dict:
-    accepted = {p.name for p in impl.params}
-    return impl.resolve_params({k: v for k, v in params.items() if k in accepted})
+def _resolve_params(impl: Implementation, given: dict) -> tuple[dict, Optional[str]]:
+    """(the parameters its rows record, the error that makes its cases fail, or None)."""
+    taken = impl.accepted_params(given)
+    try:
+        return impl.resolve_params(taken), None
+    except ValueError as exc:
+        return taken, _error_text(exc)
 
 
 def _error_text(exc: BaseException) -> str:
@@ -114,6 +118,7 @@ def run_sweep(grid: Grid, write: Callable[[dict], None], on_case: Callable[[dict
     except ImportError:
         pass
     impls = [get(name) for name in grid.impls]
+    params_by_impl = {impl.name: _resolve_params(impl, grid.params) for impl in impls}
 
     def emit(row: dict) -> None:
         write(row)
@@ -130,7 +135,7 @@ def run_sweep(grid: Grid, write: Callable[[dict], None], on_case: Callable[[dict
             except Exception as exc:  # e.g. a file with fewer than n boxes: this set's cases become error rows
                 message = f"generating {scenario}: {_error_text(exc)}"
                 for device, dtype_name, iou, impl in itertools.product(grid.devices, grid.dtypes, grid.ious, impls):
-                    for row in _case_rows(impl, device, dtype_name, iou, grid, base):
+                    for row in _case_rows(impl, device, dtype_name, iou, grid, base, params_by_impl[impl.name][0]):
                         emit(row | {"status": "error", "error": message})
                 continue
             references: dict = {}  # (dtype, iou) -> reference keep, computed once per box set
@@ -141,28 +146,26 @@ def run_sweep(grid: Grid, write: Callable[[dict], None], on_case: Callable[[dict
                 return references[dtype_name, iou]
 
             for device, dtype_name, iou, impl in itertools.product(grid.devices, grid.dtypes, grid.ious, impls):
-                rows = _case_rows(impl, device, dtype_name, iou, grid, base)
-                for row in _run_case(impl, device, dtype_name, iou, grid, box_set, rows, reference):
+                impl_params, params_error = params_by_impl[impl.name]
+                rows = _case_rows(impl, device, dtype_name, iou, grid, base, impl_params)
+                for row in _run_case(impl, device, dtype_name, iou, grid, box_set, rows, reference, impl_params, params_error):
                     emit(row)
     return counts
 
 
-def _case_rows(impl: Implementation, device: str, dtype_name: str, iou: float, grid: Grid, base: dict) -> list[dict]:
+def _case_rows(impl: Implementation, device: str, dtype_name: str, iou: float, grid: Grid, base: dict, params: dict) -> list[dict]:
     """The identifying columns of the rows one case produces (one per timer)."""
-    try:
-        params = json.dumps(_params_for(impl, grid.params), sort_keys=True)
-    except ValueError:
-        params = json.dumps({k: v for k, v in grid.params.items() if k in {p.name for p in impl.params}}, sort_keys=True)
     backend = impl.backends.get(device)
     common = base | {
         "impl": impl.name, "family": impl.family, "device": device, "dtype": dtype_name,
-        "iou_threshold": iou, "params": params, "threads": grid.threads,
+        "iou_threshold": iou, "params": json.dumps(params, sort_keys=True), "threads": grid.threads,
         "host_sync": backend.host_sync if backend else "", "graph_safe": backend.graph_safe if backend else "",
     }
     return [common | {"timer": t} for t in grid.timers_for(device)]
 
 
-def _run_case(impl, device, dtype_name, iou, grid, box_set: BoxSet, rows: list[dict], reference) -> Iterator[dict]:
+def _run_case(impl, device, dtype_name, iou, grid, box_set: BoxSet, rows: list[dict], reference,
+              params: dict, params_error: Optional[str]) -> Iterator[dict]:
     backend = impl.backends.get(device)
     skip = None
     if backend is None:
@@ -177,8 +180,11 @@ def _run_case(impl, device, dtype_name, iou, grid, box_set: BoxSet, rows: list[d
         for row in rows:
             yield row | {"status": "skipped", "error": skip}
         return
+    if params_error:
+        for row in rows:
+            yield row | {"status": "error", "error": params_error}
+        return
     try:
-        params = _params_for(impl, grid.params)
         data = box_set.to(device, DTYPES[dtype_name])
         validate_nms_inputs(data.boxes, data.scores, data.labels)  # once, outside the timed calls
         ref_keep = reference(dtype_name, iou)

@@ -94,3 +94,17 @@ def test_validation_runs_once_per_case_outside_the_timed_calls(monkeypatch):
         unregister("test_counts_calls")
     assert len(validations) == len(rows) == 2
     assert len(calls) > 10 * len(rows)  # warm-up + timed calls, none of them validating again
+
+
+def test_bad_parameters_from_the_python_api_become_error_rows():
+    import nmsbench.runner as runner
+
+    rows = []
+    grid = runner.Grid(impls=["matrix_fused", "torchvision"], devices=["cpu"], dtypes=["float32"], scenarios=["uniform"],
+                       ns=[8], ious=[0.5], params={"sigma": -1.0}, min_run_time=0.01)
+    counts = runner.run_sweep(grid, rows.append)
+    by_impl = {row["impl"]: row for row in rows}
+    assert counts == {"ok": 1, "error": 1, "skipped": 0, "noisy": counts["noisy"]}
+    assert by_impl["matrix_fused"]["error"] == "ValueError: sigma must be a positive number, got -1.0"
+    assert json.loads(by_impl["matrix_fused"]["params"]) == {"sigma": -1.0}
+    assert by_impl["torchvision"]["status"] == "ok" and json.loads(by_impl["torchvision"]["params"]) == {}
