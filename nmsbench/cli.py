@@ -266,5 +266,152 @@ def _print_summary(out: Path, counts: dict) -> None:
     )
 
 
+
+# --- paper exports: `nmsbench plot` and `nmsbench export` (the dashboard's builders) ---
+
+def _selected_results(paths, scenarios, impls, devices, timers, baseline=None):
+    """Load RESULTS CSVs and keep the asked-for rows; every problem is one clear message."""
+    from . import tables
+
+    try:
+        frame = tables.load_results(paths)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+    files = ", ".join(Path(p).name for p in paths)
+    checks = (("--scenario", "scenario", scenarios), ("--impl", "impl", impls), ("--device", "device", devices),
+              ("--timer", "timer", timers))
+    for hint, column, values in checks:
+        known = tables.options(frame, column)
+        unknown = [v for v in _split(values) if v not in known]
+        if unknown:
+            raise click.BadParameter(f"{', '.join(unknown)} not in {files}; it has: {', '.join(map(str, known)) or 'nothing'}",
+                                     param_hint=hint)
+    if baseline is not None and baseline not in tables.options(frame, "impl"):
+        raise click.BadParameter(f"{baseline} not in {files}; it has: {', '.join(tables.options(frame, 'impl'))}",
+                                 param_hint="--baseline")
+    rows = tables.select(frame, scenario=_split(scenarios), device=_split(devices), timer=_split(timers))
+    if tables.ok_rows(rows).empty:
+        counts = ", ".join(f"{n} {s}" for s, n in rows["status"].value_counts().items()) or "no rows"
+        raise click.ClickException(f"no measured (status ok) rows in {files} match the selection ({counts})")
+    if baseline is not None and tables.ok_rows(rows[rows["impl"] == baseline]).empty:
+        raise click.ClickException(f"the baseline {baseline} has no measured rows in the selection; pick another with --baseline")
+    return rows
+
+
+def _restrict_impls(rows, impls):
+    """Rows of the chosen implementations (speedups are computed before this, on all rows)."""
+    chosen = _split(impls)
+    return rows[rows["impl"].isin(chosen)] if chosen else rows
+
+
+SELECTION_OPTIONS = [
+    click.option("--scenario", "scenarios", multiple=True, help="Scenarios to show (repeat or comma-separate). Default: all in the file."),
+    click.option("--impl", "impls", multiple=True, help="Implementations to show (repeat or comma-separate). Default: all in the file."),
+    click.option("--device", "devices", multiple=True, help="cpu and/or cuda. Default: all in the file."),
+    click.option("--timer", "timers", multiple=True, default=("wall",), show_default=True, help="wall and/or device rows."),
+    click.option("--baseline", default="torchvision", show_default=True, help="Implementation the speedups are relative to."),
+]
+
+
+def _selection_options(fn):
+    for option in reversed(SELECTION_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+PLOT_KINDS = ("curves", "time", "speedup", "timers", "memory", "overlap")
+
+
+@main.command()
+@click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Figure file: .pdf, .png or .svg.")
+@_selection_options
+@click.option("--kind", type=click.Choice(PLOT_KINDS), default="curves", show_default=True,
+              help="curves: time and speedup vs N per scenario; time; speedup; timers: wall vs device; memory; overlap: time vs realized overlap at --at-n.")
+@click.option("--at-n", type=click.IntRange(min=1), help="Box count for --kind overlap. Default: the largest in the selection.")
+@click.option("--width", type=click.IntRange(min=200), help="Width in CSS pixels (PDF/SVG scale with it). Default: by panels.")
+@click.option("--height", type=click.IntRange(min=200), help="Height in CSS pixels. Default: by panels.")
+@click.option("--scale", default=2.0, show_default=True, type=click.FloatRange(min=0.5, max=8), help="PNG pixel density.")
+def plot(results, out, scenarios, impls, devices, timers, baseline, kind, at_n, width, height, scale):
+    """Draw the dashboard's curves from RESULTS CSV(s) into a print-styled PDF, PNG or SVG.
+
+    \b
+    nmsbench plot results/sweep-20261129-h200-host-cpu.csv -o fig.pdf
+    nmsbench plot run.csv -o clustered.png --scenario clustered --impl torchvision,allpairs
+    nmsbench plot gpu.csv cpu.csv -o speed.svg --kind speedup --baseline torchvision
+    nmsbench plot run.csv -o overlap.pdf --kind overlap --at-n 1024
+    """
+    from . import plots, tables
+
+    if out.suffix.lower() not in plots.IMAGE_FORMATS:
+        raise click.BadParameter(f"{out.name}: choose a .pdf, .png or .svg file name", param_hint="--out")
+    rows = _selected_results(results, scenarios, impls, devices, timers, baseline if kind in ("curves", "speedup") else None)
+    colors = plots.color_map(tables.options(rows, "impl"))
+    show = _split(impls) or None
+    shown = _restrict_impls(rows, impls)  # speedups need the baseline's rows even when it is not shown
+    if tables.ok_rows(shown).empty:
+        raise click.ClickException("no measured rows of the chosen implementations in the selection")
+    if kind == "overlap" and at_n is not None and at_n not in set(tables.ok_rows(shown)["n"]):
+        raise click.BadParameter(f"no measured rows at N = {at_n}; the selection has N = "
+                                 f"{', '.join(str(int(n)) for n in tables.options(tables.ok_rows(shown), 'n'))}", param_hint="--at-n")
+    panels = max(tables.ok_rows(shown)["scenario"].nunique(), 1)
+    if kind == "curves":
+        fig, size = plots.curves_for_print(rows, baseline, show=show, colors=colors), (max(360 * panels, 700), 720)
+    elif kind == "time":
+        fig, size = plots.time_vs_n(shown, colors=colors), (1100, None)
+    elif kind == "speedup":
+        fig, size = plots.speedup_vs_n(rows, baseline, show=show, colors=colors), (1100, None)
+    elif kind == "timers":
+        both = _restrict_impls(_selected_results(results, scenarios, impls, devices, ("wall", "device")), impls)
+        fig, size = plots.wall_vs_device(both, colors=colors), (1100, None)
+    elif kind == "memory":
+        fig, size = plots.memory_vs_n(shown, colors=colors), (1100, None)
+    else:
+        fig, size = plots.time_vs_overlap(shown, at_n, colors=colors), (900, 560)
+    if fig is None:
+        what = "device-timer (CUDA event) rows" if kind == "timers" else "peak memory (CUDA rows)"
+        raise click.ClickException(f"the selection has no {what} to plot")
+    width = width or size[0]
+    height = height or size[1] or int(fig.layout.height or 600) + 60
+    fig = plots.style_for_print(fig, width=width, height=height)
+    try:
+        plots.write_figure(fig, out, width=width, height=height, scale=scale)
+    except Exception as e:  # kaleido needs Chrome/Chromium; say so instead of a traceback
+        raise click.ClickException(
+            f"could not write {out} ({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else 'no message'}); "
+            "static export uses kaleido, which needs Chromium (Debian: apt-get install chromium)") from None
+    console.print(f"wrote {out} ({out.stat().st_size:,} bytes): {kind}, {tables.ok_rows(shown)['impl'].nunique()} implementations, "
+                  f"{panels} scenario(s)")
+
+
+@main.command()
+@click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["markdown", "latex", "csv"]), default="markdown", show_default=True)
+@_selection_options
+@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the table here instead of to stdout.")
+def export(results, fmt, scenarios, impls, devices, timers, baseline, out):
+    """A compact table (N x implementation: median µs and speedup vs --baseline) from RESULTS CSV(s).
+
+    \b
+    nmsbench export results/sweep-20261129-h200-host-cpu.csv --scenario clustered
+    nmsbench export run.csv --format latex --impl torchvision,allpairs -o table.tex
+    nmsbench export run.csv --format csv --device cuda --timer device
+
+    Rows are grouped by whatever else varies in the selection (device, scenario, ...).
+    """
+    from . import tables
+
+    rows = _selected_results(results, scenarios, impls, devices, timers, baseline)
+    table = tables.speedup_table(rows, baseline, impls=_split(impls) or None)
+    if table.empty:
+        raise click.ClickException("no measured rows of the chosen implementations in the selection")
+    text = tables.render_table(table, fmt)
+    if out:
+        out.write_text(text)
+        console.print(f"wrote {out}: {table['n'].nunique()} box counts x {table['impl'].nunique()} implementations")
+    else:
+        click.echo(text, nl=False)
+
+
 if __name__ == "__main__":
     main()

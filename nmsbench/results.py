@@ -150,15 +150,20 @@ class ResultWriter:
         self.close()
 
 
-def read_results(path) -> "pandas.DataFrame":
-    """Load a results CSV, or raise ValueError naming what makes it not one."""
+TEXT_COLUMNS = ["params", "error", *ENV_COLUMNS]  # read as text: a CUDA version "12.10" is not the number 12.1
+
+
+def read_results(path, name: str | None = None) -> "pandas.DataFrame":
+    """Load a results CSV (a path or a file-like object), or raise ValueError naming what
+    makes it not one; ``name`` is what messages call it (default: ``path``)."""
     import pandas as pd
 
+    name = name or str(path)
     try:
-        frame = pd.read_csv(path)
+        frame = pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS})
     except (OSError, ValueError, pd.errors.ParserError) as e:
-        raise ValueError(f"{path}: not a readable CSV ({e})") from None
+        raise ValueError(f"{name}: not a readable CSV ({' '.join(str(e).split())})") from None
     missing = [c for c in ("schema_version", *CASE_COLUMNS, "status", "median_us") if c not in frame.columns]
     if missing:
-        raise ValueError(f"{path}: not an nmsbench results file (missing columns: {', '.join(missing)})")
+        raise ValueError(f"{name}: not an nmsbench results file (missing columns: {', '.join(missing)})")
     return frame

@@ -1,0 +1,456 @@
+"""Plotly figure builders: a results table in, a ``plotly.graph_objects.Figure`` out.
+
+The dashboard (``app.py``) shows these figures and ``nmsbench plot`` writes them, styled
+by :func:`style_for_print`, to PDF/PNG/SVG. They only read result tables (and, for the
+suppression differences, arrays computed by :mod:`nmsbench.differences`).
+
+    >>> rows = tables.select(tables.load_results(paths), timer=["wall"])
+    >>> time_vs_n(rows)                 # median µs vs N, log-log, IQR band, one panel per scenario
+    >>> speedup_vs_n(rows, "torchvision")
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from . import tables
+from .tables import DEFAULT_BASELINE, aggregate, ok_rows
+
+# Colour-blind-safe (Okabe-Ito first), fixed per built-in implementation so a name has the
+# same colour in every figure; other names take the remaining colours in sorted order.
+PINNED_COLORS = {
+    "torchvision": "#0072B2",
+    "matrix_naive": "#882255",
+    "matrix_fused": "#E69F00",
+    "allpairs": "#009E73",
+    "bitmask_two_phase": "#CC79A7",
+    "bitmask_classic": "#56B4E9",
+}
+EXTRA_COLORS = ["#7F3C8D", "#11A579", "#3969AC", "#F2B701", "#E73F74", "#80BA5A", "#E68310", "#008695",
+                "#CF1C90", "#A5AA99", "#4B4B8F", "#8C564B"]
+DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
+SYMBOLS = ["circle", "square", "diamond", "triangle-up", "x", "star", "cross", "pentagon"]
+
+# The four classes of a box in the differences view, drawn in this order (last on top).
+BOX_CLASSES = ("suppressed by both", "kept by both", "only A", "only B")
+BOX_COLORS = {
+    "kept by both": "#009E73",        # bluish green
+    "only A": "#0072B2",              # blue
+    "only B": "#D55E00",              # vermillion
+    "suppressed by both": "#A8A8A8",  # grey
+}
+
+N_AXIS = "boxes N"
+TIME_AXIS = "median time (µs)"
+PANEL_HEIGHT = 340
+
+
+def color_map(names: Sequence[str]) -> dict[str, str]:
+    """A colour for each implementation name: pinned ones first, then the rest in order."""
+    colors = {n: PINNED_COLORS[n] for n in names if n in PINNED_COLORS}
+    free = [c for c in EXTRA_COLORS if c not in colors.values()]
+    for i, name in enumerate(sorted(n for n in set(names) if n not in colors)):
+        colors[name] = free[i % len(free)]
+    return colors
+
+
+def empty_figure(message: str, height: int = 220) -> go.Figure:
+    """A blank figure that says why it is blank."""
+    fig = go.Figure()
+    fig.add_annotation(text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False, font=dict(size=14))
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    fig.update_layout(height=height, meta={"empty": True, "message": message})
+    return fig
+
+
+def _rgba(hex_color: str, alpha: float) -> str:
+    h = hex_color.lstrip("#")
+    return f"rgba({int(h[0:2], 16)}, {int(h[2:4], 16)}, {int(h[4:6], 16)}, {alpha})"
+
+
+def _series(ok: pd.DataFrame, facet: str | None, exclude: Sequence[str] = ()) -> pd.DataFrame:
+    """``ok`` with ``series`` labels that tell apart everything not shown by the facet or axes."""
+    dims = [d for d in tables.SERIES_DIMS + ["scenario"] if d != facet and d not in exclude]
+    return tables.add_series(ok, tables.varying(ok, dims), shown_by=[facet] if facet else [])
+
+
+def _styles(data: pd.DataFrame, colors: Mapping[str, str] | None) -> dict[str, tuple[str, str]]:
+    """(colour, dash) per series: colour from the implementation, dash from the rest of the label."""
+    colors = dict(colors or {})
+    missing = [i for i in data["impl"].unique() if i not in colors]
+    colors.update({k: v for k, v in color_map(list(data["impl"].unique())).items() if k in missing})
+    pairs = data[["series", "impl"]].drop_duplicates()
+    rests = sorted({s[len(i):] for s, i in zip(pairs["series"], pairs["impl"])})
+    return {s: (colors[i], DASHES[rests.index(s[len(i):]) % len(DASHES)]) for s, i in zip(pairs["series"], pairs["impl"])}
+
+
+def _grid(titles: Sequence[str], rows_per_panel: int = 1, max_cols: int = 3, row_titles: Sequence[str] | None = None,
+          vertical_spacing: float | None = None):
+    """A subplot grid with one panel per title (``rows_per_panel`` stacked kinds each)."""
+    count = max(len(titles), 1)
+    cols = min(count, max_cols)
+    grid_rows = math.ceil(count / cols)
+    rows = grid_rows * rows_per_panel
+    subplot_titles = []
+    for r in range(rows):
+        for c in range(cols):
+            index = (r // rows_per_panel) * cols + c
+            subplot_titles.append(str(titles[index]) if r % rows_per_panel == 0 and index < len(titles) else "")
+    spacing = vertical_spacing if vertical_spacing is not None else min(0.12, 0.5 / rows) if rows > 1 else 0.1
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=subplot_titles, horizontal_spacing=0.07 if cols > 1 else 0.1,
+                        vertical_spacing=spacing, row_titles=row_titles)
+    positions = [((i // cols) * rows_per_panel + 1, i % cols + 1) for i in range(len(titles))]
+    return fig, positions, rows
+
+
+def _panels(frame: pd.DataFrame, facet: str | None) -> list[tuple[str, pd.DataFrame]]:
+    if facet is None or facet not in frame.columns or frame[facet].nunique() <= 1:
+        title = "" if facet is None or frame.empty or facet not in frame.columns else str(frame[facet].iloc[0])
+        return [(title, frame)]
+    return [(str(v), frame[frame[facet] == v]) for v in tables.options(frame, facet)]
+
+
+def _n_ticks(fig: go.Figure, values) -> None:
+    values = sorted({int(v) for v in values if pd.notna(v)})
+    if 1 < len(values) <= 12:
+        fig.update_xaxes(tickvals=values, ticktext=[str(v) for v in values])
+
+
+def _add_lines(fig, data: pd.DataFrame, *, x: str, y: str, row: int, col: int, styles, shown: set,
+               band: tuple[str, str] | None = None, hover: str = "", customdata: Sequence[str] = (),
+               name_suffix: str = "", dash: str | None = None, mode: str = "lines+markers", group_suffix: str = ""):
+    """One line per series (and its band first, so the line draws on top)."""
+    for series in sorted(data["series"].unique()):
+        part = data[data["series"] == series].sort_values(x)
+        color, series_dash = styles[series]
+        group = series + group_suffix
+        if band is not None:
+            lo, hi = part[band[0]].to_numpy(float), part[band[1]].to_numpy(float)
+            if np.isfinite(lo).any():
+                fig.add_trace(go.Scatter(x=part[x], y=hi, mode="lines", line=dict(width=0, color=color), hoverinfo="skip",
+                                         showlegend=False, legendgroup=group, name=series + " IQR",
+                                         meta={"role": "band", "series": series, "edge": "upper"}), row=row, col=col)
+                fig.add_trace(go.Scatter(x=part[x], y=lo, mode="lines", line=dict(width=0, color=color), hoverinfo="skip",
+                                         fill="tonexty", fillcolor=_rgba(color, 0.18), showlegend=False, legendgroup=group,
+                                         name=series + " IQR", meta={"role": "band", "series": series, "edge": "lower"}),
+                              row=row, col=col)
+        fig.add_trace(go.Scatter(
+            x=part[x], y=part[y], mode=mode, name=series + name_suffix, legendgroup=group,
+            showlegend=group not in shown, line=dict(color=color, dash=dash or series_dash, width=2),
+            marker=dict(size=6, color=color), customdata=part[list(customdata)].to_numpy() if customdata else None,
+            hovertemplate=f"<b>{series}{name_suffix}</b><br>{hover}<extra></extra>",
+            meta={"role": "line", "series": series, "impl": str(part["impl"].iloc[0])},
+        ), row=row, col=col)
+        shown.add(group)
+
+
+def _finish(fig: go.Figure, rows: int, title: str | None, legend_title: str = "implementation") -> go.Figure:
+    fig.update_layout(
+        height=max(PANEL_HEIGHT * rows + 90, 300), title=title, legend_title_text=legend_title,
+        hovermode="closest", margin=dict(l=60, r=20, t=80 if title else 50, b=50),
+    )
+    return fig
+
+
+def _iqr_band(agg: pd.DataFrame) -> pd.DataFrame:
+    agg = agg.copy()
+    half = agg["iqr_us"].fillna(0).clip(lower=0) / 2
+    agg["band_hi"] = agg["median_us"] + half
+    agg["band_lo"] = (agg["median_us"] - half).clip(lower=agg["median_us"] * 0.05)  # stays > 0 on a log axis
+    return agg
+
+
+def time_vs_n(frame: pd.DataFrame, *, facet: str | None = "scenario", colors=None, title: str | None = None,
+              max_cols: int = 3) -> go.Figure:
+    """Median time vs N on log-log axes, one line per implementation (per series when the
+    selection mixes devices, timers, ...), the IQR as a band (median ± IQR/2), one panel
+    per ``facet`` value."""
+    ok = ok_rows(frame)
+    if ok.empty:
+        return empty_figure("No measured rows in this selection.")
+    ok = _series(ok, facet)
+    styles = _styles(ok, colors)
+    panels = _panels(ok, facet)
+    fig, positions, rows = _grid([p[0] for p in panels], max_cols=max_cols)
+    shown: set = set()
+    for (_, part), (r, c) in zip(panels, positions):
+        agg = _iqr_band(aggregate(part, ["series", "impl", "n"]))
+        _add_lines(fig, agg, x="n", y="median_us", row=r, col=c, styles=styles, shown=shown, band=("band_lo", "band_hi"),
+                   customdata=["iqr_us", "rows"], hover="N = %{x}<br>median %{y:,.4g} µs<br>IQR %{customdata[0]:,.3g} µs")
+    fig.update_xaxes(type="log", title_text=N_AXIS)
+    fig.update_yaxes(type="log", title_text=TIME_AXIS)
+    _n_ticks(fig, ok["n"])
+    fig.update_layout(meta={"figure": "time_vs_n", "band": "median ± IQR/2"})
+    return _finish(fig, rows, title)
+
+
+def speedup_vs_n(frame: pd.DataFrame, baseline: str = DEFAULT_BASELINE, *, show: Sequence[str] | None = None,
+                 facet: str | None = "scenario", colors=None, title: str | None = None, max_cols: int = 3) -> go.Figure:
+    """Speedup vs ``baseline`` (its median / each median on the same case; > 1 is faster)
+    against N, log-log, one line per implementation; the baseline itself is the line at 1.
+    ``frame`` must hold the baseline's rows; ``show`` (default: all) picks the lines drawn."""
+    speed = tables.with_speedup(frame, baseline)
+    if show:
+        speed = speed[speed["impl"].isin([*show, baseline])]
+    if speed.empty:
+        have = ", ".join(tables.options(ok_rows(frame), "impl")) or "none"
+        return empty_figure(f"No measured {baseline} rows to compare with in this selection (implementations: {have}).")
+    speed = _series(speed, facet)
+    styles = _styles(speed, colors)
+    panels = _panels(speed, facet)
+    fig, positions, rows = _grid([p[0] for p in panels], max_cols=max_cols)
+    shown: set = set()
+    for (_, part), (r, c) in zip(panels, positions):
+        agg = aggregate(part, ["series", "impl", "n"])
+        agg["speedup"] = agg["baseline_us"] / agg["median_us"]
+        _add_lines(fig, agg, x="n", y="speedup", row=r, col=c, styles=styles, shown=shown,
+                   customdata=["median_us", "baseline_us"],
+                   hover=f"N = %{{x}}<br>speedup %{{y:.3g}}×<br>%{{customdata[0]:,.4g}} µs vs {baseline} %{{customdata[1]:,.4g}} µs")
+        fig.add_hline(y=1, line=dict(color="#777", width=1, dash="dot"), row=r, col=c)
+    fig.update_xaxes(type="log", title_text=N_AXIS)
+    fig.update_yaxes(type="log", title_text=f"speedup vs {baseline} (×)")
+    _n_ticks(fig, speed["n"])
+    fig.update_layout(meta={"figure": "speedup_vs_n", "baseline": baseline})
+    return _finish(fig, rows, title or f"Speedup vs {baseline} (above 1 = faster)")
+
+
+def wall_vs_device(frame: pd.DataFrame, *, facet: str | None = "scenario", colors=None, title: str | None = None,
+                   max_cols: int = 3) -> go.Figure | None:
+    """Wall (solid) and device / CUDA-event (dashed) medians vs N for the implementations
+    that have device-timer rows; None when the selection has none."""
+    ok = ok_rows(frame)
+    with_device = ok[ok["timer"] == "device"]
+    if with_device.empty:
+        return None
+    impls = set(with_device["impl"])
+    ok = ok[ok["impl"].isin(impls) & ok["timer"].isin(["wall", "device"]) & ok["device"].isin(set(with_device["device"]))]
+    ok = _series(ok, facet, exclude=["timer"])
+    styles = _styles(ok, colors)
+    panels = _panels(ok, facet)
+    fig, positions, rows = _grid([p[0] for p in panels], max_cols=max_cols)
+    shown: set = set()
+    for (_, part), (r, c) in zip(panels, positions):
+        for timer, dash in (("wall", "solid"), ("device", "dash")):
+            agg = aggregate(part[part["timer"] == timer], ["series", "impl", "n"])
+            if not agg.empty:
+                _add_lines(fig, agg, x="n", y="median_us", row=r, col=c, styles=styles, shown=shown, name_suffix=f" · {timer}",
+                           dash=dash, group_suffix=f" · {timer}", hover="N = %{x}<br>median %{y:,.4g} µs")
+    fig.update_xaxes(type="log", title_text=N_AXIS)
+    fig.update_yaxes(type="log", title_text=TIME_AXIS)
+    _n_ticks(fig, ok["n"])
+    fig.update_layout(meta={"figure": "wall_vs_device"})
+    return _finish(fig, rows, title or "Wall time (solid) vs device time from CUDA events (dashed)")
+
+
+def memory_vs_n(frame: pd.DataFrame, *, facet: str | None = "scenario", colors=None, title: str | None = None,
+                max_cols: int = 3) -> go.Figure | None:
+    """Peak device memory (MiB) vs N, log-log; None when no row has a peak (CPU rows don't)."""
+    ok = ok_rows(frame)
+    ok = ok[ok["peak_mem_bytes"].gt(0)] if "peak_mem_bytes" in ok.columns else ok.iloc[0:0]
+    if ok.empty:
+        return None
+    ok = _series(ok, facet, exclude=["timer"]).assign(peak_mib=lambda d: d["peak_mem_bytes"] / 2**20)
+    styles = _styles(ok, colors)
+    panels = _panels(ok, facet)
+    fig, positions, rows = _grid([p[0] for p in panels], max_cols=max_cols)
+    shown: set = set()
+    for (_, part), (r, c) in zip(panels, positions):
+        agg = aggregate(part, ["series", "impl", "n"])
+        agg["peak_mib"] = agg["peak_mem_bytes"] / 2**20
+        _add_lines(fig, agg, x="n", y="peak_mib", row=r, col=c, styles=styles, shown=shown,
+                   hover="N = %{x}<br>peak %{y:,.4g} MiB")
+    fig.update_xaxes(type="log", title_text=N_AXIS)
+    fig.update_yaxes(type="log", title_text="peak device memory (MiB)")
+    _n_ticks(fig, ok["n"])
+    fig.update_layout(meta={"figure": "memory_vs_n"})
+    return _finish(fig, rows, title or "Peak device memory per call")
+
+
+OVERLAP_AXES = {
+    "mean_max_iou": "realized overlap: mean max IoU with a higher-scored box",
+    "greedy_suppressed_frac": "realized overlap: fraction suppressed by greedy NMS",
+}
+
+
+def time_vs_overlap(frame: pd.DataFrame, n: int | None = None, *, x: str = "mean_max_iou", colors=None,
+                    title: str | None = None) -> go.Figure:
+    """Median time vs the box sets' realized overlap at one N (default: the largest), one
+    line per implementation through its scenarios and knob values (marker = scenario)."""
+    ok = ok_rows(frame)
+    ok = ok[ok[x].notna()] if x in ok.columns else ok.iloc[0:0]
+    if ok.empty:
+        return empty_figure("No measured rows with a realized overlap in this selection.")
+    n = int(ok["n"].max()) if n is None else int(n)
+    ok = ok[ok["n"] == n]
+    if ok.empty:
+        return empty_figure(f"No measured rows at N = {n} in this selection.")
+    ok = _series(ok, None, exclude=["scenario", "overlap"])
+    styles = _styles(ok, colors)
+    agg = aggregate(ok, ["series", "impl", "scenario", "overlap"])
+    scenarios = tables.options(agg, "scenario")
+    agg["symbol"] = agg["scenario"].map(lambda s: SYMBOLS[scenarios.index(s) % len(SYMBOLS)])
+    fig = go.Figure()
+    for series in sorted(agg["series"].unique()):
+        part = agg[agg["series"] == series].sort_values(x)
+        color, dash = styles[series]
+        fig.add_trace(go.Scatter(
+            x=part[x], y=part["median_us"], mode="lines+markers", name=series, legendgroup=series,
+            line=dict(color=color, dash=dash, width=1.5), marker=dict(size=9, color=color, symbol=part["symbol"].tolist()),
+            customdata=part[["scenario", "overlap", "iqr_us"]].to_numpy(),
+            hovertemplate=(f"<b>{series}</b><br>%{{customdata[0]}} (knob %{{customdata[1]}})<br>overlap %{{x:.3f}}"
+                           "<br>median %{y:,.4g} µs<br>IQR %{customdata[2]:,.3g} µs<extra></extra>"),
+            meta={"role": "line", "series": series, "impl": str(part["impl"].iloc[0])},
+        ))
+    for scenario in scenarios:  # legend entries for the marker shapes
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=scenario, legendgroup="scenarios",
+                                 legendgrouptitle_text="scenario", marker=dict(size=9, color="#555",
+                                 symbol=SYMBOLS[scenarios.index(scenario) % len(SYMBOLS)]), meta={"role": "key"}))
+    fig.update_xaxes(title_text=OVERLAP_AXES.get(x, x))
+    fig.update_yaxes(type="log", title_text=TIME_AXIS)
+    fig.update_layout(meta={"figure": "time_vs_overlap", "n": n})
+    return _finish(fig, 1, title or f"Time vs realized overlap at N = {n}")
+
+
+def curves_for_print(frame: pd.DataFrame, baseline: str = DEFAULT_BASELINE, *, show: Sequence[str] | None = None,
+                     colors=None) -> go.Figure:
+    """The paper figure: median time (top row) and speedup vs ``baseline`` (bottom row)
+    against N, one column per scenario, built from :func:`time_vs_n` and :func:`speedup_vs_n`."""
+    top = time_vs_n(frame[frame["impl"].isin(show)] if show else frame, colors=colors, max_cols=99)
+    bottom = speedup_vs_n(frame, baseline, show=show, colors=colors, max_cols=99)
+    for part in (top, bottom):
+        if (part.layout.meta or {}).get("empty"):
+            return part
+    titles = [a.text for a in top.layout.annotations]
+    cols = max(len(titles), 1)
+    fig = make_subplots(rows=2, cols=cols, subplot_titles=titles + [""] * cols, horizontal_spacing=0.05 if cols > 2 else 0.1,
+                        vertical_spacing=0.12)
+    for row, part in ((1, top), (2, bottom)):
+        for trace in part.data:
+            axis = trace.xaxis or "x"
+            index = int(axis[1:] or 1)
+            trace = go.Scatter(trace)
+            if row == 2:
+                trace.showlegend = False
+            fig.add_trace(trace, row=row, col=index)
+        for c in range(1, cols + 1):
+            if row == 2:
+                fig.add_hline(y=1, line=dict(color="#777", width=1, dash="dot"), row=row, col=c)
+    fig.update_xaxes(type="log", title_text=N_AXIS, row=2)
+    fig.update_xaxes(type="log", row=1)
+    fig.update_yaxes(type="log")
+    fig.update_yaxes(title_text=TIME_AXIS, row=1, col=1)
+    fig.update_yaxes(title_text=f"speedup vs {baseline} (×)", row=2, col=1)
+    _n_ticks(fig, ok_rows(frame)["n"])
+    fig.update_layout(height=640, legend_title_text="implementation", meta={"figure": "curves", "baseline": baseline})
+    return fig
+
+
+def style_for_print(fig: go.Figure, *, width: int | None = None, height: int | None = None) -> go.Figure:
+    """White background, black axes, a serif-free print font, legend below the panels."""
+    fig = go.Figure(fig)
+    fig.update_layout(
+        template="simple_white", font=dict(family="Liberation Sans, Arial, Helvetica, sans-serif", size=12, color="black"),
+        legend=dict(orientation="h", yanchor="top", y=-0.16, xanchor="center", x=0.5, title_text=""),
+        margin=dict(l=70, r=20, t=50 if not fig.layout.title.text else 80, b=120), width=width, height=height,
+        paper_bgcolor="white", plot_bgcolor="white",
+    )
+    fig.update_xaxes(showgrid=True, gridcolor="#e6e6e6", mirror=True, ticks="outside")
+    fig.update_yaxes(showgrid=True, gridcolor="#e6e6e6", mirror=True, ticks="outside")
+    fig.update_annotations(font_size=13)
+    return fig
+
+
+# --- the suppression differences view -------------------------------------------------
+
+def boxes_canvas(boxes: np.ndarray, classes: np.ndarray, names: tuple[str, str] = ("A", "B"), *,
+                 scores: np.ndarray | None = None, canvas: float | None = 1024.0, title: str | None = None) -> go.Figure:
+    """The boxes drawn as outlines on an image-like canvas (y down), coloured by class:
+    ``classes[i]`` is one of :data:`BOX_CLASSES` indices (0 suppressed by both, 1 kept by
+    both, 2 only A, 3 only B). The legend names A and B and counts each class."""
+    boxes = np.asarray(boxes, dtype=float).reshape(-1, 4)
+    classes = np.asarray(classes, dtype=int)
+    fig = go.Figure()
+    labels = {"only A": f"kept only by {names[0]}", "only B": f"kept only by {names[1]}"}
+    widths = {"suppressed by both": 0.8, "kept by both": 1.6, "only A": 2.4, "only B": 2.4}
+    for code, cls in enumerate(BOX_CLASSES):
+        index = np.flatnonzero(classes == code)
+        b = boxes[index]
+        xs = np.column_stack([b[:, 0], b[:, 2], b[:, 2], b[:, 0], b[:, 0], np.full(len(b), np.nan)]).ravel()
+        ys = np.column_stack([b[:, 1], b[:, 1], b[:, 3], b[:, 3], b[:, 1], np.full(len(b), np.nan)]).ravel()
+        name = f"{labels.get(cls, cls)} ({len(index)})"
+        color = BOX_COLORS[cls]
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=name, legendgroup=cls, connectgaps=False, hoverinfo="skip",
+                                 line=dict(color=color, width=widths[cls]), opacity=0.7 if code == 0 else 1.0,
+                                 meta={"role": "boxes", "class": cls, "count": int(len(index))}))
+        if len(index):  # box centres carry the hover text
+            cx, cy = (b[:, 0] + b[:, 2]) / 2, (b[:, 1] + b[:, 3]) / 2
+            text = [f"box {i}" + (f", score {scores[i]:.3f}" if scores is not None else "") + f"<br>{labels.get(cls, cls)}"
+                    for i in index]
+            fig.add_trace(go.Scatter(x=cx, y=cy, mode="markers", marker=dict(size=5, color=color, opacity=0.35),
+                                     legendgroup=cls, showlegend=False, hovertext=text, hoverinfo="text",
+                                     meta={"role": "centres", "class": cls}))
+    if canvas:
+        extent = max(canvas, float(np.nanmax(boxes[:, 2:])) if len(boxes) else canvas)
+        lo = min(0.0, float(np.nanmin(boxes[:, :2])) if len(boxes) else 0.0)
+        fig.update_xaxes(range=[lo, extent])
+        fig.update_yaxes(range=[extent, lo])
+    else:
+        fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(title_text="x (px)", showgrid=False, zeroline=False, constrain="domain")
+    fig.update_yaxes(title_text="y (px)", showgrid=False, zeroline=False, scaleanchor="x", scaleratio=1, constrain="domain")
+    fig.update_layout(height=720, title=title, legend=dict(orientation="h", yanchor="bottom", y=1.01, x=0),
+                      margin=dict(l=60, r=20, t=90 if title else 60, b=50), plot_bgcolor="white",
+                      meta={"figure": "boxes_canvas"})
+    return fig
+
+
+def agreement_heatmap(matrix: pd.DataFrame, title: str | None = None) -> go.Figure:
+    """Pairwise agreement (Jaccard index of the kept sets) as an annotated heatmap."""
+    if matrix.empty:
+        return empty_figure("No implementation ran on this case.")
+    z = matrix.to_numpy(dtype=float)
+    fig = go.Figure(go.Heatmap(
+        z=z, x=list(matrix.columns), y=list(matrix.index), zmin=0, zmax=1, colorscale="Viridis",
+        text=[[f"{v:.2f}" for v in row] for row in z], texttemplate="%{text}", textfont=dict(size=13),
+        colorbar=dict(title=dict(text="Jaccard")),
+        hovertemplate="%{y} vs %{x}<br>Jaccard of kept sets %{z:.3f}<extra></extra>",
+    ))
+    fig.update_yaxes(autorange="reversed")
+    size = 110 + 60 * len(matrix)
+    fig.update_layout(height=max(size, 300), title=title, margin=dict(l=140, r=20, t=60 if title else 30, b=120),
+                      meta={"figure": "agreement"})
+    return fig
+
+
+IMAGE_FORMATS = (".pdf", ".png", ".svg")
+
+
+def write_figure(fig: go.Figure, path, *, width: int = 1000, height: int | None = None, scale: float = 2.0) -> Path:
+    """Write a figure as PDF, PNG or SVG with kaleido (which drives Chrome/Chromium)."""
+    path = Path(path)
+    if path.suffix.lower() not in IMAGE_FORMATS:
+        raise ValueError(f"{path.name}: choose a .pdf, .png or .svg file name")
+    _point_kaleido_at_chromium()
+    fig.write_image(str(path), width=width, height=height or fig.layout.height or 600, scale=scale)
+    return path
+
+
+def _point_kaleido_at_chromium() -> None:
+    """kaleido looks for Chrome on its own; Debian's chromium lives at /usr/bin/chromium."""
+    import os
+    import shutil
+
+    if not os.environ.get("BROWSER_PATH"):
+        for candidate in ("chromium", "chromium-browser", "google-chrome"):
+            found = shutil.which(candidate)
+            if found:
+                os.environ["BROWSER_PATH"] = found
+                break

@@ -1,0 +1,357 @@
+"""Result tables for people: loading several CSVs, selecting rows, speedups, paper tables.
+
+Everything here reads result tables (``read_results`` frames) and returns tables; the
+figure builders in :mod:`nmsbench.plots`, the dashboard (``app.py``) and the ``plot`` and
+``export`` commands all go through it, so they show the same numbers.
+
+    >>> frame = load_results(["results/sweep-20261129-h200-host-cpu.csv"])
+    >>> rows = select(frame, scenario=["clustered"], timer=["wall"])
+    >>> table = speedup_table(rows, baseline="torchvision")      # one row per case and impl
+    >>> print(render_table(table, "markdown"))                  # N x implementation
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .results import ENV_COLUMNS, read_results
+
+NUMERIC_COLUMNS = [
+    "schema_version", "overlap", "classes", "n", "iou_threshold", "seed", "median_us", "iqr_us", "runs",
+    "rel_spread", "threads", "peak_mem_bytes", "kept", "ref_kept", "jaccard", "extra", "missing",
+    "mean_max_iou", "greedy_suppressed_frac",
+]
+# What identifies one measured case apart from the implementation: rows that agree on all
+# of these were timed on identical inputs on the same hardware, so their times compare.
+CASE_KEYS = ["hardware", "device", "dtype", "timer", "scenario", "overlap", "classes", "n", "iou_threshold", "seed"]
+# Dimensions that split one implementation into several lines when the selection mixes them.
+SERIES_DIMS = ["hardware", "device", "dtype", "timer", "overlap", "iou_threshold", "classes", "params"]
+# The filters the dashboard offers, as (column, label).
+FILTERS = [
+    ("hardware", "machine / GPU"), ("device", "device"), ("dtype", "dtype"), ("impl", "implementation"),
+    ("family", "family"), ("scenario", "scenario"), ("overlap", "overlap knob"),
+    ("iou_threshold", "IoU threshold"), ("timer", "timer"), ("source", "results file"),
+]
+DEFAULT_BASELINE = "torchvision"
+
+
+def prepare(frame: pd.DataFrame, source: str = "") -> pd.DataFrame:
+    """A results frame made uniform for display: numbers as numbers (bad cells become NaN),
+    text as text, plus ``source`` (the file it came from) and ``hardware`` (machine and the
+    GPU for cuda rows, the CPU model for cpu rows). Extra columns are kept as they are."""
+    frame = frame.copy()
+    for column in NUMERIC_COLUMNS:
+        if column in frame.columns:
+            frame[column] = pd.to_numeric(frame[column], errors="coerce")
+    text = ["impl", "family", "device", "dtype", "timer", "scenario", "status", "params", "error", *ENV_COLUMNS]
+    for column in text:
+        if column not in frame.columns:
+            frame[column] = ""
+        frame[column] = frame[column].fillna("").astype(str).str.strip()
+    frame["status"] = frame["status"].str.lower()
+    frame["params"] = frame["params"].replace("", "{}")
+    frame["source"] = source
+    gpu_rows = frame["device"].eq("cuda") & frame["gpu"].ne("")
+    chip = frame["cpu"].where(~gpu_rows, frame["gpu"]).replace("", "unknown hardware")
+    machine = frame["machine"].replace("", "unknown machine")
+    frame["hardware"] = machine + ": " + chip
+    return frame
+
+
+def load_results(paths: Iterable, names: Sequence[str] | None = None) -> pd.DataFrame:
+    """Read and concatenate results CSVs (paths or file-like objects; ``names`` labels
+    them). Raises ``ValueError`` naming the first file that is not a results file."""
+    frames = []
+    paths = list(paths)
+    for i, path in enumerate(paths):
+        name = names[i] if names else Path(str(path)).name
+        frames.append(prepare(read_results(path, name=name), source=name))
+    return concat(frames)
+
+
+def concat(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """Prepared frames stacked; an empty frame with the usual columns when there are none."""
+    frames = [f for f in frames if f is not None]
+    if not frames:
+        return prepare(pd.DataFrame(columns=["schema_version", *CASE_KEYS[1:], "impl", "family", "params", "status", "median_us"]))
+    return pd.concat(frames, ignore_index=True, sort=False)
+
+
+def options(frame: pd.DataFrame, column: str) -> list:
+    """The distinct values of a column, sorted (numbers numerically), without blanks."""
+    if column not in frame.columns:
+        return []
+    values = frame[column].dropna().unique().tolist()
+    values = [v for v in values if v != ""]
+    try:
+        return sorted(values)
+    except TypeError:
+        return sorted(values, key=str)
+
+
+def select(frame: pd.DataFrame, **choices) -> pd.DataFrame:
+    """Rows whose ``column`` is one of ``choices[column]``; an empty or None choice keeps
+    every value. Numbers match with a tolerance (0.1 vs 0.1000000001)."""
+    mask = pd.Series(True, index=frame.index)
+    for column, wanted in choices.items():
+        if wanted is None or (isinstance(wanted, (list, tuple, set)) and not wanted):
+            continue
+        if column not in frame.columns:
+            raise ValueError(f"the results have no column {column!r}")
+        wanted = list(wanted) if isinstance(wanted, (list, tuple, set)) else [wanted]
+        values = frame[column]
+        if pd.api.types.is_numeric_dtype(values):
+            numbers = values.to_numpy(dtype=float)
+            hit = np.zeros(len(numbers), dtype=bool)
+            for w in wanted:
+                hit |= np.isclose(numbers, float(w), rtol=1e-9, atol=1e-12)
+            mask &= hit
+        else:
+            mask &= values.isin([str(w) for w in wanted])
+    return frame[mask]
+
+
+def ok_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows that measured something: status ok and a positive median."""
+    ok = frame["status"].eq("ok") & frame["median_us"].gt(0)
+    return frame[ok]
+
+
+def not_measured(frame: pd.DataFrame) -> pd.DataFrame:
+    """Error and skipped rows counted by implementation, device, status and message."""
+    rest = frame[~frame.index.isin(ok_rows(frame).index)]
+    if rest.empty:
+        return pd.DataFrame(columns=["impl", "device", "status", "error", "rows"])
+    return (rest.groupby(["impl", "device", "status", "error"], dropna=False).size()
+            .rename("rows").reset_index().sort_values(["status", "impl", "device"]))
+
+
+def varying(frame: pd.DataFrame, dims: Sequence[str] = SERIES_DIMS) -> list[str]:
+    """The dimensions that take more than one value in ``frame``."""
+    return [d for d in dims if d in frame.columns and frame[d].nunique(dropna=False) > 1]
+
+
+def _fmt_dim(dim: str, value) -> str:
+    if dim == "overlap":
+        return f"knob {value:g}"
+    if dim == "iou_threshold":
+        return f"IoU {value:g}"
+    if dim == "classes":
+        return f"{value:g} classes"
+    if dim == "params":
+        return "default params" if value == "{}" else str(value)
+    return str(value)
+
+
+# When several dimensions vary, a label names the first ones in this order and leaves out
+# any that the ones before already determine (hardware when each device ran on one machine).
+LABEL_ORDER = ["device", "timer", "dtype", "scenario", "overlap", "iou_threshold", "classes", "params", "hardware"]
+
+
+def add_series(frame: pd.DataFrame, dims: Sequence[str] | None = None, shown_by: Sequence[str] = ()) -> pd.DataFrame:
+    """Add ``series``: the implementation's name plus the dimensions in ``dims`` (default:
+    those that vary) that are needed to tell its rows apart (``torchvision · cuda``), so
+    one line never mixes different kinds of rows. Dimensions in ``shown_by`` are told
+    apart elsewhere (panels, axes) and so are not named, nor what they determine."""
+    frame = frame.copy()
+    dims = varying(frame) if dims is None else [d for d in dims if d in frame.columns]
+    dims = sorted(dims, key=lambda d: LABEL_ORDER.index(d) if d in LABEL_ORDER else len(LABEL_ORDER))
+    known = [d for d in shown_by if d in frame.columns]
+    kept: list[str] = []
+    for dim in dims:
+        if dim in known:
+            continue
+        if frame.empty or frame.groupby(["impl", *known, *kept], dropna=False)[dim].nunique(dropna=False).max() > 1:
+            kept.append(dim)
+    dims = kept
+    label = frame["impl"].astype(str)
+    for dim in dims:
+        label = label + " · " + frame[dim].map(lambda v, d=dim: _fmt_dim(d, v))
+    frame["series"] = label
+    return frame
+
+
+def aggregate(frame: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """One row per ``keys``: the median of the rows' medians and IQRs (rows repeated over
+    seeds or files), the number of rows folded and the first of every other column."""
+    keys = list(keys)
+    if frame.empty:
+        return frame.assign(rows=pd.Series(dtype="int64"))
+    agg = {c: "first" for c in frame.columns if c not in keys}
+    for column in ("median_us", "iqr_us", "peak_mem_bytes", "mean_max_iou", "greedy_suppressed_frac", "jaccard"):
+        if column in frame.columns:
+            agg[column] = "median"
+    out = frame.groupby(keys, dropna=False, sort=True).agg(agg)
+    out["rows"] = frame.groupby(keys, dropna=False, sort=True).size()
+    return out.reset_index()
+
+
+def with_speedup(frame: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> pd.DataFrame:
+    """Measured rows with ``baseline_us`` and ``speedup`` = baseline median / own median,
+    matched on the same case (hardware, device, dtype, timer, scenario, knob, n, IoU,
+    seed), so > 1 means faster than the baseline. Rows without a baseline twin are dropped.
+    """
+    ok = ok_rows(frame)
+    keys = [k for k in CASE_KEYS if k in ok.columns]
+    base = ok[ok["impl"] == baseline]
+    if base.empty:
+        return ok.assign(baseline_us=pd.Series(dtype=float), speedup=pd.Series(dtype=float)).iloc[0:0]
+    base = base.groupby(keys, dropna=False)["median_us"].median().rename("baseline_us").reset_index()
+    merged = ok.merge(base, on=keys, how="inner")
+    merged["speedup"] = merged["baseline_us"] / merged["median_us"]
+    return merged
+
+
+def speedup_table(frame: pd.DataFrame, baseline: str = DEFAULT_BASELINE, impls: Sequence[str] | None = None) -> pd.DataFrame:
+    """The export table, long form: one row per case group x N x implementation with the
+    median µs, the IQR µs and the speedup vs ``baseline`` (NaN where the case has no
+    baseline row). Group columns are the case dimensions that vary in the selection."""
+    ok = ok_rows(frame)
+    if ok.empty:
+        raise ValueError("no measured (status ok) rows in the selection")
+    groups: list[str] = []
+    for dim in ["device", "timer", "dtype", "scenario", "overlap", "iou_threshold", "classes", "seed", "hardware"]:
+        if ok[dim].nunique() > 1 and ok.groupby(groups or (lambda _: 0))[dim].nunique().max() > 1:
+            groups.append(dim)  # leave out what the groups before it already determine
+    rows = aggregate(ok, [*groups, "n", "impl"])
+    if impls:
+        rows = rows[rows["impl"].isin(list(impls))]
+    speed = with_speedup(ok, baseline)
+    if not speed.empty:
+        speed = speed.groupby([*groups, "n", "impl"], dropna=False)["speedup"].median().reset_index()
+        rows = rows.merge(speed, on=[*groups, "n", "impl"], how="left")
+    else:
+        rows["speedup"] = float("nan")
+    order = _impl_order(rows["impl"].unique(), baseline)
+    rows["impl"] = pd.Categorical(rows["impl"], categories=order, ordered=True)
+    rows = rows.sort_values([*groups, "n", "impl"]).reset_index(drop=True)
+    rows["impl"] = rows["impl"].astype(str)
+    table = rows[[*groups, "n", "impl", "median_us", "iqr_us", "speedup"]].copy()
+    table.attrs.update(groups=groups, baseline=baseline, impls=order)
+    return table
+
+
+def _impl_order(impls: Iterable[str], baseline: str) -> list[str]:
+    impls = sorted(set(impls))
+    return ([baseline] if baseline in impls else []) + [i for i in impls if i != baseline]
+
+
+def wide_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The long ``speedup_table`` as N x implementation: one row per group and N, for
+    each implementation the columns ``<impl> median_us`` and ``<impl> speedup``."""
+    groups = table.attrs.get("groups", [])
+    impls = table.attrs.get("impls") or _impl_order(table["impl"].unique(), table.attrs.get("baseline", ""))
+    index = [*groups, "n"]
+    wide = table.pivot_table(index=index, columns="impl", values=["median_us", "speedup"], aggfunc="first", dropna=False)
+    columns, data = [], {}
+    for impl in impls:
+        for value in ("median_us", "speedup"):
+            name = f"{impl} {value}"
+            columns.append(name)
+            data[name] = wide[(value, impl)] if (value, impl) in wide.columns else float("nan")
+    out = pd.DataFrame(data, index=wide.index)[columns].reset_index()
+    out.attrs.update(table.attrs)
+    return out
+
+
+def format_us(value: float) -> str:
+    """Microseconds for a table cell: 3 significant digits below 100, whole numbers above."""
+    if value is None or pd.isna(value):
+        return ""
+    if value >= 100:
+        return f"{value:,.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def format_speedup(value: float) -> str:
+    return "" if value is None or pd.isna(value) else f"{value:.2f}"
+
+
+def _group_label(dim: str) -> str:
+    return {"hardware": "machine", "iou_threshold": "IoU", "overlap": "knob"}.get(dim, dim)
+
+
+def _cells(table: pd.DataFrame) -> tuple[list[str], list[list[str]], list[str]]:
+    """Header, body rows and alignments of the printable N x implementation table."""
+    groups = table.attrs.get("groups", [])
+    impls = table.attrs.get("impls") or sorted(table["impl"].unique())
+    wide = wide_table(table)
+    header = [_group_label(g) for g in groups] + ["N"] + list(impls)
+    body = []
+    for _, row in wide.iterrows():
+        cells = [str(row[g]) if not isinstance(row[g], float) else f"{row[g]:g}" for g in groups] + [f"{int(row['n']):,}"]
+        for impl in impls:
+            median, speed = row[f"{impl} median_us"], row[f"{impl} speedup"]
+            if pd.isna(median):
+                cells.append("")
+            elif pd.isna(speed):
+                cells.append(format_us(median))
+            else:
+                cells.append(f"{format_us(median)} ({format_speedup(speed)}×)")
+        body.append(cells)
+    align = ["l"] * len(groups) + ["r"] * (1 + len(impls))
+    return header, body, align
+
+
+def caption(table: pd.DataFrame) -> str:
+    baseline = table.attrs.get("baseline", DEFAULT_BASELINE)
+    return f"Median time in µs per call (speedup vs {baseline}; above 1 is faster)."
+
+
+def render_table(table: pd.DataFrame, fmt: str) -> str:
+    """``speedup_table`` as ``markdown``, ``latex`` (booktabs) or ``csv`` (N x impl, full
+    precision numbers, one median and one speedup column per implementation)."""
+    if fmt == "csv":
+        return wide_table(table).to_csv(index=False)
+    header, body, align = _cells(table)
+    if fmt == "markdown":
+        lines = ["| " + " | ".join(header) + " |",
+                 "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"]
+        lines += ["| " + " | ".join(cells) + " |" for cells in body]
+        return caption(table) + "\n\n" + "\n".join(lines) + "\n"
+    if fmt == "latex":
+        def tex(text: str) -> str:
+            for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("$", r"\$"), ("#", r"\#"),
+                         ("_", r"\_"), ("{", r"\{"), ("}", r"\}"), ("×", r"$\times$"), ("µs", r"\textmu s")):
+                text = text.replace(a, b)
+            return text
+
+        lines = [r"\begin{table}[t]", r"\centering", r"\small",
+                 r"\begin{tabular}{" + "".join(align) + "}", r"\toprule",
+                 " & ".join(tex(h) for h in header) + r" \\", r"\midrule"]
+        lines += [" & ".join(tex(c) for c in cells) + r" \\" for cells in body]
+        lines += [r"\bottomrule", r"\end{tabular}", r"\caption{" + tex(caption(table)) + "}", r"\end{table}"]
+        return "\n".join(lines) + "\n"
+    raise ValueError(f"unknown table format {fmt!r}; choose csv, latex or markdown")
+
+
+def environment_table(frame: pd.DataFrame, commands: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """One row per results file and hardware in ``frame``: GPU, driver, versions, commit,
+    time span, row counts and (where a sidecar JSON gave it) the command that made it."""
+    if frame.empty:
+        return pd.DataFrame(columns=["source", "hardware", *ENV_COLUMNS, "rows"])
+    keys = ["source", "hardware"]
+    env = [c for c in ENV_COLUMNS if c not in ("timestamp", "machine")]
+    out = frame.groupby(keys, sort=True).agg(
+        {**{c: lambda s: ", ".join(sorted(set(s) - {""})) for c in env},
+         "timestamp": lambda s: _span(s), "status": "size"},
+    ).rename(columns={"status": "rows", "timestamp": "time"}).reset_index()
+    counts = frame.groupby(keys)["status"].value_counts().unstack(fill_value=0)
+    for status in ("ok", "error", "skipped"):
+        out[status] = out.set_index(keys).index.map(lambda k, s=status: int(counts.loc[k, s]) if s in counts.columns else 0)
+    if commands:
+        out["command"] = out["source"].map(lambda s: commands.get(s, ""))
+    return out
+
+
+def _span(stamps: pd.Series) -> str:
+    values = sorted(set(stamps) - {""})
+    if not values:
+        return ""
+    return values[0] if len(values) == 1 else f"{values[0]} .. {values[-1]}"
