@@ -9,6 +9,7 @@ regenerated box set, and the environment of the selected runs with a CSV downloa
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -68,8 +69,9 @@ def implementation_table() -> pd.DataFrame:
     return rows[["name", "family", "device", "available here", "summary"]]
 
 
-def load_all(uploads) -> tuple[pd.DataFrame, list[str], dict[str, str], list[str]]:
-    """Every results file of the folder plus the uploads: (rows, problems, commands, sources)."""
+def load_all(uploads) -> tuple[pd.DataFrame, list[str], dict[str, str], tuple]:
+    """Every results file of the folder plus the uploads: (rows, problems, commands, data
+    key); the key names the loaded files' versions, for caching what is computed from them."""
     frames, problems, commands, sources = [], [], {}, []
     folder = results_dir()
     for path in sorted(folder.glob("*.csv")) if folder.is_dir() else []:
@@ -79,18 +81,38 @@ def load_all(uploads) -> tuple[pd.DataFrame, list[str], dict[str, str], list[str
             problems.append(error)
             continue
         frames.append(frame)
-        sources.append(path.name)
+        sources.append((str(path), stat.st_mtime_ns, stat.st_size))
         sidecar = path.with_suffix(".json")
         if sidecar.exists():
             commands[path.name] = sidecar_command(str(sidecar), sidecar.stat().st_mtime_ns)
     for upload in uploads or []:
-        frame, error = load_upload(upload.name, upload.getvalue())
+        data = upload.getvalue()
+        frame, error = load_upload(upload.name, data)
         if error:
             problems.append(f"upload {error}")
             continue
         frames.append(frame.assign(source=f"{upload.name} (uploaded)"))
-        sources.append(f"{upload.name} (uploaded)")
-    return tables.concat(frames), problems, commands, sources
+        sources.append((upload.name, hashlib.sha1(data).hexdigest()))
+    return tables.concat(frames), problems, commands, tuple(sources)
+
+
+@st.cache_data(show_spinner="Drawing…", max_entries=32)
+def curve_figures(data_key: tuple, choices_key: tuple, scenario: str | None, baseline: str, at_n: int,
+                  _rows: pd.DataFrame, _all_timers: pd.DataFrame, _without_impl: pd.DataFrame, _colors: dict) -> dict:
+    """The curves view's figures; the arguments without ``_`` say which data and choices
+    they show (the frames themselves are not hashed: tens of thousands of rows)."""
+    facet = None if scenario else "scenario"
+    rows, all_timers, without_impl = _rows, _all_timers, _without_impl
+    if scenario:
+        rows, all_timers, without_impl = (tables.select(f, scenario=[scenario]) for f in (rows, all_timers, without_impl))
+    shown = tables.options(tables.ok_rows(rows), "impl")
+    return {
+        "time": plots.time_vs_n(rows, facet=facet, colors=_colors),
+        "speedup": plots.speedup_vs_n(without_impl, baseline, show=shown, facet=facet, colors=_colors),
+        "timers": plots.wall_vs_device(all_timers, facet=facet, colors=_colors),
+        "memory": plots.memory_vs_n(rows, facet=facet, colors=_colors),
+        "overlap": plots.time_vs_overlap(rows, at_n, colors=_colors),
+    }
 
 
 # --- the page ---------------------------------------------------------------------------
@@ -115,7 +137,8 @@ def sidebar_filters(frame: pd.DataFrame) -> dict:
     return choices
 
 
-def curves_view(rows: pd.DataFrame, all_timers: pd.DataFrame, without_impl: pd.DataFrame, colors: dict) -> None:
+def curves_view(rows: pd.DataFrame, all_timers: pd.DataFrame, without_impl: pd.DataFrame, colors: dict,
+                data_key: tuple, choices_key: tuple) -> None:
     measured = tables.ok_rows(rows)
     if measured.empty:
         st.info("No measured (status ok) rows in this selection: widen the filters in the sidebar, "
@@ -128,36 +151,34 @@ def curves_view(rows: pd.DataFrame, all_timers: pd.DataFrame, without_impl: pd.D
     impls = tables.options(tables.ok_rows(without_impl), "impl")
     c1, c2, c3, c4 = st.columns([1.3, 1, 1, 1])
     layout = c1.radio("Scenarios", ["one panel each", "one at a time"], horizontal=True, key="layout")
-    facet = "scenario"
+    scenario = None
     if layout == "one at a time":
         scenario = c2.selectbox("Scenario", scenarios, key="one_scenario")
-        rows, all_timers, without_impl = (tables.select(f, scenario=[scenario]) for f in (rows, all_timers, without_impl))
-        measured = tables.ok_rows(rows)
-        facet = None
+        measured = tables.select(measured, scenario=[scenario])
     baseline = c3.selectbox("Speedup baseline", impls, key="baseline",
                             index=impls.index(tables.DEFAULT_BASELINE) if tables.DEFAULT_BASELINE in impls else 0)
     sizes = [int(n) for n in tables.options(measured, "n")]
     at_n = c4.selectbox("N for time vs overlap", sizes, index=len(sizes) - 1, key="overlap_n")
 
+    figures = curve_figures(data_key, choices_key, scenario, baseline, at_n, rows, all_timers, without_impl, colors)
     st.subheader("Median time vs N")
-    st.plotly_chart(plots.time_vs_n(rows, facet=facet, colors=colors), key="chart_time")
+    st.plotly_chart(figures["time"], key="chart_time")
     st.caption("Log-log axes; the band is the median ± IQR/2 of the timed runs. Timer(s): "
                f"{', '.join(tables.options(measured, 'timer'))}. Hover a point for its numbers; click a legend entry to hide a line.")
 
     st.subheader(f"Speedup vs {baseline}")
-    shown = tables.options(measured, "impl")
-    st.plotly_chart(plots.speedup_vs_n(without_impl, baseline, show=shown, facet=facet, colors=colors), key="chart_speedup")
+    st.plotly_chart(figures["speedup"], key="chart_speedup")
     st.caption(f"{baseline}'s median divided by each implementation's median on the same case (hardware, device, "
                "dtype, timer, scenario, knob, N, IoU); above 1 is faster.")
 
-    timers = plots.wall_vs_device(all_timers, facet=facet, colors=colors)
+    timers = figures["timers"]
     st.subheader("Wall vs device time")
     if timers is None:
         st.info("No device-timer rows in this selection: device (CUDA event) time is recorded for CUDA runs only.")
     else:
         st.plotly_chart(timers, key="chart_timers")
 
-    memory = plots.memory_vs_n(rows, facet=facet, colors=colors)
+    memory = figures["memory"]
     st.subheader("Peak memory vs N")
     if memory is None:
         st.info("No peak-memory values in this selection: peak device memory is recorded for CUDA rows only.")
@@ -165,7 +186,7 @@ def curves_view(rows: pd.DataFrame, all_timers: pd.DataFrame, without_impl: pd.D
         st.plotly_chart(memory, key="chart_memory")
 
     st.subheader(f"Time vs realized overlap at N = {at_n}")
-    st.plotly_chart(plots.time_vs_overlap(rows, at_n, colors=colors), key="chart_overlap")
+    st.plotly_chart(figures["overlap"], key="chart_overlap")
 
     skipped = tables.not_measured(rows)
     if not skipped.empty:
@@ -228,7 +249,7 @@ def differences_view(colors: dict) -> None:
     kept = pd.DataFrame({
         "implementation": list(case.keeps),
         "kept": [len(k) for k in case.keeps.values()],
-        "one call (ms)": [round(case.seconds[name] * 1e3, 3) for name in case.keeps],
+        "one warm call (ms)": [round(case.seconds[name] * 1e3, 3) for name in case.keeps],
     })
     right.dataframe(kept, hide_index=True, width="stretch")
     missing = {**case.unavailable, **case.errors}
@@ -240,10 +261,14 @@ def differences_view(colors: dict) -> None:
 def environment_view(selected: pd.DataFrame, commands: dict) -> None:
     st.subheader("Environment of the selected runs")
     env = tables.environment_table(selected, commands)
-    if env.empty:
+    if env.empty or not len(env.columns):
         st.info("No rows selected.")
     else:
-        st.dataframe(env, hide_index=True, width="stretch")
+        st.dataframe(env, width="stretch", height=35 * (len(env) + 1) + 3)
+        for source, command in commands.items():
+            if source in set(selected["source"]) and command:
+                st.caption(f"{source} was made by:")
+                st.code(command, language="bash", wrap_lines=True)
     columns = [c for c in selected.columns if c not in ("hardware", "source")]
     st.download_button(f"Download the {len(selected):,} selected rows as CSV", selected[columns].to_csv(index=False),
                        file_name="nmsbench-selection.csv", mime="text/csv", key="download", disabled=selected.empty)
@@ -257,8 +282,8 @@ def main() -> None:
     with st.sidebar:
         st.header("Results")
         uploads = st.file_uploader("Add results CSVs", type=["csv"], accept_multiple_files=True, key="uploads")
-        frame, problems, commands, sources = load_all(uploads)
-        st.caption(f"{len(frame):,} rows from {len(sources)} file(s) in `{results_dir()}` and uploads.")
+        frame, problems, commands, data_key = load_all(uploads)
+        st.caption(f"{len(frame):,} rows from {len(data_key)} file(s) in `{results_dir()}` and uploads.")
         for problem in problems:
             st.error(problem)
         st.header("Filters")
@@ -279,7 +304,8 @@ def main() -> None:
     curves_tab, diff_tab, env_tab = st.tabs(VIEWS, key="view", on_change="rerun")
     if curves_tab.open:
         with curves_tab:
-            curves_view(selected, all_timers, without_impl, colors)
+            choices_key = tuple(sorted((k, tuple(map(str, v))) for k, v in choices.items()))
+            curves_view(selected, all_timers, without_impl, colors, data_key, choices_key)
     if diff_tab.open:
         with diff_tab:
             differences_view(colors)

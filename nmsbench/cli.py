@@ -371,6 +371,11 @@ def plot(results, out, scenarios, impls, devices, timers, baseline, kind, at_n, 
     if fig is None:
         what = "device-timer (CUDA event) rows" if kind == "timers" else "peak memory (CUDA rows)"
         raise click.ClickException(f"the selection has no {what} to plot")
+    titles = {"time": "Median time vs N (band: median ± IQR/2)", "speedup": f"Speedup vs {baseline} (above 1 = faster)",
+              "timers": "Wall time (solid) vs device time from CUDA events (dashed)", "memory": "Peak device memory per call",
+              "overlap": f"Time vs realized overlap at N = {(fig.layout.meta or {}).get('n', '')}"}
+    if kind in titles:
+        fig.update_layout(title_text=titles[kind])
     width = width or size[0]
     height = height or size[1] or int(fig.layout.height or 600) + 60
     fig = plots.style_for_print(fig, width=width, height=height)

@@ -43,7 +43,7 @@ class CaseRun:
     boxes: np.ndarray
     scores: np.ndarray
     keeps: dict[str, np.ndarray] = field(default_factory=dict)  # name -> kept input indices
-    seconds: dict[str, float] = field(default_factory=dict)     # name -> one call's wall time (not a benchmark)
+    seconds: dict[str, float] = field(default_factory=dict)     # name -> one warm call's wall time (not a benchmark)
     unavailable: dict[str, str] = field(default_factory=dict)   # name -> why it cannot run here
     errors: dict[str, str] = field(default_factory=dict)        # name -> what it raised
 
@@ -83,6 +83,9 @@ def run_case(scenario: str, n: int, overlap: float | None = None, seed: int = 0,
             run.unavailable[name] = ready[name]
             continue
         try:
+            run_nms(name, data.boxes, data.scores, iou_threshold=iou_threshold, labels=data.labels)  # warm-up (numba, NVRTC)
+            if device == "cuda":
+                torch.cuda.synchronize()
             start = time.perf_counter()
             result = run_nms(name, data.boxes, data.scores, iou_threshold=iou_threshold, labels=data.labels)
             if device == "cuda":

@@ -76,6 +76,17 @@ def _rgba(hex_color: str, alpha: float) -> str:
     return f"rgba({int(h[0:2], 16)}, {int(h[2:4], 16)}, {int(h[4:6], 16)}, {alpha})"
 
 
+PLOT_COLUMNS = list(dict.fromkeys([
+    *tables.CASE_KEYS, *tables.SERIES_DIMS, "impl", "family", "status", "median_us", "iqr_us", "runs", "peak_mem_bytes",
+    "mean_max_iou", "greedy_suppressed_frac", "baseline_us", "speedup", "source",
+]))
+
+
+def _slim(frame: pd.DataFrame) -> pd.DataFrame:
+    """Only the columns figures use: grouping tens of thousands of wide rows is what costs."""
+    return frame[[c for c in PLOT_COLUMNS if c in frame.columns]]
+
+
 def _series(ok: pd.DataFrame, facet: str | None, exclude: Sequence[str] = ()) -> pd.DataFrame:
     """``ok`` with ``series`` labels that tell apart everything not shown by the facet or axes."""
     dims = [d for d in tables.SERIES_DIMS + ["scenario"] if d != facet and d not in exclude]
@@ -122,6 +133,17 @@ def _n_ticks(fig: go.Figure, values) -> None:
     values = sorted({int(v) for v in values if pd.notna(v)})
     if 1 < len(values) <= 12:
         fig.update_xaxes(tickvals=values, ticktext=[str(v) for v in values])
+
+
+def _log_ticks(fig: go.Figure, values, axis: str = "y") -> None:
+    """Decade labels only (1, 10, 100, ...) over a wide range, 1-2-5 labels over a narrow
+    one: plotly's default labels every digit on a short log axis, which reads as clutter."""
+    values = np.asarray([v for v in values if pd.notna(v) and v > 0], dtype=float)
+    if not len(values):
+        return
+    decades = math.log10(values.max() / values.min()) if values.min() > 0 else 0
+    update = fig.update_yaxes if axis == "y" else fig.update_xaxes
+    update(dtick=1 if decades > 2.5 else "D2", minor=dict(showgrid=True, gridcolor="rgba(128,128,128,0.08)"))
 
 
 def _add_lines(fig, data: pd.DataFrame, *, x: str, y: str, row: int, col: int, styles, shown: set,
@@ -173,7 +195,7 @@ def time_vs_n(frame: pd.DataFrame, *, facet: str | None = "scenario", colors=Non
     """Median time vs N on log-log axes, one line per implementation (per series when the
     selection mixes devices, timers, ...), the IQR as a band (median ± IQR/2), one panel
     per ``facet`` value."""
-    ok = ok_rows(frame)
+    ok = ok_rows(_slim(frame))
     if ok.empty:
         return empty_figure("No measured rows in this selection.")
     ok = _series(ok, facet)
@@ -188,6 +210,7 @@ def time_vs_n(frame: pd.DataFrame, *, facet: str | None = "scenario", colors=Non
     fig.update_xaxes(type="log", title_text=N_AXIS)
     fig.update_yaxes(type="log", title_text=TIME_AXIS)
     _n_ticks(fig, ok["n"])
+    _log_ticks(fig, pd.concat([ok["median_us"], ok["median_us"] + ok["iqr_us"].fillna(0) / 2]))
     fig.update_layout(meta={"figure": "time_vs_n", "band": "median ± IQR/2"})
     return _finish(fig, rows, title)
 
@@ -197,7 +220,7 @@ def speedup_vs_n(frame: pd.DataFrame, baseline: str = DEFAULT_BASELINE, *, show:
     """Speedup vs ``baseline`` (its median / each median on the same case; > 1 is faster)
     against N, log-log, one line per implementation; the baseline itself is the line at 1.
     ``frame`` must hold the baseline's rows; ``show`` (default: all) picks the lines drawn."""
-    speed = tables.with_speedup(frame, baseline)
+    speed = tables.with_speedup(_slim(frame), baseline)
     if show:
         speed = speed[speed["impl"].isin([*show, baseline])]
     if speed.empty:
@@ -218,15 +241,16 @@ def speedup_vs_n(frame: pd.DataFrame, baseline: str = DEFAULT_BASELINE, *, show:
     fig.update_xaxes(type="log", title_text=N_AXIS)
     fig.update_yaxes(type="log", title_text=f"speedup vs {baseline} (×)")
     _n_ticks(fig, speed["n"])
+    _log_ticks(fig, speed["speedup"])
     fig.update_layout(meta={"figure": "speedup_vs_n", "baseline": baseline})
-    return _finish(fig, rows, title or f"Speedup vs {baseline} (above 1 = faster)")
+    return _finish(fig, rows, title)
 
 
 def wall_vs_device(frame: pd.DataFrame, *, facet: str | None = "scenario", colors=None, title: str | None = None,
                    max_cols: int = 3) -> go.Figure | None:
     """Wall (solid) and device / CUDA-event (dashed) medians vs N for the implementations
     that have device-timer rows; None when the selection has none."""
-    ok = ok_rows(frame)
+    ok = ok_rows(_slim(frame))
     with_device = ok[ok["timer"] == "device"]
     if with_device.empty:
         return None
@@ -246,14 +270,15 @@ def wall_vs_device(frame: pd.DataFrame, *, facet: str | None = "scenario", color
     fig.update_xaxes(type="log", title_text=N_AXIS)
     fig.update_yaxes(type="log", title_text=TIME_AXIS)
     _n_ticks(fig, ok["n"])
+    _log_ticks(fig, ok["median_us"])
     fig.update_layout(meta={"figure": "wall_vs_device"})
-    return _finish(fig, rows, title or "Wall time (solid) vs device time from CUDA events (dashed)")
+    return _finish(fig, rows, title)
 
 
 def memory_vs_n(frame: pd.DataFrame, *, facet: str | None = "scenario", colors=None, title: str | None = None,
                 max_cols: int = 3) -> go.Figure | None:
     """Peak device memory (MiB) vs N, log-log; None when no row has a peak (CPU rows don't)."""
-    ok = ok_rows(frame)
+    ok = ok_rows(_slim(frame))
     ok = ok[ok["peak_mem_bytes"].gt(0)] if "peak_mem_bytes" in ok.columns else ok.iloc[0:0]
     if ok.empty:
         return None
@@ -270,8 +295,9 @@ def memory_vs_n(frame: pd.DataFrame, *, facet: str | None = "scenario", colors=N
     fig.update_xaxes(type="log", title_text=N_AXIS)
     fig.update_yaxes(type="log", title_text="peak device memory (MiB)")
     _n_ticks(fig, ok["n"])
+    _log_ticks(fig, ok["peak_mib"])
     fig.update_layout(meta={"figure": "memory_vs_n"})
-    return _finish(fig, rows, title or "Peak device memory per call")
+    return _finish(fig, rows, title)
 
 
 OVERLAP_AXES = {
@@ -284,7 +310,7 @@ def time_vs_overlap(frame: pd.DataFrame, n: int | None = None, *, x: str = "mean
                     title: str | None = None) -> go.Figure:
     """Median time vs the box sets' realized overlap at one N (default: the largest), one
     line per implementation through its scenarios and knob values (marker = scenario)."""
-    ok = ok_rows(frame)
+    ok = ok_rows(_slim(frame))
     ok = ok[ok[x].notna()] if x in ok.columns else ok.iloc[0:0]
     if ok.empty:
         return empty_figure("No measured rows with a realized overlap in this selection.")
@@ -302,12 +328,16 @@ def time_vs_overlap(frame: pd.DataFrame, n: int | None = None, *, x: str = "mean
         part = agg[agg["series"] == series].sort_values(x)
         color, dash = styles[series]
         fig.add_trace(go.Scatter(
-            x=part[x], y=part["median_us"], mode="lines+markers", name=series, legendgroup=series,
-            line=dict(color=color, dash=dash, width=1.5), marker=dict(size=9, color=color, symbol=part["symbol"].tolist()),
+            x=part[x], y=part["median_us"], mode="lines", name=series, legendgroup=series, hoverinfo="skip",
+            line=dict(color=color, dash=dash, width=1.5), meta={"role": "line", "series": series, "impl": str(part["impl"].iloc[0])},
+        ))
+        fig.add_trace(go.Scatter(  # the points, shaped by scenario, carry the hover text
+            x=part[x], y=part["median_us"], mode="markers", name=series, legendgroup=series, showlegend=False,
+            marker=dict(size=9, color=color, symbol=part["symbol"].tolist()),
             customdata=part[["scenario", "overlap", "iqr_us"]].to_numpy(),
             hovertemplate=(f"<b>{series}</b><br>%{{customdata[0]}} (knob %{{customdata[1]}})<br>overlap %{{x:.3f}}"
                            "<br>median %{y:,.4g} µs<br>IQR %{customdata[2]:,.3g} µs<extra></extra>"),
-            meta={"role": "line", "series": series, "impl": str(part["impl"].iloc[0])},
+            meta={"role": "points", "series": series},
         ))
     for scenario in scenarios:  # legend entries for the marker shapes
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=scenario, legendgroup="scenarios",
@@ -315,8 +345,11 @@ def time_vs_overlap(frame: pd.DataFrame, n: int | None = None, *, x: str = "mean
                                  symbol=SYMBOLS[scenarios.index(scenario) % len(SYMBOLS)]), meta={"role": "key"}))
     fig.update_xaxes(title_text=OVERLAP_AXES.get(x, x))
     fig.update_yaxes(type="log", title_text=TIME_AXIS)
+    _log_ticks(fig, agg["median_us"])
     fig.update_layout(meta={"figure": "time_vs_overlap", "n": n})
-    return _finish(fig, 1, title or f"Time vs realized overlap at N = {n}")
+    fig = _finish(fig, 1, title)
+    fig.update_layout(height=max(520, 24 * (agg["series"].nunique() + len(scenarios)) + 260))  # legend without scrolling
+    return fig
 
 
 def curves_for_print(frame: pd.DataFrame, baseline: str = DEFAULT_BASELINE, *, show: Sequence[str] | None = None,
@@ -349,6 +382,9 @@ def curves_for_print(frame: pd.DataFrame, baseline: str = DEFAULT_BASELINE, *, s
     fig.update_yaxes(title_text=TIME_AXIS, row=1, col=1)
     fig.update_yaxes(title_text=f"speedup vs {baseline} (×)", row=2, col=1)
     _n_ticks(fig, ok_rows(frame)["n"])
+    for row, part in ((1, top), (2, bottom)):
+        y = part.layout.yaxis
+        fig.update_yaxes(dtick=y.dtick, minor=y.minor, row=row)
     fig.update_layout(height=640, legend_title_text="implementation", meta={"figure": "curves", "baseline": baseline})
     return fig
 
@@ -387,8 +423,11 @@ def boxes_canvas(boxes: np.ndarray, classes: np.ndarray, names: tuple[str, str] 
         ys = np.column_stack([b[:, 1], b[:, 1], b[:, 3], b[:, 3], b[:, 1], np.full(len(b), np.nan)]).ravel()
         name = f"{labels.get(cls, cls)} ({len(index)})"
         color = BOX_COLORS[cls]
+        if not len(index):  # an empty class still gets its legend entry, with its count of 0
+            xs = ys = np.array([np.nan])
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=name, legendgroup=cls, connectgaps=False, hoverinfo="skip",
-                                 line=dict(color=color, width=widths[cls]), opacity=0.7 if code == 0 else 1.0,
+                                 line=dict(color=color, width=widths[cls]), fill="toself",
+                                 fillcolor=_rgba(color, 0.05 if code == 0 else 0.12),
                                  meta={"role": "boxes", "class": cls, "count": int(len(index))}))
         if len(index):  # box centres carry the hover text
             cx, cy = (b[:, 0] + b[:, 2]) / 2, (b[:, 1] + b[:, 3]) / 2
@@ -425,7 +464,7 @@ def agreement_heatmap(matrix: pd.DataFrame, title: str | None = None) -> go.Figu
     ))
     fig.update_yaxes(autorange="reversed")
     size = 110 + 60 * len(matrix)
-    fig.update_layout(height=max(size, 300), title=title, margin=dict(l=140, r=20, t=60 if title else 30, b=120),
+    fig.update_layout(height=max(size, 300), title=title, margin=dict(l=150, r=20, t=60 if title else 30, b=150),
                       meta={"figure": "agreement"})
     return fig
 

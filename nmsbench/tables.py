@@ -332,21 +332,28 @@ def render_table(table: pd.DataFrame, fmt: str) -> str:
 
 
 def environment_table(frame: pd.DataFrame, commands: Mapping[str, str] | None = None) -> pd.DataFrame:
-    """One row per results file and hardware in ``frame``: GPU, driver, versions, commit,
-    time span, row counts and (where a sidecar JSON gave it) the command that made it."""
+    """One column per results file and hardware in ``frame``, one row per fact: GPU,
+    driver, versions, commit, time span, row counts by status and (where the sidecar JSON
+    gave it) the command that made the file."""
+    fields = ["machine", "cpu", "gpu", "driver", "cuda", "torch", "torchvision", "cupy", "numba", "nmsbench",
+              "git_commit", "python", "time", "rows", "ok", "error", "skipped"]
     if frame.empty:
-        return pd.DataFrame(columns=["source", "hardware", *ENV_COLUMNS, "rows"])
-    keys = ["source", "hardware"]
-    env = [c for c in ENV_COLUMNS if c not in ("timestamp", "machine")]
-    out = frame.groupby(keys, sort=True).agg(
-        {**{c: lambda s: ", ".join(sorted(set(s) - {""})) for c in env},
-         "timestamp": lambda s: _span(s), "status": "size"},
-    ).rename(columns={"status": "rows", "timestamp": "time"}).reset_index()
-    counts = frame.groupby(keys)["status"].value_counts().unstack(fill_value=0)
-    for status in ("ok", "error", "skipped"):
-        out[status] = out.set_index(keys).index.map(lambda k, s=status: int(counts.loc[k, s]) if s in counts.columns else 0)
-    if commands:
-        out["command"] = out["source"].map(lambda s: commands.get(s, ""))
+        return pd.DataFrame(index=pd.Index(fields, name="field"))
+    columns = {}
+    for (source, hardware), part in frame.groupby(["source", "hardware"], sort=True):
+        facts = {c: ", ".join(sorted(set(part[c]) - {""})) for c in ENV_COLUMNS if c != "timestamp"}
+        if part["device"].eq("cuda").sum() == 0:
+            facts.update(gpu="(cpu rows)", driver=facts["driver"] and f"({facts['driver']})")
+        facts["time"] = _span(part["timestamp"])
+        status = part["status"].value_counts()
+        facts.update(rows=f"{len(part):,}", **{s: f"{int(status.get(s, 0)):,}" for s in ("ok", "error", "skipped")})
+        if commands and commands.get(source):
+            facts["command"] = commands[source]
+        columns[f"{source} · {hardware}"] = facts
+    out = pd.DataFrame(columns)
+    order = fields + [f for f in out.index if f not in fields]
+    out = out.reindex(order).fillna("")
+    out.index.name = "field"
     return out
 
 
