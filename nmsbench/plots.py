@@ -135,15 +135,36 @@ def _n_ticks(fig: go.Figure, values) -> None:
         fig.update_xaxes(tickvals=values, ticktext=[str(v) for v in values])
 
 
-def _log_ticks(fig: go.Figure, values, axis: str = "y") -> None:
-    """Decade labels only (1, 10, 100, ...) over a wide range, 1-2-5 labels over a narrow
-    one: plotly's default labels every digit on a short log axis, which reads as clutter."""
+def _tick_label(value: float) -> str:
+    if value >= 1e6:
+        return f"{value / 1e6:g}M"
+    if value >= 1e3:
+        return f"{value / 1e3:g}k"
+    return f"{value:g}"
+
+
+def log_tick_values(values) -> list[float]:
+    """Tick positions for a log axis over ``values``: decades over a wide range, 1-2-5
+    steps over a narrow one, always labelled in full (plotly's own minor labels read
+    "5" for 0.05)."""
     values = np.asarray([v for v in values if pd.notna(v) and v > 0], dtype=float)
     if not len(values):
-        return
-    decades = math.log10(values.max() / values.min()) if values.min() > 0 else 0
-    update = fig.update_yaxes if axis == "y" else fig.update_xaxes
-    update(dtick=1 if decades > 2.5 else "D2", minor=dict(showgrid=True, gridcolor="rgba(128,128,128,0.08)"))
+        return []
+    lo, hi = math.floor(math.log10(values.min())), math.ceil(math.log10(values.max()))
+    steps = (1,) if hi - lo > 3 else (1, 2, 5)
+    ticks = [m * 10.0 ** e for e in range(lo, hi + 1) for m in steps]
+    below = [t for t in ticks if t <= values.min()]
+    above = [t for t in ticks if t >= values.max()]
+    first = below[-1] if below else ticks[0]
+    last = above[0] if above else ticks[-1]
+    return [float(f"{t:.6g}") for t in ticks if first <= t <= last]
+
+
+def _log_ticks(fig: go.Figure, values, axis: str = "y", **selector) -> None:
+    ticks = log_tick_values(values)
+    if ticks:
+        update = fig.update_yaxes if axis == "y" else fig.update_xaxes
+        update(tickvals=ticks, ticktext=[_tick_label(t) for t in ticks], **selector)
 
 
 def _add_lines(fig, data: pd.DataFrame, *, x: str, y: str, row: int, col: int, styles, shown: set,
@@ -221,8 +242,12 @@ def speedup_vs_n(frame: pd.DataFrame, baseline: str = DEFAULT_BASELINE, *, show:
     against N, log-log, one line per implementation; the baseline itself is the line at 1.
     ``frame`` must hold the baseline's rows; ``show`` (default: all) picks the lines drawn."""
     speed = tables.with_speedup(_slim(frame), baseline)
-    if show:
-        speed = speed[speed["impl"].isin([*show, baseline])]
+    if show:  # the chosen lines, and the baseline's line at 1 where one of them is compared with it
+        chosen = speed[speed["impl"].isin(show)]
+        where = ["hardware", "device", "dtype", "timer"]
+        compared = speed.set_index(where).index.isin(chosen.set_index(where).index)
+        base = (speed["impl"] == baseline) & (compared | chosen.empty | (set(show) == {baseline}))
+        speed = speed[speed["impl"].isin(show) | base]
     if speed.empty:
         have = ", ".join(tables.options(ok_rows(frame), "impl")) or "none"
         return empty_figure(f"No measured {baseline} rows to compare with in this selection (implementations: {have}).")
@@ -365,13 +390,15 @@ def curves_for_print(frame: pd.DataFrame, baseline: str = DEFAULT_BASELINE, *, s
     cols = max(len(titles), 1)
     fig = make_subplots(rows=2, cols=cols, subplot_titles=titles + [""] * cols, horizontal_spacing=0.05 if cols > 2 else 0.1,
                         vertical_spacing=0.12)
+    in_legend = {t.legendgroup for t in top.data if t.showlegend}
     for row, part in ((1, top), (2, bottom)):
         for trace in part.data:
             axis = trace.xaxis or "x"
             index = int(axis[1:] or 1)
             trace = go.Scatter(trace)
-            if row == 2:
-                trace.showlegend = False
+            if row == 2:  # the top row's legend serves both rows; the baseline may only be in this one
+                trace.showlegend = trace.showlegend is not False and trace.legendgroup not in in_legend
+                in_legend.add(trace.legendgroup)
             fig.add_trace(trace, row=row, col=index)
         for c in range(1, cols + 1):
             if row == 2:
@@ -384,7 +411,7 @@ def curves_for_print(frame: pd.DataFrame, baseline: str = DEFAULT_BASELINE, *, s
     _n_ticks(fig, ok_rows(frame)["n"])
     for row, part in ((1, top), (2, bottom)):
         y = part.layout.yaxis
-        fig.update_yaxes(dtick=y.dtick, minor=y.minor, row=row)
+        fig.update_yaxes(tickvals=y.tickvals, ticktext=y.ticktext, row=row)
     fig.update_layout(height=640, legend_title_text="implementation", meta={"figure": "curves", "baseline": baseline})
     return fig
 

@@ -1,0 +1,155 @@
+"""``nmsbench plot`` and ``nmsbench export``: paper figures and tables from results CSVs."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from dash_support import CPU_CSV, CUDA_CSV, cpu_results  # noqa: F401  (fixture)
+from nmsbench.cli import main
+
+HAVE_CHROMIUM = any(shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome"))
+needs_chromium = pytest.mark.skipif(
+    not HAVE_CHROMIUM and not os.environ.get("CI"),
+    reason="static export (kaleido) needs Chromium: apt-get install chromium (CI installs it and runs these)",
+)
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def export(*args):
+    result = invoke("export", *args)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+# --- export ---------------------------------------------------------------------------
+
+def test_export_csv_equals_the_results(tmp_path):
+    out = tmp_path / "table.csv"
+    result = invoke("export", CPU_CSV, "--format", "csv", "--scenario", "crowd", "-o", out)
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(out)
+    raw = pd.read_csv(CPU_CSV)
+    raw = raw[raw["scenario"] == "crowd"]
+    assert table["n"].tolist() == sorted(raw["n"].unique())
+    impls = sorted(raw["impl"].unique())
+    assert [c for c in table.columns if c.endswith("median_us")] == [f"{i} median_us" for i in ["torchvision"] + [i for i in impls if i != "torchvision"]]
+    for _, row in raw.iterrows():
+        base = raw[(raw["impl"] == "torchvision") & (raw["n"] == row["n"])]["median_us"].item()
+        mine = table[table["n"] == row["n"]]
+        assert mine[f"{row['impl']} median_us"].item() == row["median_us"]
+        assert mine[f"{row['impl']} speedup"].item() == pytest.approx(base / row["median_us"])
+
+
+def test_export_markdown_and_latex_show_the_csv_numbers(cpu_results):
+    raw = pd.read_csv(cpu_results)
+    markdown = export(cpu_results, "--scenario", "chain", "--impl", "allpairs", "--baseline", "torchvision")
+    assert "speedup vs torchvision" in markdown and "| N | allpairs |" in markdown
+    for n in (16, 32, 64):
+        ap = raw[(raw.impl == "allpairs") & (raw.scenario == "chain") & (raw.n == n)]["median_us"].item()
+        tv = raw[(raw.impl == "torchvision") & (raw.scenario == "chain") & (raw.n == n)]["median_us"].item()
+        from nmsbench.tables import format_us
+        assert f"| {n} | {format_us(ap)} ({tv / ap:.2f}×) |" in markdown
+    latex = export(cpu_results, "--format", "latex")
+    assert latex.startswith(r"\begin{table}") and r"matrix\_naive" in latex and "scenario" in latex
+
+
+def test_export_groups_devices_of_several_files():
+    text = export(CPU_CSV, CUDA_CSV, "--scenario", "uniform")
+    assert "| device | N |" in text and "| cuda | 64 |" in text and "| cpu | 64 |" in text
+
+
+@pytest.mark.parametrize("args, message", [
+    (["missing.csv"], "does not exist"),
+    ([CPU_CSV, "--scenario", "nope"], "nope not in sweep-20261129-h200-host-cpu.csv; it has: chain, clustered"),
+    ([CPU_CSV, "--impl", "fastest"], "fastest not in"),
+    ([CPU_CSV, "--baseline", "nonesuch"], "nonesuch not in"),
+    ([CPU_CSV, "--device", "cuda"], "cuda not in"),
+    ([CPU_CSV, "--timer", "device"], "device not in"),
+    ([CUDA_CSV, "--baseline", "allpairs"], "allpairs has no measured rows"),
+    ([CUDA_CSV, "--impl", "allpairs"], "no measured rows of the chosen implementations"),
+])
+def test_export_bad_input_is_one_clear_message(args, message):
+    result = invoke("export", *args)
+    assert result.exit_code != 0
+    assert message in result.output
+    assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_export_foreign_csv(tmp_path):
+    foreign = tmp_path / "people.csv"
+    foreign.write_text("name,age\nada,36\n")
+    result = invoke("export", foreign)
+    assert result.exit_code == 1 and "people.csv: not an nmsbench results file (missing columns: schema_version" in result.output
+    garbage = tmp_path / "garbage.csv"
+    garbage.write_bytes(b"\x00\xff\xfe binary")
+    result = invoke("export", garbage)
+    assert result.exit_code == 1 and "garbage.csv" in result.output and isinstance(result.exception, SystemExit)
+
+
+def test_export_all_error_rows_says_so(tmp_path):
+    frame = pd.read_csv(CPU_CSV)
+    frame["status"] = "error"
+    path = tmp_path / "failed.csv"
+    frame.to_csv(path, index=False)
+    result = invoke("export", path)
+    assert result.exit_code == 1 and "no measured (status ok) rows" in result.output and "240 error" in result.output
+
+
+# --- plot -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, message", [
+    (["missing.csv", "-o", "x.pdf"], "does not exist"),
+    ([CPU_CSV, "-o", "fig.jpg"], "choose a .pdf, .png or .svg"),
+    ([CPU_CSV, "-o", "fig.pdf", "--scenario", "nope"], "nope not in"),
+    ([CPU_CSV, "-o", "fig.pdf", "--impl", "nope"], "nope not in"),
+    ([CPU_CSV, "-o", "fig.pdf", "--baseline", "nope"], "nope not in"),
+    ([CPU_CSV, "-o", "fig.pdf", "--kind", "memory"], "no peak-memory values"),
+    ([CPU_CSV, "-o", "fig.pdf", "--kind", "timers"], "no device-timer rows to plot"),
+    ([CPU_CSV, "-o", "fig.pdf", "--kind", "overlap", "--at-n", "100"], "no measured rows at N = 100"),
+    ([CUDA_CSV, "-o", "fig.pdf", "--impl", "allpairs"], "no measured rows of the chosen implementations"),
+])
+def test_plot_bad_input_is_one_clear_message(args, message, tmp_path):
+    args = [tmp_path / a if str(a).startswith("fig.") else a for a in args]
+    result = invoke("plot", *args)
+    assert result.exit_code != 0
+    assert message in result.output, result.output
+    assert isinstance(result.exception, SystemExit)
+
+
+def test_plot_foreign_csv(tmp_path):
+    foreign = tmp_path / "foreign.csv"
+    foreign.write_text("x,y\n1,2\n")
+    result = invoke("plot", foreign, "-o", tmp_path / "f.pdf")
+    assert result.exit_code == 1 and "foreign.csv: not an nmsbench results file" in result.output
+
+
+@needs_chromium
+def test_plot_writes_pdf_png_and_svg(tmp_path, cpu_results):
+    pdf, png, svg = tmp_path / "fig.pdf", tmp_path / "fig.png", tmp_path / "overlap.svg"
+    result = invoke("plot", CPU_CSV, "-o", pdf, "--scenario", "clustered,chain", "--impl", "allpairs,bitmask_classic")
+    assert result.exit_code == 0, result.output
+    data = pdf.read_bytes()
+    assert data.startswith(b"%PDF-") and b"%%EOF" in data[-1024:] and len(data) > 5_000
+    result = invoke("plot", CPU_CSV, CUDA_CSV, "-o", png, "--kind", "speedup", "--scenario", "crowd", "--scale", "1")
+    assert result.exit_code == 0, result.output
+    data = png.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 20_000
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as image:
+        assert image.size == (1100, int(image.size[1])) and image.size[1] >= 400
+        pixels = np.asarray(image.convert("RGB").resize((64, 64))).reshape(-1, 3)
+        assert len(np.unique(pixels, axis=0)) > 20  # not a blank page
+    result = invoke("plot", cpu_results, "-o", svg, "--kind", "overlap")
+    assert result.exit_code == 0, result.output
+    assert svg.read_text().lstrip().startswith("<svg")

@@ -1,0 +1,279 @@
+"""Figure and table builders: results tables in, plotly figures and paper tables out."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import pytest
+
+from dash_support import COMMITTED, CPU_CSV, CUDA_CSV, cpu_results  # noqa: F401  (fixture)
+from nmsbench import differences, plots, tables
+from nmsbench.results import COLUMNS
+
+
+@pytest.fixture(scope="module")
+def committed() -> pd.DataFrame:
+    return tables.load_results(COMMITTED)
+
+
+def lines(fig: go.Figure, role: str = "line") -> list:
+    return [t for t in fig.data if (t.meta or {}).get("role") == role]
+
+
+def one_panel(frame, **choices):
+    return tables.select(frame, **choices)
+
+
+# --- loading and selecting ------------------------------------------------------------
+
+def test_load_results_adds_source_and_hardware(committed):
+    assert set(committed["source"]) == {p.name for p in COMMITTED}
+    cuda = committed[committed["device"] == "cuda"]
+    cpu = committed[committed["device"] == "cpu"]
+    assert set(cuda["hardware"]) == {"vm: NVIDIA H200"}
+    assert set(cpu["hardware"]) == {"vm: Intel(R) Xeon(R) Processor"}
+    assert committed["cuda"].map(type).eq(str).all()  # versions stay text ("13.0", never 13.0)
+
+
+def test_load_results_names_the_bad_file(tmp_path):
+    foreign = tmp_path / "foreign.csv"
+    foreign.write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match=r"foreign.csv: not an nmsbench results file \(missing columns: schema_version"):
+        tables.load_results([foreign])
+    with pytest.raises(ValueError, match="upload.csv: not a readable CSV"):
+        tables.load_results([io.BytesIO(b"")], names=["upload.csv"])
+
+
+def test_load_tolerates_extra_columns_and_bad_numbers(tmp_path):
+    frame = pd.read_csv(CPU_CSV)
+    frame["future_column"] = "x"  # a later schema may add columns
+    frame["median_us"] = frame["median_us"].astype(object)
+    frame.loc[0, "median_us"] = "n/a"
+    path = tmp_path / "wider.csv"
+    frame.to_csv(path, index=False)
+    loaded = tables.load_results([path])
+    assert "future_column" in loaded.columns
+    assert math.isnan(loaded.loc[0, "median_us"]) and len(tables.ok_rows(loaded)) == len(frame) - 1
+
+
+def test_empty_load_has_the_usual_columns():
+    empty = tables.concat([])
+    assert empty.empty and {"impl", "status", "median_us", "hardware", "source"} <= set(empty.columns)
+
+
+def test_select_matches_numbers_with_tolerance_and_ignores_empty_choices(committed):
+    knob = tables.select(committed, scenario=["clustered"], overlap=[0.7000000001])
+    assert len(knob) and set(knob["scenario"]) == {"clustered"}
+    assert len(tables.select(committed, impl=[], device=None)) == len(committed)
+    with pytest.raises(ValueError, match="no column"):
+        tables.select(committed, nonsense=["x"])
+
+
+def test_series_names_only_what_varies(committed):
+    cpu = tables.select(committed, device=["cpu"], scenario=["clustered"])
+    assert set(tables.add_series(cpu)["series"]) == set(cpu["impl"])
+    both = tables.select(committed, timer=["wall"], scenario=["clustered"])
+    labels = set(tables.add_series(both)["series"])
+    assert {"torchvision · cpu", "torchvision · cuda"} <= labels  # hardware follows from device: not named
+
+
+# --- figures --------------------------------------------------------------------------
+
+def test_time_vs_n_is_log_log_with_one_line_per_impl_and_an_iqr_band(committed):
+    rows = one_panel(committed, device=["cpu"], scenario=["clustered"])
+    fig = plots.time_vs_n(rows)
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
+    assert "µs" in fig.layout.yaxis.title.text and "N" in fig.layout.xaxis.title.text
+    drawn = lines(fig)
+    assert sorted(t.name for t in drawn) == sorted(rows["impl"].unique())
+    for trace in drawn:
+        part = rows[rows["impl"] == trace.name].sort_values("n")
+        assert list(trace.x) == part["n"].tolist()
+        assert np.allclose(trace.y, part["median_us"])
+    bands = lines(fig, "band")
+    assert len(bands) == 2 * len(drawn)
+    tv = rows[rows["impl"] == "torchvision"].sort_values("n")
+    upper = next(t for t in bands if t.meta["series"] == "torchvision" and t.meta["edge"] == "upper")
+    lower = next(t for t in bands if t.meta["series"] == "torchvision" and t.meta["edge"] == "lower")
+    assert np.allclose(upper.y, tv["median_us"] + tv["iqr_us"] / 2)
+    assert lower.fill == "tonexty" and np.all(np.asarray(lower.y) <= tv["median_us"].to_numpy())
+    assert np.all(np.asarray(lower.y) > 0)  # stays on the log axis
+
+
+def test_time_vs_n_facets_by_scenario(committed):
+    rows = one_panel(committed, device=["cpu"])
+    fig = plots.time_vs_n(rows)
+    titles = {a.text for a in fig.layout.annotations}
+    assert set(rows["scenario"]) <= titles
+    assert len(lines(fig)) == rows["impl"].nunique() * rows["scenario"].nunique()
+    assert sum(t.showlegend for t in lines(fig)) == rows["impl"].nunique()  # one legend entry per impl
+    single = plots.time_vs_n(rows, facet=None)
+    assert len(lines(single)) == rows["impl"].nunique() * rows["scenario"].nunique()  # scenario joins the label
+    assert all(" · " in t.name for t in lines(single))
+
+
+def test_speedup_of_the_baseline_is_one_and_others_are_ratios(committed):
+    rows = one_panel(committed, device=["cpu"], scenario=["clustered"])
+    fig = plots.speedup_vs_n(rows, "torchvision")
+    drawn = {t.name: t for t in lines(fig)}
+    assert fig.layout.yaxis.type == "log" and "torchvision" in fig.layout.yaxis.title.text
+    assert np.allclose(drawn["torchvision"].y, 1.0)
+    tv = rows[rows["impl"] == "torchvision"].set_index("n")["median_us"]
+    ap = rows[rows["impl"] == "allpairs"].set_index("n")["median_us"]
+    assert np.allclose(drawn["allpairs"].y, (tv / ap).sort_index().to_numpy())
+    other = plots.speedup_vs_n(rows, "allpairs", show=["torchvision"])
+    assert {t.name for t in lines(other)} == {"torchvision", "allpairs"}
+
+
+def test_speedup_pairs_rows_of_the_same_device(committed):
+    rows = tables.select(committed, timer=["wall"], scenario=["chain"])
+    speed = tables.with_speedup(rows, "torchvision")
+    assert set(speed["device"]) == {"cpu", "cuda"}
+    for device in ("cpu", "cuda"):
+        base = speed[(speed["device"] == device) & (speed["impl"] == "torchvision")]
+        assert np.allclose(base["speedup"], 1.0)
+
+
+def test_missing_baseline_gives_an_explaining_figure(committed):
+    rows = one_panel(committed, device=["cpu"], impl=["allpairs"])
+    fig = plots.speedup_vs_n(rows, "torchvision")
+    assert fig.layout.meta["empty"] and "torchvision" in fig.layout.meta["message"]
+    assert plots.time_vs_n(rows.iloc[0:0]).layout.meta["empty"]
+
+
+def test_wall_vs_device_and_memory_only_where_recorded(committed, cpu_results):
+    fig = plots.wall_vs_device(committed)
+    names = {t.name for t in lines(fig)}
+    assert {"torchvision · wall", "torchvision · device", "matrix_naive · device"} <= names
+    assert all(t.line.dash == "dash" for t in lines(fig) if t.name.endswith("device"))
+    memory = plots.memory_vs_n(tables.select(committed, device=["cuda"]))
+    assert memory.layout.yaxis.type == "log" and "MiB" in memory.layout.yaxis.title.text
+    cpu_only = tables.load_results([cpu_results])
+    assert plots.wall_vs_device(cpu_only) is None and plots.memory_vs_n(cpu_only) is None
+
+
+def test_time_vs_overlap_at_one_n(committed):
+    rows = one_panel(committed, device=["cpu"])
+    fig = plots.time_vs_overlap(rows, 1024)
+    assert fig.layout.meta["n"] == 1024 and fig.layout.yaxis.type == "log"
+    assert "realized overlap" in fig.layout.xaxis.title.text
+    tv = next(t for t in lines(fig) if t.name == "torchvision")
+    expected = rows[(rows["impl"] == "torchvision") & (rows["n"] == 1024)].sort_values("mean_max_iou")
+    assert np.allclose(tv.x, expected["mean_max_iou"]) and np.allclose(tv.y, expected["median_us"])
+    assert plots.time_vs_overlap(rows, 3).layout.meta["empty"]
+
+
+def test_colors_are_stable_per_implementation():
+    a = plots.color_map(["torchvision", "zeta", "alpha"])
+    b = plots.color_map(["alpha", "zeta", "torchvision", "allpairs"])
+    assert a["torchvision"] == b["torchvision"] == plots.PINNED_COLORS["torchvision"]
+    assert a["alpha"] == b["alpha"] and len(set(b.values())) == 4
+
+
+def test_print_curves_have_time_and_speedup_rows(committed):
+    rows = tables.select(committed, device=["cpu"], scenario=["chain", "uniform"])
+    fig = plots.style_for_print(plots.curves_for_print(rows, "torchvision", show=["allpairs"]))
+    assert {t.name for t in lines(fig)} == {"allpairs", "torchvision"}  # the baseline's line at 1 stays
+    assert fig.layout.template.layout.paper_bgcolor in (None, "white") and fig.layout.paper_bgcolor == "white"
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis3.type == "log"
+
+
+# --- tables ---------------------------------------------------------------------------
+
+def test_speedup_table_matches_the_csv(committed):
+    rows = tables.select(committed, device=["cpu"], scenario=["clustered"])
+    table = tables.speedup_table(rows, "torchvision")
+    assert table.attrs["groups"] == [] and table["impl"].iloc[0] == "torchvision"
+    raw = pd.read_csv(CPU_CSV)
+    raw = raw[raw["scenario"] == "clustered"]
+    for _, row in table.iterrows():
+        source = raw[(raw["impl"] == row["impl"]) & (raw["n"] == row["n"])]["median_us"].item()
+        base = raw[(raw["impl"] == "torchvision") & (raw["n"] == row["n"])]["median_us"].item()
+        assert row["median_us"] == source and row["speedup"] == pytest.approx(base / source)
+
+
+def test_rendered_tables(committed):
+    rows = tables.select(committed, device=["cpu"], scenario=["clustered"])
+    table = tables.speedup_table(rows, "torchvision", impls=["torchvision", "allpairs"])
+    markdown = tables.render_table(table, "markdown")
+    assert "| N | torchvision | allpairs |" in markdown
+    ap = rows[(rows["impl"] == "allpairs") & (rows["n"] == 8192)]["median_us"].item()
+    tv = rows[(rows["impl"] == "torchvision") & (rows["n"] == 8192)]["median_us"].item()
+    assert f"| 8,192 | {tables.format_us(tv)} (1.00×) | {tables.format_us(ap)} ({tv / ap:.2f}×) |" in markdown
+    latex = tables.render_table(table, "latex")
+    assert r"\begin{tabular}{rrr}" in latex and r"\toprule" in latex and r"$\times$" in latex and "µ" not in latex
+    wide = pd.read_csv(io.StringIO(tables.render_table(table, "csv")))
+    assert list(wide.columns) == ["n", "torchvision median_us", "torchvision speedup", "allpairs median_us", "allpairs speedup"]
+    assert wide.loc[wide["n"] == 8192, "allpairs median_us"].item() == ap
+    with pytest.raises(ValueError, match="unknown table format"):
+        tables.render_table(table, "html")
+
+
+def test_table_groups_by_what_varies(committed):
+    table = tables.speedup_table(tables.select(committed, timer=["wall"], scenario=["chain", "crowd"]))
+    assert table.attrs["groups"] == ["device", "scenario"]  # hardware follows from the device
+    markdown = tables.render_table(table, "markdown")
+    assert "| device | scenario | N |" in markdown and "| cuda | crowd | 8,192 |" in markdown
+
+
+def test_environment_table_has_a_column_per_run(committed):
+    env = tables.environment_table(committed, {"sweep-20261129-h200-cuda.csv": "nmsbench sweep ..."})
+    assert len(env.columns) == 2
+    cuda = next(c for c in env.columns if "cuda" in c)
+    assert env.loc["gpu", cuda] == "NVIDIA H200" and env.loc["driver", cuda] == "580.159.04"
+    assert env.loc["git_commit", cuda] and env.loc["command", cuda] == "nmsbench sweep ..."
+    assert env.loc["skipped", cuda] == "320"
+
+
+# --- the differences view -------------------------------------------------------------
+
+def test_differences_classify_and_agree():
+    codes, counts = differences.classify(6, [0, 1, 2], [1, 2, 3])
+    assert codes.tolist() == [2, 1, 1, 3, 0, 0]
+    assert counts == {"suppressed by both": 2, "kept by both": 2, "only A": 1, "only B": 1}
+    assert differences.jaccard([0, 1, 2], [1, 2, 3]) == pytest.approx(0.5)
+    assert differences.jaccard([], []) == 1.0
+    matrix = differences.agreement_matrix({"a": np.array([0, 1]), "b": np.array([1]), "c": np.array([0, 1])})
+    assert matrix.loc["a", "c"] == 1.0 and matrix.loc["a", "b"] == matrix.loc["b", "a"] == 0.5
+
+
+def test_run_case_on_chains_shows_greedy_and_allpairs_differ():
+    case = differences.run_case("chain", 128, overlap=0.6, seed=0, iou_threshold=0.5)
+    assert case.n == 128 and case.boxes.shape == (128, 4)
+    assert {"torchvision", "allpairs", "bitmask_two_phase"} <= set(case.keeps)
+    assert not case.errors
+    codes, counts = differences.classify(case.n, case.keeps["torchvision"], case.keeps["allpairs"])
+    assert counts["only A"] > 0 and counts["only B"] == 0  # all-pairs over-suppresses chains
+    assert differences.jaccard(case.keeps["torchvision"], case.keeps["bitmask_two_phase"]) == 1.0
+
+
+def test_run_case_reports_unavailable_backends_instead_of_raising():
+    case = differences.run_case("uniform", 32, device="cuda", impls=["torchvision", "allpairs", "nope"])
+    if not differences.devices()[-1] == "cuda":
+        assert case.unavailable["torchvision"] == "no CUDA device"
+    assert "no cuda backend" in case.unavailable["allpairs"] or "allpairs" in case.keeps
+    assert "unknown implementation" in case.errors["nope"]
+
+
+def test_boxes_canvas_colours_the_four_classes():
+    boxes = np.array([[0, 0, 10, 10], [5, 5, 15, 15], [100, 100, 120, 130], [200, 200, 210, 210]], dtype=float)
+    codes, counts = differences.classify(4, [0, 2], [0, 3])
+    fig = plots.boxes_canvas(boxes, codes, ("tv", "ap"))
+    outlines = {t.meta["class"]: t for t in lines(fig, "boxes")}
+    assert set(outlines) == set(plots.BOX_CLASSES)
+    assert len(set(t.line.color for t in outlines.values())) == 4
+    assert outlines["only A"].name == "kept only by tv (1)" and outlines["only B"].name == "kept only by ap (1)"
+    assert outlines["suppressed by both"].meta["count"] == 1 and outlines["kept by both"].meta["count"] == 1
+    assert list(fig.layout.yaxis.range) == [1024.0, 0.0]  # image coordinates: y down
+    assert fig.layout.yaxis.scaleanchor == "x"
+    heat = plots.agreement_heatmap(differences.agreement_matrix({"a": np.array([0]), "b": np.array([0, 1])}))
+    assert heat.data[0].zmin == 0 and heat.data[0].zmax == 1 and heat.data[0].z[0][1] == 0.5
+
+
+def test_results_columns_are_all_known_to_the_tables():
+    assert set(tables.NUMERIC_COLUMNS) <= set(COLUMNS)
+    assert set(tables.CASE_KEYS) - {"hardware"} <= set(COLUMNS)
