@@ -1,0 +1,170 @@
+"""The Streamlit dashboard (app.py), driven headless by streamlit.testing.v1.AppTest."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+
+import numpy as np
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from dash_support import COMMITTED, CPU_CSV, REPO, cpu_results  # noqa: F401  (fixture)
+
+APP = str(REPO / "app.py")
+
+
+def start(results_dir, monkeypatch) -> AppTest:
+    monkeypatch.setenv("NMSBENCH_RESULTS_DIR", str(results_dir))
+    at = AppTest.from_file(APP, default_timeout=90)
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def figures(at: AppTest) -> dict[str, dict]:
+    """The page's plotly figures (as JSON) by their builder's name."""
+    out = {}
+    for chart in at.get("plotly_chart"):
+        spec = json.loads(chart.proto.spec)
+        out[(spec["layout"].get("meta") or {}).get("figure", "?")] = spec
+    return out
+
+
+def values(trace: dict, key: str) -> list:
+    """A trace's data array; plotly encodes numeric arrays as base64 typed arrays."""
+    data = trace[key]
+    if isinstance(data, dict) and "bdata" in data:
+        return np.frombuffer(base64.b64decode(data["bdata"]), dtype=np.dtype(data["dtype"])).tolist()
+    return list(data)
+
+
+def line_names(spec: dict) -> set[str]:
+    return {t["name"] for t in spec["data"] if (t.get("meta") or {}).get("role") == "line"}
+
+
+def show(at: AppTest, view: str) -> AppTest:
+    at.session_state["view"] = view
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def test_curves_on_the_committed_results(monkeypatch):
+    at = start(REPO / "results", monkeypatch)
+    assert not at.error
+    figs = figures(at)
+    assert {"time_vs_n", "speedup_vs_n", "wall_vs_device", "memory_vs_n", "time_vs_overlap"} <= set(figs)
+    time = figs["time_vs_n"]
+    assert time["layout"]["xaxis"]["type"] == "log" and time["layout"]["yaxis"]["type"] == "log"
+    assert {"torchvision · cuda", "torchvision · cpu", "allpairs · cpu"} <= line_names(time)
+    assert "rows from 2 file(s)" in " ".join(c.value for c in at.sidebar.caption)
+    labels = [m.label for m in at.sidebar.multiselect]
+    for label in ("machine / GPU", "device", "dtype", "implementation", "family", "scenario", "overlap knob", "IoU threshold"):
+        assert label in labels
+
+
+def test_changing_filters_changes_the_figures(monkeypatch):
+    at = start(REPO / "results", monkeypatch)
+    before = figures(at)["time_vs_n"]
+    at.multiselect(key="filter_impl").select("allpairs").select("torchvision").run()
+    after = figures(at)["time_vs_n"]
+    assert line_names(after) == {"allpairs · cpu", "torchvision · cpu", "torchvision · cuda"} != line_names(before)
+    at.multiselect(key="filter_device").select("cpu").run()
+    assert line_names(figures(at)["time_vs_n"]) == {"allpairs", "torchvision"}
+    assert "wall_vs_device" not in figures(at)  # device time exists for CUDA rows only, so it says so instead
+    assert any("CUDA" in i.value for i in at.info)
+    at.multiselect(key="filter_scenario").select("chain").run()
+    chain = figures(at)["time_vs_n"]
+    assert [a["text"] for a in chain["layout"].get("annotations", []) if a.get("text")] in ([], ["chain"])
+    assert len(chain["data"]) < len(after["data"])
+    at.selectbox(key="baseline").select("allpairs").run()
+    speed = figures(at)["speedup_vs_n"]
+    allpairs = next(t for t in speed["data"] if t["name"] == "allpairs")
+    assert all(abs(y - 1) < 1e-12 for y in values(allpairs, "y")) and "allpairs" in speed["layout"]["yaxis"]["title"]["text"]
+
+
+def test_one_scenario_at_a_time(monkeypatch):
+    at = start(REPO / "results", monkeypatch)
+    at.radio(key="layout").set_value("one at a time").run()
+    at.selectbox(key="one_scenario").select("crowd").run()
+    assert not at.exception
+    time = figures(at)["time_vs_n"]
+    assert time["layout"]["meta"]["figure"] == "time_vs_n" and "xaxis2" not in time["layout"]
+
+
+def test_differences_view_draws_the_boxes_and_the_agreement(monkeypatch):
+    at = show(start(REPO / "results", monkeypatch), "Suppression differences")
+    figs = figures(at)
+    assert {"boxes_canvas", "agreement"} <= set(figs) and "time_vs_n" not in figs
+    canvas = figs["boxes_canvas"]
+    classes = {t["meta"]["class"]: t["meta"]["count"] for t in canvas["data"] if t["meta"]["role"] == "boxes"}
+    assert set(classes) == {"kept by both", "only A", "only B", "suppressed by both"} and sum(classes.values()) == 256
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["kept only by A (torchvision)"] == str(classes["only A"]) and float(metrics["Jaccard of kept sets"]) < 1
+    assert set(figs["agreement"]["data"][0]["x"]) >= {"torchvision", "allpairs", "matrix_naive"}
+    at.selectbox(key="diff_b").select("bitmask_two_phase").run()
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Jaccard of kept sets"] == "1.000" and metrics["kept only by B (bitmask_two_phase)"] == "0"
+    at.number_input(key="diff_n").set_value(100).run()
+    canvas = figures(at)["boxes_canvas"]
+    assert sum(t["meta"]["count"] for t in canvas["data"] if t["meta"]["role"] == "boxes") == 100
+
+
+def test_environment_view_and_download(monkeypatch):
+    at = show(start(REPO / "results", monkeypatch), "Environment & data")
+    env = at.dataframe[0].value
+    assert "NVIDIA H200" in env.to_string() and "580.159.04" in env.to_string()
+    assert any("nmsbench sweep" in c.value for c in at.code)  # the commands from the sidecar JSON
+    available = at.dataframe[1].value
+    assert {"allpairs", "torchvision"} <= set(available["name"])
+    if not available["available here"].str.startswith("yes").all():
+        assert available["available here"].str.contains("no: ").any()  # CUDA backends without a GPU, with the reason
+    assert at.get("download_button")
+
+
+def test_empty_results_folder(tmp_path, monkeypatch):
+    at = start(tmp_path, monkeypatch)
+    assert any("No results yet" in i.value for i in at.info)
+    assert not at.get("plotly_chart")
+    at = show(at, "Suppression differences")
+    assert "boxes_canvas" in figures(at)  # works without results
+
+
+def test_missing_results_folder(tmp_path, monkeypatch):
+    at = start(tmp_path / "nowhere", monkeypatch)
+    assert any("No results yet" in i.value for i in at.info)
+
+
+def test_cpu_only_results_and_a_bad_file_in_the_folder(tmp_path, monkeypatch, cpu_results):
+    shutil.copy(cpu_results, tmp_path / "cpu.csv")
+    (tmp_path / "notes.csv").write_text("what,why\nthis,that\n")
+    at = start(tmp_path, monkeypatch)
+    assert [e.value for e in at.sidebar.error] == ["notes.csv: not an nmsbench results file (missing columns: "
+                                                  "schema_version, impl, family, device, dtype, timer, scenario, overlap, "
+                                                  "classes, n, iou_threshold, seed, params, status, median_us)"]
+    figs = figures(at)
+    assert line_names(figs["time_vs_n"]) == {"torchvision", "allpairs", "matrix_naive"}
+    assert "memory_vs_n" not in figs and "wall_vs_device" not in figs
+
+
+@pytest.mark.parametrize("name, content, problem", [
+    ("people.csv", b"name,age\nada,36\n", "upload people.csv: not an nmsbench results file (missing columns: schema_version"),
+    ("empty.csv", b"", "upload empty.csv: not a readable CSV"),
+    ("broken.csv", b'a,b\n"1,2\n3,4,5,6\n', "upload broken.csv: not a readable CSV"),
+])
+def test_malformed_upload_names_the_problem(tmp_path, monkeypatch, name, content, problem):
+    at = start(tmp_path, monkeypatch)
+    at.file_uploader(key="uploads").upload(name, content, "text/csv").run()
+    assert not at.exception
+    assert any(e.value.startswith(problem) for e in at.sidebar.error), [e.value for e in at.sidebar.error]
+
+
+def test_a_good_upload_adds_its_rows(tmp_path, monkeypatch):
+    at = start(tmp_path, monkeypatch)
+    at.file_uploader(key="uploads").upload("mine.csv", CPU_CSV.read_bytes(), "text/csv").run()
+    assert not at.exception and not at.sidebar.error
+    assert "allpairs · cpu" in line_names(figures(at)["time_vs_n"]) or "allpairs" in line_names(figures(at)["time_vs_n"])
+    assert "mine.csv (uploaded)" in at.multiselect(key="filter_source").options

@@ -1,0 +1,139 @@
+"""End to end: `streamlit run app.py` on localhost, seen by a real headless Chromium.
+
+Uses Debian's chromium (README's test command installs it) through playwright, never a
+browser that playwright downloads. Where chromium or playwright is missing the test skips
+with the reason, except under CI (or NMSBENCH_REQUIRE_BROWSER=1), where that is a failure.
+Screenshots go to $NMSBENCH_SCREENSHOTS when it is set (else the test's tmp folder).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dash_support import REPO
+
+CHROMIUM = next((p for p in (shutil.which("chromium"), "/usr/bin/chromium") if p and Path(p).exists()), None)
+REQUIRED = bool(os.environ.get("CI") or os.environ.get("NMSBENCH_REQUIRE_BROWSER"))
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+
+
+def _need(condition: bool, reason: str) -> None:
+    if not condition:
+        if REQUIRED:
+            pytest.fail(f"{reason} (CI demands the browser test; README's test command installs chromium)")
+        pytest.skip(reason)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def server(tmp_path):
+    """The dashboard on a free localhost port, serving the committed results."""
+    port = _free_port()
+    log = open(tmp_path / "streamlit.log", "w")
+    env = {**os.environ, "NMSBENCH_RESULTS_DIR": str(REPO / "results")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", str(REPO / "app.py"), "--server.headless", "true",
+         "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false",
+         "--server.fileWatcherType", "none"],
+        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 45
+        while True:
+            try:
+                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read().strip() == b"ok":
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log.flush()
+                pytest.fail(f"streamlit did not come up: {(tmp_path / 'streamlit.log').read_text()[-2000:]}")
+            time.sleep(0.3)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def _not_blank(png: bytes) -> int:
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as image:
+        pixels = np.asarray(image.convert("RGB").resize((96, 96))).reshape(-1, 3)
+    return len(np.unique(pixels, axis=0))
+
+
+def test_dashboard_renders_in_chromium(server, tmp_path):
+    _need(CHROMIUM is not None, "Debian chromium is not installed (apt-get install -y chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _need(False, "playwright is not installed (pip install -e '.[dev]')")
+    shots = Path(os.environ.get("NMSBENCH_SCREENSHOTS") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 2400})
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(server, wait_until="domcontentloaded")
+
+            # the curves: plotly has drawn SVG lines with real path data in its first chart
+            page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
+            first = page.locator(".js-plotly-plot").first
+            first.locator(".scatterlayer .trace path.js-line").first.wait_for(timeout=30_000)
+            paths = first.locator(".scatterlayer .trace path.js-line").evaluate_all("els => els.map(e => e.getAttribute('d') || '')")
+            assert len([d for d in paths if len(d) > 20]) >= 6, paths[:3]
+            box = first.bounding_box()
+            assert box and box["width"] > 400 and box["height"] > 300
+            assert "Median time vs N" in page.inner_text("body")
+            assert "log" in first.evaluate("el => el.layout.yaxis.type") and first.evaluate("el => el.data.length") > 6
+            page.wait_for_timeout(500)
+            curves = page.screenshot()
+            (shots / "dashboard-curves.png").write_bytes(curves)
+            assert len(curves) > 50_000 and _not_blank(curves) > 50
+
+            # the differences view: a canvas of coloured boxes and the agreement matrix
+            page.get_by_role("tab", name="Suppression differences").click()
+            page.get_by_text("Pairwise agreement on this box set").wait_for(timeout=60_000)
+            canvas = page.locator(".js-plotly-plot").filter(has_text="kept by both").first
+            canvas.locator(".scatterlayer .trace path.js-line").first.wait_for(timeout=30_000)
+            assert canvas.evaluate("el => el.layout.meta.figure") == "boxes_canvas"
+            outlines = canvas.locator(".scatterlayer .trace path.js-line").evaluate_all("els => els.map(e => e.getAttribute('d') || '')")
+            assert sum(len(d) > 20 for d in outlines) >= 100  # one outline per box (256 boxes)
+            assert canvas.locator(".scatterlayer .trace path.js-fill").count() >= 2
+            legend = " ".join(canvas.locator(".legend text.legendtext").all_text_contents())
+            assert "kept by both" in legend and "suppressed by both" in legend
+            heat = page.locator(".js-plotly-plot").nth(1)
+            assert heat.evaluate("el => el.layout.meta.figure") == "agreement" and heat.evaluate("el => el.data[0].type") == "heatmap"
+            assert heat.locator(".hm, .heatmaplayer image, image").count() >= 1
+            page.wait_for_timeout(500)
+            diff = page.screenshot()
+            (shots / "dashboard-differences.png").write_bytes(diff)
+            assert _not_blank(diff) > 50
+            assert not [e for e in errors if "plotly" in e.lower()], errors
+        finally:
+            browser.close()
