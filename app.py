@@ -209,7 +209,6 @@ def differences_view(colors: dict) -> None:
     iou = c5.slider("IoU threshold", 0.0, 1.0, 0.5, step=0.05, key="diff_iou")
     classes = int(c6.number_input("Classes", 1, 80, 1, key="diff_classes",
                                   help="Above 1, boxes get labels and NMS is class-aware"))
-    ready = differences.availability("cpu")
     device_options = differences.devices()
     d1, d2, d3 = st.columns([1, 1.5, 1.5])
     device = d1.radio("Device", device_options, horizontal=True, key="diff_device",

@@ -7,9 +7,11 @@ import json
 import shutil
 
 import numpy as np
-
 import pytest
-from streamlit.testing.v1 import AppTest
+
+pytest.importorskip("streamlit", reason="the dashboard needs streamlit (a GPU box installed with --no-deps may lack it)")
+pytest.importorskip("plotly", reason="the dashboard needs plotly")
+from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from dash_support import COMMITTED, CPU_CSV, REPO, cpu_results  # noqa: F401  (fixture)
 

@@ -11,6 +11,8 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+pytest.importorskip("plotly", reason="figures need plotly (a GPU box installed with --no-deps may lack it)")
+
 from dash_support import CPU_CSV, CUDA_CSV, cpu_results  # noqa: F401  (fixture)
 from nmsbench.cli import main
 

@@ -7,8 +7,9 @@ import math
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 import pytest
+
+go = pytest.importorskip("plotly.graph_objects", reason="figures need plotly (a GPU box installed with --no-deps may lack it)")
 
 from dash_support import COMMITTED, CPU_CSV, CUDA_CSV, cpu_results  # noqa: F401  (fixture)
 from nmsbench import differences, plots, tables
@@ -20,7 +21,7 @@ def committed() -> pd.DataFrame:
     return tables.load_results(COMMITTED)
 
 
-def lines(fig: go.Figure, role: str = "line") -> list:
+def lines(fig, role: str = "line") -> list:
     return [t for t in fig.data if (t.meta or {}).get("role") == role]
 
 
