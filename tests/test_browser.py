@@ -77,6 +77,19 @@ def server(tmp_path):
         log.close()
 
 
+# True once Streamlit's script run is over and the page's first plotly chart is the wanted
+# figure with at least `lines` drawn SVG line paths (each with real path data).
+CHARTS_READY = """({figure, lines}) => {
+    const app = document.querySelector('[data-testid="stApp"]');
+    if (!app || app.getAttribute('data-test-script-state') !== 'notRunning') return false;
+    const plot = document.querySelector('.js-plotly-plot');
+    if (!plot || !plot.layout || !plot.layout.meta || plot.layout.meta.figure !== figure) return false;
+    const drawn = [...plot.querySelectorAll('.scatterlayer .trace path.js-line')]
+        .filter(p => (p.getAttribute('d') || '').length > 20);
+    return drawn.length >= lines;
+}"""
+
+
 def _not_blank(png: bytes) -> int:
     from PIL import Image
 
@@ -101,39 +114,30 @@ def test_dashboard_renders_in_chromium(server, tmp_path):
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(server, wait_until="domcontentloaded")
 
-            # the curves: plotly has drawn SVG lines with real path data in its first chart
-            page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
+            # the curves: once the script has run, plotly has drawn SVG lines with real path data
+            page.wait_for_function(CHARTS_READY, arg={"figure": "time_vs_n", "lines": 6}, timeout=90_000)
             first = page.locator(".js-plotly-plot").first
-            first.locator(".scatterlayer .trace path.js-line").first.wait_for(timeout=30_000)
-            paths = first.locator(".scatterlayer .trace path.js-line").evaluate_all("els => els.map(e => e.getAttribute('d') || '')")
-            assert len([d for d in paths if len(d) > 20]) >= 6, paths[:3]
+            assert first.evaluate("el => el.layout.meta.figure") == "time_vs_n"
+            assert first.evaluate("el => el.layout.yaxis.type") == "log" and first.evaluate("el => el.layout.xaxis.type") == "log"
             box = first.bounding_box()
-            assert box and box["width"] > 400 and box["height"] > 300
+            assert box and box["width"] > 400 and box["height"] > 300, box
             assert "Median time vs N" in page.inner_text("body")
-            assert "log" in first.evaluate("el => el.layout.yaxis.type") and first.evaluate("el => el.data.length") > 6
-            page.wait_for_timeout(500)
             curves = page.screenshot()
             (shots / "dashboard-curves.png").write_bytes(curves)
-            assert len(curves) > 50_000 and _not_blank(curves) > 50
+            assert _not_blank(curves) > 50, "the curves screenshot is (nearly) blank"
 
             # the differences view: a canvas of coloured boxes and the agreement matrix
             page.get_by_role("tab", name="Suppression differences").click()
-            page.get_by_text("Pairwise agreement on this box set").wait_for(timeout=60_000)
-            canvas = page.locator(".js-plotly-plot").filter(has_text="kept by both").first
-            canvas.locator(".scatterlayer .trace path.js-line").first.wait_for(timeout=30_000)
-            assert canvas.evaluate("el => el.layout.meta.figure") == "boxes_canvas"
-            outlines = canvas.locator(".scatterlayer .trace path.js-line").evaluate_all("els => els.map(e => e.getAttribute('d') || '')")
-            assert sum(len(d) > 20 for d in outlines) >= 100  # one outline per box (256 boxes)
+            page.wait_for_function(CHARTS_READY, arg={"figure": "boxes_canvas", "lines": 100}, timeout=90_000)
+            canvas = page.locator(".js-plotly-plot").first
             assert canvas.locator(".scatterlayer .trace path.js-fill").count() >= 2
             legend = " ".join(canvas.locator(".legend text.legendtext").all_text_contents())
-            assert "kept by both" in legend and "suppressed by both" in legend
+            assert "kept by both" in legend and "suppressed by both" in legend, legend
             heat = page.locator(".js-plotly-plot").nth(1)
             assert heat.evaluate("el => el.layout.meta.figure") == "agreement" and heat.evaluate("el => el.data[0].type") == "heatmap"
-            assert heat.locator(".hm, .heatmaplayer image, image").count() >= 1
-            page.wait_for_timeout(500)
             diff = page.screenshot()
             (shots / "dashboard-differences.png").write_bytes(diff)
-            assert _not_blank(diff) > 50
+            assert _not_blank(diff) > 50, "the differences screenshot is (nearly) blank"
             assert not [e for e in errors if "plotly" in e.lower()], errors
         finally:
             browser.close()
