@@ -266,7 +266,6 @@ def _print_summary(out: Path, counts: dict) -> None:
     )
 
 
-
 # --- paper exports: `nmsbench plot` and `nmsbench export` (the dashboard's builders) ---
 
 def _selected_results(paths, scenarios, impls, devices, timers, baseline=None):
