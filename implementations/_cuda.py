@@ -10,6 +10,7 @@ memory statistics see them), and every launch goes to torch's current CUDA strea
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -52,18 +53,25 @@ class CudaModule:
         return module.get_function(name if dtype is None else f"{name}<{SOURCE_TYPES[dtype]}>")
 
 
-def launch(fn, grid, block, args, shared_mem: int = 0) -> None:
-    """Launch ``fn`` on torch's current CUDA stream. ``args`` may hold tensors (passed as
-    device pointers), None (a null pointer), ``np`` scalars and ints (passed as int32)."""
+@contextmanager
+def on_torch_stream(device: torch.device):
+    """Enter once per op; yields ``launch(fn, grid, block, args, shared_mem=0)``, which
+    launches on torch's current CUDA stream of ``device``. ``args`` may hold tensors
+    (passed as device pointers), None (a null pointer), ``np`` scalars and ints (int32).
+    Looking up the stream and entering CuPy's device and stream contexts once per op,
+    not per launch, saves ~10 us a launch."""
     import cupy
 
-    torch_stream = torch.cuda.current_stream()
+    torch_stream = torch.cuda.current_stream(device)
     stream = _streams.get(torch_stream.cuda_stream)
     if stream is None:
         stream = _streams[torch_stream.cuda_stream] = _wrap_stream(cupy, torch_stream)
-    converted = tuple(_argument(a) for a in args)
+
+    def launch(fn, grid, block, args, shared_mem: int = 0) -> None:
+        fn(tuple(grid), tuple(block), tuple(_argument(a) for a in args), shared_mem=shared_mem)
+
     with cupy.cuda.Device(torch_stream.device.index), stream:
-        fn(tuple(grid), tuple(block), converted, shared_mem=shared_mem)
+        yield launch
 
 
 def _wrap_stream(cupy, torch_stream):

@@ -16,7 +16,7 @@ from nmsbench.boxes import NMSResult, score_order
 from nmsbench.registry import register
 
 from ._cpu import JIT, balanced_row, box_iou, keep_from_sorted, sorted_inputs
-from ._cuda import CUDA_DTYPES, CudaModule, blocks, launch, ranked_labels
+from ._cuda import CUDA_DTYPES, CudaModule, blocks, on_torch_stream, ranked_labels
 
 
 @njit(parallel=True, **JIT)
@@ -57,9 +57,10 @@ def allpairs_cuda(boxes, scores, *, iou_threshold, labels=None):
         return NMSResult(order)
     sorted_boxes = boxes.index_select(0, order).contiguous()
     suppressed = torch.zeros(n, dtype=torch.bool, device=boxes.device)
-    launch(
-        CUDA_MODULE.get("allpairs_kernel", boxes.dtype, boxes.device),
-        (blocks(n, CANDIDATES), blocks(n, CHUNK)), (CANDIDATES,),
-        (sorted_boxes, ranked_labels(labels, order), n, np.float64(iou_threshold), suppressed),
-    )
+    with on_torch_stream(boxes.device) as launch:
+        launch(
+            CUDA_MODULE.get("allpairs_kernel", boxes.dtype, boxes.device),
+            (blocks(n, CANDIDATES), blocks(n, CHUNK)), (CANDIDATES,),
+            (sorted_boxes, ranked_labels(labels, order), n, np.float64(iou_threshold), suppressed),
+        )
     return NMSResult(order[~suppressed])

@@ -20,7 +20,7 @@ from nmsbench.boxes import NMSResult, score_order
 from nmsbench.registry import register
 
 from ._cpu import JIT, balanced_row, box_iou, keep_from_sorted, resolve_greedy, sorted_inputs
-from ._cuda import CUDA_DTYPES, CudaModule, blocks, launch, ranked_labels
+from ._cuda import CUDA_DTYPES, CudaModule, blocks, on_torch_stream, ranked_labels
 
 BLOCK = 64
 
@@ -71,10 +71,11 @@ def bitmask_classic_cuda(boxes, scores, *, iou_threshold, labels=None):
     column_blocks = blocks(n, BLOCK)
     sorted_boxes = boxes.index_select(0, order).contiguous()
     mask = torch.empty((n, column_blocks), dtype=torch.int64, device=boxes.device)  # every word is written
-    launch(
-        CUDA_MODULE.get("block_mask_kernel", boxes.dtype, boxes.device),
-        (column_blocks, column_blocks), (BLOCK,),
-        (sorted_boxes, ranked_labels(labels, order), n, np.float64(iou_threshold), mask),
-    )
+    with on_torch_stream(boxes.device) as launch:
+        launch(
+            CUDA_MODULE.get("block_mask_kernel", boxes.dtype, boxes.device),
+            (column_blocks, column_blocks), (BLOCK,),
+            (sorted_boxes, ranked_labels(labels, order), n, np.float64(iou_threshold), mask),
+        )
     kept = resolve_greedy(mask.cpu().numpy().view(np.uint64), BLOCK)
     return NMSResult(order[torch.from_numpy(kept).to(boxes.device)])

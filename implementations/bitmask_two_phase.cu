@@ -19,53 +19,29 @@ __global__ void ballot_mask_kernel(const T* boxes, const long long* labels, int 
     }
 }
 
-// Phase 2: one block walks the boxes in rank order. The "removed" bitmap lives in shared
-// memory; a kept box ORs its mask row into it and __syncthreads() makes that visible
-// before the next decision (the seed's design). Thread t owns words t, t + blockDim, ...
-// of every row; it loads its words of row i + 1 while box i is decided, so the wait for
-// global memory overlaps the barrier instead of adding to it. Every thread also holds the
-// word of the current box (identical in all threads) in a register, so no thread reads a
-// shared word that another one is writing. Writes the kept boxes' input indices
-// (order[i]) in rank order, and their count.
-#define MAX_WORDS_PER_THREAD 12  // 12 x 1024 threads x 32 bits: N <= 393216 (48 KiB of removed bits)
-
+// Phase 2: one block walks the boxes in rank order (the seed's design). The "removed"
+// bitmap lives in shared memory; a kept box ORs its mask row into it and __syncthreads()
+// makes that visible before the next decision, so only kept boxes cost a barrier. Every
+// thread holds the word of the current box in a register (identical in all threads), so
+// no thread reads a shared word that another one is writing. Writes the kept boxes'
+// input indices (order[i]) in rank order, and their count.
 extern "C" __global__ void greedy_resolve_kernel(const unsigned int* mask, const long long* order, int n,
                                                  int words, long long* keep, int* kept_count) {
     extern __shared__ unsigned int removed[];
-    const int t = threadIdx.x, stride = blockDim.x;
-    for (int w = t; w < words; w += stride) removed[w] = 0u;
-    unsigned int next_own[MAX_WORDS_PER_THREAD], next_diagonal;  // row i + 1, loaded early
-    auto load_row = [&](int i) {
-        const unsigned int* row = mask + (long long)i * words;
-        next_diagonal = row[i / 32];
-#pragma unroll
-        for (int k = 0; k < MAX_WORDS_PER_THREAD; ++k) {
-            const int w = t + k * stride;
-            next_own[k] = w < words && w > i / 32 ? row[w] : 0u;
-        }
-    };
-    load_row(0);
+    for (int w = threadIdx.x; w < words; w += blockDim.x) removed[w] = 0u;
     __syncthreads();
     int count = 0;
     unsigned int current = 0u;  // removed[i / 32]
     for (int i = 0; i < n; ++i) {
-        unsigned int own[MAX_WORDS_PER_THREAD];
-#pragma unroll
-        for (int k = 0; k < MAX_WORDS_PER_THREAD; ++k) own[k] = next_own[k];
-        const unsigned int diagonal = next_diagonal;
-        if (i + 1 < n) load_row(i + 1);
         const int word = i / 32;
         if (i % 32 == 0) current = removed[word];  // its last writer passed a barrier since
         if (current & (1u << (i % 32))) continue;  // the same in every thread: no divergence
-        if (t == 0) keep[count] = order[i];
+        if (threadIdx.x == 0) keep[count] = order[i];
         ++count;
-        current |= diagonal;
-#pragma unroll
-        for (int k = 0; k < MAX_WORDS_PER_THREAD; ++k) {
-            const int w = t + k * stride;
-            if (w < words && w > word) removed[w] |= own[k];
-        }
+        const unsigned int* row = mask + (long long)i * words;
+        current |= row[word];
+        for (int w = word + 1 + threadIdx.x; w < words; w += blockDim.x) removed[w] |= row[w];
         __syncthreads();
     }
-    if (t == 0) *kept_count = count;
+    if (threadIdx.x == 0) *kept_count = count;
 }

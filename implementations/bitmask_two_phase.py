@@ -19,7 +19,7 @@ from nmsbench.boxes import NMSResult, score_order
 from nmsbench.registry import register
 
 from ._cpu import JIT, balanced_row, box_iou, keep_from_sorted, resolve_greedy, sorted_inputs
-from ._cuda import CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, blocks, launch, ranked_labels
+from ._cuda import CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, blocks, on_torch_stream, ranked_labels
 
 WORD_BITS = 32
 
@@ -53,7 +53,7 @@ def bitmask_two_phase_cpu(boxes, scores, *, iou_threshold, labels=None):
 
 CUDA_MODULE = CudaModule("bitmask_two_phase.cu", templates=("ballot_mask_kernel",), plain=("greedy_resolve_kernel",))
 WARPS_PER_BLOCK = 8
-MAX_RESOLVE_WORDS = min(12 * 1024, MAX_SHARED_BYTES // 4)  # MAX_WORDS_PER_THREAD x 1024 threads in the .cu
+MAX_RESOLVE_WORDS = MAX_SHARED_BYTES // 4  # the resolve's "removed" bitmap, in shared memory
 
 
 @register(
@@ -74,16 +74,17 @@ def bitmask_two_phase_cuda(boxes, scores, *, iou_threshold, labels=None):
         )
     sorted_boxes = boxes.index_select(0, order).contiguous()
     mask = torch.zeros((n, words), dtype=torch.int32, device=boxes.device)
-    launch(
-        CUDA_MODULE.get("ballot_mask_kernel", boxes.dtype, boxes.device),
-        (blocks(n, WARPS_PER_BLOCK),), (32 * WARPS_PER_BLOCK,),
-        (sorted_boxes, ranked_labels(labels, order), n, words, np.float64(iou_threshold), mask),
-    )
     keep = torch.empty(n, dtype=torch.int64, device=boxes.device)
     kept_count = torch.empty(1, dtype=torch.int32, device=boxes.device)
     threads = min(1024, -(-words // 32) * 32)
-    launch(
-        CUDA_MODULE.get("greedy_resolve_kernel", None, boxes.device), (1,), (threads,),
-        (mask, order, n, words, keep, kept_count), shared_mem=words * 4,
-    )
+    with on_torch_stream(boxes.device) as launch:
+        launch(
+            CUDA_MODULE.get("ballot_mask_kernel", boxes.dtype, boxes.device),
+            (blocks(n, WARPS_PER_BLOCK),), (32 * WARPS_PER_BLOCK,),
+            (sorted_boxes, ranked_labels(labels, order), n, words, np.float64(iou_threshold), mask),
+        )
+        launch(
+            CUDA_MODULE.get("greedy_resolve_kernel", None, boxes.device), (1,), (threads,),
+            (mask, order, n, words, keep, kept_count), shared_mem=words * 4,
+        )
     return NMSResult(keep[: int(kept_count.item())])

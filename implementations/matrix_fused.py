@@ -27,7 +27,7 @@ from nmsbench.families import MATRIX_PARAMS
 from nmsbench.registry import register
 
 from ._cpu import JIT, balanced_row, box_iou, sorted_inputs
-from ._cuda import CUDA_DTYPES, CudaModule, blocks, launch, ranked_labels
+from ._cuda import CUDA_DTYPES, CudaModule, blocks, on_torch_stream, ranked_labels
 
 
 @njit(parallel=True, **JIT)
@@ -114,23 +114,24 @@ def matrix_fused_cuda(boxes, scores, *, iou_threshold, labels=None, kernel, sigm
     partial = torch.empty((n, tiles), dtype=store, device=device)
     decay_key = torch.empty(n, dtype=torch.int64, device=device)
     initial_key = _ordered_key(1.0 if linear else 0.0)
-    launch(
-        CUDA_MODULE.get("iou_tile_kernel", dtype, device), (tiles, tiles), (TILE, TILE),
-        (sorted_boxes, ranked_labels(labels, order), n, tiles, initial_key, tile_iou, partial, decay_key),
-    )
-    level, length = 0, tiles
-    while length > 1:
-        launch(CUDA_MODULE.get("max_reduce_pass", dtype, device), (tiles,), (TILE, TILE), (partial, n, tiles, level))
-        level, length = level + 1, blocks(length, TILE)
-    launch(
-        CUDA_MODULE.get("decay_kernel", dtype, device), (tiles, tiles), (TILE, TILE),
-        (tile_iou, partial, n, tiles, linear, decay_key),
-    )
     final_by_input = torch.empty(n, dtype=store, device=device)
-    launch(
-        CUDA_MODULE.get("final_score_kernel", dtype, device), (blocks(n, 256),), (256,),
-        (sorted_scores, order, decay_key, n, linear, np.float64(sigma), final_by_input),
-    )
+    with on_torch_stream(device) as launch:
+        launch(
+            CUDA_MODULE.get("iou_tile_kernel", dtype, device), (tiles, tiles), (TILE, TILE),
+            (sorted_boxes, ranked_labels(labels, order), n, tiles, initial_key, tile_iou, partial, decay_key),
+        )
+        level, length = 0, tiles
+        while length > 1:
+            launch(CUDA_MODULE.get("max_reduce_pass", dtype, device), (tiles,), (TILE, TILE), (partial, n, tiles, level))
+            level, length = level + 1, blocks(length, TILE)
+        launch(
+            CUDA_MODULE.get("decay_kernel", dtype, device), (tiles, tiles), (TILE, TILE),
+            (tile_iou, partial, n, tiles, linear, decay_key),
+        )
+        launch(
+            CUDA_MODULE.get("final_score_kernel", dtype, device), (blocks(n, 256),), (256,),
+            (sorted_scores, order, decay_key, n, linear, np.float64(sigma), final_by_input),
+        )
     # Stable sort over input order: ties in final score go to the lower input index.
     final, index = torch.sort(final_by_input, descending=True, stable=True)
     kept = int((final >= score_threshold).sum())
