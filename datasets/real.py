@@ -199,7 +199,7 @@ def sample_real(n: int, t: float, seed: int, classes: int, path=None, recording:
         "above_threshold": int(np.count_nonzero(scores >= np.float32(t))), "capped": capped,
         "classes": max(1, distinct),
         # the columns a results row records for this box set
-        "row": {"image": rec.image, "input_size": rec.input_size, "n": len(passed), "n_cap": n},
+        "row": {"image": rec.image, "input_size": rec.input_size, "n": len(passed), "n_cap": n, "classes": NUM_CLASSES},
     }
 
 

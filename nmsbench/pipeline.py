@@ -250,29 +250,34 @@ def decode_torch(raw: torch.Tensor, conf_threshold: float, input_size: tuple[flo
                  buffer: CandidateBuffer) -> CandidateBuffer:
     """Confidence filter and decode with torch ops into ``buffer``'s fixed rows.
 
-    Raises :class:`CandidateOverflow` when an image has more candidates than the buffer
-    holds; the counts come to the host for that check (and for the NMS that follows).
+    As in YOLOv5's ``non_max_suppression``, rows whose objectness is below the threshold
+    are dropped first (they cannot pass: class probabilities are <= 1), then score =
+    objectness x best class is compared with the threshold in float32, as the CUDA kernel
+    does. Raises :class:`CandidateOverflow` when an image has more candidates than the
+    buffer holds; the counts come to the host for that check and for the NMS that follows.
     """
     batch, capacity = buffer.scores.shape
     if raw.shape[0] != batch:
         raise ValueError(f"raw has {raw.shape[0]} images but the buffer was made for {batch}")
-    best_score, best = raw[:, :, BOX_FIELDS:].max(dim=2)
-    score = raw[:, :, 4] * best_score
-    passed = score >= conf_threshold  # a float32 comparison, as in the CUDA kernel
-    counts = passed.sum(dim=1).tolist()
+    image, row = (raw[:, :, 4] >= conf_threshold).nonzero(as_tuple=True)  # row-major: images ascending
+    q = raw[image, row]
+    best_score, best = q[:, BOX_FIELDS:].max(dim=1)  # the first maximum on ties
+    score = q[:, 4] * best_score
+    passed = score >= conf_threshold
+    image, row, q, best, score = image[passed], row[passed], q[passed], best[passed], score[passed]
+    per_image = torch.bincount(image, minlength=batch)
+    counts = per_image.tolist()
     if max(counts, default=0) > capacity:
         raise CandidateOverflow(counts, capacity, conf_threshold)
-    image, row = passed.nonzero(as_tuple=True)
-    slot = passed.cumsum(dim=1)[image, row] - 1
-    q = raw[image, row]
+    slot = torch.arange(image.shape[0], device=raw.device) - (per_image.cumsum(0) - per_image)[image]
     half = q[:, 2:4] * 0.5
     width, height = float(input_size[0]), float(input_size[1])
-    boxes = torch.stack([(q[:, 0] - half[:, 0]).clamp(0, width), (q[:, 1] - half[:, 1]).clamp(0, height),
-                         (q[:, 0] + half[:, 0]).clamp(0, width), (q[:, 1] + half[:, 1]).clamp(0, height)], dim=1)
     buffer.rows[image, slot] = row
-    buffer.boxes[image, slot] = boxes
-    buffer.scores[image, slot] = score[image, row]
-    buffer.labels[image, slot] = best[image, row]
+    buffer.boxes[image, slot] = torch.stack(
+        [(q[:, 0] - half[:, 0]).clamp(0, width), (q[:, 1] - half[:, 1]).clamp(0, height),
+         (q[:, 0] + half[:, 0]).clamp(0, width), (q[:, 1] + half[:, 1]).clamp(0, height)], dim=1)
+    buffer.scores[image, slot] = score
+    buffer.labels[image, slot] = best
     return buffer._replace(counts=counts)
 
 
