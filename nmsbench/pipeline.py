@@ -212,9 +212,11 @@ def nms_numpy(candidates: list[Detections], iou_threshold: float, max_det: int) 
     """Per image: greedy NMS per class, merged by score (ties: lower raw row), the best ``max_det``."""
     out = []
     for c in candidates:
-        kept = [np.flatnonzero(c.labels == label)[greedy_nms_numpy(c.boxes[c.labels == label], c.scores[c.labels == label], iou_threshold)]
-                for label in np.unique(c.labels)]
-        keep = _by_score_numpy(np.concatenate(kept) if kept else np.zeros(0, np.int64), c.scores)[:max_det]
+        kept = [np.zeros(0, np.int64)]
+        for label in np.unique(c.labels):
+            members = np.flatnonzero(c.labels == label)
+            kept.append(members[greedy_nms_numpy(c.boxes[members], c.scores[members], iou_threshold)])
+        keep = _by_score_numpy(np.concatenate(kept), c.scores)[:max_det]
         out.append(Detections(c.rows[keep], c.boxes[keep], c.scores[keep], c.labels[keep]))
     return out
 
@@ -259,11 +261,12 @@ def decode_torch(raw: torch.Tensor, conf_threshold: float, input_size: tuple[flo
     batch, capacity = buffer.scores.shape
     if raw.shape[0] != batch:
         raise ValueError(f"raw has {raw.shape[0]} images but the buffer was made for {batch}")
-    image, row = (raw[:, :, 4] >= conf_threshold).nonzero(as_tuple=True)  # row-major: images ascending
+    threshold = float(np.float32(conf_threshold))  # the float32 value, whatever precision compares it
+    image, row = (raw[:, :, 4] >= threshold).nonzero(as_tuple=True)  # row-major: images ascending
     q = raw[image, row]
     best_score, best = q[:, BOX_FIELDS:].max(dim=1)  # the first maximum on ties
     score = q[:, 4] * best_score
-    passed = score >= conf_threshold
+    passed = score >= threshold
     image, row, q, best, score = image[passed], row[passed], q[passed], best[passed], score[passed]
     per_image = torch.bincount(image, minlength=batch)
     counts = per_image.tolist()
