@@ -132,6 +132,18 @@ def test_torch_front_end_equals_numpy_decode(recorded, synthetic):
                     np.testing.assert_array_equal(a, e)
 
 
+def test_confidence_is_compared_in_float32_as_the_cuda_kernel_does():
+    conf = 0.45  # float32(0.45) = 0.44999998..., below 0.45: a float64 comparison would drop the first row
+    raw = np.zeros((1, 3, 85), dtype=np.float32)
+    raw[0, :, :4] = [[10, 10, 4, 4], [50, 50, 4, 4], [90, 90, 4, 4]]
+    raw[0, :, 4] = 1.0
+    raw[0, :, 5] = [F32(conf), np.nextafter(F32(conf), F32(0)), F32(0.9)]
+    for name in HARD + ["torch+allpairs"]:
+        (det,) = run_pipeline(name, raw, PipelineConfig(conf))
+        assert sorted(det.numpy().rows.tolist()) == [0, 2], name
+    assert [c[0] for c in plain_reference(raw[0], conf, 0.45, 300, 640)] == [2, 0]
+
+
 def test_allpairs_pipeline_suppresses_a_subset_and_the_difference_is_counted(recorded):
     config = PipelineConfig(0.001, 0.45, max_det=10_000)  # max_det does not bind
     reference = run_pipeline("numpy", recorded, config)
