@@ -288,7 +288,7 @@ def _print_summary(out: Path, counts: dict) -> None:
     )
 
 
-from .pipeline_cli import pipeline_command  # noqa: E402 (it uses the helpers above)
+from .pipeline_cli import pipeline_command  # noqa: E402
 
 main.add_command(pipeline_command)
 

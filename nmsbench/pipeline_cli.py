@@ -1,4 +1,8 @@
-"""``nmsbench pipeline``: time detector post-processing (raw output -> detections) by stage."""
+"""``nmsbench pipeline``: time detector post-processing (raw output -> detections) by stage.
+
+``nmsbench.cli`` adds this command to its group; the helpers shared with ``sweep`` are
+imported from there when the command runs, so either module can be imported first.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from . import datasets
-from .cli import _console, _floats, _split, console
 from .pipeline import STAGES, pipelines
 from .pipeline_bench import DEFAULT_BATCHES, SOURCES, PipelineGrid, run_pipeline_bench
 from .results import ResultWriter, default_output_path, environment
@@ -20,6 +23,8 @@ from .timing import TIMERS
 
 
 def _positive_ints(text: str, what: str) -> list[int]:
+    from .cli import _split
+
     try:
         values = [int(v) for v in _split((text,))]
     except ValueError:
@@ -65,6 +70,8 @@ def pipeline_command(batches, devices, sources, names, confs, iou, max_det, max_
     all-pairs NMS. Rows (stage decode, nms, total) go to the sweep's CSV schema with
     benchmark=pipeline, batch, stage, candidates, and agreement with the numpy reference.
     """
+    from .cli import _console, _floats, _split, console
+
     known = pipelines()
     if show_list:
         table = Table(title="nmsbench pipelines")
@@ -157,6 +164,7 @@ def reproduce_pipeline_command(grid: PipelineGrid, out: Path) -> str:
 def _print_pipeline_summary(out: Path, counts: dict) -> None:
     import pandas as pd
 
+    from .cli import console
     from .pipeline_bench import per_image_table
 
     frame = pd.read_csv(out)

@@ -374,3 +374,12 @@ def test_bad_pipeline_options_exit_nonzero(tmp_path, args, message):
     assert result.exit_code == 2
     assert message in result.output
     assert not (tmp_path / "x.csv").exists()
+
+
+def test_the_pipeline_command_module_imports_first():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", "import nmsbench.pipeline_cli; from nmsbench.cli import main; "
+                           "assert 'pipeline' in main.commands"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
