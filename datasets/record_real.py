@@ -59,7 +59,7 @@ HEADS = (("conv_22", "yolo_23", 16), ("conv_15", "yolo_16", 32))  # (conv layer,
 
 
 def package_dir(name: str) -> Path:
-    """A package's folder without importing it (ultralytics' import pulls in half of PyPI)."""
+    """A package's folder without importing it (importing ultralytics needs its many dependencies)."""
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit(f"package {name!r} is not installed; see datasets/REAL.md for the recording set-up")
