@@ -131,7 +131,9 @@ def sidebar_filters(frame: pd.DataFrame) -> dict:
             st.session_state[key] = [v for v in st.session_state[key] if v in values]
         elif column == "timer" and "wall" in values:
             st.session_state[key] = ["wall"]
-        if not values:
+        elif column == "benchmark" and "nms" in values and len(values) > 1:
+            st.session_state[key] = ["nms"]  # pipeline rows time other things than NMS vs N
+        if not values or (column in tables.OPTIONAL_FILTERS and len(values) < 2):
             continue
         choices[column] = st.multiselect(label, values, key=key, placeholder="all", format_func=number_label)
     return choices

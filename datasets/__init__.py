@@ -4,7 +4,10 @@
     >>> boxset = generate("clustered", 1000, overlap=0.9, seed=0)
 
 Synthetic scenarios live on a 1024 x 1024 canvas and are generated on the CPU from
-``numpy.random.default_rng(seed)``. For every scenario a larger knob means more overlap.
+``numpy.random.default_rng(seed)``. For every synthetic scenario a larger knob means more
+overlap. The ``real`` scenario replays recorded YOLOv3-tiny candidates (``real.py``,
+REAL.md): its knob is the confidence threshold applied before NMS, so a larger knob
+means fewer boxes, and ``recording=`` picks the photo and input size.
 """
 
 from __future__ import annotations
@@ -13,14 +16,14 @@ import math
 import numbers
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 import torch
 
 from nmsbench.boxes import BoxSet, validate_nms_inputs
 
-from . import synthetic
+from . import real, synthetic
 from .file_loader import load_boxes_file, sample_file
 from .synthetic import CANVAS
 
@@ -35,18 +38,26 @@ class Scenario:
     knob_range: tuple[float, float]  # closed range
     description: str
     _sampler: Callable = field(repr=False, compare=False)
+    recordings: Optional[Callable[[], list[str]]] = field(default=None, repr=False, compare=False)
 
     def generate(self, n: int, overlap: float | None = None, seed: int = 0, classes: int = 1,
-                 path=None) -> BoxSet:
+                 path=None, recording: str | None = None) -> BoxSet:
         """``n`` boxes with knob ``overlap`` (None: the default), deterministic from ``seed``.
 
-        ``classes`` > 1 adds int64 labels; ``path`` is only used by the ``file`` scenario.
+        ``classes`` > 1 adds int64 labels; ``path`` is only used by the ``file`` scenario,
+        ``recording`` (e.g. ``"bus.jpg@1312"``) only by scenarios that replay recordings
+        (``real``), where ``n`` caps the box count (see ``real.py``).
         """
         n = _whole("n", n, 0)
         seed = _whole("seed", seed, 0)
         classes = _whole("classes", classes, 1)
         t = self.check_overlap(overlap)
-        result, extra = self._sampler(n, t, seed, classes, path)
+        if recording is None:
+            result, extra = self._sampler(n, t, seed, classes, path)
+        elif self.recordings is None:
+            raise ValueError(f"{self.name}: recording= is only for scenarios that replay recordings (real)")
+        else:
+            result, extra = self._sampler(n, t, seed, classes, path, recording=recording)
         result.meta = {"scenario": self.name, "overlap": t, "seed": seed, "classes": classes, **extra}
         validate_nms_inputs(result.boxes, result.scores, result.labels)
         return result
@@ -109,17 +120,26 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("file", "scale factor of box sizes about their centres (1 = as recorded)", 1.0, (0.01, 10.0),
              "the first n boxes of an .npz/.pt/.csv file (path=...); labels come from the file",
              sample_file),
+    Scenario("real", "confidence threshold before NMS (higher: fewer boxes; n caps N by top score)",
+             real.DEFAULT_CONF, (real.FLOOR, 1.0),
+             "YOLOv3-tiny candidates recorded on real photos (recording photo@size, default "
+             f"{real.DEFAULT_RECORDING}); N = candidates with score >= knob, the n best of them at most; "
+             "labels are the detector's 80 COCO classes",
+             real.sample_real, recordings=real.recording_keys),
 )}
 
 SYNTHETIC = ("uniform", "clustered", "crowd", "chain", "degenerate")
 
 
 def generate(name: str, n: int, overlap: float | None = None, seed: int = 0, classes: int = 1,
-             path: str | None = None) -> BoxSet:
-    """Generate scenario ``name`` (see ``SCENARIOS``); ``path`` is for the ``file`` scenario."""
+             path: str | None = None, recording: str | None = None) -> BoxSet:
+    """Generate scenario ``name`` (see ``SCENARIOS``); ``path`` is for the ``file`` scenario,
+    ``recording`` for the ``real`` one."""
     if not isinstance(name, str) or name not in SCENARIOS:
         raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
-    return SCENARIOS[name].generate(n, overlap, seed, classes, path)
+    return SCENARIOS[name].generate(n, overlap, seed, classes, path, recording)
 
 
-__all__ = ["CANVAS", "SCENARIOS", "SYNTHETIC", "Scenario", "generate", "load_boxes_file"]
+RECORDED = ("real",)  # scenarios that replay recorded detector output
+
+__all__ = ["CANVAS", "RECORDED", "SCENARIOS", "SYNTHETIC", "Scenario", "generate", "load_boxes_file"]

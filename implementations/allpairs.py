@@ -2,17 +2,21 @@
 
 Each box decides alone: it is suppressed iff *any* higher-ranked box with the same label
 overlaps it above the threshold, kept or not. No sequential resolve, so it parallelizes
-perfectly, and overlap chains over-suppress compared with greedy NMS.
+perfectly, and overlap chains over-suppress compared with greedy NMS. On the GPU
+(allpairs.cu) blocks stream tiles of higher-ranked boxes through shared memory.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import torch
 from numba import njit, prange
 
+from nmsbench.boxes import NMSResult, score_order
 from nmsbench.registry import register
 
 from ._cpu import JIT, balanced_row, box_iou, keep_from_sorted, sorted_inputs
+from ._cuda import CUDA_DTYPES, CudaModule, blocks, on_torch_stream, ranked_labels
 
 
 @njit(parallel=True, **JIT)
@@ -36,3 +40,27 @@ def allpairs_cpu(boxes, scores, *, iou_threshold, labels=None):
     order, sorted_boxes, sorted_labels = sorted_inputs(boxes, scores, labels)
     suppressed = suppressed_by_any_parent(sorted_boxes, sorted_labels, iou_threshold)
     return keep_from_sorted(order, np.flatnonzero(~suppressed))
+
+
+CUDA_MODULE = CudaModule("allpairs.cu", templates=("allpairs_kernel",))
+CANDIDATES, CHUNK = 128, 1024  # as #defined in allpairs.cu
+
+
+@register(
+    name="allpairs", family="allpairs", devices=("cuda",), exact=True, requires=("cupy",), dtypes=CUDA_DTYPES,
+    host_sync=True, summary="CUDA: candidate tiles x chunks of parents through shared memory, flags, compaction",
+)
+def allpairs_cuda(boxes, scores, *, iou_threshold, labels=None):
+    order = score_order(scores)
+    n = boxes.shape[0]
+    if n == 0:
+        return NMSResult(order)
+    sorted_boxes = boxes.index_select(0, order).contiguous()
+    suppressed = torch.zeros(n, dtype=torch.bool, device=boxes.device)
+    with on_torch_stream(boxes.device) as launch:
+        launch(
+            CUDA_MODULE.get("allpairs_kernel", boxes.dtype, boxes.device),
+            (blocks(n, CANDIDATES), blocks(n, CHUNK)), (CANDIDATES,),
+            (sorted_boxes, ranked_labels(labels, order), n, np.float64(iou_threshold), suppressed),
+        )
+    return NMSResult(order[~suppressed])

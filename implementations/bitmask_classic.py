@@ -5,17 +5,22 @@ Boxes are cut into blocks of 64. A 2-D grid of (row block, column block) pairs, 
 triangle only, writes one 64-bit word per (box, column block): bit c says box i
 suppresses box col_block*64 + c (on the diagonal block only boxes after i). The greedy
 resolve then runs on the host over the copied mask with a ``remv`` word per column block.
-Here the grid is numba ``prange`` over row blocks.
+On the GPU (bitmask_classic.cu) the grid is real and the mask comes back to the host for
+the resolve (that copy is part of its cost); on the CPU the grid is numba ``prange``
+over row blocks.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import torch
 from numba import njit, prange
 
+from nmsbench.boxes import NMSResult, score_order
 from nmsbench.registry import register
 
 from ._cpu import JIT, balanced_row, box_iou, keep_from_sorted, resolve_greedy, sorted_inputs
+from ._cuda import CUDA_DTYPES, CudaModule, blocks, on_torch_stream, ranked_labels
 
 BLOCK = 64
 
@@ -49,3 +54,28 @@ def bitmask_classic_cpu(boxes, scores, *, iou_threshold, labels=None):
     order, sorted_boxes, sorted_labels = sorted_inputs(boxes, scores, labels)
     mask = block_masks_64(sorted_boxes, sorted_labels, iou_threshold)
     return keep_from_sorted(order, resolve_greedy(mask, BLOCK))
+
+
+CUDA_MODULE = CudaModule("bitmask_classic.cu", templates=("block_mask_kernel",))
+
+
+@register(
+    name="bitmask_classic", family="hard", devices=("cuda",), exact=True, requires=("cupy",), dtypes=CUDA_DTYPES,
+    host_sync=True, summary="CUDA: 64-thread blocks on a 2-D grid write 64-bit masks; copy + greedy resolve on the host",
+)
+def bitmask_classic_cuda(boxes, scores, *, iou_threshold, labels=None):
+    order = score_order(scores)
+    n = boxes.shape[0]
+    if n == 0:
+        return NMSResult(order)
+    column_blocks = blocks(n, BLOCK)
+    sorted_boxes = boxes.index_select(0, order).contiguous()
+    mask = torch.empty((n, column_blocks), dtype=torch.int64, device=boxes.device)  # every word is written
+    with on_torch_stream(boxes.device) as launch:
+        launch(
+            CUDA_MODULE.get("block_mask_kernel", boxes.dtype, boxes.device),
+            (column_blocks, column_blocks), (BLOCK,),
+            (sorted_boxes, ranked_labels(labels, order), n, np.float64(iou_threshold), mask),
+        )
+    kept = resolve_greedy(mask.cpu().numpy().view(np.uint64), BLOCK)
+    return NMSResult(order[torch.from_numpy(kept).to(boxes.device)])

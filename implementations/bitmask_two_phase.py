@@ -5,17 +5,21 @@ is 1 iff box i suppresses box w*32 + k. Each row starts at the word holding box 
 aligned down to 32, and bits for boxes at or before i stay 0, so every row uses the same
 global bit numbering. Phase 2 resolves greedily in rank order, OR-ing each kept box's row
 into a running "removed" bitmap. On the GPU phase 1 is a warp ballot per 32 boxes and
-phase 2 a single block; here phase 1 is numba ``prange`` and phase 2 a plain loop.
+phase 2 a single block (bitmask_two_phase.cu); on the CPU phase 1 is numba ``prange``
+and phase 2 a plain loop.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import torch
 from numba import njit, prange
 
+from nmsbench.boxes import NMSResult, score_order
 from nmsbench.registry import register
 
 from ._cpu import JIT, balanced_row, box_iou, keep_from_sorted, resolve_greedy, sorted_inputs
+from ._cuda import CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, blocks, on_torch_stream, ranked_labels
 
 WORD_BITS = 32
 
@@ -45,3 +49,42 @@ def bitmask_two_phase_cpu(boxes, scores, *, iou_threshold, labels=None):
     order, sorted_boxes, sorted_labels = sorted_inputs(boxes, scores, labels)
     mask = suppression_mask_32(sorted_boxes, sorted_labels, iou_threshold)
     return keep_from_sorted(order, resolve_greedy(mask, WORD_BITS))
+
+
+CUDA_MODULE = CudaModule("bitmask_two_phase.cu", templates=("ballot_mask_kernel",), plain=("greedy_resolve_kernel",))
+WARPS_PER_BLOCK = 8
+MAX_RESOLVE_WORDS = MAX_SHARED_BYTES // 4  # the resolve's "removed" bitmap, in shared memory
+
+
+@register(
+    name="bitmask_two_phase", family="hard", devices=("cuda",), exact=True, requires=("cupy",),
+    dtypes=CUDA_DTYPES, host_sync=True,
+    summary="CUDA: warp-per-box __ballot_sync 32-bit mask, then a single-block shared-memory resolve",
+)
+def bitmask_two_phase_cuda(boxes, scores, *, iou_threshold, labels=None):
+    order = score_order(scores)
+    n = boxes.shape[0]
+    if n == 0:
+        return NMSResult(order)
+    words = (n + WORD_BITS - 1) // WORD_BITS
+    if words > MAX_RESOLVE_WORDS:
+        raise ValueError(
+            f"bitmask_two_phase on cuda resolves in one block with N/8 bytes of shared memory; "
+            f"N = {n} is above its limit of {MAX_RESOLVE_WORDS * WORD_BITS}"
+        )
+    sorted_boxes = boxes.index_select(0, order).contiguous()
+    mask = torch.zeros((n, words), dtype=torch.int32, device=boxes.device)
+    keep = torch.empty(n, dtype=torch.int64, device=boxes.device)
+    kept_count = torch.empty(1, dtype=torch.int32, device=boxes.device)
+    threads = min(1024, -(-words // 32) * 32)
+    with on_torch_stream(boxes.device) as launch:
+        launch(
+            CUDA_MODULE.get("ballot_mask_kernel", boxes.dtype, boxes.device),
+            (blocks(n, WARPS_PER_BLOCK),), (32 * WARPS_PER_BLOCK,),
+            (sorted_boxes, ranked_labels(labels, order), n, words, np.float64(iou_threshold), mask),
+        )
+        launch(
+            CUDA_MODULE.get("greedy_resolve_kernel", None, boxes.device), (1,), (threads,),
+            (mask, order, n, words, keep, kept_count), shared_mem=words * 4,
+        )
+    return NMSResult(keep[: int(kept_count.item())])

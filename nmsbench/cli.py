@@ -1,4 +1,4 @@
-"""The command line: ``nmsbench list`` and ``nmsbench sweep``."""
+"""The command line: ``nmsbench list``, ``nmsbench sweep`` and ``nmsbench pipeline``."""
 
 from __future__ import annotations
 
@@ -84,6 +84,7 @@ def main():
     \b
     nmsbench list                                 what is registered, and what runs here
     nmsbench sweep --n 64..1024 --device cpu      time every variant, write a tidy CSV
+    nmsbench pipeline --batch 1,8,32              time post-processing, raw detector output -> detections
     """
 
 
@@ -121,12 +122,17 @@ SCENARIO_HELP = "; ".join(f"{name} (knob: {s.knob})" for name, s in datasets.SCE
 @click.option("--classes", default=1, show_default=True, type=click.IntRange(min=1), help="Number of labels; above 1 the NMS is class-aware.")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="Implementation parameter, given to those that take it (e.g. sigma=0.5, kernel=linear, score_threshold=0.1).")
 @click.option("--file", "file_path", type=click.Path(exists=True, dir_okay=False), help="Boxes file (.npz, .pt, .csv) for the `file` scenario.")
+@click.option("--recording", "recordings", multiple=True,
+              help=f"For the `real` scenario: recordings photo@size to replay (repeat or comma-separate; `all`). "
+                   f"Default: {datasets.real.DEFAULT_RECORDING}. Its knob (--overlap) is the confidence threshold, which "
+                   "sets N; --n caps N at the n best candidates by score (a detector's pre-NMS top-k), and rows record "
+                   "the N used (n), the cap (n_cap), image and input_size.")
 @click.option("--timer", "timers", multiple=True, default=TIMERS, show_default=True, help="wall (what a caller waits for) and/or device (CUDA events; cuda rows only).")
 @click.option("--min-run-time", default=0.2, show_default=True, type=click.FloatRange(min=0.001), help="Seconds of timing per case (blocked_autorange).")
 @click.option("--threads", default=os.cpu_count() or 1, show_default=True, type=click.IntRange(min=1), help="CPU threads for torch and numba during the sweep.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="CSV to write (a sidecar .json goes next to it). Default: a new file under results/.")
 @click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
-def sweep(sizes, impls, devices, scenarios, overlaps, ious, dtypes, seed, classes, params, file_path, timers, min_run_time, threads, out, force):
+def sweep(sizes, impls, devices, scenarios, overlaps, ious, dtypes, seed, classes, params, file_path, recordings, timers, min_run_time, threads, out, force):
     """Time implementations over the grid impl x device x dtype x scenario x overlap x n x IoU.
 
     \b
@@ -134,6 +140,7 @@ def sweep(sizes, impls, devices, scenarios, overlaps, ious, dtypes, seed, classe
     nmsbench sweep --n 100,1000 --impl torchvision,allpairs --scenario chain --iou 0.5,0.7
     nmsbench sweep --scenario clustered --overlap 0.3,0.6,0.9 --classes 3
     nmsbench sweep --scenario file --file boxes.npz --n 500 --param score_threshold=0.1
+    nmsbench sweep --scenario real --overlap 0.25,0.01,0.001 --n 8192 --recording all
 
     Every case becomes one CSV row per timer, written as soon as it finishes. A variant
     that raises or runs out of memory gives a row with status=error and the message; a
@@ -167,6 +174,19 @@ def sweep(sizes, impls, devices, scenarios, overlaps, ious, dtypes, seed, classe
             raise click.BadParameter(str(e), param_hint="--file") from None
         if max(ns) > recorded:
             raise click.BadParameter(f"{file_path} holds {recorded} boxes; --n asks for up to {max(ns)}", param_hint="--n")
+    recording_list = _split(recordings) or None
+    if recording_list:
+        if not any(datasets.SCENARIOS[s].recordings for s in scenario_list):
+            raise click.BadParameter("--recording is for the real scenario (add --scenario real)", param_hint="--recording")
+        try:
+            known_recordings = datasets.real.recording_keys()
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--recording") from None
+        if "all" in recording_list:
+            recording_list = known_recordings
+        bad = [r for r in recording_list if r not in known_recordings]
+        if bad:
+            raise click.BadParameter(f"unknown {', '.join(bad)}; known: {', '.join(known_recordings)}", param_hint="--recording")
     overlap_list = _floats(overlaps, "--overlap values") or None
     for name in scenario_list if overlap_list else []:
         lo, hi = datasets.SCENARIOS[name].knob_range
@@ -202,7 +222,7 @@ def sweep(sizes, impls, devices, scenarios, overlaps, ious, dtypes, seed, classe
     grid = Grid(
         impls=impl_list, devices=device_list, dtypes=dtype_list, scenarios=scenario_list, ns=ns, ious=iou_list,
         overlaps=overlap_list, seed=seed, classes=classes, params=param_dict, timers=timer_list,
-        min_run_time=min_run_time, threads=threads, file=file_path,
+        min_run_time=min_run_time, threads=threads, file=file_path, recordings=recording_list,
     )
     out = out or default_output_path(device_list)
     if out.exists() and not force:
@@ -243,6 +263,8 @@ def reproduce_command(grid: Grid, out: Path) -> str:
         args += ["--param", f"{key}={value}"]
     if grid.file:
         args += ["--file", str(grid.file)]
+    if grid.recordings:
+        args += ["--recording", ",".join(grid.recordings)]
     return shlex.join(args + ["--out", str(out)])
 
 
@@ -268,8 +290,10 @@ def _print_summary(out: Path, counts: dict) -> None:
 
 # --- paper exports: `nmsbench plot` and `nmsbench export` (the dashboard's builders) ---
 
-def _selected_results(paths, scenarios, impls, devices, timers, baseline=None):
-    """Load RESULTS CSVs and keep the asked-for rows; every problem is one clear message."""
+def _selected_results(paths, scenarios, impls, devices, timers, baseline=None, benchmarks=()):
+    """Load RESULTS CSVs and keep the asked-for rows; every problem is one clear message.
+    Rows of `nmsbench pipeline` (benchmark=pipeline) are left out unless asked for, or
+    unless the files hold nothing else."""
     from . import tables
 
     try:
@@ -277,8 +301,8 @@ def _selected_results(paths, scenarios, impls, devices, timers, baseline=None):
     except ValueError as e:
         raise click.ClickException(str(e)) from None
     files = ", ".join(Path(p).name for p in paths)
-    checks = (("--scenario", "scenario", scenarios), ("--impl", "impl", impls), ("--device", "device", devices),
-              ("--timer", "timer", timers))
+    checks = (("--benchmark", "benchmark", benchmarks), ("--scenario", "scenario", scenarios), ("--impl", "impl", impls),
+              ("--device", "device", devices), ("--timer", "timer", timers))
     for hint, column, values in checks:
         known = tables.options(frame, column)
         unknown = [v for v in _split(values) if v not in known]
@@ -288,6 +312,8 @@ def _selected_results(paths, scenarios, impls, devices, timers, baseline=None):
     if baseline is not None and baseline not in tables.options(frame, "impl"):
         raise click.BadParameter(f"{baseline} not in {files}; it has: {', '.join(tables.options(frame, 'impl'))}",
                                  param_hint="--baseline")
+    benchmark = _split(benchmarks) or (["nms"] if "nms" in tables.options(frame, "benchmark") else [])
+    frame = tables.select(frame, benchmark=benchmark)
     rows = tables.select(frame, scenario=_split(scenarios), device=_split(devices), timer=_split(timers))
     if tables.ok_rows(rows).empty:
         counts = ", ".join(f"{n} {s}" for s, n in rows["status"].value_counts().items()) or "no rows"
@@ -309,6 +335,8 @@ SELECTION_OPTIONS = [
     click.option("--device", "devices", multiple=True, help="cpu and/or cuda. Default: all in the file."),
     click.option("--timer", "timers", multiple=True, default=("wall",), show_default=True, help="wall and/or device rows."),
     click.option("--baseline", default="torchvision", show_default=True, help="Implementation the speedups are relative to."),
+    click.option("--benchmark", "benchmarks", multiple=True,
+                 help="nms (`nmsbench sweep` rows) and/or pipeline (`nmsbench pipeline` rows). Default: nms where the files have any."),
 ]
 
 
@@ -331,7 +359,7 @@ PLOT_KINDS = ("curves", "time", "speedup", "timers", "memory", "overlap")
 @click.option("--width", type=click.IntRange(min=200), help="Width in CSS pixels (PDF/SVG scale with it). Default: by panels.")
 @click.option("--height", type=click.IntRange(min=200), help="Height in CSS pixels. Default: by panels.")
 @click.option("--scale", default=2.0, show_default=True, type=click.FloatRange(min=0.5, max=8), help="PNG pixel density.")
-def plot(results, out, scenarios, impls, devices, timers, baseline, kind, at_n, width, height, scale):
+def plot(results, out, scenarios, impls, devices, timers, baseline, benchmarks, kind, at_n, width, height, scale):
     """Draw the dashboard's curves from RESULTS CSV(s) into a print-styled PDF, PNG or SVG.
 
     \b
@@ -344,7 +372,8 @@ def plot(results, out, scenarios, impls, devices, timers, baseline, kind, at_n, 
 
     if out.suffix.lower() not in plots.IMAGE_FORMATS:
         raise click.BadParameter(f"{out.name}: choose a .pdf, .png or .svg file name", param_hint="--out")
-    rows = _selected_results(results, scenarios, impls, devices, timers, baseline if kind in ("curves", "speedup") else None)
+    rows = _selected_results(results, scenarios, impls, devices, timers, baseline if kind in ("curves", "speedup") else None,
+                             benchmarks)
     colors = plots.color_map(tables.options(rows, "impl"))
     show = _split(impls) or None
     shown = _restrict_impls(rows, impls)  # speedups need the baseline's rows even when it is not shown
@@ -362,7 +391,7 @@ def plot(results, out, scenarios, impls, devices, timers, baseline, kind, at_n, 
         fig, size = plots.speedup_vs_n(rows, baseline, show=show, colors=colors), (1100, None)
     elif kind == "timers":
         try:
-            both = _restrict_impls(_selected_results(results, scenarios, impls, devices, ("wall", "device")), impls)
+            both = _restrict_impls(_selected_results(results, scenarios, impls, devices, ("wall", "device"), None, benchmarks), impls)
         except click.BadParameter:  # the files have no device timer at all
             both = shown.iloc[0:0]
         fig, size = plots.wall_vs_device(both, colors=colors), (1100, None)
@@ -398,7 +427,7 @@ def plot(results, out, scenarios, impls, devices, timers, baseline, kind, at_n, 
 @click.option("--format", "fmt", type=click.Choice(["markdown", "latex", "csv"]), default="markdown", show_default=True)
 @_selection_options
 @click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the table here instead of to stdout.")
-def export(results, fmt, scenarios, impls, devices, timers, baseline, out):
+def export(results, fmt, scenarios, impls, devices, timers, baseline, benchmarks, out):
     """A compact table (N x implementation: median µs and speedup vs --baseline) from RESULTS CSV(s).
 
     \b
@@ -410,7 +439,7 @@ def export(results, fmt, scenarios, impls, devices, timers, baseline, out):
     """
     from . import tables
 
-    rows = _selected_results(results, scenarios, impls, devices, timers, baseline)
+    rows = _selected_results(results, scenarios, impls, devices, timers, baseline, benchmarks)
     table = tables.speedup_table(rows, baseline, impls=_split(impls) or None)
     if table.empty:
         raise click.ClickException("no measured rows of the chosen implementations in the selection")
@@ -421,6 +450,10 @@ def export(results, fmt, scenarios, impls, devices, timers, baseline, out):
     else:
         click.echo(text, nl=False)
 
+
+from .pipeline_cli import pipeline_command  # noqa: E402
+
+main.add_command(pipeline_command)
 
 if __name__ == "__main__":
     main()

@@ -21,17 +21,27 @@ from pathlib import Path
 
 import torch
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 CASE_COLUMNS = [
     "impl", "family", "device", "dtype", "timer", "scenario", "overlap", "classes", "n",
     "iou_threshold", "seed", "params",
+    # schema 2: which benchmark ("nms": `nmsbench sweep`; "pipeline": `nmsbench pipeline`),
+    # the recording (real scenario / real pipeline source), the real scenario's cap on n,
+    # and the pipeline's batch size and stage (decode, nms, total)
+    "benchmark", "image", "input_size", "n_cap", "batch", "stage",
 ]
 MEASURE_COLUMNS = [
     "status", "error", "median_us", "iqr_us", "runs", "rel_spread", "noisy", "threads",
     "host_sync", "graph_safe", "peak_mem_bytes",
     "kept", "ref_kept", "jaccard", "extra", "missing", "mean_max_iou", "greedy_suppressed_frac",
+    # schema 2, pipeline rows: candidates that passed the confidence filter (whole batch),
+    # and common detections whose box, score or label differ from the reference pipeline's
+    "candidates", "mismatched",
 ]
+# columns a schema-1 file lacks, and their value for its rows (all of which are sweeps)
+ADDED_IN_SCHEMA_2 = ("benchmark", "image", "input_size", "n_cap", "batch", "stage", "candidates", "mismatched")
+SCHEMA_1_DEFAULTS = {"benchmark": "nms"}
 ENV_COLUMNS = [
     "machine", "cpu", "gpu", "driver", "cuda", "torch", "torchvision", "cupy", "numba",
     "nmsbench", "git_commit", "python", "timestamp",
@@ -101,9 +111,9 @@ def environment() -> dict:
     }
 
 
-def default_output_path(devices: list[str], directory: Path = Path("results")) -> Path:
+def default_output_path(devices: list[str], directory: Path = Path("results"), kind: str = "sweep") -> Path:
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return directory / f"sweep-{stamp}-{'-'.join(devices)}.csv"
+    return directory / f"{kind}-{stamp}-{'-'.join(devices)}.csv"
 
 
 def sidecar_path(csv_path: Path) -> Path:
@@ -150,12 +160,16 @@ class ResultWriter:
         self.close()
 
 
-TEXT_COLUMNS = ["params", "error", *ENV_COLUMNS]  # read as text: a CUDA version "12.10" is not the number 12.1
+# read as text: a CUDA version "12.10" is not the number 12.1
+TEXT_COLUMNS = ["params", "error", "benchmark", "image", "stage", *ENV_COLUMNS]
 
 
 def read_results(path, name: str | None = None) -> "pandas.DataFrame":
     """Load a results CSV (a path or a file-like object), or raise ValueError naming what
-    makes it not one; ``name`` is what messages call it (default: ``path``)."""
+    makes it not one; ``name`` is what messages call it (default: ``path``).
+
+    Older files (schema 1) gain the columns added since, empty (``benchmark`` = "nms").
+    """
     import pandas as pd
 
     name = name or str(path)
@@ -163,7 +177,11 @@ def read_results(path, name: str | None = None) -> "pandas.DataFrame":
         frame = pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS})
     except (OSError, ValueError, pd.errors.ParserError) as e:
         raise ValueError(f"{name}: not a readable CSV ({' '.join(str(e).split())})") from None
-    missing = [c for c in ("schema_version", *CASE_COLUMNS, "status", "median_us") if c not in frame.columns]
+    required = ("schema_version", *(c for c in CASE_COLUMNS if c not in ADDED_IN_SCHEMA_2), "status", "median_us")
+    missing = [c for c in required if c not in frame.columns]
     if missing:
         raise ValueError(f"{name}: not an nmsbench results file (missing columns: {', '.join(missing)})")
+    for column in COLUMNS:
+        if column not in frame.columns:
+            frame[column] = SCHEMA_1_DEFAULTS.get(column, float("nan"))
     return frame

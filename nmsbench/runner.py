@@ -46,9 +46,16 @@ class Grid:
     min_run_time: float = 0.2
     threads: int = 1
     file: Optional[str] = None
+    recordings: Optional[list[str]] = None  # for the real scenario; None: its default recording
 
     def overlaps_for(self, scenario: str) -> list[float]:
         return list(self.overlaps) if self.overlaps else [datasets.SCENARIOS[scenario].default_overlap]
+
+    def recordings_for(self, scenario: str) -> list[Optional[str]]:
+        """The recordings a scenario replays (``[None]``: its default, or it replays none)."""
+        if datasets.SCENARIOS[scenario].recordings is None:
+            return [None]
+        return list(self.recordings) if self.recordings else [None]
 
     def timers_for(self, device: str) -> list[str]:
         return [t for t in self.timers if t == "wall" or device == "cuda"]
@@ -56,7 +63,7 @@ class Grid:
     def count(self) -> int:
         """Number of rows the sweep will write."""
         per_set = sum(len(self.timers_for(d)) for d in self.devices) * len(self.dtypes) * len(self.impls) * len(self.ious)
-        return sum(len(self.overlaps_for(s)) for s in self.scenarios) * len(self.ns) * per_set
+        return sum(len(self.overlaps_for(s)) * len(self.recordings_for(s)) for s in self.scenarios) * len(self.ns) * per_set
 
 
 def _resolve_params(impl: Implementation, given: dict) -> tuple[dict, Optional[str]]:
@@ -126,17 +133,34 @@ def run_sweep(grid: Grid, write: Callable[[dict], None], on_case: Callable[[dict
         counts["noisy"] += bool(row.get("noisy"))
         on_case(row)
 
+    seen: dict = {}  # real scenario: (recording, knob, N) -> the n cap that ran that box set
     for scenario, n in itertools.product(grid.scenarios, grid.ns):
-        for overlap in grid.overlaps_for(scenario):
+        for overlap, recording in itertools.product(grid.overlaps_for(scenario), grid.recordings_for(scenario)):
             base = {"scenario": scenario, "overlap": overlap, "n": n, "seed": grid.seed, "classes": grid.classes}
+            recorded = datasets.SCENARIOS[scenario].recordings is not None
+            if recorded:  # rows name the recording
+                base |= datasets.real.recording_columns(recording or datasets.real.DEFAULT_RECORDING) | {"n_cap": n}
+            duplicate = None
             try:
-                box_set = datasets.generate(scenario, n, overlap=overlap, seed=grid.seed, classes=grid.classes, path=grid.file)
-                base["mean_max_iou"] = realized_overlap(box_set.boxes, box_set.scores, box_set.labels)["mean_max_iou"]
+                box_set = datasets.generate(scenario, n, overlap=overlap, seed=grid.seed, classes=grid.classes, path=grid.file,
+                                            recording=recording)
+                base |= box_set.meta.get("row", {})  # a recording's rows carry the N it gave (<= the cap n)
+                if recorded:  # when fewer boxes pass than the cap allows, a larger cap gives the same set
+                    duplicate = seen.setdefault((scenario, recording, overlap, len(box_set)), n)
+                    duplicate = None if duplicate == n else duplicate
+                if duplicate is None:
+                    base["mean_max_iou"] = realized_overlap(box_set.boxes, box_set.scores, box_set.labels)["mean_max_iou"]
             except Exception as exc:  # e.g. a file with fewer than n boxes: this set's cases become error rows
                 message = f"generating {scenario}: {_error_text(exc)}"
                 for device, dtype_name, iou, impl in itertools.product(grid.devices, grid.dtypes, grid.ious, impls):
                     for row in _case_rows(impl, device, dtype_name, iou, grid, base, params_by_impl[impl.name][0]):
                         emit(row | {"status": "error", "error": message})
+                continue
+            if duplicate is not None:  # recorded, not re-timed: the same N boxes ran under the smaller cap
+                message = (f"same box set as n_cap={duplicate}: only {len(box_set)} candidates have score >= {overlap:g}")
+                for device, dtype_name, iou, impl in itertools.product(grid.devices, grid.dtypes, grid.ious, impls):
+                    for row in _case_rows(impl, device, dtype_name, iou, grid, base, params_by_impl[impl.name][0]):
+                        emit(row | {"status": "skipped", "error": message})
                 continue
             references: dict = {}  # (dtype, iou) -> reference keep, computed once per box set
 
@@ -157,7 +181,7 @@ def _case_rows(impl: Implementation, device: str, dtype_name: str, iou: float, g
     """The identifying columns of the rows one case produces (one per timer)."""
     backend = impl.backends.get(device)
     common = base | {
-        "impl": impl.name, "family": impl.family, "device": device, "dtype": dtype_name,
+        "benchmark": "nms", "impl": impl.name, "family": impl.family, "device": device, "dtype": dtype_name,
         "iou_threshold": iou, "params": json.dumps(params, sort_keys=True), "threads": grid.threads,
         "host_sync": backend.host_sync if backend else "", "graph_safe": backend.graph_safe if backend else "",
     }

@@ -12,6 +12,7 @@ figure builders in :mod:`nmsbench.plots`, the dashboard (``app.py``) and the ``p
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -24,18 +25,26 @@ NUMERIC_COLUMNS = [
     "schema_version", "overlap", "classes", "n", "iou_threshold", "seed", "median_us", "iqr_us", "runs",
     "rel_spread", "threads", "peak_mem_bytes", "kept", "ref_kept", "jaccard", "extra", "missing",
     "mean_max_iou", "greedy_suppressed_frac",
+    "input_size", "n_cap", "batch", "candidates", "mismatched",  # schema 2
 ]
+TEXT_COLUMNS = ["impl", "family", "device", "dtype", "timer", "scenario", "status", "params", "error",
+                "benchmark", "image", "stage", *ENV_COLUMNS]
 # What identifies one measured case apart from the implementation: rows that agree on all
 # of these were timed on identical inputs on the same hardware, so their times compare.
-CASE_KEYS = ["hardware", "device", "dtype", "timer", "scenario", "overlap", "classes", "n", "iou_threshold", "seed"]
-# Dimensions that split one implementation into several lines when the selection mixes them.
-SERIES_DIMS = ["hardware", "device", "dtype", "timer", "overlap", "iou_threshold", "classes", "params"]
-# The filters the dashboard offers, as (column, label).
+# (Columns a file lacks are left out; schema 2 added benchmark, image, ..., stage.)
+CASE_KEYS = ["hardware", "benchmark", "device", "dtype", "timer", "threads", "scenario", "image", "input_size",
+             "overlap", "classes", "n", "iou_threshold", "seed", "batch", "stage"]
+# Dimensions that split one implementation into several lines when the selection mixes them
+# (git_commit: two runs of the same case from different commits are two lines, not one).
+SERIES_DIMS = ["hardware", "benchmark", "device", "dtype", "timer", "threads", "image", "input_size", "overlap",
+               "iou_threshold", "classes", "params", "batch", "stage", "git_commit"]
+# The filters the dashboard offers, as (column, label); OPTIONAL ones only where they vary.
 FILTERS = [
-    ("hardware", "machine / GPU"), ("device", "device"), ("dtype", "dtype"), ("impl", "implementation"),
-    ("family", "family"), ("scenario", "scenario"), ("overlap", "overlap knob"),
-    ("iou_threshold", "IoU threshold"), ("timer", "timer"), ("source", "results file"),
+    ("benchmark", "benchmark"), ("hardware", "machine / GPU"), ("device", "device"), ("dtype", "dtype"),
+    ("impl", "implementation"), ("family", "family"), ("scenario", "scenario"), ("image", "recording"),
+    ("overlap", "overlap knob"), ("iou_threshold", "IoU threshold"), ("timer", "timer"), ("source", "results file"),
 ]
+OPTIONAL_FILTERS = {"benchmark", "image"}
 DEFAULT_BASELINE = "torchvision"
 
 
@@ -47,13 +56,14 @@ def prepare(frame: pd.DataFrame, source: str = "") -> pd.DataFrame:
     for column in NUMERIC_COLUMNS:
         if column in frame.columns:
             frame[column] = pd.to_numeric(frame[column], errors="coerce")
-    text = ["impl", "family", "device", "dtype", "timer", "scenario", "status", "params", "error", *ENV_COLUMNS]
-    for column in text:
+    for column in TEXT_COLUMNS:
         if column not in frame.columns:
             frame[column] = ""
-        frame[column] = frame[column].fillna("").astype(str).str.strip()
+        values = frame[column]
+        frame[column] = values.astype(object).where(values.notna(), "").astype(str).str.strip()
     frame["status"] = frame["status"].str.lower()
     frame["params"] = frame["params"].replace("", "{}")
+    frame["benchmark"] = frame["benchmark"].replace("", "nms")  # schema-1 files hold sweeps only
     frame["source"] = source
     gpu_rows = frame["device"].eq("cuda") & frame["gpu"].ne("")
     chip = frame["cpu"].where(~gpu_rows, frame["gpu"]).replace("", "unknown hardware")
@@ -136,6 +146,16 @@ def varying(frame: pd.DataFrame, dims: Sequence[str] = SERIES_DIMS) -> list[str]
 
 
 def _fmt_dim(dim: str, value) -> str:
+    if isinstance(value, float) and math.isnan(value):
+        return f"no {dim}"
+    if dim == "git_commit":
+        return f"@{value}" if value else "no commit"
+    if dim == "threads":
+        return f"{value:g} threads"
+    if dim == "batch":
+        return f"batch {value:g}"
+    if dim == "input_size":
+        return f"{value:g} px"
     if dim == "overlap":
         return f"knob {value:g}"
     if dim == "iou_threshold":
@@ -149,7 +169,8 @@ def _fmt_dim(dim: str, value) -> str:
 
 # When several dimensions vary, a label names the first ones in this order and leaves out
 # any that the ones before already determine (hardware when each device ran on one machine).
-LABEL_ORDER = ["device", "timer", "dtype", "scenario", "overlap", "iou_threshold", "classes", "params", "hardware"]
+LABEL_ORDER = ["benchmark", "device", "timer", "dtype", "threads", "scenario", "image", "input_size", "overlap",
+               "iou_threshold", "classes", "params", "batch", "stage", "hardware", "git_commit"]
 
 
 def add_series(frame: pd.DataFrame, dims: Sequence[str] | None = None, shown_by: Sequence[str] = ()) -> pd.DataFrame:
@@ -214,8 +235,9 @@ def speedup_table(frame: pd.DataFrame, baseline: str = DEFAULT_BASELINE, impls: 
     if ok.empty:
         raise ValueError("no measured (status ok) rows in the selection")
     groups: list[str] = []
-    for dim in ["device", "timer", "dtype", "scenario", "overlap", "iou_threshold", "classes", "seed", "hardware"]:
-        if ok[dim].nunique() > 1 and ok.groupby(groups or (lambda _: 0))[dim].nunique().max() > 1:
+    for dim in ["benchmark", "device", "timer", "dtype", "threads", "scenario", "image", "input_size", "overlap",
+                "iou_threshold", "classes", "seed", "batch", "stage", "hardware", "git_commit"]:
+        if dim in ok.columns and ok[dim].nunique() > 1 and ok.groupby(groups or (lambda _: 0))[dim].nunique().max() > 1:
             groups.append(dim)  # leave out what the groups before it already determine
     rows = aggregate(ok, [*groups, "n", "impl"])
     if impls:
@@ -274,7 +296,8 @@ def format_speedup(value: float) -> str:
 
 
 def _group_label(dim: str) -> str:
-    return {"hardware": "machine", "iou_threshold": "IoU", "overlap": "knob"}.get(dim, dim)
+    return {"hardware": "machine", "iou_threshold": "IoU", "overlap": "knob", "git_commit": "commit",
+            "image": "recording"}.get(dim, dim)
 
 
 def _cells(table: pd.DataFrame) -> tuple[list[str], list[list[str]], list[str]]:

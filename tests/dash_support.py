@@ -1,8 +1,10 @@
 """Shared data for the dashboard, figure, table and export tests.
 
-``committed`` are the reference runs under results/ (CUDA and host CPU of one H200
-machine); ``cpu_results`` is a tiny CPU-only sweep made here through the real CLI, once
-per test session.
+``SAMPLES`` (tests/data) are frozen excerpts of the first H200 reference runs (schema 1:
+CUDA rows with device timers, peak memory and skipped implementations; host CPU rows),
+so the tests' numbers do not move when results/ is re-measured; ``COMMITTED`` are whatever
+runs results/ holds now (tests on them check only that everything renders);
+``cpu_results`` is a tiny CPU-only sweep made here through the real CLI, once per session.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from nmsbench.cli import main
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results"
 COMMITTED = sorted(RESULTS.glob("*.csv"))
-CUDA_CSV = next(p for p in COMMITTED if "cuda" in p.name)
-CPU_CSV = next(p for p in COMMITTED if "cpu" in p.name)
+DATA = REPO / "tests" / "data"
+CUDA_CSV = DATA / "h200-cuda.csv"      # chain, clustered, crowd; torchvision + matrix_naive ok, the rest skipped
+CPU_CSV = DATA / "h200-host-cpu.csv"   # chain, clustered, crowd; six implementations
+SAMPLES = [CPU_CSV, CUDA_CSV]
 
 
 @pytest.fixture(scope="session")
@@ -27,6 +31,18 @@ def cpu_results(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("cpu-run") / "cpu.csv"
     result = CliRunner().invoke(main, [
         "sweep", "--n", "16..64", "--impl", "torchvision,allpairs,matrix_naive", "--scenario", "uniform,chain",
+        "--min-run-time", "0.005", "--threads", "1", "--out", str(out),
+    ], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.fixture(scope="session")
+def pipeline_results(tmp_path_factory) -> Path:
+    """A schema-2 file of `nmsbench pipeline` rows (benchmark=pipeline, batch, stage)."""
+    out = tmp_path_factory.mktemp("pipeline-run") / "pipeline.csv"
+    result = CliRunner().invoke(main, [
+        "pipeline", "--batch", "1", "--source", "synthetic", "--pipeline", "numpy,torch_batched_nms",
         "--min-run-time", "0.005", "--threads", "1", "--out", str(out),
     ], catch_exceptions=False)
     assert result.exit_code == 0, result.output

@@ -13,7 +13,8 @@ pytest.importorskip("streamlit", reason="the dashboard needs streamlit (a GPU bo
 pytest.importorskip("plotly", reason="the dashboard needs plotly")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from dash_support import COMMITTED, CPU_CSV, REPO, cpu_results  # noqa: F401  (fixture)
+from dash_support import COMMITTED, CPU_CSV, DATA, REPO, cpu_results, pipeline_results  # noqa: F401  (fixtures)
+from nmsbench import tables
 
 APP = str(REPO / "app.py")
 
@@ -54,22 +55,43 @@ def show(at: AppTest, view: str) -> AppTest:
     return at
 
 
+@pytest.fixture
+def samples(tmp_path):
+    """A results folder with the frozen H200 excerpts (and their sidecar JSON)."""
+    folder = tmp_path / "results"
+    folder.mkdir()
+    for path in DATA.glob("h200-*"):
+        shutil.copy(path, folder)
+    return folder
+
+
 def test_curves_on_the_committed_results(monkeypatch):
-    at = start(REPO / "results", monkeypatch)
+    at = start(REPO / "results", monkeypatch)  # whatever results/ holds now
+    assert not at.error
+    figs = figures(at)
+    assert {"time_vs_n", "speedup_vs_n", "time_vs_overlap"} <= set(figs)
+    wall = tables.select(tables.load_results(COMMITTED), timer=["wall"])
+    impls = {t["meta"]["impl"] for t in figs["time_vs_n"]["data"] if t["meta"]["role"] == "line"}
+    assert impls == set(tables.ok_rows(wall)["impl"])
+    assert f"rows from {len(COMMITTED)} file(s)" in " ".join(c.value for c in at.sidebar.caption)
+
+
+def test_curves_and_filters_on_gpu_and_cpu_runs(samples, monkeypatch):
+    at = start(samples, monkeypatch)
     assert not at.error
     figs = figures(at)
     assert {"time_vs_n", "speedup_vs_n", "wall_vs_device", "memory_vs_n", "time_vs_overlap"} <= set(figs)
     time = figs["time_vs_n"]
     assert time["layout"]["xaxis"]["type"] == "log" and time["layout"]["yaxis"]["type"] == "log"
     assert {"torchvision · cuda", "torchvision · cpu", "allpairs · cpu"} <= line_names(time)
-    assert "rows from 2 file(s)" in " ".join(c.value for c in at.sidebar.caption)
     labels = [m.label for m in at.sidebar.multiselect]
     for label in ("machine / GPU", "device", "dtype", "implementation", "family", "scenario", "overlap knob", "IoU threshold"):
         assert label in labels
+    assert "benchmark" not in labels  # schema-1 files hold NMS sweeps only: no choice to offer
 
 
-def test_changing_filters_changes_the_figures(monkeypatch):
-    at = start(REPO / "results", monkeypatch)
+def test_changing_filters_changes_the_figures(samples, monkeypatch):
+    at = start(samples, monkeypatch)
     before = figures(at)["time_vs_n"]
     at.multiselect(key="filter_impl").select("allpairs").select("torchvision").run()
     after = figures(at)["time_vs_n"]
@@ -88,8 +110,8 @@ def test_changing_filters_changes_the_figures(monkeypatch):
     assert all(abs(y - 1) < 1e-12 for y in values(allpairs, "y")) and "allpairs" in speed["layout"]["yaxis"]["title"]["text"]
 
 
-def test_one_scenario_at_a_time(monkeypatch):
-    at = start(REPO / "results", monkeypatch)
+def test_one_scenario_at_a_time(samples, monkeypatch):
+    at = start(samples, monkeypatch)
     at.radio(key="layout").set_value("one at a time").run()
     at.selectbox(key="one_scenario").select("crowd").run()
     assert not at.exception
@@ -97,8 +119,8 @@ def test_one_scenario_at_a_time(monkeypatch):
     assert time["layout"]["meta"]["figure"] == "time_vs_n" and "xaxis2" not in time["layout"]
 
 
-def test_differences_view_draws_the_boxes_and_the_agreement(monkeypatch):
-    at = show(start(REPO / "results", monkeypatch), "Suppression differences")
+def test_differences_view_draws_the_boxes_and_the_agreement(samples, monkeypatch):
+    at = show(start(samples, monkeypatch), "Suppression differences")
     figs = figures(at)
     assert {"boxes_canvas", "agreement"} <= set(figs) and "time_vs_n" not in figs
     canvas = figs["boxes_canvas"]
@@ -115,8 +137,8 @@ def test_differences_view_draws_the_boxes_and_the_agreement(monkeypatch):
     assert sum(t["meta"]["count"] for t in canvas["data"] if t["meta"]["role"] == "boxes") == 100
 
 
-def test_environment_view_and_download(monkeypatch):
-    at = show(start(REPO / "results", monkeypatch), "Environment & data")
+def test_environment_view_and_download(samples, monkeypatch):
+    at = show(start(samples, monkeypatch), "Environment & data")
     env = at.dataframe[0].value
     assert "NVIDIA H200" in env.to_string() and "580.159.04" in env.to_string()
     assert any("nmsbench sweep" in c.value for c in at.code)  # the commands from the sidecar JSON
@@ -170,3 +192,14 @@ def test_a_good_upload_adds_its_rows(tmp_path, monkeypatch):
     assert not at.exception and not at.sidebar.error
     assert "allpairs · cpu" in line_names(figures(at)["time_vs_n"]) or "allpairs" in line_names(figures(at)["time_vs_n"])
     assert "mine.csv (uploaded)" in at.multiselect(key="filter_source").options
+
+
+def test_pipeline_rows_are_a_benchmark_filter_set_to_sweeps(tmp_path, monkeypatch, cpu_results, pipeline_results):
+    shutil.copy(cpu_results, tmp_path / "sweep.csv")
+    shutil.copy(pipeline_results, tmp_path / "pipeline.csv")
+    at = start(tmp_path, monkeypatch)
+    assert at.multiselect(key="filter_benchmark").value == ["nms"]
+    assert line_names(figures(at)["time_vs_n"]) == {"torchvision", "allpairs", "matrix_naive"}
+    at.multiselect(key="filter_benchmark").set_value(["pipeline"]).run()
+    assert not at.exception
+    assert {"numpy · decode", "numpy · total"} <= line_names(figures(at)["time_vs_n"])

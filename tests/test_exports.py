@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 pytest.importorskip("plotly", reason="figures need plotly (a GPU box installed with --no-deps may lack it)")
 
-from dash_support import CPU_CSV, CUDA_CSV, cpu_results  # noqa: F401  (fixture)
+from dash_support import CPU_CSV, CUDA_CSV, cpu_results, pipeline_results  # noqa: F401  (fixtures)
 from nmsbench.cli import main
 
 HAVE_CHROMIUM = any(shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome"))
@@ -66,13 +66,13 @@ def test_export_markdown_and_latex_show_the_csv_numbers(cpu_results):
 
 
 def test_export_groups_devices_of_several_files():
-    text = export(CPU_CSV, CUDA_CSV, "--scenario", "uniform")
+    text = export(CPU_CSV, CUDA_CSV, "--scenario", "crowd")
     assert "| device | N |" in text and "| cuda | 64 |" in text and "| cpu | 64 |" in text
 
 
 @pytest.mark.parametrize("args, message", [
     (["missing.csv"], "does not exist"),
-    ([CPU_CSV, "--scenario", "nope"], "nope not in sweep-20261129-h200-host-cpu.csv; it has: chain, clustered"),
+    ([CPU_CSV, "--scenario", "nope"], "nope not in h200-host-cpu.csv; it has: chain, clustered, crowd"),
     ([CPU_CSV, "--impl", "fastest"], "fastest not in"),
     ([CPU_CSV, "--baseline", "nonesuch"], "nonesuch not in"),
     ([CPU_CSV, "--device", "cuda"], "cuda not in"),
@@ -85,6 +85,15 @@ def test_export_bad_input_is_one_clear_message(args, message):
     assert result.exit_code != 0
     assert message in result.output
     assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_export_takes_sweep_rows_unless_pipeline_rows_are_asked_for(cpu_results, pipeline_results):
+    sweeps = export(cpu_results, pipeline_results)
+    assert "| torchvision |" in sweeps.replace("| N | torchvision |", "| torchvision |") and "numpy" not in sweeps
+    pipes = export(cpu_results, pipeline_results, "--benchmark", "pipeline", "--baseline", "numpy")
+    assert "| stage | N | numpy | torch_batched_nms |" in pipes and "| total |" in pipes
+    result = invoke("export", cpu_results, "--benchmark", "training")
+    assert result.exit_code == 2 and "training not in" in result.output
 
 
 def test_export_foreign_csv(tmp_path):
@@ -104,7 +113,7 @@ def test_export_all_error_rows_says_so(tmp_path):
     path = tmp_path / "failed.csv"
     frame.to_csv(path, index=False)
     result = invoke("export", path)
-    assert result.exit_code == 1 and "no measured (status ok) rows" in result.output and "240 error" in result.output
+    assert result.exit_code == 1 and "no measured (status ok) rows" in result.output and f"{len(frame)} error" in result.output
 
 
 # --- plot -----------------------------------------------------------------------------

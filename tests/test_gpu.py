@@ -1,7 +1,9 @@
-"""GPU tests: every CUDA backend against its CPU backend and its family's definition.
+"""GPU tests: every CUDA backend against its CPU backend, its family's definition and
+torchvision, on every scenario, size and dtype the kernels must handle.
 
 Marked ``gpu`` and skipped without a CUDA device (CI has none); run them on a GPU
-machine with ``pytest -m gpu``.
+machine with ``pytest -m gpu``. The hypothesis property tests in test_properties.py also
+run every CUDA backend against the family definitions there.
 """
 
 from __future__ import annotations
@@ -11,56 +13,161 @@ import torch
 
 import nmsbench
 from nmsbench import datasets
+from nmsbench.boxes import BoxSet
 from nmsbench.runner import Grid, run_sweep
+from test_properties import Case, check_allpairs, check_hard, check_matrix
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
 
-CUDA_IMPLS = sorted(name for name, impl in nmsbench.implementations().items() if "cuda" in impl.backends)
-SIZES = [1, 2, 31, 32, 33, 63, 64, 65, 256, 512, 1000, 4096, 4097]
+IMPLS = nmsbench.implementations()
+CUDA_IMPLS = sorted(name for name, impl in IMPLS.items() if "cuda" in impl.backends)
+KERNEL_IMPLS = ["allpairs", "bitmask_classic", "bitmask_two_phase", "matrix_fused"]  # ours, in .cu files
+EXACT_HARD = sorted(name for name, impl in IMPLS.items() if impl.family == "hard" and impl.exact)
+SIZES = [1, 2, 31, 32, 33, 63, 64, 65, 256, 512, 1000, 4096, 4097, 8192]
+SCENARIOS = list(datasets.SYNTHETIC) + ["ties"]
+DEFINITION_MAX_N = 65  # the plain-Python definitions are O(N^2) in Python
 
 
-def _same_result(impl, cpu, gpu):
-    if impl.family == "matrix":
-        threshold = impl.resolve_params({})["score_threshold"]
-        cpu_final = dict(zip(cpu.keep.tolist(), cpu.scores.float().tolist()))
-        gpu_final = dict(zip(gpu.keep.tolist(), gpu.scores.float().tolist()))
-        # the kept sets may differ only where a decayed score sits on the threshold
-        for i in cpu_final.keys() ^ gpu_final.keys():
-            assert abs(cpu_final.get(i, gpu_final.get(i)) - threshold) < 1e-5
-        common = sorted(cpu_final.keys() & gpu_final.keys())
-        torch.testing.assert_close(
-            torch.tensor([gpu_final[i] for i in common]), torch.tensor([cpu_final[i] for i in common]), rtol=1e-4, atol=1e-5
-        )
-    else:
+def box_set(scenario: str, n: int, classes: int) -> BoxSet:
+    """A scenario's boxes; "ties" is clustered boxes with scores rounded to 0.1 steps, so
+    most boxes share their score with many others (the stable tie order matters)."""
+    if scenario == "ties":
+        base = datasets.generate("clustered", n, seed=n + 7, classes=classes)
+        return BoxSet(base.boxes, (base.scores * 10).round() / 10, base.labels)
+    return datasets.generate(scenario, n, seed=n, classes=classes)
+
+
+def run(name, boxes: BoxSet, **params):
+    return nmsbench.run_nms(name, boxes.boxes, boxes.scores, 0.5, labels=boxes.labels, **params)
+
+
+def assert_same_result(name, cpu, gpu, dtype=torch.float32):
+    """The CUDA result equals the CPU one: hard and all-pairs index for index; Matrix NMS
+    too, with decayed scores to rounding (kept sets may differ only on the threshold)."""
+    assert gpu.keep.device.type == "cuda" and gpu.keep.dtype == torch.int64
+    if IMPLS[name].family != "matrix":
+        assert gpu.scores is None
         assert torch.equal(gpu.keep.cpu(), cpu.keep)
+        return
+    assert gpu.scores.dtype == dtype and gpu.scores.shape == gpu.keep.shape
+    cpu_final = dict(zip(cpu.keep.tolist(), cpu.scores.double().tolist()))
+    gpu_final = dict(zip(gpu.keep.tolist(), gpu.scores.double().tolist()))
+    threshold = IMPLS[name].resolve_params({})["score_threshold"]
+    for i in cpu_final.keys() ^ gpu_final.keys():
+        assert abs(cpu_final.get(i, gpu_final.get(i)) - threshold) < 1e-5, f"box {i} kept by one backend only"
+    common = sorted(cpu_final.keys() & gpu_final.keys())
+    tol = dict(rtol=1e-3, atol=1e-4) if dtype == torch.float16 else dict(rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        torch.tensor([gpu_final[i] for i in common]), torch.tensor([cpu_final[i] for i in common]), **tol
+    )
+    if name != "matrix_naive":  # ours: the same keep order too (decay in double like the CPU backend)
+        assert gpu.keep.tolist() == cpu.keep.tolist() or cpu_final.keys() != gpu_final.keys()
+
+
+def equals_definition(name, boxes: BoxSet):
+    """The family checks of test_properties.py (definition, order, no kept overlap) on cuda."""
+    case = Case(boxes.boxes.numpy(), boxes.scores.numpy(), None if boxes.labels is None else boxes.labels.numpy())
+    family = IMPLS[name].family
+    if family == "hard":
+        check_hard(name, case, 0.5, "cuda")
+    elif family == "allpairs":
+        check_allpairs(name, case, 0.5, "cuda")
+    elif family == "matrix":
+        check_matrix(name, case, 0.5, "gaussian", 0.5, 0.05, "cuda")
 
 
 @pytest.mark.parametrize("name", CUDA_IMPLS)
-@pytest.mark.parametrize("scenario", datasets.SYNTHETIC)
+@pytest.mark.parametrize("scenario", SCENARIOS)
 @pytest.mark.parametrize("classes", [1, 3])
-def test_cuda_backend_equals_cpu_backend(name, scenario, classes):
-    impl = nmsbench.implementations()[name]
+def test_cuda_backend_equals_cpu_backend_and_definition(name, scenario, classes):
     for n in SIZES:
-        box_set = datasets.generate(scenario, n, seed=n, classes=classes)
-        cpu = nmsbench.run_nms(name, box_set.boxes, box_set.scores, 0.5, labels=box_set.labels)
-        on_gpu = box_set.to("cuda")
-        gpu = nmsbench.run_nms(name, on_gpu.boxes, on_gpu.scores, 0.5, labels=on_gpu.labels)
-        assert gpu.keep.device.type == "cuda" and gpu.keep.dtype == torch.int64
-        _same_result(impl, cpu, gpu)
+        if n > 4097 and name == "matrix_naive":
+            continue  # its CPU reference materializes several N x N tensors: slow, nothing new
+        boxes = box_set(scenario, n, classes)
+        gpu = run(name, boxes.to("cuda"))
+        cpu = run(name, boxes)
+        assert_same_result(name, cpu, gpu)
+        if n <= DEFINITION_MAX_N:
+            equals_definition(name, boxes)
+
+
+@pytest.mark.parametrize("name", [n for n in CUDA_IMPLS if torch.float16 in IMPLS[n].backend("cuda").dtypes])
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_float16_equals_cpu_backend_on_the_same_values(name, scenario):
+    """float16 boxes are computed in float32: the CPU backend on the float32 copy of the
+    very same values is the reference."""
+    for n in SIZES:
+        for classes in (1, 3):
+            boxes = box_set(scenario, n, classes).to("cpu", torch.float16)
+            gpu = run(name, boxes.to("cuda"))
+            cpu = run(name, boxes.to("cpu", torch.float32))
+            assert_same_result(name, cpu, gpu, torch.float16)
+
+
+@pytest.mark.parametrize("name", KERNEL_IMPLS)
+def test_float64(name):
+    for n in (1, 33, 1000, 4097):
+        boxes = box_set("crowd", n, 3).to("cpu", torch.float64)
+        assert_same_result(name, run(name, boxes), run(name, boxes.to("cuda")), torch.float64)
+
+
+@pytest.mark.parametrize("name", EXACT_HARD)
+@pytest.mark.parametrize("scenario", datasets.SYNTHETIC)
+def test_exact_hard_equals_torchvision_on_cuda(name, scenario):
+    """Index for index with torchvision on the GPU, on inputs without score ties."""
+    for n in SIZES:
+        for classes in (1, 3):
+            boxes = box_set(scenario, n, classes)
+            unique = torch.randperm(n, generator=torch.Generator().manual_seed(n)).to(boxes.scores.dtype) / max(n, 1)
+            boxes = BoxSet(boxes.boxes, unique, boxes.labels).to("cuda")
+            assert torch.equal(run(name, boxes).keep, run("torchvision", boxes).keep)
+
+
+@pytest.mark.parametrize("params", [
+    dict(kernel="linear"), dict(sigma=2.0), dict(sigma=0.1, score_threshold=0.3), dict(kernel="linear", score_threshold=0.0),
+])
+def test_matrix_fused_runtime_parameters(params):
+    for n in (33, 256, 4097):
+        for classes in (1, 3):
+            boxes = box_set("clustered", n, classes)
+            cpu = run("matrix_fused", boxes, **params)
+            gpu = run("matrix_fused", boxes.to("cuda"), **params)
+            threshold = params.get("score_threshold", 0.05)
+            cpu_final = dict(zip(cpu.keep.tolist(), cpu.scores.tolist()))
+            gpu_final = dict(zip(gpu.keep.tolist(), gpu.scores.tolist()))
+            assert all(abs(cpu_final.get(i, gpu_final.get(i)) - threshold) < 1e-5 for i in cpu_final.keys() ^ gpu_final.keys())
+            common = sorted(cpu_final.keys() & gpu_final.keys())
+            assert max((abs(cpu_final[i] - gpu_final[i]) for i in common), default=0.0) < 1e-6
 
 
 @pytest.mark.parametrize("name", CUDA_IMPLS)
-def test_cuda_backend_is_deterministic(name):
-    box_set = datasets.generate("clustered", 4097, seed=1, classes=2).to("cuda")
-    first = nmsbench.run_nms(name, box_set.boxes, box_set.scores, 0.5, labels=box_set.labels)
-    for _ in range(20):
-        again = nmsbench.run_nms(name, box_set.boxes, box_set.scores, 0.5, labels=box_set.labels)
-        assert torch.equal(again.keep, first.keep)
-        if first.scores is not None:
-            assert torch.equal(again.scores, first.scores)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_cuda_backend_is_deterministic(name, dtype):
+    if dtype not in IMPLS[name].backend("cuda").dtypes:
+        pytest.skip(f"{name} on cuda does not take {dtype}")
+    for n, scenario in ((4097, "clustered"), (8192, "ties")):
+        boxes = box_set(scenario, n, 2).to("cuda", dtype)
+        first = run(name, boxes)
+        for _ in range(20):
+            again = run(name, boxes)
+            assert torch.equal(again.keep, first.keep)
+            if first.scores is not None:
+                assert torch.equal(again.scores, first.scores)
+
+
+@pytest.mark.parametrize("name", KERNEL_IMPLS)
+def test_launches_on_torchs_current_stream(name):
+    boxes = box_set("clustered", 4097, 3).to("cuda")
+    expected = run(name, boxes)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        got = run(name, boxes)
+    torch.cuda.current_stream().wait_stream(stream)
+    assert torch.equal(got.keep, expected.keep)
 
 
 def test_mixed_devices_are_rejected():
@@ -73,9 +180,14 @@ def test_mixed_devices_are_rejected():
 
 def test_cuda_sweep_writes_both_timers():
     rows = []
-    grid = Grid(impls=CUDA_IMPLS, devices=["cuda"], dtypes=["float32"], scenarios=["clustered"], ns=[64, 1024],
+    grid = Grid(impls=CUDA_IMPLS, devices=["cuda"], dtypes=["float32", "float16"], scenarios=["clustered"], ns=[64, 1024],
                 ious=[0.5], min_run_time=0.05)
     counts = run_sweep(grid, rows.append)
-    assert counts["error"] == 0 and counts["ok"] == len(rows) == grid.count()
-    assert {r["timer"] for r in rows} == {"wall", "device"}
-    assert all(r["median_us"] > 0 and r["peak_mem_bytes"] != "" for r in rows)
+    assert counts["error"] == 0, [r["error"] for r in rows if r["status"] == "error"]
+    assert counts["ok"] + counts["skipped"] == len(rows) == grid.count()
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert {r["impl"] for r in ok} == set(CUDA_IMPLS)
+    assert {r["timer"] for r in ok} == {"wall", "device"}
+    assert all(r["median_us"] > 0 and r["peak_mem_bytes"] != "" for r in ok)
+    # the exact hard variants agree with the reference on every case
+    assert all(r["jaccard"] == 1.0 for r in ok if r["impl"] in EXACT_HARD and r["dtype"] == "float32")

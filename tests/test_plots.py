@@ -11,14 +11,14 @@ import pytest
 
 go = pytest.importorskip("plotly.graph_objects", reason="figures need plotly (a GPU box installed with --no-deps may lack it)")
 
-from dash_support import COMMITTED, CPU_CSV, CUDA_CSV, cpu_results  # noqa: F401  (fixture)
+from dash_support import COMMITTED, CPU_CSV, CUDA_CSV, SAMPLES, cpu_results, pipeline_results  # noqa: F401  (fixtures)
 from nmsbench import differences, plots, tables
 from nmsbench.results import COLUMNS
 
 
 @pytest.fixture(scope="module")
-def committed() -> pd.DataFrame:
-    return tables.load_results(COMMITTED)
+def sample() -> pd.DataFrame:
+    return tables.load_results(SAMPLES)
 
 
 def lines(fig, role: str = "line") -> list:
@@ -31,13 +31,13 @@ def one_panel(frame, **choices):
 
 # --- loading and selecting ------------------------------------------------------------
 
-def test_load_results_adds_source_and_hardware(committed):
-    assert set(committed["source"]) == {p.name for p in COMMITTED}
-    cuda = committed[committed["device"] == "cuda"]
-    cpu = committed[committed["device"] == "cpu"]
+def test_load_results_adds_source_and_hardware(sample):
+    assert set(sample["source"]) == {p.name for p in SAMPLES}
+    cuda = sample[sample["device"] == "cuda"]
+    cpu = sample[sample["device"] == "cpu"]
     assert set(cuda["hardware"]) == {"vm: NVIDIA H200"}
     assert set(cpu["hardware"]) == {"vm: Intel(R) Xeon(R) Processor"}
-    assert committed["cuda"].map(type).eq(str).all()  # versions stay text ("13.0", never 13.0)
+    assert sample["cuda"].map(type).eq(str).all()  # versions stay text ("13.0", never 13.0)
 
 
 def test_load_results_names_the_bad_file(tmp_path):
@@ -61,31 +61,60 @@ def test_load_tolerates_extra_columns_and_bad_numbers(tmp_path):
     assert math.isnan(loaded.loc[0, "median_us"]) and len(tables.ok_rows(loaded)) == len(frame) - 1
 
 
+def test_every_committed_run_loads_and_draws():
+    frame = tables.load_results(COMMITTED)  # whatever results/ holds now, schema 1 or later
+    assert set(frame["source"]) == {p.name for p in COMMITTED}
+    rows = tables.select(frame, timer=["wall"])
+    fig = plots.time_vs_n(rows)
+    assert {t.meta["impl"] for t in lines(fig)} == set(tables.ok_rows(rows)["impl"])
+    assert lines(plots.speedup_vs_n(rows)) and tables.speedup_table(rows)["median_us"].gt(0).all()
+
+
+def test_schema_2_sweeps_and_pipeline_rows_stay_apart(cpu_results, pipeline_results):
+    frame = tables.load_results([CPU_CSV, cpu_results, pipeline_results])  # schema 1 and 2 together
+    assert set(frame["benchmark"]) == {"nms", "pipeline"} and set(frame["schema_version"]) == {1, 2}
+    sweeps = tables.select(frame, benchmark=["nms"], scenario=["chain"])
+    assert {t.meta["impl"] for t in lines(plots.time_vs_n(sweeps))} == set(tables.ok_rows(sweeps)["impl"])
+    pipes = tables.select(frame, benchmark=["pipeline"])
+    names = {t.name for t in lines(plots.time_vs_n(pipes))}
+    assert {"numpy · decode", "numpy · nms", "numpy · total"} <= names  # stages never share a line
+    table = tables.speedup_table(pipes, "numpy")
+    assert table.attrs["groups"] == ["stage"] and (table.loc[table["impl"] == "numpy", "speedup"] == 1).all()
+
+
+def test_runs_of_two_commits_are_two_lines():
+    frame = tables.load_results([CPU_CSV])
+    other = frame.assign(git_commit="abc1234", source="later.csv")
+    both = pd.concat([frame, other], ignore_index=True)
+    names = {t.name for t in lines(plots.time_vs_n(tables.select(both, scenario=["crowd"])))}
+    assert {"torchvision · @abc1234", f"torchvision · @{frame['git_commit'].iloc[0]}"} <= names
+
+
 def test_empty_load_has_the_usual_columns():
     empty = tables.concat([])
     assert empty.empty and {"impl", "status", "median_us", "hardware", "source"} <= set(empty.columns)
 
 
-def test_select_matches_numbers_with_tolerance_and_ignores_empty_choices(committed):
-    knob = tables.select(committed, scenario=["clustered"], overlap=[0.7000000001])
+def test_select_matches_numbers_with_tolerance_and_ignores_empty_choices(sample):
+    knob = tables.select(sample, scenario=["clustered"], overlap=[0.7000000001])
     assert len(knob) and set(knob["scenario"]) == {"clustered"}
-    assert len(tables.select(committed, impl=[], device=None)) == len(committed)
+    assert len(tables.select(sample, impl=[], device=None)) == len(sample)
     with pytest.raises(ValueError, match="no column"):
-        tables.select(committed, nonsense=["x"])
+        tables.select(sample, nonsense=["x"])
 
 
-def test_series_names_only_what_varies(committed):
-    cpu = tables.select(committed, device=["cpu"], scenario=["clustered"])
+def test_series_names_only_what_varies(sample):
+    cpu = tables.select(sample, device=["cpu"], scenario=["clustered"])
     assert set(tables.add_series(cpu)["series"]) == set(cpu["impl"])
-    both = tables.select(committed, timer=["wall"], scenario=["clustered"])
+    both = tables.select(sample, timer=["wall"], scenario=["clustered"])
     labels = set(tables.add_series(both)["series"])
     assert {"torchvision · cpu", "torchvision · cuda"} <= labels  # hardware follows from device: not named
 
 
 # --- figures --------------------------------------------------------------------------
 
-def test_time_vs_n_is_log_log_with_one_line_per_impl_and_an_iqr_band(committed):
-    rows = one_panel(committed, device=["cpu"], scenario=["clustered"])
+def test_time_vs_n_is_log_log_with_one_line_per_impl_and_an_iqr_band(sample):
+    rows = one_panel(sample, device=["cpu"], scenario=["clustered"])
     fig = plots.time_vs_n(rows)
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
     assert "µs" in fig.layout.yaxis.title.text and "N" in fig.layout.xaxis.title.text
@@ -105,8 +134,8 @@ def test_time_vs_n_is_log_log_with_one_line_per_impl_and_an_iqr_band(committed):
     assert np.all(np.asarray(lower.y) > 0)  # stays on the log axis
 
 
-def test_time_vs_n_facets_by_scenario(committed):
-    rows = one_panel(committed, device=["cpu"])
+def test_time_vs_n_facets_by_scenario(sample):
+    rows = one_panel(sample, device=["cpu"])
     fig = plots.time_vs_n(rows)
     titles = {a.text for a in fig.layout.annotations}
     assert set(rows["scenario"]) <= titles
@@ -117,8 +146,8 @@ def test_time_vs_n_facets_by_scenario(committed):
     assert all(" · " in t.name for t in lines(single))
 
 
-def test_speedup_of_the_baseline_is_one_and_others_are_ratios(committed):
-    rows = one_panel(committed, device=["cpu"], scenario=["clustered"])
+def test_speedup_of_the_baseline_is_one_and_others_are_ratios(sample):
+    rows = one_panel(sample, device=["cpu"], scenario=["clustered"])
     fig = plots.speedup_vs_n(rows, "torchvision")
     drawn = {t.name: t for t in lines(fig)}
     assert fig.layout.yaxis.type == "log" and "torchvision" in fig.layout.yaxis.title.text
@@ -130,8 +159,8 @@ def test_speedup_of_the_baseline_is_one_and_others_are_ratios(committed):
     assert {t.name for t in lines(other)} == {"torchvision", "allpairs"}
 
 
-def test_speedup_pairs_rows_of_the_same_device(committed):
-    rows = tables.select(committed, timer=["wall"], scenario=["chain"])
+def test_speedup_pairs_rows_of_the_same_device(sample):
+    rows = tables.select(sample, timer=["wall"], scenario=["chain"])
     speed = tables.with_speedup(rows, "torchvision")
     assert set(speed["device"]) == {"cpu", "cuda"}
     for device in ("cpu", "cuda"):
@@ -139,26 +168,26 @@ def test_speedup_pairs_rows_of_the_same_device(committed):
         assert np.allclose(base["speedup"], 1.0)
 
 
-def test_missing_baseline_gives_an_explaining_figure(committed):
-    rows = one_panel(committed, device=["cpu"], impl=["allpairs"])
+def test_missing_baseline_gives_an_explaining_figure(sample):
+    rows = one_panel(sample, device=["cpu"], impl=["allpairs"])
     fig = plots.speedup_vs_n(rows, "torchvision")
     assert fig.layout.meta["empty"] and "torchvision" in fig.layout.meta["message"]
     assert plots.time_vs_n(rows.iloc[0:0]).layout.meta["empty"]
 
 
-def test_wall_vs_device_and_memory_only_where_recorded(committed, cpu_results):
-    fig = plots.wall_vs_device(committed)
+def test_wall_vs_device_and_memory_only_where_recorded(sample, cpu_results):
+    fig = plots.wall_vs_device(sample)
     names = {t.name for t in lines(fig)}
     assert {"torchvision · wall", "torchvision · device", "matrix_naive · device"} <= names
     assert all(t.line.dash == "dash" for t in lines(fig) if t.name.endswith("device"))
-    memory = plots.memory_vs_n(tables.select(committed, device=["cuda"]))
+    memory = plots.memory_vs_n(tables.select(sample, device=["cuda"]))
     assert memory.layout.yaxis.type == "log" and "MiB" in memory.layout.yaxis.title.text
     cpu_only = tables.load_results([cpu_results])
     assert plots.wall_vs_device(cpu_only) is None and plots.memory_vs_n(cpu_only) is None
 
 
-def test_time_vs_overlap_at_one_n(committed):
-    rows = one_panel(committed, device=["cpu"])
+def test_time_vs_overlap_at_one_n(sample):
+    rows = one_panel(sample, device=["cpu"])
     fig = plots.time_vs_overlap(rows, 1024)
     assert fig.layout.meta["n"] == 1024 and fig.layout.yaxis.type == "log"
     assert "realized overlap" in fig.layout.xaxis.title.text
@@ -175,8 +204,8 @@ def test_colors_are_stable_per_implementation():
     assert a["alpha"] == b["alpha"] and len(set(b.values())) == 4
 
 
-def test_print_curves_have_time_and_speedup_rows(committed):
-    rows = tables.select(committed, device=["cpu"], scenario=["chain", "uniform"])
+def test_print_curves_have_time_and_speedup_rows(sample):
+    rows = tables.select(sample, device=["cpu"], scenario=["chain", "crowd"])
     fig = plots.style_for_print(plots.curves_for_print(rows, "torchvision", show=["allpairs"]))
     assert {t.name for t in lines(fig)} == {"allpairs", "torchvision"}  # the baseline's line at 1 stays
     assert fig.layout.template.layout.paper_bgcolor in (None, "white") and fig.layout.paper_bgcolor == "white"
@@ -185,8 +214,8 @@ def test_print_curves_have_time_and_speedup_rows(committed):
 
 # --- tables ---------------------------------------------------------------------------
 
-def test_speedup_table_matches_the_csv(committed):
-    rows = tables.select(committed, device=["cpu"], scenario=["clustered"])
+def test_speedup_table_matches_the_csv(sample):
+    rows = tables.select(sample, device=["cpu"], scenario=["clustered"])
     table = tables.speedup_table(rows, "torchvision")
     assert table.attrs["groups"] == [] and table["impl"].iloc[0] == "torchvision"
     raw = pd.read_csv(CPU_CSV)
@@ -197,8 +226,8 @@ def test_speedup_table_matches_the_csv(committed):
         assert row["median_us"] == source and row["speedup"] == pytest.approx(base / source)
 
 
-def test_rendered_tables(committed):
-    rows = tables.select(committed, device=["cpu"], scenario=["clustered"])
+def test_rendered_tables(sample):
+    rows = tables.select(sample, device=["cpu"], scenario=["clustered"])
     table = tables.speedup_table(rows, "torchvision", impls=["torchvision", "allpairs"])
     markdown = tables.render_table(table, "markdown")
     assert "| N | torchvision | allpairs |" in markdown
@@ -214,20 +243,21 @@ def test_rendered_tables(committed):
         tables.render_table(table, "html")
 
 
-def test_table_groups_by_what_varies(committed):
-    table = tables.speedup_table(tables.select(committed, timer=["wall"], scenario=["chain", "crowd"]))
+def test_table_groups_by_what_varies(sample):
+    table = tables.speedup_table(tables.select(sample, timer=["wall"], scenario=["chain", "crowd"]))
     assert table.attrs["groups"] == ["device", "scenario"]  # hardware follows from the device
     markdown = tables.render_table(table, "markdown")
     assert "| device | scenario | N |" in markdown and "| cuda | crowd | 8,192 |" in markdown
 
 
-def test_environment_table_has_a_column_per_run(committed):
-    env = tables.environment_table(committed, {"sweep-20261129-h200-cuda.csv": "nmsbench sweep ..."})
+def test_environment_table_has_a_column_per_run(sample):
+    env = tables.environment_table(sample, {"h200-cuda.csv": "nmsbench sweep ..."})
     assert len(env.columns) == 2
     cuda = next(c for c in env.columns if "cuda" in c)
     assert env.loc["gpu", cuda] == "NVIDIA H200" and env.loc["driver", cuda] == "580.159.04"
     assert env.loc["git_commit", cuda] and env.loc["command", cuda] == "nmsbench sweep ..."
-    assert env.loc["skipped", cuda] == "320"
+    skipped = (pd.read_csv(CUDA_CSV)["status"] == "skipped").sum()
+    assert skipped and env.loc["skipped", cuda] == f"{skipped:,}"
 
 
 # --- the differences view -------------------------------------------------------------
@@ -254,9 +284,10 @@ def test_run_case_on_chains_shows_greedy_and_allpairs_differ():
 
 def test_run_case_reports_unavailable_backends_instead_of_raising():
     case = differences.run_case("uniform", 32, device="cuda", impls=["torchvision", "allpairs", "nope"])
-    if not differences.devices()[-1] == "cuda":
-        assert case.unavailable["torchvision"] == "no CUDA device"
-    assert "no cuda backend" in case.unavailable["allpairs"] or "allpairs" in case.keeps
+    if differences.devices()[-1] != "cuda":
+        assert case.unavailable["torchvision"] == "no CUDA device" and not case.keeps
+    for name in ("torchvision", "allpairs"):
+        assert name in case.keeps or case.unavailable[name] in ("no CUDA device", "no cuda backend (has: cpu)")
     assert "unknown implementation" in case.errors["nope"]
 
 

@@ -54,7 +54,7 @@ def components(boxes) -> list[list[int]]:
 # ---------------------------------------------------------------- the registry
 
 def test_registry_lists_every_scenario_with_a_valid_default():
-    assert set(SCENARIOS) == {"uniform", "clustered", "crowd", "chain", "degenerate", "file"}
+    assert set(SCENARIOS) == {"uniform", "clustered", "crowd", "chain", "degenerate", "file", "real"}
     assert SYNTHETIC == ("uniform", "clustered", "crowd", "chain", "degenerate")
     for name, scenario in SCENARIOS.items():
         lo, hi = scenario.knob_range

@@ -1,0 +1,50 @@
+// Shared by every nmsbench kernel (the bridge prepends it to each .cu file): loading an
+// input element in its arithmetic type, and the IoU with torchvision's arithmetic.
+//
+// Inputs are templates over the stored type: float, double, or float16 carried as its raw
+// bits (unsigned short). float16 is computed in float32, float64 in double.
+
+template <typename T> struct Arith { typedef float type; };
+template <> struct Arith<double> { typedef double type; };
+
+__device__ __forceinline__ float load_value(const float* p, long long i) { return p[i]; }
+__device__ __forceinline__ double load_value(const double* p, long long i) { return p[i]; }
+__device__ __forceinline__ float load_value(const unsigned short* p, long long i) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(p[i]));
+    return f;
+}
+
+template <typename A> struct Box { A x1, y1, x2, y2; };
+
+template <typename T>
+__device__ __forceinline__ Box<typename Arith<T>::type> load_box(const T* boxes, long long row) {
+    return {load_value(boxes, 4 * row), load_value(boxes, 4 * row + 1),
+            load_value(boxes, 4 * row + 2), load_value(boxes, 4 * row + 3)};
+}
+
+// IoU of a and b in the order torchvision computes it. Boxes that do not overlap give 0
+// (never 0/0), which is what torchvision's NaN comparison amounts to.
+template <typename A>
+__device__ __forceinline__ A box_iou(const Box<A>& a, const Box<A>& b) {
+    const A w = min(a.x2, b.x2) - max(a.x1, b.x1);
+    const A h = min(a.y2, b.y2) - max(a.y1, b.y1);
+    if (w > 0 && h > 0) {
+        const A inter = w * h;
+        const A area_a = (a.x2 - a.x1) * (a.y2 - a.y1);
+        const A area_b = (b.x2 - b.x1) * (b.y2 - b.y1);
+        return inter / (area_a + area_b - inter);
+    }
+    return A(0);
+}
+
+// The threshold arrives as a double and the IoU is compared in double, as torchvision's
+// CPU kernel and our numba backends do (a float threshold would round 0.1 up).
+template <typename A>
+__device__ __forceinline__ bool overlaps(const Box<A>& a, const Box<A>& b, double iou_threshold) {
+    return double(box_iou(a, b)) > iou_threshold;
+}
+
+__device__ __forceinline__ bool same_label(const long long* labels, long long a, long long b) {
+    return labels == nullptr || labels[a] == labels[b];
+}

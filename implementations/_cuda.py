@@ -1,0 +1,106 @@
+"""The one bridge between torch tensors and our CUDA kernels (CuPy ``RawModule``).
+
+Kernels live in ``.cu`` files beside their wrappers (``_common.cuh``, the IoU and the
+input loaders, is prepended to each) and are compiled by NVRTC at first use; the compiled module is cached per (file, device) here and on disk by CuPy, so the
+runner's warm-up pays for compilation and timed calls never do. Tensors stay torch
+tensors: kernels receive raw device pointers, outputs are allocated by torch (so torch's
+memory statistics see them), and every launch goes to torch's current CUDA stream.
+``cupy`` is imported lazily, so machines without it still import this package.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import torch
+
+HERE = Path(__file__).resolve().parent
+
+# --fmad=false: no fused multiply-add contraction, so float32 IoUs round exactly like the
+# CPU backends (and the family definitions) compute them, and exact variants stay exact.
+NVRTC_OPTIONS = ("--std=c++17", "--fmad=false")
+
+# Kernels are templates over the stored input type; float16 travels as its raw bits.
+SOURCE_TYPES = {torch.float32: "float", torch.float64: "double", torch.float16: "unsigned short"}
+CUDA_DTYPES = tuple(SOURCE_TYPES)
+
+_streams: dict[int, object] = {}
+
+
+class CudaModule:
+    """One ``.cu`` file: its template kernels (instantiated for every input dtype) and
+    plain kernels, compiled once per device on first use."""
+
+    def __init__(self, cu_file: str, templates: tuple[str, ...] = (), plain: tuple[str, ...] = ()):
+        self.cu_file = cu_file
+        self.expressions = [f"{name}<{t}>" for name in templates for t in SOURCE_TYPES.values()] + list(plain)
+        self._compiled: dict[int, object] = {}
+
+    def get(self, name: str, dtype: torch.dtype | None, device: torch.device):
+        """The compiled kernel ``name``, instantiated for ``dtype`` (None: a plain kernel)."""
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        module = self._compiled.get(index)
+        if module is None:
+            import cupy
+
+            with cupy.cuda.Device(index):
+                source = (HERE / "_common.cuh").read_text() + (HERE / self.cu_file).read_text()
+                module = cupy.RawModule(code=source, options=NVRTC_OPTIONS, name_expressions=self.expressions)
+                module.compile()
+            self._compiled[index] = module
+        return module.get_function(name if dtype is None else f"{name}<{SOURCE_TYPES[dtype]}>")
+
+
+@contextmanager
+def on_torch_stream(device: torch.device):
+    """Enter once per op; yields ``launch(fn, grid, block, args, shared_mem=0)``, which
+    launches on torch's current CUDA stream of ``device``. ``args`` may hold tensors
+    (passed as device pointers), None (a null pointer), ``np`` scalars and ints (int32).
+    Looking up the stream and entering CuPy's device and stream contexts once per op,
+    not per launch, saves ~10 us a launch."""
+    import cupy
+
+    torch_stream = torch.cuda.current_stream(device)
+    stream = _streams.get(torch_stream.cuda_stream)
+    if stream is None:
+        stream = _streams[torch_stream.cuda_stream] = _wrap_stream(cupy, torch_stream)
+
+    def launch(fn, grid, block, args, shared_mem: int = 0) -> None:
+        fn(tuple(grid), tuple(block), tuple(_argument(a) for a in args), shared_mem=shared_mem)
+
+    with cupy.cuda.Device(torch_stream.device.index), stream:
+        yield launch
+
+
+def _wrap_stream(cupy, torch_stream):
+    if hasattr(cupy.cuda.Stream, "from_external") and hasattr(torch_stream, "__cuda_stream__"):
+        return cupy.cuda.Stream.from_external(torch_stream)
+    return cupy.cuda.ExternalStream(torch_stream.cuda_stream, torch_stream.device.index)
+
+
+def _argument(a):
+    if a is None:
+        return np.uint64(0)  # a null pointer (e.g. no labels)
+    if isinstance(a, torch.Tensor):
+        return np.uint64(a.data_ptr())  # a pointer parameter is 8 bytes: pass the address
+    if isinstance(a, bool):
+        return np.int32(a)
+    if isinstance(a, int):
+        return np.int32(a)
+    return a
+
+
+def ranked_labels(labels: torch.Tensor | None, order: torch.Tensor) -> torch.Tensor | None:
+    """Labels in rank order as contiguous int64 (kernels read them as ``long long``)."""
+    return None if labels is None else labels[order].to(torch.int64).contiguous()
+
+
+def blocks(n: int, per_block: int) -> int:
+    """Blocks of ``per_block`` needed to cover ``n`` items (at least one)."""
+    return max(1, (n + per_block - 1) // per_block)
+
+
+# Dynamic shared memory a block may use without opting in to more (every CUDA GPU has 48 KiB).
+MAX_SHARED_BYTES = 48 * 1024
