@@ -99,7 +99,10 @@ def _styles(data: pd.DataFrame, colors: Mapping[str, str] | None) -> dict[str, t
     missing = [i for i in data["impl"].unique() if i not in colors]
     colors.update({k: v for k, v in color_map(list(data["impl"].unique())).items() if k in missing})
     pairs = data[["series", "impl"]].drop_duplicates()
-    rests = sorted({s[len(i):] for s, i in zip(pairs["series"], pairs["impl"])})
+    # the rest of the label (" · cuda", " · @commit") picks the dash: the most common is solid
+    rest = pd.Series([s[len(i):] for s, i in zip(data["series"], data["impl"])])
+    counts = rest.value_counts()
+    rests = sorted(counts.index, key=lambda r: (-counts[r], r))
     return {s: (colors[i], DASHES[rests.index(s[len(i):]) % len(DASHES)]) for s, i in zip(pairs["series"], pairs["impl"])}
 
 
