@@ -149,14 +149,16 @@ def _tick_label(value: float) -> str:
 
 def log_tick_values(values) -> list[float]:
     """Tick positions for a log axis over ``values``: decades over a wide range, 1-2-5
-    steps over a narrow one, always labelled in full (plotly's own minor labels read
-    "5" for 0.05)."""
+    steps over a narrow one (1-1.5-2-3-5-7 where that leaves fewer than two inside),
+    always labelled in full (plotly's own minor labels read "5" for 0.05)."""
     values = np.asarray([v for v in values if pd.notna(v) and v > 0], dtype=float)
     if not len(values):
         return []
     lo, hi = math.floor(math.log10(values.min())), math.ceil(math.log10(values.max()))
     steps = (1,) if hi - lo > 3 else (1, 2, 5)
     ticks = [m * 10.0 ** e for e in range(lo, hi + 1) for m in steps]
+    if sum(values.min() <= t <= values.max() for t in ticks) < 2:  # a narrow range: finer steps, so two show
+        ticks = [m * 10.0 ** e for e in range(lo, hi + 1) for m in (1, 1.5, 2, 3, 5, 7)]
     below = [t for t in ticks if t <= values.min()]
     above = [t for t in ticks if t >= values.max()]
     first = below[-1] if below else ticks[0]
@@ -468,7 +470,7 @@ def _pipeline_panels(rows: pd.DataFrame, dims: Sequence[str]) -> tuple[list[tupl
     return panels, used
 
 
-def _pipeline_order(names: Sequence[str]) -> list[str]:
+def pipeline_order(names: Sequence[str]) -> list[str]:
     """The reference first, then the rest by name."""
     names = sorted(set(names))
     return [n for n in names if n == tables.PIPELINE_BASELINE] + [n for n in names if n != tables.PIPELINE_BASELINE]
@@ -515,7 +517,7 @@ def pipeline_time_per_image(frame: pd.DataFrame, *, stage: str = "total", colors
                .agg(us_per_image=("us_per_image", "median"), iqr_us_per_image=("iqr_us_per_image", "median"),
                     median_us=("median_us", "median"), candidates=("candidates", "first"), noisy=("noisy", "first"),
                     rows=("us_per_image", "size")).reset_index())
-        for series in sorted(agg["series"].unique(), key=lambda s: (_pipeline_order(agg["impl"]).index(s.split(" · ")[0]), s)):
+        for series in sorted(agg["series"].unique(), key=lambda s: (pipeline_order(agg["impl"]).index(s.split(" · ")[0]), s)):
             line = agg[agg["series"] == series].sort_values("batch")
             color, dash, symbol = styles[series]
             noisy = line["noisy"].astype(str).str.lower().eq("true").map({True: " (noisy)", False: ""})
@@ -551,13 +553,13 @@ def pipeline_stage_bars(frame: pd.DataFrame, *, title: str | None = None, max_co
     cols = _pipeline_cols(len(panels), max_cols)
     grid_rows = math.ceil(len(panels) / cols)
     most = max(part.groupby(["impl", "batch"]).ngroups for _, part in panels)  # bars in the fullest panel
-    height = max(320, grid_rows * (22 * most + 110) + 60)
+    height = max(340, grid_rows * (26 * most + 120) + 60)
     fig, positions, grid_rows = _grid([p[0] for p in panels], max_cols=cols, horizontal_spacing=0.17,  # room for names
                                       vertical_spacing=min(0.3, 120 / height))  # and for an axis title above a panel title
     shown: set = set()
     for (_, part), (r, c) in zip(panels, positions):
         agg = part.groupby(["impl", "batch", "stage"], sort=True)["us_per_image"].median().unstack("stage")
-        order = _pipeline_order(agg.index.get_level_values("impl"))
+        order = pipeline_order(agg.index.get_level_values("impl"))
         cases = sorted(agg.index, key=lambda k: (-order.index(k[0]), -k[1]))  # bottom to top: reference on top
         y = [[k[0] for k in cases], [f"B={int(k[1])}" for k in cases]]
         total = agg["total"].reindex(cases).to_numpy(float) if "total" in agg else np.full(len(cases), np.nan)
@@ -574,6 +576,9 @@ def pipeline_stage_bars(frame: pd.DataFrame, *, title: str | None = None, max_co
                 meta={"role": "stage", "stage": stage},
             ), row=r, col=c)
             shown.add(stage)
+        stacked = sum(agg[st].reindex(cases).fillna(0).to_numpy(float) for st in ("decode", "nms") if st in agg)
+        right = np.nanmax(np.concatenate([np.atleast_1d(stacked), total, [0.0]]))
+        fig.update_xaxes(range=[0, right * 1.06 if right > 0 else 1], row=r, col=c)  # the total marks too, not only the bars
         if np.isfinite(total).any():
             fig.add_trace(go.Scatter(
                 y=y, x=total, mode="markers", name="total (end to end)", legendgroup="total", showlegend="total" not in shown,
@@ -583,7 +588,7 @@ def pipeline_stage_bars(frame: pd.DataFrame, *, title: str | None = None, max_co
             ), row=r, col=c)
             shown.add("total")
     fig.update_layout(barmode="stack", bargap=0.25)
-    fig.update_xaxes(title_text=PER_IMAGE_AXIS, rangemode="tozero")
+    fig.update_xaxes(title_text=PER_IMAGE_AXIS)
     fig.update_yaxes(tickfont=dict(size=11))
     fig.update_layout(meta={"figure": "pipeline_stages", "note": STAGE_NOTE})
     fig = _finish(fig, grid_rows, title, legend_title="stage")

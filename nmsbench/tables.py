@@ -418,15 +418,21 @@ def with_pipeline_speedup(frame: pd.DataFrame, baseline: str = PIPELINE_BASELINE
 
 
 def pipeline_table(frame: pd.DataFrame, baseline: str = PIPELINE_BASELINE, impls: Sequence[str] | None = None,
-                   stages: Sequence[str] | None = ("total",)) -> pd.DataFrame:
+                   stages: Sequence[str] | None = ("total",), devices: Sequence[str] | None = None) -> pd.DataFrame:
     """The pipeline export table, long form: one row per group x pipeline x batch with the
     median µs per image, its IQR and the speedup vs ``baseline`` (see
     :func:`with_pipeline_speedup`). Group columns are the dimensions that vary in the
     selection (device, source, confidence threshold, stage, ...); ``stages`` picks the
-    stages (default: total, end to end; None: all)."""
+    stages (default: total, end to end; None: all). ``impls`` and ``devices`` pick the
+    rows shown after the speedups are computed on all of ``frame``, so a cuda row still
+    finds the CPU reference when only cuda rows are shown."""
     rows = with_pipeline_speedup(frame, baseline)
     if stages:
         rows = rows[rows["stage"].isin(list(stages))]
+    if impls:
+        rows = rows[rows["impl"].isin(list(impls))]
+    if devices:
+        rows = rows[rows["device"].isin(list(devices))]
     if rows.empty:
         raise ValueError("no measured (status ok) pipeline rows in the selection")
     groups = group_dims(rows, PIPELINE_DIMS)
@@ -435,8 +441,6 @@ def pipeline_table(frame: pd.DataFrame, baseline: str = PIPELINE_BASELINE, impls
     table = grouped.agg(us_per_image=("us_per_image", "median"), iqr_us_per_image=("iqr_us_per_image", "median"),
                         speedup=("speedup", "median"), baseline_device=("baseline_device", "first"),
                         rows=("us_per_image", "size")).reset_index()
-    if impls:
-        table = table[table["impl"].isin(list(impls))]
     order = _impl_order(table["impl"].unique(), baseline)
     if "stage" in groups:
         table = table.assign(_stage=table["stage"].map(lambda v: PIPELINE_STAGES.index(v) if v in PIPELINE_STAGES else 9))
@@ -495,7 +499,7 @@ def render_pipeline_table(table: pd.DataFrame, fmt: str) -> str:
     full-precision numbers, one µs-per-image and one speedup column per batch)."""
     wide = wide_pipeline_table(table)
     if fmt == "csv":
-        return wide.to_csv(index=False)
+        return wide.rename(columns=PIPELINE_GROUP_LABELS).to_csv(index=False)
     groups = table.attrs.get("groups", [])
     batches = table.attrs.get("batches") or sorted(table["batch"].unique())
     header = [PIPELINE_GROUP_LABELS.get(g, g) for g in groups] + ["pipeline"] + [f"B={b}" for b in batches]
