@@ -8,6 +8,7 @@ import re
 import shlex
 import sys
 from pathlib import Path
+from typing import Callable
 
 import click
 import torch
@@ -225,29 +226,40 @@ def sweep(sizes, impls, devices, scenarios, overlaps, ious, dtypes, seed, classe
         min_run_time=min_run_time, threads=threads, file=file_path, recordings=recording_list,
     )
     out = out or default_output_path(device_list)
+    counts = run_with_progress(
+        "sweep", out, force, grid.count(), grid.__dict__, reproduce_command(grid, out),
+        lambda write, on_case: run_sweep(grid, write, on_case),
+        describe=lambda row: f"{row['scenario']:>10} n={row['n']:<6} {row['impl']:<18} {row['device']}",
+        where=lambda row: f"{row['scenario']} n={row['n']}",
+    )
+    _print_summary(out, counts)
+
+
+def run_with_progress(command: str, out: Path, force: bool, total: int, grid: dict, reproduce: str,
+                      run: Callable, describe: Callable[[dict], str], where: Callable[[dict], str]) -> dict:
+    """Write a run's rows to ``out`` (refusing to overwrite without ``force``) behind a
+    progress bar; error rows are printed as they come; Ctrl-C stops with what was written
+    and exit status 130. ``run(write, on_case)`` does the work and returns the counts."""
     if out.exists() and not force:
         raise click.UsageError(f"{out} exists; pass --force to overwrite it or choose another --out")
-
-    total = grid.count()
-    console.print(f"nmsbench sweep: {total} rows -> {out}")
-    with ResultWriter(out, environment(), grid.__dict__, reproduce_command(grid, out)) as writer, Progress(
+    console.print(f"nmsbench {command}: {total} rows -> {out}")
+    with ResultWriter(out, environment(), grid, reproduce) as writer, Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
         console=console, transient=False,
     ) as progress:
         task = progress.add_task("starting", total=total)
 
         def on_case(row):
-            progress.update(task, advance=1, description=f"{row['scenario']:>10} n={row['n']:<6} {row['impl']:<18} {row['device']}")
+            progress.update(task, advance=1, description=describe(row))
             if row["status"] == "error":
-                progress.console.print(f"[red]error[/] {row['impl']} {row['device']} {row['scenario']} n={row['n']}: {row['error']}")
+                progress.console.print(f"[red]error[/] {row['impl']} {row['device']} {where(row)}: {row['error']}")
 
         try:
-            counts = run_sweep(grid, writer.write, on_case)
+            return run(writer.write, on_case)
         except KeyboardInterrupt:
             progress.stop()
             console.print(f"[yellow]interrupted[/]: {writer.rows_written} of {total} rows are in {out}")
             raise SystemExit(130)
-    _print_summary(out, counts)
 
 
 def reproduce_command(grid: Grid, out: Path) -> str:

@@ -29,7 +29,7 @@ import torch
 from . import datasets
 from .pipeline import (REFERENCE_PIPELINE, STAGES, Pipeline, PipelineConfig, compare_detections, pipelines,
                        validate_raw)
-from .runner import _error_text
+from .runner import _error_text, row_emitter, use_threads
 from .timing import time_device, time_wall
 
 SOURCES = ("real", "synthetic")
@@ -83,21 +83,9 @@ def _images_column(source: str, images: list[str], seed: int) -> str:
 def run_pipeline_bench(grid: PipelineGrid, write: Callable[[dict], None],
                        on_case: Callable[[dict], None] = lambda row: None) -> dict:
     """Run every case of ``grid``; ``write`` gets each row as soon as it exists."""
-    counts = {"ok": 0, "error": 0, "skipped": 0, "noisy": 0}
-    torch.set_num_threads(grid.threads)
-    try:
-        import numba
-
-        numba.set_num_threads(min(grid.threads, numba.config.NUMBA_NUM_THREADS))
-    except ImportError:
-        pass
+    use_threads(grid.threads)
     known = pipelines()
-
-    def emit(row: dict) -> None:
-        write(row)
-        counts[row["status"]] += 1
-        counts["noisy"] += bool(row.get("noisy"))
-        on_case(row)
+    emit, counts = row_emitter(write, on_case)
 
     def rows_of(base: dict, name: str, device: str) -> list[dict]:
         pipeline = known.get(name)

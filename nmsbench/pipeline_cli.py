@@ -12,13 +12,12 @@ from pathlib import Path
 
 import click
 import torch
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from . import datasets
 from .pipeline import STAGES, pipelines
 from .pipeline_bench import DEFAULT_BATCHES, SOURCES, PipelineGrid, run_pipeline_bench
-from .results import ResultWriter, default_output_path, environment
+from .results import default_output_path
 from .timing import TIMERS
 
 
@@ -70,7 +69,7 @@ def pipeline_command(batches, devices, sources, names, confs, iou, max_det, max_
     all-pairs NMS. Rows (stage decode, nms, total) go to the sweep's CSV schema with
     benchmark=pipeline, batch, stage, candidates, and agreement with the numpy reference.
     """
-    from .cli import _console, _floats, _split, console
+    from .cli import _console, _floats, _split, run_with_progress
 
     known = pipelines()
     if show_list:
@@ -125,28 +124,12 @@ def pipeline_command(batches, devices, sources, names, confs, iou, max_det, max_
         timers=timer_list, min_run_time=min_run_time, threads=threads,
     )
     out = out or default_output_path(device_list, kind="pipeline")
-    if out.exists() and not force:
-        raise click.UsageError(f"{out} exists; pass --force to overwrite it or choose another --out")
-    total = grid.count()
-    console.print(f"nmsbench pipeline: {total} rows -> {out}")
-    with ResultWriter(out, environment(), grid.__dict__, reproduce_pipeline_command(grid, out)) as writer, Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-        console=console, transient=False,
-    ) as progress:
-        task = progress.add_task("starting", total=total)
-
-        def on_case(row):
-            progress.update(task, advance=1, description=f"{row['scenario']:>9} B={row['batch']:<3} {row['impl']:<24} {row['device']}")
-            if row["status"] == "error":
-                progress.console.print(f"[red]error[/] {row['impl']} {row['device']} {row['scenario']} B={row['batch']} "
-                                       f"conf={row['overlap']}: {row['error']}")
-
-        try:
-            counts = run_pipeline_bench(grid, writer.write, on_case)
-        except KeyboardInterrupt:
-            progress.stop()
-            console.print(f"[yellow]interrupted[/]: {writer.rows_written} of {total} rows are in {out}")
-            raise SystemExit(130)
+    counts = run_with_progress(
+        "pipeline", out, force, grid.count(), grid.__dict__, reproduce_pipeline_command(grid, out),
+        lambda write, on_case: run_pipeline_bench(grid, write, on_case),
+        describe=lambda row: f"{row['scenario']:>9} B={row['batch']:<3} {row['impl']:<24} {row['device']}",
+        where=lambda row: f"{row['scenario']} B={row['batch']} conf={row['overlap']}",
+    )
     _print_pipeline_summary(out, counts)
 
 

@@ -114,24 +114,37 @@ def _measure(impl, backend, data: BoxSet, iou: float, params: dict, timers: list
     return agreement, timings, peak
 
 
-def run_sweep(grid: Grid, write: Callable[[dict], None], on_case: Callable[[dict], None] = lambda row: None) -> dict:
-    """Run every case of ``grid``; ``write`` gets each row as soon as it exists."""
-    counts = {"ok": 0, "error": 0, "skipped": 0, "noisy": 0}
-    torch.set_num_threads(grid.threads)
+def use_threads(threads: int) -> None:
+    """Fix the CPU threads torch and numba use for the rest of a run."""
+    torch.set_num_threads(threads)
     try:
         import numba
 
-        numba.set_num_threads(min(grid.threads, numba.config.NUMBA_NUM_THREADS))
+        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     except ImportError:
         pass
-    impls = [get(name) for name in grid.impls]
-    params_by_impl = {impl.name: _resolve_params(impl, grid.params) for impl in impls}
+
+
+def row_emitter(write: Callable[[dict], None], on_case: Callable[[dict], None]):
+    """(emit, counts): ``emit(row)`` writes the row, counts it by status (and noisy) and
+    reports it to ``on_case``; ``counts`` is what a run returns."""
+    counts = {"ok": 0, "error": 0, "skipped": 0, "noisy": 0}
 
     def emit(row: dict) -> None:
         write(row)
         counts[row["status"]] += 1
         counts["noisy"] += bool(row.get("noisy"))
         on_case(row)
+
+    return emit, counts
+
+
+def run_sweep(grid: Grid, write: Callable[[dict], None], on_case: Callable[[dict], None] = lambda row: None) -> dict:
+    """Run every case of ``grid``; ``write`` gets each row as soon as it exists."""
+    use_threads(grid.threads)
+    impls = [get(name) for name in grid.impls]
+    params_by_impl = {impl.name: _resolve_params(impl, grid.params) for impl in impls}
+    emit, counts = row_emitter(write, on_case)
 
     seen: dict = {}  # real scenario: (recording, knob, N) -> the n cap that ran that box set
     for scenario, n in itertools.product(grid.scenarios, grid.ns):
