@@ -26,11 +26,16 @@ def fused(b, s, stop):
         launch(mf.CUDA_MODULE.get("final_score_kernel", torch.float32, dev), (blocks(n, 256),), (256,), (ss, order, key, n, False, np.float64(0.5), fin))
     if stop == 4: return
     f, idx = torch.sort(fin, descending=True, stable=True); k = int((f >= 0.05).sum()); idx[:k]; f[:k]
-for n in (64, 8192):
+for n in (64, 2048, 8192):
     bs = datasets.generate("clustered", n, seed=0).to("cuda")
-    reps = 300 if n == 64 else 40
+    reps = 300 if n <= 2048 else 40
     print(n, "fused full", round(wall(lambda: mf.matrix_fused_cuda(bs.boxes, bs.scores, iou_threshold=0.5, labels=None, kernel="gaussian", sigma=0.5, score_threshold=0.05), reps)), flush=True)
     for stop, label in enumerate(["sort", "+iou_tile", "+max_reduce", "+decay", "+final", "+sort,count,sync"]):
         print(n, "fused up to", label, round(wall(lambda: fused(bs.boxes, bs.scores, stop), reps)), flush=True)
     print(n, "naive", round(wall(lambda: __import__("nmsbench").variants.matrix_naive.matrix_naive(bs.boxes, bs.scores, iou_threshold=0.5, kernel="gaussian", sigma=0.5, score_threshold=0.05), reps)), flush=True)
     print(n, "two_phase", round(wall(lambda: tp.bitmask_two_phase_cuda(bs.boxes, bs.scores, iou_threshold=0.5), reps)), "torchvision", round(wall(lambda: __import__("torchvision").ops.nms(bs.boxes, bs.scores, 0.5), reps)), flush=True)
+    sc = bs.scores
+    print(n, "torch.sort", round(wall(lambda: torch.sort(sc, descending=True, stable=True), reps)),
+          "index_select", round(wall(lambda: bs.boxes.index_select(0, torch.arange(n, device=dev)), reps)),
+          "sum.item", round(wall(lambda: int((sc >= 0.05).sum()), reps)),
+          "empty", round(wall(lambda: torch.empty(n, device=dev), reps)), flush=True)
