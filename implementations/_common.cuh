@@ -48,3 +48,13 @@ __device__ __forceinline__ bool overlaps(const Box<A>& a, const Box<A>& b, doubl
 __device__ __forceinline__ bool same_label(const long long* labels, long long a, long long b) {
     return labels == nullptr || labels[a] == labels[b];
 }
+
+// The rank order of every backend: higher score first, ties by lower input index, and
+// NaN above everything (where torch.sort(descending=True) puts it). A strict total order:
+// counting the items that rank above one gives a permutation, whatever the input.
+template <typename A>
+__device__ __forceinline__ bool ranks_above(A score_i, long long i, A score_j, long long j) {
+    const bool nan_i = score_i != score_i, nan_j = score_j != score_j;
+    if (nan_i || nan_j) return nan_i && (!nan_j || i < j);
+    return score_i > score_j || (score_i == score_j && i < j);
+}

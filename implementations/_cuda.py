@@ -92,9 +92,62 @@ def _argument(a):
     return a
 
 
-def ranked_labels(labels: torch.Tensor | None, order: torch.Tensor) -> torch.Tensor | None:
-    """Labels in rank order as contiguous int64 (kernels read them as ``long long``)."""
-    return None if labels is None else labels[order].to(torch.int64).contiguous()
+class Scratch:
+    """Scratch buffers only kernels see, carved from one torch allocation (one allocator
+    call instead of one per buffer). ``Scratch(device, name=(count, dtype), ...)``; each
+    name becomes the buffer's device address (``np.uint64``), a ``launch`` argument. The
+    allocation lives as long as this object and, being torch's, is stream-ordered."""
+
+    ALIGN = 256
+
+    def __init__(self, device: torch.device, **buffers: tuple[int, torch.dtype]):
+        self.layout, total = {}, 0
+        for name, (count, dtype) in buffers.items():
+            self.layout[name] = (total, count, dtype)
+            size = count * torch.empty(0, dtype=dtype).element_size()
+            total += -(-size // self.ALIGN) * self.ALIGN
+        self.memory = torch.empty(max(total, 1), dtype=torch.uint8, device=device)
+        base = self.memory.data_ptr()
+        for name, (offset, _, _) in self.layout.items():
+            setattr(self, name, np.uint64(base + offset))
+
+    def tensor(self, name: str) -> torch.Tensor:
+        """Buffer ``name`` as a 1-D torch view (for tests and debugging)."""
+        offset, count, dtype = self.layout[name]
+        return self.memory[offset : offset + count * torch.empty(0, dtype=dtype).element_size()].view(dtype)
+
+
+RANK_MODULE = CudaModule("rank.cu", templates=("rank_by_score_kernel",))
+RANK_THREADS = 128  # as #defined in rank.cu
+
+
+def rank_by_score(launch, boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor | None,
+                  with_scores: bool = False):
+    """Rank the boxes on the device in one launch (rank.cu): descending score, ties by
+    lower input index, NaN first, as ``torch.sort(descending=True, stable=True)`` does.
+
+    Returns ``(order, scratch)``: ``order`` (int64 tensor, input index of each rank) and a
+    ``Scratch`` with ``sorted_boxes``, ``sorted_labels`` (0 when ``labels`` is None) and,
+    with ``with_scores``, ``sorted_scores``, all in rank order and in the input dtype.
+    """
+    n, device, dtype = boxes.shape[0], boxes.device, boxes.dtype
+    order = torch.empty(n, dtype=torch.int64, device=device)
+    scratch = Scratch(
+        device, sorted_boxes=(4 * n, dtype), sorted_scores=(n if with_scores else 0, dtype),
+        sorted_labels=(0 if labels is None else n, torch.int64),
+    )
+    if not with_scores:
+        scratch.sorted_scores = None
+    if labels is None:
+        scratch.sorted_labels = None
+    else:
+        labels = labels.to(torch.int64).contiguous()
+    launch(
+        RANK_MODULE.get("rank_by_score_kernel", dtype, device), (blocks(n, RANK_THREADS),), (RANK_THREADS,),
+        (boxes.contiguous(), scores.contiguous(), labels, n, order, scratch.sorted_boxes, scratch.sorted_scores,
+         scratch.sorted_labels),
+    )
+    return order, scratch
 
 
 def blocks(n: int, per_block: int) -> int:

@@ -12,11 +12,11 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from nmsbench.boxes import NMSResult, score_order
+from nmsbench.boxes import NMSResult
 from nmsbench.registry import register
 
 from ._cpu import JIT, balanced_row, box_iou, keep_from_sorted, sorted_inputs
-from ._cuda import CUDA_DTYPES, CudaModule, blocks, on_torch_stream, ranked_labels
+from ._cuda import CUDA_DTYPES, CudaModule, blocks, on_torch_stream, rank_by_score
 
 
 @njit(parallel=True, **JIT)
@@ -51,16 +51,15 @@ CANDIDATES, CHUNK = 128, 1024  # as #defined in allpairs.cu
     host_sync=True, summary="CUDA: candidate tiles x chunks of parents through shared memory, flags, compaction",
 )
 def allpairs_cuda(boxes, scores, *, iou_threshold, labels=None):
-    order = score_order(scores)
     n = boxes.shape[0]
     if n == 0:
-        return NMSResult(order)
-    sorted_boxes = boxes.index_select(0, order).contiguous()
+        return NMSResult(torch.empty(0, dtype=torch.int64, device=boxes.device))
     suppressed = torch.zeros(n, dtype=torch.bool, device=boxes.device)
     with on_torch_stream(boxes.device) as launch:
+        order, ranked = rank_by_score(launch, boxes, scores, labels)
         launch(
             CUDA_MODULE.get("allpairs_kernel", boxes.dtype, boxes.device),
             (blocks(n, CANDIDATES), blocks(n, CHUNK)), (CANDIDATES,),
-            (sorted_boxes, ranked_labels(labels, order), n, np.float64(iou_threshold), suppressed),
+            (ranked.sorted_boxes, ranked.sorted_labels, n, np.float64(iou_threshold), suppressed),
         )
     return NMSResult(order[~suppressed])

@@ -16,11 +16,11 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from nmsbench.boxes import NMSResult, score_order
+from nmsbench.boxes import NMSResult
 from nmsbench.registry import register
 
 from ._cpu import JIT, balanced_row, box_iou, keep_from_sorted, resolve_greedy, sorted_inputs
-from ._cuda import CUDA_DTYPES, CudaModule, blocks, on_torch_stream, ranked_labels
+from ._cuda import CUDA_DTYPES, CudaModule, blocks, on_torch_stream, rank_by_score
 
 BLOCK = 64
 
@@ -64,18 +64,17 @@ CUDA_MODULE = CudaModule("bitmask_classic.cu", templates=("block_mask_kernel",))
     host_sync=True, summary="CUDA: 64-thread blocks on a 2-D grid write 64-bit masks; copy + greedy resolve on the host",
 )
 def bitmask_classic_cuda(boxes, scores, *, iou_threshold, labels=None):
-    order = score_order(scores)
     n = boxes.shape[0]
     if n == 0:
-        return NMSResult(order)
+        return NMSResult(torch.empty(0, dtype=torch.int64, device=boxes.device))
     column_blocks = blocks(n, BLOCK)
-    sorted_boxes = boxes.index_select(0, order).contiguous()
     mask = torch.empty((n, column_blocks), dtype=torch.int64, device=boxes.device)  # every word is written
     with on_torch_stream(boxes.device) as launch:
+        order, ranked = rank_by_score(launch, boxes, scores, labels)
         launch(
             CUDA_MODULE.get("block_mask_kernel", boxes.dtype, boxes.device),
             (column_blocks, column_blocks), (BLOCK,),
-            (sorted_boxes, ranked_labels(labels, order), n, np.float64(iou_threshold), mask),
+            (ranked.sorted_boxes, ranked.sorted_labels, n, np.float64(iou_threshold), mask),
         )
     kept = resolve_greedy(mask.cpu().numpy().view(np.uint64), BLOCK)
     return NMSResult(order[torch.from_numpy(kept).to(boxes.device)])

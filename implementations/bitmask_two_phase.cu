@@ -24,9 +24,9 @@ __global__ void ballot_mask_kernel(const T* boxes, const long long* labels, int 
 // makes that visible before the next decision, so only kept boxes cost a barrier. Every
 // thread holds the word of the current box in a register (identical in all threads), so
 // no thread reads a shared word that another one is writing. Writes the kept boxes'
-// input indices (order[i]) in rank order, and their count.
+// input indices (order[i]) in rank order, and their count in keep[n].
 extern "C" __global__ void greedy_resolve_kernel(const unsigned int* mask, const long long* order, int n,
-                                                 int words, long long* keep, int* kept_count) {
+                                                 int words, long long* keep) {
     extern __shared__ unsigned int removed[];
     for (int w = threadIdx.x; w < words; w += blockDim.x) removed[w] = 0u;
     __syncthreads();
@@ -43,5 +43,5 @@ extern "C" __global__ void greedy_resolve_kernel(const unsigned int* mask, const
         for (int w = word + 1 + threadIdx.x; w < words; w += blockDim.x) removed[w] |= row[w];
         __syncthreads();
     }
-    if (threadIdx.x == 0) *kept_count = count;
+    if (threadIdx.x == 0) keep[n] = count;
 }

@@ -15,11 +15,11 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from nmsbench.boxes import NMSResult, score_order
+from nmsbench.boxes import NMSResult
 from nmsbench.registry import register
 
 from ._cpu import JIT, balanced_row, box_iou, keep_from_sorted, resolve_greedy, sorted_inputs
-from ._cuda import CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, blocks, on_torch_stream, ranked_labels
+from ._cuda import CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, blocks, on_torch_stream, rank_by_score
 
 WORD_BITS = 32
 
@@ -62,29 +62,26 @@ MAX_RESOLVE_WORDS = MAX_SHARED_BYTES // 4  # the resolve's "removed" bitmap, in 
     summary="CUDA: warp-per-box __ballot_sync 32-bit mask, then a single-block shared-memory resolve",
 )
 def bitmask_two_phase_cuda(boxes, scores, *, iou_threshold, labels=None):
-    order = score_order(scores)
-    n = boxes.shape[0]
+    n, device = boxes.shape[0], boxes.device
+    keep = torch.empty(n + 1, dtype=torch.int64, device=device)  # keep[n]: how many
     if n == 0:
-        return NMSResult(order)
+        return NMSResult(keep[:0])
     words = (n + WORD_BITS - 1) // WORD_BITS
     if words > MAX_RESOLVE_WORDS:
         raise ValueError(
             f"bitmask_two_phase on cuda resolves in one block with N/8 bytes of shared memory; "
             f"N = {n} is above its limit of {MAX_RESOLVE_WORDS * WORD_BITS}"
         )
-    sorted_boxes = boxes.index_select(0, order).contiguous()
-    mask = torch.zeros((n, words), dtype=torch.int32, device=boxes.device)
-    keep = torch.empty(n, dtype=torch.int64, device=boxes.device)
-    kept_count = torch.empty(1, dtype=torch.int32, device=boxes.device)
+    mask = torch.zeros((n, words), dtype=torch.int32, device=device)
     threads = min(1024, -(-words // 32) * 32)
-    with on_torch_stream(boxes.device) as launch:
+    with on_torch_stream(device) as launch:
+        order, ranked = rank_by_score(launch, boxes, scores, labels)
         launch(
-            CUDA_MODULE.get("ballot_mask_kernel", boxes.dtype, boxes.device),
-            (blocks(n, WARPS_PER_BLOCK),), (32 * WARPS_PER_BLOCK,),
-            (sorted_boxes, ranked_labels(labels, order), n, words, np.float64(iou_threshold), mask),
+            CUDA_MODULE.get("ballot_mask_kernel", boxes.dtype, device), (blocks(n, WARPS_PER_BLOCK),),
+            (32 * WARPS_PER_BLOCK,), (ranked.sorted_boxes, ranked.sorted_labels, n, words, np.float64(iou_threshold), mask),
         )
         launch(
-            CUDA_MODULE.get("greedy_resolve_kernel", None, boxes.device), (1,), (threads,),
-            (mask, order, n, words, keep, kept_count), shared_mem=words * 4,
+            CUDA_MODULE.get("greedy_resolve_kernel", None, device), (1,), (threads,),
+            (mask, order, n, words, keep), shared_mem=words * 4,
         )
-    return NMSResult(keep[: int(kept_count.item())])
+    return NMSResult(keep[: int(keep[n])])

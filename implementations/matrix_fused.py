@@ -7,11 +7,12 @@ the decay matrix is ever stored. Same family semantics as ``matrix_naive``.
 
 The CUDA backend (matrix_fused.cu) follows the seed's stages: a tiled IoU kernel that
 stores the lower-triangular tiles (packed: half the seed's N x N buffer) and their row
-maxima, an in-place multi-pass max reduction, and one kernel that folds each tile's
-candidate decays into a per-box minimum. The family's output (kept boxes ordered by
-final score, with those scores) needs the minimum, not only the drop flags the seed
-computes, so the last kernel reduces in-tile and across tiles with ``atomicMin`` over
-order-preserving keys: order-independent, hence deterministic.
+maxima, an in-place multi-level max reduction, and a kernel that walks each row tile's
+stored IoUs for the candidate decays. The family's output (kept boxes ordered by final
+score, with those scores) needs each box's minimum decay, not only the drop flags the
+seed computes, so that kernel keeps the minimum and writes the final score; a last
+kernel selects and orders the kept boxes on the device, so the host waits once, for
+their count.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from nmsbench.families import MATRIX_PARAMS
 from nmsbench.registry import register
 
 from ._cpu import JIT, balanced_row, box_iou, sorted_inputs
-from ._cuda import CUDA_DTYPES, CudaModule, blocks, on_torch_stream, ranked_labels
+from ._cuda import CUDA_DTYPES, CudaModule, Scratch, blocks, on_torch_stream, rank_by_score
 
 
 @njit(parallel=True, **JIT)
@@ -84,55 +85,45 @@ def matrix_fused_cpu(boxes, scores, *, iou_threshold, labels=None, kernel, sigma
 
 
 CUDA_MODULE = CudaModule(
-    "matrix_fused.cu", templates=("iou_tile_kernel", "max_reduce_pass", "decay_kernel", "final_score_kernel")
+    "matrix_fused.cu", templates=("iou_tile_kernel", "max_reduce_kernel", "decay_kernel", "select_kernel")
 )
-TILE = 16
-
-
-def _ordered_key(value: float) -> np.uint64:
-    """The unsigned key matrix_fused.cu's ``ordered_key`` gives ``value`` (a double)."""
-    bits = int(np.float64(value).view(np.uint64))
-    return np.uint64(~bits & (2**64 - 1) if bits >> 63 else bits | 1 << 63)
+TILE, TILES_PER_BLOCK, DECAY_GROUPS, SELECT_THREADS = 16, 4, 4, 256  # as #defined in matrix_fused.cu
 
 
 @register(
     name="matrix_fused", family="matrix", devices=("cuda",), requires=("cupy",), params=MATRIX_PARAMS,
     dtypes=CUDA_DTYPES, host_sync=True,
-    summary="CUDA: 16x16 IoU tiles + row max, in-place max passes, tile decay min; packed lower-triangle storage",
+    summary="CUDA: 16x16 IoU tiles + row max, in-place max levels, per-row-tile decay min; packed lower triangle",
 )
 def matrix_fused_cuda(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold):
-    n = boxes.shape[0]
-    sorted_scores, order = torch.sort(scores, descending=True, stable=True)
-    if n == 0:
-        return NMSResult(order, sorted_scores)
-    device, dtype = boxes.device, boxes.dtype
+    n, device, dtype = boxes.shape[0], boxes.device, boxes.dtype
     store = torch.float64 if dtype == torch.float64 else torch.float32
-    linear = kernel == "linear"
+    kept = torch.empty(n + 1, dtype=torch.int64, device=device)  # kept[n]: how many
+    kept_scores = torch.empty(n, dtype=store, device=device)
+    if n == 0:
+        return NMSResult(kept[:0], kept_scores.to(dtype))
     tiles = blocks(n, TILE)
-    sorted_boxes = boxes.index_select(0, order).contiguous()
-    tile_iou = torch.empty(tiles * (tiles + 1) // 2 * TILE * TILE, dtype=store, device=device)
-    partial = torch.empty((n, tiles), dtype=store, device=device)
-    decay_key = torch.empty(n, dtype=torch.int64, device=device)
-    initial_key = _ordered_key(1.0 if linear else 0.0)
-    final_by_input = torch.empty(n, dtype=store, device=device)
+    packed_tiles = tiles * (tiles + 1) // 2
+    scratch = Scratch(
+        device, tile_iou=(packed_tiles * TILE * TILE, store), partial=(n * tiles, store), final_by_input=(n, store)
+    )
     with on_torch_stream(device) as launch:
+        order, ranked = rank_by_score(launch, boxes, scores, labels, with_scores=True)
         launch(
-            CUDA_MODULE.get("iou_tile_kernel", dtype, device), (tiles, tiles), (TILE, TILE),
-            (sorted_boxes, ranked_labels(labels, order), n, tiles, initial_key, tile_iou, partial, decay_key),
+            CUDA_MODULE.get("iou_tile_kernel", dtype, device), (blocks(packed_tiles, TILES_PER_BLOCK),),
+            (TILE, TILE, TILES_PER_BLOCK),
+            (ranked.sorted_boxes, ranked.sorted_labels, n, tiles, np.int64(packed_tiles), scratch.tile_iou,
+             scratch.partial),
         )
-        level, length = 0, tiles
-        while length > 1:
-            launch(CUDA_MODULE.get("max_reduce_pass", dtype, device), (tiles,), (TILE, TILE), (partial, n, tiles, level))
-            level, length = level + 1, blocks(length, TILE)
+        launch(CUDA_MODULE.get("max_reduce_kernel", dtype, device), (tiles,), (TILE, TILE), (scratch.partial, n, tiles))
         launch(
-            CUDA_MODULE.get("decay_kernel", dtype, device), (tiles, tiles), (TILE, TILE),
-            (tile_iou, partial, n, tiles, linear, decay_key),
+            CUDA_MODULE.get("decay_kernel", dtype, device), (tiles,), (TILE, TILE, DECAY_GROUPS),
+            (scratch.tile_iou, scratch.partial, ranked.sorted_scores, order, n, tiles, kernel == "linear",
+             np.float64(sigma), scratch.final_by_input, kept),
         )
         launch(
-            CUDA_MODULE.get("final_score_kernel", dtype, device), (blocks(n, 256),), (256,),
-            (sorted_scores, order, decay_key, n, linear, np.float64(sigma), final_by_input),
+            CUDA_MODULE.get("select_kernel", dtype, device), (blocks(n, SELECT_THREADS),), (SELECT_THREADS,),
+            (scratch.final_by_input, n, np.float64(score_threshold), kept, kept_scores),
         )
-    # Stable sort over input order: ties in final score go to the lower input index.
-    final, index = torch.sort(final_by_input, descending=True, stable=True)
-    kept = int((final >= score_threshold).sum())
-    return NMSResult(index[:kept], final[:kept].to(dtype))
+    count = int(kept[n])  # the one host sync
+    return NMSResult(kept[:count], kept_scores[:count].to(dtype))

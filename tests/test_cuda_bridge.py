@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 import nmsbench
 from nmsbench.variants import _cuda, allpairs, bitmask_classic, bitmask_two_phase, matrix_fused
 
-MODULES = [allpairs.CUDA_MODULE, bitmask_classic.CUDA_MODULE, bitmask_two_phase.CUDA_MODULE, matrix_fused.CUDA_MODULE]
+MODULES = [_cuda.RANK_MODULE, allpairs.CUDA_MODULE, bitmask_classic.CUDA_MODULE, bitmask_two_phase.CUDA_MODULE, matrix_fused.CUDA_MODULE]
 
 
 def test_kernel_sources_ship_beside_their_wrappers():
@@ -41,34 +40,20 @@ def test_kernel_arguments():
     assert isinstance(_cuda._argument(np.float64(0.5)), np.float64)
 
 
-def test_ranked_labels_and_blocks():
-    order = torch.tensor([2, 0, 1])
-    assert _cuda.ranked_labels(None, order) is None
-    ranked = _cuda.ranked_labels(torch.tensor([5, 6, 7], dtype=torch.int32), order)
-    assert ranked.dtype == torch.int64 and ranked.tolist() == [7, 5, 6] and ranked.is_contiguous()
+def test_blocks():
     assert [_cuda.blocks(n, 16) for n in (0, 1, 16, 17)] == [1, 1, 1, 2]
 
 
-def _key_to_float(key: np.uint64) -> float:
-    """Inverse of matrix_fused._ordered_key (as matrix_fused.cu's key_value does it)."""
-    k = int(key)
-    bits = k & (2**63 - 1) if k >> 63 else ~k & (2**64 - 1)
-    return float(np.uint64(bits).view(np.float64))
-
-
-@pytest.mark.parametrize("seed", range(3))
-def test_ordered_keys_sort_like_the_doubles_they_encode(seed):
-    """matrix_fused's decay minimum is an atomicMin over these keys: their unsigned order
-    must be the order of the doubles, negatives and both zeros included."""
-    rng = np.random.default_rng(seed)
-    values = np.concatenate([
-        rng.normal(0, 1, 200), rng.uniform(-1e-300, 1e-300, 20), [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, 5e-324, -5e-324],
-    ])
-    keys = np.array([int(matrix_fused._ordered_key(v)) for v in values], dtype=np.uint64)
-    by_key = values[np.argsort(keys, kind="stable")]
-    assert np.all(np.diff(by_key) >= 0)
-    assert all(_key_to_float(matrix_fused._ordered_key(v)) == v for v in values)
-    assert matrix_fused._ordered_key(0.0) == np.uint64(1 << 63)  # the gaussian start (exponent 0)
+def test_scratch_buffers_are_aligned_disjoint_and_in_one_allocation():
+    scratch = _cuda.Scratch(torch.device("cpu"), a=(3, torch.float32), b=(0, torch.int64), c=(100, torch.float64))
+    base = scratch.memory.data_ptr()
+    assert [int(scratch.a) - base, int(scratch.b) - base, int(scratch.c) - base] == [0, 256, 256]
+    assert all(isinstance(address, np.uint64) for address in (scratch.a, scratch.b, scratch.c))
+    assert scratch.memory.numel() >= 256 + 800 and scratch.memory.dtype == torch.uint8
+    scratch.tensor("c")[:] = 2.5
+    assert scratch.tensor("c").dtype == torch.float64 and scratch.tensor("c").tolist() == [2.5] * 100
+    assert scratch.tensor("a").shape == (3,) and scratch.tensor("b").shape == (0,)
+    assert _cuda.Scratch(torch.device("cpu")).memory.numel() == 1  # nothing asked: still a valid allocation
 
 
 def test_cuda_backends_are_listed_with_a_reason_when_unavailable():

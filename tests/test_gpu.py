@@ -159,6 +159,29 @@ def test_cuda_backend_is_deterministic(name, dtype):
                 assert torch.equal(again.scores, first.scores)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
+@pytest.mark.parametrize("n", [1, 127, 128, 129, 1000, 8192])
+def test_rank_by_score_equals_a_stable_descending_sort(n, dtype):
+    """rank.cu, which every kernel backend ranks with, against torch.sort: scores with many
+    ties (and equal -0.0 / 0.0), labels carried along, input dtype kept."""
+    from nmsbench.variants._cuda import on_torch_stream, rank_by_score
+
+    generator = torch.Generator().manual_seed(n)
+    scores = (torch.randint(-3, 4, (n,), generator=generator) / 4.0).to(dtype)
+    scores[scores == 0] = torch.where(torch.rand(int((scores == 0).sum()), generator=generator) < 0.5, -0.0, 0.0).to(dtype)
+    boxes = torch.rand((n, 4), generator=generator).to(dtype)
+    labels = torch.randint(0, 5, (n,), generator=generator, dtype=torch.int32)
+    boxes, scores, labels = boxes.cuda(), scores.cuda(), labels.cuda()
+    with on_torch_stream(boxes.device) as launch:
+        order, ranked = rank_by_score(launch, boxes, scores, labels, with_scores=True)
+    sorted_boxes, sorted_scores = ranked.tensor("sorted_boxes").view(n, 4), ranked.tensor("sorted_scores")
+    sorted_labels = ranked.tensor("sorted_labels")
+    expected = torch.sort(scores, descending=True, stable=True).indices
+    assert order.dtype == torch.int64 and torch.equal(order, expected)
+    assert torch.equal(sorted_boxes, boxes[expected]) and torch.equal(sorted_scores, scores[expected])
+    assert torch.equal(sorted_labels, labels[expected].to(torch.int64))
+
+
 @pytest.mark.parametrize("name", KERNEL_IMPLS)
 def test_launches_on_torchs_current_stream(name):
     boxes = box_set("clustered", 4097, 3).to("cuda")
