@@ -58,3 +58,8 @@ __device__ __forceinline__ bool ranks_above(A score_i, long long i, A score_j, l
     if (nan_i || nan_j) return nan_i && (!nan_j || i < j);
     return score_i > score_j || (score_i == score_j && i < j);
 }
+
+// Counting kernels (rank.cu, matrix_fused.cu's select): a block takes COUNT_BOXES items,
+// one per lane, and each of its COUNT_WARPS warps counts over a slice of the N others.
+#define COUNT_BOXES 32
+#define COUNT_WARPS 8

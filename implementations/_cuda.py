@@ -104,7 +104,7 @@ class Scratch:
         self.layout, total = {}, 0
         for name, (count, dtype) in buffers.items():
             self.layout[name] = (total, count, dtype)
-            size = count * torch.empty(0, dtype=dtype).element_size()
+            size = count * dtype.itemsize
             total += -(-size // self.ALIGN) * self.ALIGN
         self.memory = torch.empty(max(total, 1), dtype=torch.uint8, device=device)
         base = self.memory.data_ptr()
@@ -114,11 +114,11 @@ class Scratch:
     def tensor(self, name: str) -> torch.Tensor:
         """Buffer ``name`` as a 1-D torch view (for tests and debugging)."""
         offset, count, dtype = self.layout[name]
-        return self.memory[offset : offset + count * torch.empty(0, dtype=dtype).element_size()].view(dtype)
+        return self.memory[offset : offset + count * dtype.itemsize].view(dtype)
 
 
 RANK_MODULE = CudaModule("rank.cu", templates=("rank_by_score_kernel",))
-RANK_THREADS = 128  # as #defined in rank.cu
+COUNT_BOXES, COUNT_WARPS = 32, 8  # as #defined in rank.cu
 
 
 def rank_by_score(launch, boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor | None,
@@ -143,7 +143,7 @@ def rank_by_score(launch, boxes: torch.Tensor, scores: torch.Tensor, labels: tor
     else:
         labels = labels.to(torch.int64).contiguous()
     launch(
-        RANK_MODULE.get("rank_by_score_kernel", dtype, device), (blocks(n, RANK_THREADS),), (RANK_THREADS,),
+        RANK_MODULE.get("rank_by_score_kernel", dtype, device), (blocks(n, COUNT_BOXES),), (32 * COUNT_WARPS,),
         (boxes.contiguous(), scores.contiguous(), labels, n, order, scratch.sorted_boxes, scratch.sorted_scores,
          scratch.sorted_labels),
     )

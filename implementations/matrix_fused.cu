@@ -4,17 +4,18 @@
 // those are stored, packed row after row (tile t of row tile r, column tile c is
 // t = r (r + 1) / 2 + c), so a row tile's tiles are contiguous.
 //
-//   1. iou_tile_kernel   a 16 x 16 tile per thread block slice, TILES_PER_BLOCK slices per
-//                        block over consecutive packed tiles (no blocks for the upper
-//                        triangle): both box groups in shared memory, one IoU per thread
-//                        (NOT_A_PARENT where i >= j or the labels differ), plus the tile's
-//                        row max into partial[j][column tile].
-//   2. max_reduce_kernel in place, 16 partial maxima -> 1 per level, until each row holds
-//                        cmax_j = max IoU of box j with its parents in partial[j][0]. A
-//                        block owns 16 whole rows, so all levels run in one launch.
-//   3. decay_kernel      a block per row tile walks its stored tiles and keeps each row's
-//                        minimum candidate decay (no decay matrix, no atomics), then
-//                        writes final = score * decay at the box's input index.
+//   1. iou_tile_kernel   16 x 16 tiles, TILES_PER_BLOCK consecutive packed tiles per block
+//                        (no blocks for the upper triangle): the tiles' box groups in
+//                        shared memory, one IoU per thread and tile (NOT_A_PARENT where
+//                        i >= j or the labels differ), and each tile's row max into
+//                        partial[column tile][j].
+//   2. max_reduce_kernel in place, 16 partial maxima -> 1 per level, until partial[0][j]
+//                        holds cmax_j, box j's max IoU with its parents. A block owns 16
+//                        whole rows, so all levels run in one launch.
+//   3. decay_kernel      reads the stored IoUs back: each row's minimum candidate decay,
+//                        a row tile split over a few blocks; the last of them to finish
+//                        combines the splits and writes final = score * decay at the box's
+//                        input index. No decay matrix, no atomics on the minimum.
 //   4. select_kernel     keeps final >= score_threshold and writes the kept input indices
 //                        and scores ordered by final score (ties: lower input index), and
 //                        their count in kept[n]: the one value the host waits for.
@@ -23,9 +24,8 @@
 // bit of the float32 final score in all but rare exp rounding cases.
 
 #define TILE 16
-#define TILES_PER_BLOCK 4
+#define TILES_PER_BLOCK 8  // x 32 boxes = one box per thread to load
 #define DECAY_GROUPS 4
-#define SELECT_THREADS 256
 #define NOT_A_PARENT (-1)
 
 template <typename T> struct Store { typedef float type; };  // IoUs and final scores
@@ -51,55 +51,70 @@ __device__ __forceinline__ double row_min(double value) {
     return value;
 }
 
-// grid: packed tiles / TILES_PER_BLOCK; block (16, 16, TILES_PER_BLOCK): x = column,
-// y = row, z = which of the block's tiles. A z slice is 8 whole warps, so a slice past the
-// last tile leaves without splitting a warp.
+// grid: packed tiles / TILES_PER_BLOCK; block (16, 16): x = column, y = row.
 template <typename T>
-__global__ void iou_tile_kernel(const T* boxes, const long long* labels, int n, int tiles, long long packed_tiles,
+__global__ void iou_tile_kernel(const T* boxes, const long long* labels, int n, long long packed_tiles,
                                 typename Store<T>::type* tile_iou, typename Store<T>::type* partial) {
     typedef typename Arith<T>::type A;
     typedef typename Store<T>::type S;
-    __shared__ Box<A> row_boxes[TILES_PER_BLOCK][TILE], column_boxes[TILES_PER_BLOCK][TILE];
-    const int tx = threadIdx.x, ty = threadIdx.y, tz = threadIdx.z;
-    const long long t = (long long)blockIdx.x * TILES_PER_BLOCK + tz;
-    int row_tile = 0, column_tile = 0;
-    if (t < packed_tiles) {
-        tile_position(t, row_tile, column_tile);
-        if (ty == 0 && column_tile * TILE + tx < n) column_boxes[tz][tx] = load_box(boxes, column_tile * TILE + tx);
-        if (ty == 1 && row_tile * TILE + tx < n) row_boxes[tz][tx] = load_box(boxes, row_tile * TILE + tx);
+    __shared__ Box<A> column_boxes[TILES_PER_BLOCK][TILE], row_boxes[TILES_PER_BLOCK][TILE];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const long long first = (long long)blockIdx.x * TILES_PER_BLOCK;
+    {  // thread ty * 16 + tx loads one box: of tile k, column box `which` or row box which - 16
+        const int k = (ty * TILE + tx) / (2 * TILE), which = (ty * TILE + tx) % (2 * TILE);
+        if (first + k < packed_tiles) {
+            int r, c;
+            tile_position(first + k, r, c);
+            const int box = which < TILE ? c * TILE + which : r * TILE + which - TILE;
+            if (box < n) {
+                if (which < TILE) column_boxes[k][which] = load_box(boxes, box);
+                else row_boxes[k][which - TILE] = load_box(boxes, box);
+            }
+        }
     }
     __syncthreads();
-    if (t >= packed_tiles) return;
-    const int j = row_tile * TILE + ty, i = column_tile * TILE + tx;
-    S iou = S(NOT_A_PARENT);
-    if (i < j && j < n && same_label(labels, i, j)) iou = S(box_iou(column_boxes[tz][tx], row_boxes[tz][ty]));
-    tile_iou[t * (TILE * TILE) + ty * TILE + tx] = iou;
-    const S tile_max = row_max(max(iou, S(0)));
-    if (tx == 0 && j < n) partial[(long long)j * tiles + column_tile] = tile_max;
+    int row_tile, column_tile;
+    tile_position(first, row_tile, column_tile);
+    for (int k = 0; k < TILES_PER_BLOCK && first + k < packed_tiles; ++k) {
+        const int j = row_tile * TILE + ty, i = column_tile * TILE + tx;
+        S iou = S(NOT_A_PARENT);
+        if (i < j && j < n && same_label(labels, i, j)) iou = S(box_iou(column_boxes[k][tx], row_boxes[k][ty]));
+        tile_iou[(first + k) * (TILE * TILE) + ty * TILE + tx] = iou;
+        const S tile_max = row_max(max(iou, S(0)));
+        if (tx == 0 && j < n) partial[(long long)column_tile * n + j] = tile_max;
+        if (++column_tile > row_tile) {  // the next packed tile starts the next row tile
+            ++row_tile;
+            column_tile = 0;
+        }
+    }
 }
 
 // Each level turns row j's first `length` partial maxima into ceil(length / 16). Block
-// (16, 16) owns 16 whole rows, so the in-place update races with nobody outside the
-// block; inside, a barrier separates each round's reads from its writes and each level
-// from the next. Rows need fewer levels near the top (triangular early exit).
+// (16, 16) owns 16 whole rows (x = row, y = output within a round), so the in-place
+// update races with nobody outside the block; inside, a barrier separates each round's
+// reads from its writes and each level from the next. Rows near the top need fewer
+// levels (triangular early exit). Also zeroes decay_kernel's and select_kernel's counters.
 template <typename T>
-__global__ void max_reduce_kernel(typename Store<T>::type* partial, int n, int tiles) {
+__global__ void max_reduce_kernel(typename Store<T>::type* partial, int n, int* splits_done, long long* kept) {
     typedef typename Store<T>::type S;
-    const int j = blockIdx.x * TILE + threadIdx.y;
+    if (threadIdx.x == 0 && threadIdx.y == 0) {
+        splits_done[blockIdx.x] = 0;
+        if (blockIdx.x == 0) kept[n] = 0;
+    }
+    const int j = blockIdx.x * TILE + threadIdx.x;
     const int last_row = min(blockIdx.x * TILE + TILE - 1, n - 1);
     int length = j / TILE + 1, block_length = last_row / TILE + 1;  // valid entries at level 0
-    S* row = partial + (long long)j * tiles;
     while (block_length > 1) {  // the same in every thread of the block
         const int outputs = (length + TILE - 1) / TILE, block_outputs = (block_length + TILE - 1) / TILE;
         for (int base = 0; base < block_outputs; base += TILE) {
-            const int g = base + threadIdx.x;
+            const int g = base + threadIdx.y;
             const bool mine = j < n && g < outputs;
             S value = S(0);
             if (mine) {
-                for (int k = g * TILE; k < min(g * TILE + TILE, length); ++k) value = max(value, row[k]);
+                for (int k = g * TILE; k < min(g * TILE + TILE, length); ++k) value = max(value, partial[(long long)k * n + j]);
             }
             __syncthreads();  // every read of this round before any write of it
-            if (mine) row[g] = value;
+            if (mine) partial[(long long)g * n + j] = value;
         }
         __syncthreads();  // this level's writes before the next level's reads
         length = outputs;
@@ -107,70 +122,85 @@ __global__ void max_reduce_kernel(typename Store<T>::type* partial, int n, int t
     }
 }
 
-// grid: one block per row tile, the longest rows first; block (16, 16, DECAY_GROUPS):
-// slice z takes column tiles z, z + DECAY_GROUPS, ... Gaussian: each row keeps the min
-// over parents of cmax_i^2 - iou_ij^2 (starting at 0); dividing by sigma and exp are
-// monotone, so they are applied once per box. Linear: the min of (1 - iou_ij) /
-// (1 - cmax_i) (starting at 1), skipping parents with cmax_i = 1. A min is exact and
-// order-free, so the result is deterministic. Also zeroes select_kernel's counter.
+// grid (splits, row tiles), the longest row tiles first; block (16, 16, DECAY_GROUPS).
+// Split s, slice z takes column tiles s * DECAY_GROUPS + z, then every splits *
+// DECAY_GROUPS-th. Gaussian: each row keeps the min over parents of cmax_i^2 - iou_ij^2
+// (starting at 0); dividing by sigma and exp are monotone, so they are applied once per
+// box. Linear: the min of (1 - iou_ij) / (1 - cmax_i) (starting at 1), skipping parents
+// with cmax_i = 1. A min is exact and order-free, so the result is deterministic.
 template <typename T>
-__global__ void decay_kernel(const typename Store<T>::type* tile_iou, const typename Store<T>::type* partial,
+__global__ void decay_kernel(const typename Store<T>::type* tile_iou, const typename Store<T>::type* cmax,
                              const T* sorted_scores, const long long* order, int n, int tiles, int linear,
-                             double sigma, typename Store<T>::type* final_by_input, long long* kept) {
+                             double sigma, double* split_min, int* splits_done,
+                             typename Store<T>::type* final_by_input) {
     typedef typename Store<T>::type S;
     __shared__ double group_min[DECAY_GROUPS][TILE][TILE];
+    __shared__ bool last_split;
     const int tx = threadIdx.x, ty = threadIdx.y, tz = threadIdx.z;
-    const int row_tile = tiles - 1 - blockIdx.x;
+    const int split = blockIdx.x, splits = gridDim.x, row_tile = tiles - 1 - blockIdx.y;
+    const int j = row_tile * TILE + ty;
     const S* row_tiles = tile_iou + (long long)row_tile * (row_tile + 1) / 2 * (TILE * TILE);
     double candidate = linear ? 1.0 : 0.0;
-    for (int column_tile = tz; column_tile <= row_tile; column_tile += DECAY_GROUPS) {
+    for (int column_tile = split * DECAY_GROUPS + tz; column_tile <= row_tile; column_tile += splits * DECAY_GROUPS) {
         const double iou = row_tiles[(long long)column_tile * (TILE * TILE) + ty * TILE + tx];
         if (iou >= 0.0) {  // a parent: i < j < n, same label
-            const double cmax = partial[(long long)(column_tile * TILE + tx) * tiles];
-            if (!linear) candidate = min(candidate, cmax * cmax - iou * iou);
-            else if (1.0 - cmax != 0.0) candidate = min(candidate, (1.0 - iou) / (1.0 - cmax));
+            const double parent_cmax = cmax[column_tile * TILE + tx];
+            if (!linear) candidate = min(candidate, parent_cmax * parent_cmax - iou * iou);
+            else if (1.0 - parent_cmax != 0.0) candidate = min(candidate, (1.0 - iou) / (1.0 - parent_cmax));
         }
     }
     group_min[tz][ty][tx] = candidate;
     __syncthreads();
     if (tz == 0) {  // 8 whole warps
         for (int g = 1; g < DECAY_GROUPS; ++g) candidate = min(candidate, group_min[g][ty][tx]);
-        const double smallest = row_min(candidate);
-        const int j = row_tile * TILE + ty;
-        if (tx == 0 && j < n) {
-            const double decay = linear ? smallest : exp(smallest / sigma);
-            final_by_input[order[j]] = S(load_value(sorted_scores, j)) * S(decay);
-        }
+        candidate = row_min(candidate);
+        if (tx == 0 && j < n) split_min[(long long)split * n + j] = candidate;
     }
-    if (blockIdx.x == 0 && tx == 0 && ty == 0 && tz == 0) kept[n] = 0;
+    // The last split of this row tile to finish combines them (CUDA's threadFenceReduction
+    // pattern): the writes above are made visible before this split is counted as done.
+    __threadfence();
+    __syncthreads();
+    if (tx == 0 && ty == 0 && tz == 0) last_split = atomicAdd(splits_done + row_tile, 1) == splits - 1;
+    __syncthreads();
+    if (!last_split || tz != 0 || tx != 0 || j >= n) return;
+    __threadfence();
+    double smallest = candidate;
+    for (int s = 0; s < splits; ++s) smallest = min(smallest, ((volatile double*)split_min)[(long long)s * n + j]);
+    const double decay = linear ? smallest : exp(smallest / sigma);
+    final_by_input[order[j]] = S(load_value(sorted_scores, j)) * S(decay);
 }
 
 // Box j (input index) is kept iff final_j >= score_threshold, compared in the stored type
 // as torch compares a tensor with a Python float. Its output position is the number of
-// kept boxes that rank above it (ranks_above: higher final score, ties by lower index).
+// kept boxes that rank above it (ranks_above: higher final score, ties by lower index),
+// counted as rank.cu counts ranks.
 template <typename T>
 __global__ void select_kernel(const typename Store<T>::type* final_by_input, int n, double score_threshold,
                               long long* kept, typename Store<T>::type* kept_scores) {
     typedef typename Store<T>::type S;
-    __shared__ S chunk[SELECT_THREADS];
+    __shared__ int slice_count[COUNT_WARPS][COUNT_BOXES];
     const S threshold = S(score_threshold);
-    const int j = blockIdx.x * SELECT_THREADS + threadIdx.x;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int j = blockIdx.x * COUNT_BOXES + lane;
     const S final_j = j < n ? final_by_input[j] : S(0);
     const bool keep_j = j < n && final_j >= threshold;
-    int position = 0;
-    for (int base = 0; base < n; base += SELECT_THREADS) {
-        __syncthreads();
-        if (base + threadIdx.x < n) chunk[threadIdx.x] = final_by_input[base + threadIdx.x];
-        __syncthreads();
-        const int count = min(SELECT_THREADS, n - base);
-        if (keep_j) {
-            for (int k = 0; k < count; ++k) position += chunk[k] >= threshold && ranks_above(chunk[k], base + k, final_j, j);
+    const int slice = (n + COUNT_WARPS - 1) / COUNT_WARPS;
+    const int end = min(n, (warp + 1) * slice);
+    int count = 0;
+    if (__any_sync(0xffffffffu, keep_j)) {
+        for (int i = warp * slice; i < end; ++i) {
+            const S final_i = final_by_input[i];
+            count += final_i >= threshold && ranks_above(final_i, i, final_j, j);
         }
     }
+    slice_count[warp][lane] = count;
+    __syncthreads();
+    if (warp != 0) return;
     const unsigned int voters = __ballot_sync(0xffffffffu, keep_j);
-    if (threadIdx.x % 32 == 0 && voters != 0u) atomicAdd((unsigned long long*)(kept + n), (unsigned long long)__popc(voters));
-    if (keep_j) {
-        kept[position] = j;
-        kept_scores[position] = final_j;
-    }
+    if (lane == 0 && voters != 0u) atomicAdd((unsigned long long*)(kept + n), (unsigned long long)__popc(voters));
+    if (!keep_j) return;
+    int position = 0;
+    for (int w = 0; w < COUNT_WARPS; ++w) position += slice_count[w][lane];
+    kept[position] = j;
+    kept_scores[position] = final_j;
 }

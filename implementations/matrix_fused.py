@@ -28,7 +28,7 @@ from nmsbench.families import MATRIX_PARAMS
 from nmsbench.registry import register
 
 from ._cpu import JIT, balanced_row, box_iou, sorted_inputs
-from ._cuda import CUDA_DTYPES, CudaModule, Scratch, blocks, on_torch_stream, rank_by_score
+from ._cuda import COUNT_BOXES, COUNT_WARPS, CUDA_DTYPES, CudaModule, Scratch, blocks, on_torch_stream, rank_by_score
 
 
 @njit(parallel=True, **JIT)
@@ -87,7 +87,8 @@ def matrix_fused_cpu(boxes, scores, *, iou_threshold, labels=None, kernel, sigma
 CUDA_MODULE = CudaModule(
     "matrix_fused.cu", templates=("iou_tile_kernel", "max_reduce_kernel", "decay_kernel", "select_kernel")
 )
-TILE, TILES_PER_BLOCK, DECAY_GROUPS, SELECT_THREADS = 16, 4, 4, 256  # as #defined in matrix_fused.cu
+TILE, TILES_PER_BLOCK, DECAY_GROUPS = 16, 8, 4  # as #defined in matrix_fused.cu
+MAX_DECAY_SPLITS = 8
 
 
 @register(
@@ -104,25 +105,30 @@ def matrix_fused_cuda(boxes, scores, *, iou_threshold, labels=None, kernel, sigm
         return NMSResult(kept[:0], kept_scores.to(dtype))
     tiles = blocks(n, TILE)
     packed_tiles = tiles * (tiles + 1) // 2
+    # Split a row tile's decay over more blocks when rows are long, so the longest rows
+    # (the last to finish) walk at most 16 steps of column tiles.
+    splits = min(MAX_DECAY_SPLITS, blocks(tiles, 16 * DECAY_GROUPS))
     scratch = Scratch(
-        device, tile_iou=(packed_tiles * TILE * TILE, store), partial=(n * tiles, store), final_by_input=(n, store)
+        device, tile_iou=(packed_tiles * TILE * TILE, store), partial=(tiles * n, store),
+        split_min=(splits * n, torch.float64), splits_done=(tiles, torch.int32), final_by_input=(n, store),
     )
     with on_torch_stream(device) as launch:
         order, ranked = rank_by_score(launch, boxes, scores, labels, with_scores=True)
         launch(
-            CUDA_MODULE.get("iou_tile_kernel", dtype, device), (blocks(packed_tiles, TILES_PER_BLOCK),),
-            (TILE, TILE, TILES_PER_BLOCK),
-            (ranked.sorted_boxes, ranked.sorted_labels, n, tiles, np.int64(packed_tiles), scratch.tile_iou,
-             scratch.partial),
+            CUDA_MODULE.get("iou_tile_kernel", dtype, device), (blocks(packed_tiles, TILES_PER_BLOCK),), (TILE, TILE),
+            (ranked.sorted_boxes, ranked.sorted_labels, n, np.int64(packed_tiles), scratch.tile_iou, scratch.partial),
         )
-        launch(CUDA_MODULE.get("max_reduce_kernel", dtype, device), (tiles,), (TILE, TILE), (scratch.partial, n, tiles))
         launch(
-            CUDA_MODULE.get("decay_kernel", dtype, device), (tiles,), (TILE, TILE, DECAY_GROUPS),
+            CUDA_MODULE.get("max_reduce_kernel", dtype, device), (tiles,), (TILE, TILE),
+            (scratch.partial, n, scratch.splits_done, kept),
+        )
+        launch(
+            CUDA_MODULE.get("decay_kernel", dtype, device), (splits, tiles), (TILE, TILE, DECAY_GROUPS),
             (scratch.tile_iou, scratch.partial, ranked.sorted_scores, order, n, tiles, kernel == "linear",
-             np.float64(sigma), scratch.final_by_input, kept),
+             np.float64(sigma), scratch.split_min, scratch.splits_done, scratch.final_by_input),
         )
         launch(
-            CUDA_MODULE.get("select_kernel", dtype, device), (blocks(n, SELECT_THREADS),), (SELECT_THREADS,),
+            CUDA_MODULE.get("select_kernel", dtype, device), (blocks(n, COUNT_BOXES),), (32 * COUNT_WARPS,),
             (scratch.final_by_input, n, np.float64(score_threshold), kept, kept_scores),
         )
     count = int(kept[n])  # the one host sync
