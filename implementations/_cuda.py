@@ -38,6 +38,10 @@ class CudaModule:
         self.expressions = [f"{name}<{t}>" for name in templates for t in SOURCE_TYPES.values()] + list(plain)
         self._compiled: dict[int, object] = {}
 
+    def source(self) -> str:
+        """The code NVRTC compiles: ``_common.cuh`` followed by the ``.cu`` file."""
+        return (HERE / "_common.cuh").read_text() + (HERE / self.cu_file).read_text()
+
     def get(self, name: str, dtype: torch.dtype | None, device: torch.device):
         """The compiled kernel ``name``, instantiated for ``dtype`` (None: a plain kernel)."""
         index = device.index if device.index is not None else torch.cuda.current_device()
@@ -46,8 +50,7 @@ class CudaModule:
             import cupy
 
             with cupy.cuda.Device(index):
-                source = (HERE / "_common.cuh").read_text() + (HERE / self.cu_file).read_text()
-                module = cupy.RawModule(code=source, options=NVRTC_OPTIONS, name_expressions=self.expressions)
+                module = cupy.RawModule(code=self.source(), options=NVRTC_OPTIONS, name_expressions=self.expressions)
                 module.compile()
             self._compiled[index] = module
         return module.get_function(name if dtype is None else f"{name}<{SOURCE_TYPES[dtype]}>")

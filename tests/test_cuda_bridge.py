@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 import nmsbench
@@ -25,6 +26,25 @@ def test_template_kernels_are_instantiated_for_every_input_dtype():
         "greedy_resolve_kernel",
     ]
     assert set(_cuda.CUDA_DTYPES) == {torch.float32, torch.float64, torch.float16}
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.cu_file)
+def test_kernels_compile_with_nvrtc_without_a_gpu(module):
+    """NVRTC needs no GPU: compile every kernel instantiation here, as the GPU machine will
+    (for an H200, compute_90), so a compile error shows in CI, not only on the device."""
+    nvrtc = pytest.importorskip("cupy", reason="needs cupy").cuda.nvrtc
+    try:
+        program = nvrtc.createProgram(module.source(), module.cu_file, [], [])
+    except Exception as error:  # cupy without a loadable libnvrtc
+        pytest.skip(f"NVRTC not loadable here: {error}")
+    for expression in module.expressions:
+        nvrtc.addNameExpression(program, expression)
+    try:
+        nvrtc.compileProgram(program, [*_cuda.NVRTC_OPTIONS, "-arch=compute_90"])
+    except Exception as error:
+        pytest.fail(f"{module.cu_file} does not compile: {error}\n{nvrtc.getProgramLog(program)}")
+    for expression in module.expressions:
+        assert nvrtc.getLoweredName(program, expression)
 
 
 def test_fmad_is_off_so_float32_ious_round_like_the_cpu():
