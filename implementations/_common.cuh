@@ -63,3 +63,18 @@ __device__ __forceinline__ bool ranks_above(A score_i, long long i, A score_j, l
 // one per lane, and each of its COUNT_WARPS warps counts over a slice of the N others.
 #define COUNT_BOXES 32
 #define COUNT_WARPS 8
+
+// Calls visit(i, value(i)) in every lane of the warp for each i of warp `warp`'s slice of
+// [0, n). The warp loads 32 values at a time, one per lane (coalesced), and broadcasts
+// them with shuffles, so there is one memory latency per 32 items, not per item. The
+// whole warp must call it (the loop bounds are the same in every lane).
+template <typename Visit, typename Value>
+__device__ __forceinline__ void for_each_in_slice(int n, int warp, int lane, Visit visit, Value value) {
+    const int slice = (n + COUNT_WARPS - 1) / COUNT_WARPS;
+    const int begin = warp * slice, end = min(n, begin + slice);
+    for (int base = begin; base < end; base += 32) {
+        const auto mine = base + lane < end ? value(base + lane) : decltype(value(base))(0);
+        const int count = min(32, end - base);
+        for (int k = 0; k < count; ++k) visit(base + k, __shfl_sync(0xffffffffu, mine, k));
+    }
+}

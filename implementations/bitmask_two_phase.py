@@ -52,7 +52,7 @@ def bitmask_two_phase_cpu(boxes, scores, *, iou_threshold, labels=None):
 
 
 CUDA_MODULE = CudaModule("bitmask_two_phase.cu", templates=("ballot_mask_kernel",), plain=("greedy_resolve_kernel",))
-WARPS_PER_BLOCK = 8
+BALLOT_WARPS = 8  # as #defined in bitmask_two_phase.cu
 MAX_RESOLVE_WORDS = MAX_SHARED_BYTES // 4  # the resolve's "removed" bitmap, in shared memory
 
 
@@ -77,8 +77,8 @@ def bitmask_two_phase_cuda(boxes, scores, *, iou_threshold, labels=None):
     with on_torch_stream(device) as launch:
         order, ranked = rank_by_score(launch, boxes, scores, labels)
         launch(
-            CUDA_MODULE.get("ballot_mask_kernel", boxes.dtype, device), (blocks(n, WARPS_PER_BLOCK),),
-            (32 * WARPS_PER_BLOCK,), (ranked.sorted_boxes, ranked.sorted_labels, n, words, np.float64(iou_threshold), mask),
+            CUDA_MODULE.get("ballot_mask_kernel", boxes.dtype, device), (blocks(n, BALLOT_WARPS),),
+            (32 * BALLOT_WARPS,), (ranked.sorted_boxes, ranked.sorted_labels, n, words, np.float64(iou_threshold), mask),
         )
         launch(
             CUDA_MODULE.get("greedy_resolve_kernel", None, device), (1,), (threads,),

@@ -26,6 +26,7 @@
 #define TILE 16
 #define TILES_PER_BLOCK 8  // x 32 boxes = one box per thread to load
 #define DECAY_GROUPS 4
+#define DECAY_BATCH 4  // column tiles whose loads a thread issues together
 #define NOT_A_PARENT (-1)
 
 template <typename T> struct Store { typedef float type; };  // IoUs and final scores
@@ -141,12 +142,22 @@ __global__ void decay_kernel(const typename Store<T>::type* tile_iou, const type
     const int j = row_tile * TILE + ty;
     const S* row_tiles = tile_iou + (long long)row_tile * (row_tile + 1) / 2 * (TILE * TILE);
     double candidate = linear ? 1.0 : 0.0;
-    for (int column_tile = split * DECAY_GROUPS + tz; column_tile <= row_tile; column_tile += splits * DECAY_GROUPS) {
-        const double iou = row_tiles[(long long)column_tile * (TILE * TILE) + ty * TILE + tx];
-        if (iou >= 0.0) {  // a parent: i < j < n, same label
-            const double parent_cmax = cmax[column_tile * TILE + tx];
-            if (!linear) candidate = min(candidate, parent_cmax * parent_cmax - iou * iou);
-            else if (1.0 - parent_cmax != 0.0) candidate = min(candidate, (1.0 - iou) / (1.0 - parent_cmax));
+    const int stride = splits * DECAY_GROUPS;
+    for (int first = split * DECAY_GROUPS + tz; first <= row_tile; first += DECAY_BATCH * stride) {
+        // Issue the batch's loads before using any: one memory latency per batch.
+        double iou[DECAY_BATCH], parent_cmax[DECAY_BATCH];
+#pragma unroll
+        for (int b = 0; b < DECAY_BATCH; ++b) {
+            const int column_tile = first + b * stride, i = column_tile * TILE + tx;
+            const bool stored = column_tile <= row_tile;
+            iou[b] = stored ? double(row_tiles[(long long)column_tile * (TILE * TILE) + ty * TILE + tx]) : NOT_A_PARENT;
+            parent_cmax[b] = stored && i < n ? double(cmax[i]) : 0.0;
+        }
+#pragma unroll
+        for (int b = 0; b < DECAY_BATCH; ++b) {
+            if (iou[b] < 0.0) continue;  // not a parent (i >= j, j >= n or another label)
+            if (!linear) candidate = min(candidate, parent_cmax[b] * parent_cmax[b] - iou[b] * iou[b]);
+            else if (1.0 - parent_cmax[b] != 0.0) candidate = min(candidate, (1.0 - iou[b]) / (1.0 - parent_cmax[b]));
         }
     }
     group_min[tz][ty][tx] = candidate;
@@ -184,14 +195,11 @@ __global__ void select_kernel(const typename Store<T>::type* final_by_input, int
     const int j = blockIdx.x * COUNT_BOXES + lane;
     const S final_j = j < n ? final_by_input[j] : S(0);
     const bool keep_j = j < n && final_j >= threshold;
-    const int slice = (n + COUNT_WARPS - 1) / COUNT_WARPS;
-    const int end = min(n, (warp + 1) * slice);
     int count = 0;
-    if (__any_sync(0xffffffffu, keep_j)) {
-        for (int i = warp * slice; i < end; ++i) {
-            const S final_i = final_by_input[i];
-            count += final_i >= threshold && ranks_above(final_i, i, final_j, j);
-        }
+    if (__any_sync(0xffffffffu, keep_j)) {  // the same in every lane: the warp stays whole
+        for_each_in_slice(n, warp, lane,
+                          [&](int i, S final_i) { count += final_i >= threshold && ranks_above(final_i, i, final_j, j); },
+                          [&](int i) { return final_by_input[i]; });
     }
     slice_count[warp][lane] = count;
     __syncthreads();

@@ -106,7 +106,7 @@ def matrix_fused_cuda(boxes, scores, *, iou_threshold, labels=None, kernel, sigm
     tiles = blocks(n, TILE)
     packed_tiles = tiles * (tiles + 1) // 2
     # Split a row tile's decay over more blocks when rows are long, so the longest rows
-    # (the last to finish) walk at most 16 steps of column tiles.
+    # (the last to finish) take at most 16 column tiles per thread.
     splits = min(MAX_DECAY_SPLITS, blocks(tiles, 16 * DECAY_GROUPS))
     scratch = Scratch(
         device, tile_iou=(packed_tiles * TILE * TILE, store), partial=(tiles * n, store),

@@ -4,8 +4,8 @@
 // The rank of box j is the number of boxes that rank above it (ranks_above in
 // _common.cuh: a strict total order), so the ranks are a permutation and every output
 // slot is written exactly once. A block takes 32 boxes, one per lane; each of its warps
-// counts over a slice of all N scores (read by every lane at once: a broadcast) and the
-// slices' counts are summed in shared memory. O(N^2) comparisons, spread over N * 8
+// counts over a slice of all N scores (for_each_in_slice) and the slices' counts are
+// summed in shared memory. O(N^2) comparisons, spread over N * 8
 // threads: a few microseconds at N = 8192, and the NMS that follows is O(N^2) anyway.
 
 // sorted_scores and sorted_labels may be null (not needed / no labels).
@@ -18,10 +18,9 @@ __global__ void rank_by_score_kernel(const T* boxes, const T* scores, const long
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int j = blockIdx.x * COUNT_BOXES + lane;
     const A score_j = j < n ? A(load_value(scores, j)) : A(0);
-    const int slice = (n + COUNT_WARPS - 1) / COUNT_WARPS;
-    const int end = min(n, (warp + 1) * slice);
     int count = 0;
-    for (int i = warp * slice; i < end; ++i) count += ranks_above(A(load_value(scores, i)), i, score_j, j);
+    for_each_in_slice(n, warp, lane, [&](int i, A score_i) { count += ranks_above(score_i, i, score_j, j); },
+                      [&](int i) { return A(load_value(scores, i)); });
     slice_count[warp][lane] = count;
     __syncthreads();
     if (warp != 0 || j >= n) return;
