@@ -9,7 +9,7 @@ def wall(f, reps):
     for _ in range(reps): f()
     torch.cuda.synchronize(); return 1e6 * (time.perf_counter() - t) / reps
 def fused(b, s, stop):
-    n = b.shape[0]; tiles = blocks(n, 16); packed = tiles * (tiles + 1) // 2; splits = min(8, blocks(tiles, 64))
+    n = b.shape[0]; tiles = blocks(n, 16); packed = tiles * (tiles + 1) // 2; splits = min(32, blocks(tiles, 16))
     kept = torch.empty(n + 1, dtype=torch.int64, device=dev); ks = torch.empty(n, device=dev)
     sc = Scratch(dev, tile_iou=(packed * 256, torch.float32), partial=(n * tiles, torch.float32), split_min=(splits * n, torch.float64),
                  splits_done=(tiles, torch.int32), final_by_input=(n, torch.float32))
@@ -21,7 +21,7 @@ def fused(b, s, stop):
         if stop == 1: return
         launch(get("max_reduce_kernel"), (tiles,), (16, 16), (sc.partial, n, sc.splits_done, kept))
         if stop == 2: return
-        launch(get("decay_kernel"), (splits, tiles), (16, 16, 4), (sc.tile_iou, sc.partial, r.sorted_scores, order, n, tiles, False, np.float64(0.5), sc.split_min, sc.splits_done, sc.final_by_input))
+        launch(get("decay_kernel"), (splits, tiles), (16, 16), (sc.tile_iou, sc.partial, r.sorted_scores, order, n, tiles, False, np.float64(0.5), sc.split_min, sc.splits_done, sc.final_by_input))
         if stop == 3: return
         launch(get("select_kernel"), (blocks(n, 32),), (256,), (sc.final_by_input, n, np.float64(0.05), kept, ks))
     if stop == 4: return

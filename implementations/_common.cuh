@@ -49,14 +49,24 @@ __device__ __forceinline__ bool same_label(const long long* labels, long long a,
     return labels == nullptr || labels[a] == labels[b];
 }
 
-// The rank order of every backend: higher score first, ties by lower input index, and
-// NaN above everything (where torch.sort(descending=True) puts it). A strict total order:
-// counting the items that rank above one gives a permutation, whatever the input.
-template <typename A>
-__device__ __forceinline__ bool ranks_above(A score_i, long long i, A score_j, long long j) {
-    const bool nan_i = score_i != score_i, nan_j = score_j != score_j;
-    if (nan_i || nan_j) return nan_i && (!nan_j || i < j);
-    return score_i > score_j || (score_i == score_j && i < j);
+// The rank order of every backend: higher score first, ties by lower input index, NaN
+// above everything (where torch.sort(descending=True) puts it), -0.0 equal to 0.0.
+// score_key maps a score to an unsigned integer with that order (larger = ranks above),
+// so one integer comparison replaces a float one plus NaN checks; `ranks_above` adds the
+// index tie-break. A strict total order: counting the items that rank above one gives a
+// permutation, whatever the input.
+__device__ __forceinline__ unsigned long long score_key(float score) {
+    if (score != score) return 0xffffffffull;  // every NaN the same, above +inf
+    const unsigned int bits = __float_as_uint(score + 0.0f);  // -0.0 + 0.0 = +0.0
+    return (bits >> 31) ? ~bits : (bits | 0x80000000u);
+}
+__device__ __forceinline__ unsigned long long score_key(double score) {
+    if (score != score) return 0xffffffffffffffffull;
+    const unsigned long long bits = (unsigned long long)__double_as_longlong(score + 0.0);
+    return (bits >> 63) ? ~bits : (bits | 0x8000000000000000ull);
+}
+__device__ __forceinline__ bool ranks_above(unsigned long long key_i, int i, unsigned long long key_j, int j) {
+    return key_i > key_j || (key_i == key_j && i < j);
 }
 
 // Counting kernels (rank.cu, matrix_fused.cu's select): a block takes COUNT_BOXES items,
@@ -64,17 +74,19 @@ __device__ __forceinline__ bool ranks_above(A score_i, long long i, A score_j, l
 #define COUNT_BOXES 32
 #define COUNT_WARPS 8
 
-// Calls visit(i, value(i)) in every lane of the warp for each i of warp `warp`'s slice of
-// [0, n). The warp loads 32 values at a time, one per lane (coalesced), and broadcasts
-// them with shuffles, so there is one memory latency per 32 items, not per item. The
-// whole warp must call it (the loop bounds are the same in every lane).
-template <typename Visit, typename Value>
-__device__ __forceinline__ void for_each_in_slice(int n, int warp, int lane, Visit visit, Value value) {
+// Counts, in every lane of the warp, the items i of warp `warp`'s slice of [0, n) that
+// rank above the lane's own (key_j, j), with key(i) the key of item i. The warp loads 32
+// keys at a time, one per lane (coalesced), and broadcasts them with shuffles: one
+// memory latency per 32 items. The whole warp must call it (same bounds in every lane).
+template <typename Key>
+__device__ __forceinline__ int count_above_in_slice(int n, int warp, int lane, unsigned long long key_j, int j, Key key) {
     const int slice = (n + COUNT_WARPS - 1) / COUNT_WARPS;
     const int begin = warp * slice, end = min(n, begin + slice);
+    int above = 0;
     for (int base = begin; base < end; base += 32) {
-        const auto mine = base + lane < end ? value(base + lane) : decltype(value(base))(0);
+        const unsigned long long mine = base + lane < end ? key(base + lane) : 0ull;
         const int count = min(32, end - base);
-        for (int k = 0; k < count; ++k) visit(base + k, __shfl_sync(0xffffffffu, mine, k));
+        for (int k = 0; k < count; ++k) above += ranks_above(__shfl_sync(0xffffffffu, mine, k), base + k, key_j, j);
     }
+    return above;
 }

@@ -13,9 +13,9 @@
 //                        holds cmax_j, box j's max IoU with its parents. A block owns 16
 //                        whole rows, so all levels run in one launch.
 //   3. decay_kernel      reads the stored IoUs back: each row's minimum candidate decay,
-//                        a row tile split over a few blocks; the last of them to finish
-//                        combines the splits and writes final = score * decay at the box's
-//                        input index. No decay matrix, no atomics on the minimum.
+//                        a long row tile split over several blocks, the last of which to
+//                        finish combines the splits and writes final = score * decay at
+//                        the box's input index. No decay matrix, no atomics on the minimum.
 //   4. select_kernel     keeps final >= score_threshold and writes the kept input indices
 //                        and scores ordered by final score (ties: lower input index), and
 //                        their count in kept[n]: the one value the host waits for.
@@ -25,7 +25,7 @@
 
 #define TILE 16
 #define TILES_PER_BLOCK 8  // x 32 boxes = one box per thread to load
-#define DECAY_GROUPS 4
+#define TILES_PER_SPLIT 16  // column tiles per thread of a decay split (4 batches)
 #define DECAY_BATCH 4  // column tiles whose loads a thread issues together
 #define NOT_A_PARENT (-1)
 
@@ -123,32 +123,42 @@ __global__ void max_reduce_kernel(typename Store<T>::type* partial, int n, int* 
     }
 }
 
-// grid (splits, row tiles), the longest row tiles first; block (16, 16, DECAY_GROUPS).
-// Split s, slice z takes column tiles s * DECAY_GROUPS + z, then every splits *
-// DECAY_GROUPS-th. Gaussian: each row keeps the min over parents of cmax_i^2 - iou_ij^2
-// (starting at 0); dividing by sigma and exp are monotone, so they are applied once per
-// box. Linear: the min of (1 - iou_ij) / (1 - cmax_i) (starting at 1), skipping parents
-// with cmax_i = 1. A min is exact and order-free, so the result is deterministic.
+// score_j * decay_j, from the row's minimum candidate decay (see decay_kernel).
+template <typename T>
+__device__ __forceinline__ typename Store<T>::type final_score(const T* sorted_scores, int j, double smallest,
+                                                              int linear, double sigma) {
+    typedef typename Store<T>::type S;
+    const double decay = linear ? smallest : exp(smallest / sigma);
+    return S(load_value(sorted_scores, j)) * S(decay);
+}
+
+// grid (most splits, row tiles), the longest row tiles first; block (16, 16). Row tile r is
+// split over splits(r) = min(most splits, ceil((r + 1) / TILES_PER_SPLIT)) blocks (the
+// others leave at once); split s takes column tiles s, s + splits(r), ... Gaussian: each
+// row keeps the min over parents of cmax_i^2 - iou_ij^2 (starting at 0); dividing by
+// sigma and exp are monotone, so they are applied once per box. Linear: the min of
+// (1 - iou_ij) / (1 - cmax_i) (starting at 1), skipping parents with cmax_i = 1. A min is
+// exact and order-free, so the result is deterministic.
 template <typename T>
 __global__ void decay_kernel(const typename Store<T>::type* tile_iou, const typename Store<T>::type* cmax,
                              const T* sorted_scores, const long long* order, int n, int tiles, int linear,
                              double sigma, double* split_min, int* splits_done,
                              typename Store<T>::type* final_by_input) {
     typedef typename Store<T>::type S;
-    __shared__ double group_min[DECAY_GROUPS][TILE][TILE];
     __shared__ bool last_split;
-    const int tx = threadIdx.x, ty = threadIdx.y, tz = threadIdx.z;
-    const int split = blockIdx.x, splits = gridDim.x, row_tile = tiles - 1 - blockIdx.y;
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int split = blockIdx.x, row_tile = tiles - 1 - blockIdx.y;
+    const int splits = min((int)gridDim.x, (row_tile + TILES_PER_SPLIT) / TILES_PER_SPLIT);
+    if (split >= splits) return;  // the same in the whole block
     const int j = row_tile * TILE + ty;
     const S* row_tiles = tile_iou + (long long)row_tile * (row_tile + 1) / 2 * (TILE * TILE);
     double candidate = linear ? 1.0 : 0.0;
-    const int stride = splits * DECAY_GROUPS;
-    for (int first = split * DECAY_GROUPS + tz; first <= row_tile; first += DECAY_BATCH * stride) {
+    for (int first = split; first <= row_tile; first += DECAY_BATCH * splits) {
         // Issue the batch's loads before using any: one memory latency per batch.
         double iou[DECAY_BATCH], parent_cmax[DECAY_BATCH];
 #pragma unroll
         for (int b = 0; b < DECAY_BATCH; ++b) {
-            const int column_tile = first + b * stride, i = column_tile * TILE + tx;
+            const int column_tile = first + b * splits, i = column_tile * TILE + tx;
             const bool stored = column_tile <= row_tile;
             iou[b] = stored ? double(row_tiles[(long long)column_tile * (TILE * TILE) + ty * TILE + tx]) : NOT_A_PARENT;
             parent_cmax[b] = stored && i < n ? double(cmax[i]) : 0.0;
@@ -160,25 +170,23 @@ __global__ void decay_kernel(const typename Store<T>::type* tile_iou, const type
             else if (1.0 - parent_cmax[b] != 0.0) candidate = min(candidate, (1.0 - iou[b]) / (1.0 - parent_cmax[b]));
         }
     }
-    group_min[tz][ty][tx] = candidate;
-    __syncthreads();
-    if (tz == 0) {  // 8 whole warps
-        for (int g = 1; g < DECAY_GROUPS; ++g) candidate = min(candidate, group_min[g][ty][tx]);
-        candidate = row_min(candidate);
-        if (tx == 0 && j < n) split_min[(long long)split * n + j] = candidate;
+    candidate = row_min(candidate);
+    if (splits == 1) {
+        if (tx == 0 && j < n) final_by_input[order[j]] = final_score<T>(sorted_scores, j, candidate, linear, sigma);
+        return;
     }
+    if (tx == 0 && j < n) split_min[(long long)split * n + j] = candidate;
     // The last split of this row tile to finish combines them (CUDA's threadFenceReduction
-    // pattern): the writes above are made visible before this split is counted as done.
+    // pattern): each split's writes are made visible before it is counted as done.
     __threadfence();
     __syncthreads();
-    if (tx == 0 && ty == 0 && tz == 0) last_split = atomicAdd(splits_done + row_tile, 1) == splits - 1;
+    if (tx == 0 && ty == 0) last_split = atomicAdd(splits_done + row_tile, 1) == splits - 1;
     __syncthreads();
-    if (!last_split || tz != 0 || tx != 0 || j >= n) return;
+    if (!last_split || tx != 0 || j >= n) return;
     __threadfence();
     double smallest = candidate;
     for (int s = 0; s < splits; ++s) smallest = min(smallest, ((volatile double*)split_min)[(long long)s * n + j]);
-    const double decay = linear ? smallest : exp(smallest / sigma);
-    final_by_input[order[j]] = S(load_value(sorted_scores, j)) * S(decay);
+    final_by_input[order[j]] = final_score<T>(sorted_scores, j, smallest, linear, sigma);
 }
 
 // Box j (input index) is kept iff final_j >= score_threshold, compared in the stored type
@@ -195,12 +203,11 @@ __global__ void select_kernel(const typename Store<T>::type* final_by_input, int
     const int j = blockIdx.x * COUNT_BOXES + lane;
     const S final_j = j < n ? final_by_input[j] : S(0);
     const bool keep_j = j < n && final_j >= threshold;
+    // Boxes below the threshold get key 0, under every kept box's key (a kept score is
+    // never NaN, and no other float maps to 0), so they never count as above one.
+    const auto key = [&](int i) { const S f = final_by_input[i]; return f >= threshold ? score_key(f) : 0ull; };
     int count = 0;
-    if (__any_sync(0xffffffffu, keep_j)) {  // the same in every lane: the warp stays whole
-        for_each_in_slice(n, warp, lane,
-                          [&](int i, S final_i) { count += final_i >= threshold && ranks_above(final_i, i, final_j, j); },
-                          [&](int i) { return final_by_input[i]; });
-    }
+    if (__any_sync(0xffffffffu, keep_j)) count = count_above_in_slice(n, warp, lane, keep_j ? key(j) : 0ull, j, key);
     slice_count[warp][lane] = count;
     __syncthreads();
     if (warp != 0) return;

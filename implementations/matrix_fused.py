@@ -87,8 +87,8 @@ def matrix_fused_cpu(boxes, scores, *, iou_threshold, labels=None, kernel, sigma
 CUDA_MODULE = CudaModule(
     "matrix_fused.cu", templates=("iou_tile_kernel", "max_reduce_kernel", "decay_kernel", "select_kernel")
 )
-TILE, TILES_PER_BLOCK, DECAY_GROUPS = 16, 8, 4  # as #defined in matrix_fused.cu
-MAX_DECAY_SPLITS = 8
+TILE, TILES_PER_BLOCK, TILES_PER_SPLIT = 16, 8, 16  # as #defined in matrix_fused.cu
+MAX_DECAY_SPLITS = 32
 
 
 @register(
@@ -105,9 +105,9 @@ def matrix_fused_cuda(boxes, scores, *, iou_threshold, labels=None, kernel, sigm
         return NMSResult(kept[:0], kept_scores.to(dtype))
     tiles = blocks(n, TILE)
     packed_tiles = tiles * (tiles + 1) // 2
-    # Split a row tile's decay over more blocks when rows are long, so the longest rows
-    # (the last to finish) take at most 16 column tiles per thread.
-    splits = min(MAX_DECAY_SPLITS, blocks(tiles, 16 * DECAY_GROUPS))
+    # Long row tiles split their decay over several blocks, so that the longest rows (the
+    # last to finish) are not walked by one block alone.
+    splits = min(MAX_DECAY_SPLITS, blocks(tiles, TILES_PER_SPLIT))
     scratch = Scratch(
         device, tile_iou=(packed_tiles * TILE * TILE, store), partial=(tiles * n, store),
         split_min=(splits * n, torch.float64), splits_done=(tiles, torch.int32), final_by_input=(n, store),
@@ -123,7 +123,7 @@ def matrix_fused_cuda(boxes, scores, *, iou_threshold, labels=None, kernel, sigm
             (scratch.partial, n, scratch.splits_done, kept),
         )
         launch(
-            CUDA_MODULE.get("decay_kernel", dtype, device), (splits, tiles), (TILE, TILE, DECAY_GROUPS),
+            CUDA_MODULE.get("decay_kernel", dtype, device), (splits, tiles), (TILE, TILE),
             (scratch.tile_iou, scratch.partial, ranked.sorted_scores, order, n, tiles, kernel == "linear",
              np.float64(sigma), scratch.split_min, scratch.splits_done, scratch.final_by_input),
         )

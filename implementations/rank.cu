@@ -4,7 +4,7 @@
 // The rank of box j is the number of boxes that rank above it (ranks_above in
 // _common.cuh: a strict total order), so the ranks are a permutation and every output
 // slot is written exactly once. A block takes 32 boxes, one per lane; each of its warps
-// counts over a slice of all N scores (for_each_in_slice) and the slices' counts are
+// counts over a slice of all N scores (count_above_in_slice) and the slices' counts are
 // summed in shared memory. O(N^2) comparisons, spread over N * 8
 // threads: a few microseconds at N = 8192, and the NMS that follows is O(N^2) anyway.
 
@@ -17,10 +17,8 @@ __global__ void rank_by_score_kernel(const T* boxes, const T* scores, const long
     __shared__ int slice_count[COUNT_WARPS][COUNT_BOXES];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int j = blockIdx.x * COUNT_BOXES + lane;
-    const A score_j = j < n ? A(load_value(scores, j)) : A(0);
-    int count = 0;
-    for_each_in_slice(n, warp, lane, [&](int i, A score_i) { count += ranks_above(score_i, i, score_j, j); },
-                      [&](int i) { return A(load_value(scores, i)); });
+    const unsigned long long key_j = j < n ? score_key(A(load_value(scores, j))) : 0ull;
+    const int count = count_above_in_slice(n, warp, lane, key_j, j, [&](int i) { return score_key(A(load_value(scores, i))); });
     slice_count[warp][lane] = count;
     __syncthreads();
     if (warp != 0 || j >= n) return;
