@@ -5,8 +5,8 @@ is 1 iff box i suppresses box w*32 + k. Each row starts at the word holding box 
 aligned down to 32, and bits for boxes at or before i stay 0, so every row uses the same
 global bit numbering. Phase 2 resolves greedily in rank order, OR-ing each kept box's row
 into a running "removed" bitmap. On the GPU phase 1 is a warp ballot per 32 boxes and
-phase 2 a single block (bitmask_two_phase.cu); on the CPU phase 1 is numba ``prange``
-and phase 2 a plain loop.
+phase 2 a single block that decides a word of 32 boxes per step in one warp's registers
+(bitmask_two_phase.cu); on the CPU phase 1 is numba ``prange`` and phase 2 a plain loop.
 """
 
 from __future__ import annotations
