@@ -1,8 +1,12 @@
-"""The one bridge between torch tensors and our CUDA kernels (CuPy ``RawModule``).
+"""The one bridge between torch tensors and our CUDA kernels (NVRTC + CuPy's driver API).
 
 Kernels live in ``.cu`` files beside their wrappers (``_common.cuh``, the IoU and the
-input loaders, is prepended to each) and are compiled by NVRTC at first use; the compiled module is cached per (file, device) here and on disk by CuPy, so the
-runner's warm-up pays for compilation and timed calls never do. Tensors stay torch
+input loaders, is prepended to each) and are compiled by NVRTC at first use, once per
+(file, device), so the runner's warm-up pays for compilation and timed calls never do.
+We call NVRTC ourselves (through ``cupy.cuda.nvrtc``) and load the cubin with
+``cupy.cuda.function.Module`` instead of using ``cupy.RawModule``, because RawModule
+always appends ``-ftz=true``: it would flush subnormal floats to zero, and subnormal
+scores or IoUs would then rank and compare differently from the CPU. Tensors stay torch
 tensors: kernels receive raw device pointers, outputs are allocated by torch (so torch's
 memory statistics see them), and every launch goes to torch's current CUDA stream.
 ``cupy`` is imported lazily, so machines without it still import this package.
@@ -20,13 +24,18 @@ HERE = Path(__file__).resolve().parent
 
 # --fmad=false: no fused multiply-add contraction, so float32 IoUs round exactly like the
 # CPU backends (and the family definitions) compute them, and exact variants stay exact.
-NVRTC_OPTIONS = ("--std=c++17", "--fmad=false")
+# -ftz=false: subnormals are kept, as on the CPU (NVRTC's default, stated because it matters).
+NVRTC_OPTIONS = ("--std=c++17", "--fmad=false", "-ftz=false")
 
 # Kernels are templates over the stored input type; float16 travels as its raw bits.
 SOURCE_TYPES = {torch.float32: "float", torch.float64: "double", torch.float16: "unsigned short"}
 CUDA_DTYPES = tuple(SOURCE_TYPES)
 
 _streams: dict[int, object] = {}
+
+
+class CompileError(RuntimeError):
+    """NVRTC rejected a kernel source; the message carries its log."""
 
 
 class CudaModule:
@@ -36,24 +45,47 @@ class CudaModule:
     def __init__(self, cu_file: str, templates: tuple[str, ...] = (), plain: tuple[str, ...] = ()):
         self.cu_file = cu_file
         self.expressions = [f"{name}<{t}>" for name in templates for t in SOURCE_TYPES.values()] + list(plain)
-        self._compiled: dict[int, object] = {}
+        self._loaded: dict[int, tuple[object, dict[str, object]]] = {}
 
     def source(self) -> str:
         """The code NVRTC compiles: ``_common.cuh`` followed by the ``.cu`` file."""
         return (HERE / "_common.cuh").read_text() + (HERE / self.cu_file).read_text()
 
-    def get(self, name: str, dtype: torch.dtype | None, device: torch.device):
-        """The compiled kernel ``name``, instantiated for ``dtype`` (None: a plain kernel)."""
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        module = self._compiled.get(index)
-        if module is None:
-            import cupy
+    def compile(self, arch: str) -> tuple[bytes, dict[str, str]]:
+        """NVRTC-compile every kernel for ``arch`` (e.g. "sm_90"; needs no GPU). Returns
+        the binary (a cubin for sm_*, PTX text for compute_*) and each kernel expression's
+        lowered (mangled) name."""
+        from cupy.cuda import nvrtc
 
+        program = nvrtc.createProgram(self.source(), self.cu_file, [], [])
+        try:
+            for expression in self.expressions:
+                nvrtc.addNameExpression(program, expression)
+            try:
+                nvrtc.compileProgram(program, [*NVRTC_OPTIONS, f"-arch={arch}"])
+            except Exception as error:
+                raise CompileError(f"{self.cu_file} does not compile: {error}\n{nvrtc.getProgramLog(program)}") from None
+            names = {expression: nvrtc.getLoweredName(program, expression) for expression in self.expressions}
+            return (nvrtc.getCUBIN(program) if arch.startswith("sm_") else nvrtc.getPTX(program)), names
+        finally:
+            nvrtc.destroyProgram(program)
+
+    def get(self, name: str, dtype: torch.dtype | None, device: torch.device):
+        """The loaded kernel ``name`` (a ``cupy.cuda.function.Function``), instantiated for
+        ``dtype`` (None: a plain kernel)."""
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        loaded = self._loaded.get(index)
+        if loaded is None:
+            import cupy
+            from cupy.cuda import function
+
+            major, minor = torch.cuda.get_device_capability(index)
+            cubin, names = self.compile(f"sm_{major}{minor}")
             with cupy.cuda.Device(index):
-                module = cupy.RawModule(code=self.source(), options=NVRTC_OPTIONS, name_expressions=self.expressions)
-                module.compile()
-            self._compiled[index] = module
-        return module.get_function(name if dtype is None else f"{name}<{SOURCE_TYPES[dtype]}>")
+                module = function.Module()
+                module.load(cubin)
+                loaded = self._loaded[index] = (module, {e: module.get_function(n) for e, n in names.items()})
+        return loaded[1][name if dtype is None else f"{name}<{SOURCE_TYPES[dtype]}>"]
 
 
 @contextmanager
@@ -62,10 +94,10 @@ def on_torch_stream(device: torch.device):
     launches on torch's current CUDA stream of ``device``. ``args`` may hold tensors
     (passed as device pointers), None (a null pointer), ``np`` scalars and ints (int32).
 
-    Launches pass the stream to the loaded ``cupy.cuda.Function`` directly instead of
-    entering CuPy's stream context, and CuPy's device context is entered only when the
-    current device is another one: on the H200 host that is ~7 us a launch instead of
-    ~13, and ~9 us less per op."""
+    Launches pass the stream to the loaded ``Function`` directly instead of entering
+    CuPy's stream context, and CuPy's device context is entered only when the current
+    device is another one: on the H200 host ~7 us a launch instead of ~13, and ~9 us
+    less per op."""
     import cupy
 
     torch_stream = torch.cuda.current_stream(device)
@@ -74,7 +106,7 @@ def on_torch_stream(device: torch.device):
         stream = _streams[torch_stream.cuda_stream] = _wrap_stream(cupy, torch_stream)
 
     def launch(fn, grid, block, args, shared_mem: int = 0) -> None:
-        fn.kernel(tuple(grid), tuple(block), tuple(_argument(a) for a in args), shared_mem, stream)
+        fn(tuple(grid), tuple(block), tuple(_argument(a) for a in args), shared_mem, stream)
 
     index = torch_stream.device.index
     if torch.cuda.current_device() == index:
