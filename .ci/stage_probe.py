@@ -52,7 +52,7 @@ def one_launch():
     with on_torch_stream(dev) as launch: launch(fn, (1,), (16, 16), args)
 stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
 def function_launch():
-    fn.kernel((1,), (16, 16), (np.uint64(part.data_ptr()), np.int32(1), np.uint64(done.data_ptr()), np.uint64(kp.data_ptr())), 0, stream)
+    fn((1,), (16, 16), (np.uint64(part.data_ptr()), np.int32(1), np.uint64(done.data_ptr()), np.uint64(kp.data_ptr())), 0, stream)
 print("context", round(wall(ctx_only, 2000), 1), "context+launch", round(wall(one_launch, 2000), 1),
       "module.get", round(wall(lambda: mf.CUDA_MODULE.get("max_reduce_kernel", torch.float32, dev), 2000), 1),
       "current_stream", round(wall(lambda: torch.cuda.current_stream(dev), 2000), 1), flush=True)
