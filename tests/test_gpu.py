@@ -164,9 +164,10 @@ def test_subnormal_scores_and_coordinates_equal_the_cpu(name):
     """Kernels keep subnormals (no -ftz): scores 0 and 4e-42 rank apart, and boxes whose
     sides and areas are subnormal get the CPU's IoUs (hypothesis found the first one)."""
     tiny = torch.tensor([0.0, 1e-45, 4.2e-42, 1e-40, 1e-39, 2e-38], dtype=torch.float64).to(torch.float32)
+    small = torch.tensor([0.0, 1e-21, 2e-21, 3e-21, 5e-21, 1e-20])  # areas ~1e-42: subnormal
     generator = torch.Generator().manual_seed(5)
     n = 300
-    corners = tiny[torch.randint(0, len(tiny), (n, 4), generator=generator)]
+    corners = small[torch.randint(0, len(small), (n, 4), generator=generator)]
     boxes = torch.stack([torch.minimum(corners[:, 0], corners[:, 2]), torch.minimum(corners[:, 1], corners[:, 3]),
                          torch.maximum(corners[:, 0], corners[:, 2]), torch.maximum(corners[:, 1], corners[:, 3])], 1)
     scores = tiny[torch.randint(0, len(tiny), (n,), generator=generator)]
