@@ -3,8 +3,9 @@
 A thin page over :mod:`nmsbench.tables`, :mod:`nmsbench.plots` and
 :mod:`nmsbench.differences` (the same builders ``nmsbench plot`` and ``nmsbench export``
 use). It loads every results CSV under ``results/`` (or ``$NMSBENCH_RESULTS_DIR``) and any
-CSV uploaded in the sidebar, and has three views: curves, suppression differences on a
-regenerated box set, and the environment of the selected runs with a CSV download.
+CSV uploaded in the sidebar, and has four views: curves, the post-processing pipeline
+(time per image vs batch, stage costs, CPU vs GPU, agreement), suppression differences
+on a regenerated box set, and the environment of the selected runs with a CSV download.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from nmsbench import datasets, differences, plots, tables
 from nmsbench.registry import describe, implementations
 
 APP_DIR = Path(__file__).resolve().parent
-VIEWS = ["Curves", "Suppression differences", "Environment & data"]
+VIEWS = ["Curves", "Pipeline", "Suppression differences", "Environment & data"]
 MAX_DIFF_N = 8192
 
 
@@ -115,6 +116,26 @@ def curve_figures(data_key: tuple, choices_key: tuple, scenario: str | None, bas
     }
 
 
+@st.cache_data(show_spinner="Drawing…", max_entries=32)
+def pipeline_figures(data_key: tuple, choices_key: tuple, stage: str, devices: tuple, impls: tuple, _rows: pd.DataFrame,
+                     _all_devices: pd.DataFrame) -> dict:
+    """The pipeline view's figures and tables: ``_rows`` are the chosen pipeline rows,
+    ``_all_devices`` the same without the device and pipeline choice (the speedup of a cuda
+    row is against the numpy reference on the CPU); ``data_key`` and ``choices_key`` name them."""
+    colors = plots.pipeline_color_map(tables.options(_rows, "impl"))
+    try:
+        table = tables.wide_pipeline_table(tables.pipeline_table(_all_devices, devices=list(devices), impls=list(impls)))
+    except ValueError:  # no measured total rows
+        table = None
+    return {
+        "time": plots.pipeline_time_per_image(_rows, stage=stage, colors=colors),
+        "stages": plots.pipeline_stage_bars(_rows),
+        "devices": plots.pipeline_cpu_vs_gpu(_rows, colors=colors),
+        "table": table,
+        "agreement": tables.pipeline_agreement(_rows),
+    }
+
+
 # --- the page ---------------------------------------------------------------------------
 
 def number_label(value) -> str:
@@ -149,6 +170,9 @@ def curves_view(rows: pd.DataFrame, all_timers: pd.DataFrame, without_impl: pd.D
         if not skipped.empty:
             st.dataframe(skipped, hide_index=True, width="stretch")
         return
+    if set(measured["benchmark"]) == {"pipeline"}:
+        st.info("These are `nmsbench pipeline` rows, drawn here against N (raw rows per image): the Pipeline tab "
+                "shows them as time per image vs batch size and by stage.")
     scenarios = tables.options(measured, "scenario")
     impls = tables.options(tables.ok_rows(without_impl), "impl")
     c1, c2, c3, c4 = st.columns([1.3, 1, 1, 1])
@@ -193,6 +217,90 @@ def curves_view(rows: pd.DataFrame, all_timers: pd.DataFrame, without_impl: pd.D
     skipped = tables.not_measured(rows)
     if not skipped.empty:
         with st.expander(f"{int(skipped['rows'].sum())} rows of this selection are not plotted (error or skipped)"):
+            st.dataframe(skipped, hide_index=True, width="stretch")
+
+
+def pipeline_view(frame: pd.DataFrame, data_key: tuple) -> None:
+    rows = tables.pipeline_rows(frame)
+    if rows.empty:
+        st.info("No pipeline rows loaded. Time the post-processing (raw detector output to detections) with "
+                "`nmsbench pipeline --out results/pipeline-<machine>.csv` (add `--device cpu,cuda` on a GPU machine) "
+                "and reload, or upload such a CSV in the sidebar.")
+        return
+    measured = tables.ok_rows(rows)
+    st.caption("`nmsbench pipeline` rows: decode and confidence filter, class-aware NMS, the best detections per image. "
+               "This view reads every loaded pipeline row with its own filters; the sidebar's apply to the other views.")
+    if measured.empty:
+        st.info("None of the loaded pipeline rows measured anything (all are errors or skipped):")
+        st.dataframe(tables.not_measured(rows), hide_index=True, width="stretch")
+        return
+    c1, c2, c3, c4, c5 = st.columns([1.2, 1, 1, 2.4, 0.9])
+    sources = c1.multiselect("Source", tables.options(measured, "scenario"), key="pipe_source", placeholder="all")
+    confs = tables.options(measured, "overlap")
+    conf = c2.selectbox("Confidence threshold", confs, index=confs.index(0.25) if 0.25 in confs else 0, key="pipe_conf",
+                        format_func=number_label)
+    devices = c3.multiselect("Devices", tables.options(measured, "device"), key="pipe_devices", placeholder="all")
+    names = plots.pipeline_order(tables.options(measured, "impl"))
+    chosen = c4.multiselect("Pipelines", names, key="pipe_impls", placeholder="all")
+    timers = tables.options(measured, "timer")
+    timer = c5.selectbox("Timer", timers, index=timers.index("wall") if "wall" in timers else 0, key="pipe_timer",
+                         help="wall: what a caller waits for; device: CUDA events (cuda rows only)")
+    machines = tables.options(measured, "machine")
+    machine = (st.multiselect("Machine", machines, key="pipe_machine", placeholder="all") if len(machines) > 1 else [])
+    choices = {"scenario": sources, "overlap": [conf], "device": devices, "impl": chosen, "timer": [timer], "machine": machine}
+    selected = tables.select(rows, **choices)
+    if tables.ok_rows(selected).empty:
+        st.info("No measured pipeline rows in this selection: widen the filters above.")
+        return
+    choices_key = tuple(sorted((k, tuple(map(str, v))) for k, v in choices.items()))
+
+    st.subheader("Time per image vs batch size")
+    stage = st.radio("Stage", list(tables.PIPELINE_STAGES)[::-1], horizontal=True, key="pipe_stage",
+                     help="total: the whole pipeline, end to end; decode and nms: each stage timed on its own")
+    all_devices = tables.select(rows, **{k: v for k, v in choices.items() if k not in ("device", "impl")})
+    figures = pipeline_figures(data_key, choices_key, stage, tuple(devices), tuple(chosen), selected, all_devices)
+    st.plotly_chart(figures["time"], key="chart_pipe_time")
+    st.caption(f"Log-log axes. Time per image = the median of one call on the whole batch (the CSV's `median_us`) "
+               f"÷ the batch size; {timer} timer, confidence threshold {conf:g}. cpu lines are solid, cuda lines dashed. "
+               "Hover a point for the per-call time, its IQR and the candidates that passed the threshold.")
+
+    st.subheader("Which stage costs what")
+    st.plotly_chart(figures["stages"], key="chart_pipe_stages")
+    st.caption(f"Time per image of each stage, per pipeline and batch size: {plots.STAGE_NOTE}.")
+
+    st.subheader("CPU vs GPU")
+    if figures["devices"] is None:
+        st.info("No pipeline in this selection has rows on both cpu and cuda from one machine: "
+                "`nmsbench pipeline --device cpu,cuda` on a GPU machine makes them.")
+    else:
+        st.plotly_chart(figures["devices"], key="chart_pipe_devices")
+        st.caption("Each pipeline's CPU time per image over its GPU time per image (wall timer, end to end, same "
+                   "machine, source, threshold and batch); above 1 the GPU is faster.")
+
+    st.subheader(f"µs per image and speedup vs {tables.PIPELINE_BASELINE}")
+    table = figures["table"]
+    if table is None:
+        st.info("No measured total (end-to-end) rows in this selection.")
+    else:
+        table = table.rename(columns={**tables.PIPELINE_GROUP_LABELS,
+                                      **{c: c.replace("us_per_image", "µs per image") for c in table.columns if "us_per_image" in c}})
+        config = {c: st.column_config.NumberColumn(c, format="%.1f" if c.endswith("image") else "%.2f×")
+                  for c in table.columns if c.startswith("B=")}
+        st.dataframe(table, hide_index=True, width="stretch", column_config=config, key="pipe_table")
+        st.caption(f"End to end (stage total). Speedup = {tables.PIPELINE_BASELINE}'s time per image ÷ the pipeline's on "
+                   f"the same machine, input and batch (above 1 is faster); {tables.PIPELINE_BASELINE} is the CPU reference, "
+                   "so cuda rows compare with it on the CPU. `nmsbench export --benchmark pipeline` prints this table.")
+
+    st.subheader(f"Agreement with the {tables.PIPELINE_BASELINE} reference")
+    st.dataframe(figures["agreement"], hide_index=True, width="stretch", key="pipe_agreement",
+                 column_config={"jaccard": st.column_config.NumberColumn("jaccard", format="%.3f")})
+    st.caption("Per batch: candidates that passed the confidence threshold and detections kept (pipeline, reference); "
+               "extra and missing detections (an image and a raw row), their Jaccard index, and mismatched: the same "
+               "detection with a different box, score or label. All-pairs NMS suppresses more than greedy by definition.")
+
+    skipped = tables.not_measured(selected)
+    if not skipped.empty:
+        with st.expander(f"{int(skipped['rows'].sum())} pipeline rows of this selection are not plotted (error or skipped)"):
             st.dataframe(skipped, hide_index=True, width="stretch")
 
 
@@ -302,11 +410,14 @@ def main() -> None:
     names = sorted(set(implementations()) | set(tables.options(frame, "impl")))
     colors = plots.color_map(names)
 
-    curves_tab, diff_tab, env_tab = st.tabs(VIEWS, key="view", on_change="rerun")
+    curves_tab, pipeline_tab, diff_tab, env_tab = st.tabs(VIEWS, key="view", on_change="rerun")
     if curves_tab.open:
         with curves_tab:
             choices_key = tuple(sorted((k, tuple(map(str, v))) for k, v in choices.items()))
             curves_view(selected, all_timers, without_impl, colors, data_key, choices_key)
+    if pipeline_tab.open:
+        with pipeline_tab:
+            pipeline_view(frame, data_key)
     if diff_tab.open:
         with diff_tab:
             differences_view(colors)

@@ -290,10 +290,14 @@ def _print_summary(out: Path, counts: dict) -> None:
 
 # --- paper exports: `nmsbench plot` and `nmsbench export` (the dashboard's builders) ---
 
-def _selected_results(paths, scenarios, impls, devices, timers, baseline=None, benchmarks=()):
-    """Load RESULTS CSVs and keep the asked-for rows; every problem is one clear message.
-    Rows of `nmsbench pipeline` (benchmark=pipeline) are left out unless asked for, or
-    unless the files hold nothing else."""
+def _selected_results(paths, scenarios, impls, devices, timers, baseline=None, benchmarks=(), *, wants_baseline=False,
+                      default_benchmark=None, apply_devices=True):
+    """Load RESULTS CSVs and keep the asked-for rows: (rows, baseline); every problem is
+    one clear message. Rows of `nmsbench pipeline` (benchmark=pipeline) are left out
+    unless asked for (or ``default_benchmark`` is pipeline), or unless the files hold
+    nothing else. With ``wants_baseline`` and no ``baseline``, the baseline is numpy (the
+    reference pipeline) for pipeline rows and torchvision for sweeps. ``apply_devices``
+    False checks --device but keeps every device's rows (the caller picks them later)."""
     from . import tables
 
     try:
@@ -312,15 +316,32 @@ def _selected_results(paths, scenarios, impls, devices, timers, baseline=None, b
     if baseline is not None and baseline not in tables.options(frame, "impl"):
         raise click.BadParameter(f"{baseline} not in {files}; it has: {', '.join(tables.options(frame, 'impl'))}",
                                  param_hint="--baseline")
-    benchmark = _split(benchmarks) or (["nms"] if "nms" in tables.options(frame, "benchmark") else [])
+    have = tables.options(frame, "benchmark")
+    if default_benchmark and default_benchmark not in have:
+        raise click.ClickException(f"no {default_benchmark} rows in {files} (benchmark: {', '.join(have) or 'none'}); "
+                                   f"`nmsbench {default_benchmark} --out results/<name>.csv` makes them")
+    benchmark = _split(benchmarks) or ([default_benchmark] if default_benchmark else ["nms"] if "nms" in have else [])
     frame = tables.select(frame, benchmark=benchmark)
-    rows = tables.select(frame, scenario=_split(scenarios), device=_split(devices), timer=_split(timers))
+    rows = tables.select(frame, scenario=_split(scenarios), device=_split(devices) if apply_devices else [], timer=_split(timers))
+    _check_measured(rows, files)
+    if wants_baseline and baseline is None:
+        baseline = tables.PIPELINE_BASELINE if set(rows["benchmark"]) == {"pipeline"} else tables.DEFAULT_BASELINE
+        if baseline not in tables.options(frame, "impl"):
+            raise click.BadParameter(f"{baseline} not in {files}; it has: {', '.join(tables.options(frame, 'impl'))}",
+                                     param_hint="--baseline")
+    _check_measured(rows, files, baseline)
+    return rows, baseline
+
+
+def _check_measured(rows, files: str, baseline: str | None = None) -> None:
+    """A clear message where the selection (or its baseline) measured nothing."""
+    from . import tables
+
     if tables.ok_rows(rows).empty:
         counts = ", ".join(f"{n} {s}" for s, n in rows["status"].value_counts().items()) or "no rows"
         raise click.ClickException(f"no measured (status ok) rows in {files} match the selection ({counts})")
     if baseline is not None and tables.ok_rows(rows[rows["impl"] == baseline]).empty:
         raise click.ClickException(f"the baseline {baseline} has no measured rows in the selection; pick another with --baseline")
-    return rows
 
 
 def _restrict_impls(rows, impls):
@@ -334,9 +355,12 @@ SELECTION_OPTIONS = [
     click.option("--impl", "impls", multiple=True, help="Implementations to show (repeat or comma-separate). Default: all in the file."),
     click.option("--device", "devices", multiple=True, help="cpu and/or cuda. Default: all in the file."),
     click.option("--timer", "timers", multiple=True, default=("wall",), show_default=True, help="wall and/or device rows."),
-    click.option("--baseline", default="torchvision", show_default=True, help="Implementation the speedups are relative to."),
+    click.option("--baseline", help="Implementation (or pipeline) the speedups are relative to. "
+                                    "Default: torchvision; numpy, the reference, for pipeline rows."),
     click.option("--benchmark", "benchmarks", multiple=True,
                  help="nms (`nmsbench sweep` rows) and/or pipeline (`nmsbench pipeline` rows). Default: nms where the files have any."),
+    click.option("--stage", "stages", multiple=True,
+                 help="Pipeline rows: decode, nms and/or total (end to end; the default)."),
 ]
 
 
@@ -346,7 +370,20 @@ def _selection_options(fn):
     return fn
 
 
-PLOT_KINDS = ("curves", "time", "speedup", "timers", "memory", "overlap")
+PLOT_KINDS = ("curves", "time", "speedup", "timers", "memory", "overlap", "pipeline", "pipeline-stages", "pipeline-devices")
+PIPELINE_KINDS = ("pipeline", "pipeline-stages", "pipeline-devices")
+
+
+def _stages(stages, *, one: bool = False) -> list[str]:
+    from .tables import PIPELINE_STAGES
+
+    chosen = _split(stages)
+    bad = [s for s in chosen if s not in PIPELINE_STAGES]
+    if bad:
+        raise click.BadParameter(f"{', '.join(bad)}: choose from {', '.join(PIPELINE_STAGES)}", param_hint="--stage")
+    if one and len(chosen) > 1:
+        raise click.BadParameter("--kind pipeline draws one stage; --kind pipeline-stages draws them all", param_hint="--stage")
+    return chosen or ["total"]
 
 
 @main.command()
@@ -354,12 +391,14 @@ PLOT_KINDS = ("curves", "time", "speedup", "timers", "memory", "overlap")
 @click.option("-o", "--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Figure file: .pdf, .png or .svg.")
 @_selection_options
 @click.option("--kind", type=click.Choice(PLOT_KINDS), default="curves", show_default=True,
-              help="curves: time and speedup vs N per scenario; time; speedup; timers: wall vs device; memory; overlap: time vs realized overlap at --at-n.")
+              help="curves: time and speedup vs N per scenario; time; speedup; timers: wall vs device; memory; overlap: time vs realized overlap at --at-n. "
+                   "Pipeline rows: pipeline: time per image vs batch size (--stage, default total); pipeline-stages: what decode and nms cost; "
+                   "pipeline-devices: CPU time / GPU time.")
 @click.option("--at-n", type=click.IntRange(min=1), help="Box count for --kind overlap. Default: the largest in the selection.")
 @click.option("--width", type=click.IntRange(min=200), help="Width in CSS pixels (PDF/SVG scale with it). Default: by panels.")
 @click.option("--height", type=click.IntRange(min=200), help="Height in CSS pixels. Default: by panels.")
 @click.option("--scale", default=2.0, show_default=True, type=click.FloatRange(min=0.5, max=8), help="PNG pixel density.")
-def plot(results, out, scenarios, impls, devices, timers, baseline, benchmarks, kind, at_n, width, height, scale):
+def plot(results, out, scenarios, impls, devices, timers, baseline, benchmarks, stages, kind, at_n, width, height, scale):
     """Draw the dashboard's curves from RESULTS CSV(s) into a print-styled PDF, PNG or SVG.
 
     \b
@@ -367,13 +406,20 @@ def plot(results, out, scenarios, impls, devices, timers, baseline, benchmarks, 
     nmsbench plot run.csv -o clustered.png --scenario clustered --impl torchvision,allpairs
     nmsbench plot gpu.csv cpu.csv -o speed.svg --kind speedup --baseline torchvision
     nmsbench plot run.csv -o overlap.pdf --kind overlap --at-n 1024
+    nmsbench plot pipeline.csv -o per-image.pdf --kind pipeline --scenario real
+    nmsbench plot pipeline.csv -o stages.png --kind pipeline-stages
     """
     from . import plots, tables
 
     if out.suffix.lower() not in plots.IMAGE_FORMATS:
         raise click.BadParameter(f"{out.name}: choose a .pdf, .png or .svg file name", param_hint="--out")
-    rows = _selected_results(results, scenarios, impls, devices, timers, baseline if kind in ("curves", "speedup") else None,
-                             benchmarks)
+    if stages and kind not in PIPELINE_KINDS:
+        raise click.BadParameter(f"--stage is for the pipeline kinds ({', '.join(PIPELINE_KINDS)})", param_hint="--stage")
+    if kind in PIPELINE_KINDS:
+        _plot_pipeline(results, out, scenarios, impls, devices, timers, benchmarks, stages, kind, width, height, scale)
+        return
+    rows, baseline = _selected_results(results, scenarios, impls, devices, timers, baseline if kind in ("curves", "speedup") else None,
+                                       benchmarks, wants_baseline=kind in ("curves", "speedup"))
     colors = plots.color_map(tables.options(rows, "impl"))
     show = _split(impls) or None
     shown = _restrict_impls(rows, impls)  # speedups need the baseline's rows even when it is not shown
@@ -391,7 +437,7 @@ def plot(results, out, scenarios, impls, devices, timers, baseline, benchmarks, 
         fig, size = plots.speedup_vs_n(rows, baseline, show=show, colors=colors), (1100, None)
     elif kind == "timers":
         try:
-            both = _restrict_impls(_selected_results(results, scenarios, impls, devices, ("wall", "device"), None, benchmarks), impls)
+            both = _restrict_impls(_selected_results(results, scenarios, impls, devices, ("wall", "device"), None, benchmarks)[0], impls)
         except click.BadParameter:  # the files have no device timer at all
             both = shown.iloc[0:0]
         fig, size = plots.wall_vs_device(both, colors=colors), (1100, None)
@@ -409,8 +455,14 @@ def plot(results, out, scenarios, impls, devices, timers, baseline, benchmarks, 
               "overlap": f"Time vs realized overlap at N = {(fig.layout.meta or {}).get('n', '')}"}
     if kind in titles:
         fig.update_layout(title_text=titles[kind])
-    width = width or size[0]
-    height = height or size[1] or int(fig.layout.height or 600) + 60
+    _write_print(fig, out, width or size[0], height or size[1] or int(fig.layout.height or 600) + 60, scale)
+    console.print(f"wrote {out} ({out.stat().st_size:,} bytes): {kind}, {tables.ok_rows(shown)['impl'].nunique()} implementations, "
+                  f"{panels} scenario(s)")
+
+
+def _write_print(fig, out: Path, width: int, height: int, scale: float) -> None:
+    from . import plots
+
     fig = plots.style_for_print(fig, width=width, height=height)
     try:
         plots.write_figure(fig, out, width=width, height=height, scale=scale)
@@ -418,8 +470,39 @@ def plot(results, out, scenarios, impls, devices, timers, baseline, benchmarks, 
         raise click.ClickException(
             f"could not write {out} ({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else 'no message'}); "
             "static export uses kaleido, which needs Chromium (Debian: apt-get install chromium)") from None
-    console.print(f"wrote {out} ({out.stat().st_size:,} bytes): {kind}, {tables.ok_rows(shown)['impl'].nunique()} implementations, "
-                  f"{panels} scenario(s)")
+
+
+def _plot_pipeline(results, out, scenarios, impls, devices, timers, benchmarks, stages, kind, width, height, scale):
+    """`nmsbench plot --kind pipeline*`: the dashboard's Pipeline tab figures, for print."""
+    from . import plots, tables
+
+    if _split(benchmarks) not in ([], ["pipeline"]):
+        raise click.BadParameter(f"--kind {kind} draws `nmsbench pipeline` rows; leave --benchmark out", param_hint="--benchmark")
+    stage = _stages(stages, one=True)[0]
+    rows, _ = _selected_results(results, scenarios, impls, devices, timers, None, (), default_benchmark="pipeline")
+    rows = _restrict_impls(rows, impls)
+    measured = tables.per_image(rows)
+    if measured.empty:
+        raise click.ClickException("no measured rows of the chosen pipelines in the selection")
+    colors = plots.pipeline_color_map(tables.options(measured, "impl"))
+    if kind == "pipeline":
+        if measured[measured["stage"] == stage].empty:
+            raise click.BadParameter(f"no measured {stage} rows; the selection has stages {', '.join(tables.options(measured, 'stage'))}",
+                                     param_hint="--stage")
+        fig = plots.pipeline_time_per_image(rows, stage=stage, colors=colors)
+        fig.update_layout(title_text=f"Time per image vs batch size ({stage}; one call on the batch / batch size)")
+    elif kind == "pipeline-stages":
+        fig = plots.pipeline_stage_bars(rows)
+        fig.update_layout(title_text="Time per image by stage (bars: decode and nms timed alone; mark: total, end to end)")
+    else:
+        fig = plots.pipeline_cpu_vs_gpu(rows, colors=colors)
+        if fig is None:
+            raise click.ClickException("the selection has no pipeline with wall-timer total rows on both cpu and cuda of one "
+                                       "machine; `nmsbench pipeline --device cpu,cuda` on a GPU machine makes them")
+        fig.update_layout(title_text="CPU time / GPU time per image, end to end (above 1: the GPU is faster)")
+    _write_print(fig, out, width or 1100, height or int(fig.layout.height or 600) + 80, scale)
+    console.print(f"wrote {out} ({out.stat().st_size:,} bytes): {kind}, {measured['impl'].nunique()} pipelines, "
+                  f"{measured['scenario'].nunique()} source(s), batch sizes {', '.join(str(int(b)) for b in tables.options(measured, 'batch'))}")
 
 
 @main.command()
@@ -427,19 +510,42 @@ def plot(results, out, scenarios, impls, devices, timers, baseline, benchmarks, 
 @click.option("--format", "fmt", type=click.Choice(["markdown", "latex", "csv"]), default="markdown", show_default=True)
 @_selection_options
 @click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the table here instead of to stdout.")
-def export(results, fmt, scenarios, impls, devices, timers, baseline, benchmarks, out):
+def export(results, fmt, scenarios, impls, devices, timers, baseline, benchmarks, stages, out):
     """A compact table (N x implementation: median µs and speedup vs --baseline) from RESULTS CSV(s).
 
     \b
     nmsbench export results/sweep-20261129-h200-host-cpu.csv --scenario clustered
     nmsbench export run.csv --format latex --impl torchvision,allpairs -o table.tex
     nmsbench export run.csv --format csv --device cuda --timer device
+    nmsbench export pipeline.csv --benchmark pipeline --stage decode,nms,total
 
     Rows are grouped by whatever else varies in the selection (device, scenario, ...).
+    Pipeline rows give a pipeline x batch size table of µs per image (one call on the
+    whole batch / batch size) and the speedup vs --baseline (default numpy, the CPU
+    reference: cuda rows compare with it on the CPU of the same machine).
     """
     from . import tables
 
-    rows = _selected_results(results, scenarios, impls, devices, timers, baseline, benchmarks)
+    # every device's rows first: a cuda pipeline row is compared with the numpy reference on the CPU
+    rows, baseline = _selected_results(results, scenarios, impls, devices, timers, baseline, benchmarks, wants_baseline=True,
+                                       apply_devices=False)
+    if set(rows["benchmark"]) == {"pipeline"}:
+        try:
+            table = tables.pipeline_table(rows, baseline, impls=_split(impls) or None, stages=_stages(stages),
+                                          devices=_split(devices) or None)
+        except ValueError:
+            raise click.ClickException("no measured rows of the chosen pipelines, devices and stages in the selection") from None
+        text = tables.render_pipeline_table(table, fmt)
+        if out:
+            out.write_text(text)
+            console.print(f"wrote {out}: {table['impl'].nunique()} pipelines x {table['batch'].nunique()} batch sizes")
+        else:
+            click.echo(text, nl=False)
+        return
+    if stages:
+        raise click.BadParameter("--stage picks stages of pipeline rows; this selection has sweep rows", param_hint="--stage")
+    rows = tables.select(rows, device=_split(devices))
+    _check_measured(rows, ", ".join(Path(p).name for p in results), baseline)
     table = tables.speedup_table(rows, baseline, impls=_split(impls) or None)
     if table.empty:
         raise click.ClickException("no measured rows of the chosen implementations in the selection")

@@ -4,7 +4,8 @@
 CUDA rows with device timers, peak memory and skipped implementations; host CPU rows),
 so the tests' numbers do not move when results/ is re-measured; ``COMMITTED`` are whatever
 runs results/ holds now (tests on them check only that everything renders);
-``cpu_results`` is a tiny CPU-only sweep made here through the real CLI, once per session.
+``cpu_results`` is a tiny CPU-only sweep made here through the real CLI, once per session;
+``PIPELINE_CSV`` a small frozen ``nmsbench pipeline`` run of the development machine.
 """
 
 from __future__ import annotations
@@ -23,6 +24,25 @@ DATA = REPO / "tests" / "data"
 CUDA_CSV = DATA / "h200-cuda.csv"      # chain, clustered, crowd; torchvision + matrix_naive ok, the rest skipped
 CPU_CSV = DATA / "h200-host-cpu.csv"   # chain, clustered, crowd; six implementations
 SAMPLES = [CPU_CSV, CUDA_CSV]
+# `nmsbench pipeline --batch 1,8 --conf 0.25,0.001 --threads 1 --pipeline numpy,torch_batched_nms,torch+bitmask_two_phase,
+# torch+allpairs` on the 2-core development machine (CPU only; real and synthetic; the sidecar JSON has the command)
+PIPELINE_CSV = DATA / "pipeline-devbox-cpu.csv"
+
+
+def with_made_up_cuda_rows(frame, factor: float = 4.0):
+    """``frame`` plus, for every pipeline but numpy, a copy of its rows on device cuda that
+    take 1/factor of the time: NOT a measurement, only a known ratio for tests of the CPU
+    vs GPU views (no GPU rows are committed that were not measured on a GPU)."""
+    import pandas as pd
+
+    twin = frame[(frame["benchmark"] == "pipeline") & (frame["impl"] != "numpy")].copy()
+    twin["device"] = "cuda"
+    twin["gpu"] = "made-up GPU"
+    twin["median_us"] = twin["median_us"] / factor
+    twin["iqr_us"] = twin["iqr_us"] / factor
+    if "hardware" in twin.columns:
+        twin["hardware"] = twin["machine"] + ": made-up GPU"
+    return pd.concat([frame, twin], ignore_index=True)
 
 
 @pytest.fixture(scope="session")

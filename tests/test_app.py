@@ -13,7 +13,8 @@ pytest.importorskip("streamlit", reason="the dashboard needs streamlit (a GPU bo
 pytest.importorskip("plotly", reason="the dashboard needs plotly")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from dash_support import COMMITTED, CPU_CSV, DATA, REPO, cpu_results, pipeline_results  # noqa: F401  (fixtures)
+from dash_support import (COMMITTED, CPU_CSV, DATA, PIPELINE_CSV, REPO, cpu_results, pipeline_results,  # noqa: F401  (fixtures)
+                          with_made_up_cuda_rows)
 from nmsbench import tables
 
 APP = str(REPO / "app.py")
@@ -203,3 +204,74 @@ def test_pipeline_rows_are_a_benchmark_filter_set_to_sweeps(tmp_path, monkeypatc
     at.multiselect(key="filter_benchmark").set_value(["pipeline"]).run()
     assert not at.exception
     assert {"numpy · decode", "numpy · total"} <= line_names(figures(at)["time_vs_n"])
+
+
+# --- the Pipeline view --------------------------------------------------------------------
+
+@pytest.fixture
+def pipeline_folder(tmp_path):
+    """The frozen CPU pipeline run next to a frozen sweep."""
+    for path in (PIPELINE_CSV, PIPELINE_CSV.with_suffix(".json"), CPU_CSV):
+        shutil.copy(path, tmp_path)
+    return tmp_path
+
+
+def test_pipeline_view_draws_the_pipeline_rows(pipeline_folder, monkeypatch):
+    at = show(start(pipeline_folder, monkeypatch), "Pipeline")
+    assert at.multiselect(key="filter_benchmark").value == ["nms"]  # the sidebar stays on sweeps; the view has its own filters
+    figs = figures(at)
+    assert {"pipeline_time_per_image", "pipeline_stages"} <= set(figs) and "time_vs_n" not in figs
+    time = figs["pipeline_time_per_image"]
+    assert line_names(time) == {"numpy", "torch_batched_nms", "torch+bitmask_two_phase", "torch+allpairs"}
+    assert time["layout"]["yaxis"]["type"] == "log" and at.selectbox(key="pipe_conf").value == 0.25
+    raw = tables.per_image(tables.load_results([PIPELINE_CSV]))
+    numpy_real = next(t for t in time["data"] if t["name"] == "numpy" and t.get("xaxis", "x") == "x")
+    expected = raw[(raw.impl == "numpy") & (raw.scenario == "real") & (raw.overlap == 0.25) & (raw.stage == "total")]
+    assert np.allclose(values(numpy_real, "y"), expected.sort_values("batch")["us_per_image"])
+    assert "pipeline_cpu_vs_gpu" not in figs and any("--device cpu,cuda" in i.value for i in at.info)  # CPU rows only
+    table, agreement = at.dataframe[0].value, at.dataframe[1].value
+    assert "B=8 µs per image" in table.columns and table["pipeline"].iloc[0] == "numpy" and (table["B=1 speedup"].iloc[0] == 1)
+    assert {"candidates", "mismatched", "jaccard"} <= set(agreement.columns) and len(agreement) == 16
+
+
+def test_pipeline_view_filters_change_the_figures(pipeline_folder, monkeypatch):
+    at = show(start(pipeline_folder, monkeypatch), "Pipeline")
+    before = figures(at)["pipeline_time_per_image"]
+    at.multiselect(key="pipe_impls").select("numpy").select("torch+allpairs").run()
+    assert not at.exception
+    after = figures(at)["pipeline_time_per_image"]
+    assert line_names(after) == {"numpy", "torch+allpairs"} != line_names(before)
+    stages = figures(at)["pipeline_stages"]
+    assert {tuple(t["y"][0]) for t in stages["data"]} <= {("torch+allpairs",) * 2 + ("numpy",) * 2}
+    at.selectbox(key="pipe_conf").select(0.001).run()
+    low = figures(at)["pipeline_time_per_image"]
+    assert max(max(values(t, "y")) for t in low["data"]) > 10 * max(max(values(t, "y")) for t in after["data"])
+    at.multiselect(key="pipe_source").select("synthetic").run()
+    one = figures(at)["pipeline_time_per_image"]
+    assert "xaxis2" not in one["layout"] and len(one["data"]) == 2
+    at.radio(key="pipe_stage").set_value("nms").run()
+    assert figures(at)["pipeline_time_per_image"]["layout"]["meta"]["stage"] == "nms"
+
+
+def test_pipeline_view_says_how_to_make_rows(samples, monkeypatch):
+    at = show(start(samples, monkeypatch), "Pipeline")
+    assert not at.get("plotly_chart")
+    assert any("No pipeline rows loaded" in i.value and "nmsbench pipeline --out results/" in i.value for i in at.info)
+
+
+def test_pipeline_view_compares_cpu_and_gpu_rows(tmp_path, monkeypatch):
+    import pandas as pd
+
+    frame = with_made_up_cuda_rows(pd.read_csv(PIPELINE_CSV), factor=4.0)  # a known ratio, not a measurement
+    frame.to_csv(tmp_path / "both.csv", index=False)
+    at = show(start(tmp_path, monkeypatch), "Pipeline")
+    figs = figures(at)
+    ratio = figs["pipeline_cpu_vs_gpu"]
+    assert line_names(ratio) == {"torch_batched_nms", "torch+bitmask_two_phase", "torch+allpairs"}
+    assert all(np.allclose(values(t, "y"), 4.0) for t in ratio["data"] if t["meta"]["role"] == "line")
+    assert {"torch+allpairs · cpu", "torch+allpairs · cuda"} <= line_names(figs["pipeline_time_per_image"])
+    at.multiselect(key="pipe_devices").select("cuda").run()
+    assert "pipeline_cpu_vs_gpu" not in figures(at) and line_names(figures(at)["pipeline_time_per_image"]) == {
+        "torch_batched_nms", "torch+bitmask_two_phase", "torch+allpairs"}
+    table = at.dataframe[0].value  # cuda rows only, still compared with numpy on the CPU
+    assert "numpy" not in set(table["pipeline"]) and table["B=1 speedup"].notna().all()

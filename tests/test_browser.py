@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dash_support import REPO
+from dash_support import PIPELINE_CSV, REPO
 
 CHROMIUM = next((p for p in (shutil.which("chromium"), "/usr/bin/chromium") if p and Path(p).exists()), None)
 REQUIRED = bool(os.environ.get("CI") or os.environ.get("NMSBENCH_REQUIRE_BROWSER"))
@@ -44,10 +44,15 @@ def _free_port() -> int:
 
 @pytest.fixture
 def server(tmp_path):
-    """The dashboard on a free localhost port, serving the committed results."""
+    """The dashboard on a free localhost port, serving the committed results plus the
+    frozen pipeline run of tests/data (results/ may hold no pipeline rows)."""
     port = _free_port()
     log = open(tmp_path / "streamlit.log", "w")
-    env = {**os.environ, "NMSBENCH_RESULTS_DIR": str(REPO / "results")}
+    folder = tmp_path / "results"
+    folder.mkdir()
+    for path in [*(REPO / "results").glob("*.csv"), *(REPO / "results").glob("*.json"), PIPELINE_CSV]:
+        shutil.copy(path, folder)
+    env = {**os.environ, "NMSBENCH_RESULTS_DIR": str(folder)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", str(REPO / "app.py"), "--server.headless", "true",
          "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false",
@@ -125,6 +130,17 @@ def test_dashboard_renders_in_chromium(server, tmp_path):
             curves = page.screenshot()
             (shots / "dashboard-curves.png").write_bytes(curves)
             assert _not_blank(curves) > 50, "the curves screenshot is (nearly) blank"
+
+            # the pipeline view: time per image vs batch, then the stage bars below it
+            page.get_by_role("tab", name="Pipeline").click()
+            page.wait_for_function(CHARTS_READY, arg={"figure": "pipeline_time_per_image", "lines": 8}, timeout=90_000)
+            charts = page.locator(".js-plotly-plot")
+            assert charts.nth(1).evaluate("el => el.layout.meta.figure") == "pipeline_stages"
+            assert charts.nth(1).locator(".barlayer .trace").count() >= 2
+            assert "Which stage costs what" in page.inner_text("body") and "speedup vs numpy" in page.inner_text("body")
+            pipeline = page.screenshot()
+            (shots / "dashboard-pipeline.png").write_bytes(pipeline)
+            assert _not_blank(pipeline) > 50, "the pipeline screenshot is (nearly) blank"
 
             # the differences view: a canvas of coloured boxes and the agreement matrix
             page.get_by_role("tab", name="Suppression differences").click()

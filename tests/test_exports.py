@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 pytest.importorskip("plotly", reason="figures need plotly (a GPU box installed with --no-deps may lack it)")
 
-from dash_support import CPU_CSV, CUDA_CSV, cpu_results, pipeline_results  # noqa: F401  (fixtures)
+from dash_support import CPU_CSV, CUDA_CSV, PIPELINE_CSV, cpu_results, pipeline_results, with_made_up_cuda_rows  # noqa: F401
 from nmsbench.cli import main
 
 HAVE_CHROMIUM = any(shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome"))
@@ -90,10 +90,59 @@ def test_export_bad_input_is_one_clear_message(args, message):
 def test_export_takes_sweep_rows_unless_pipeline_rows_are_asked_for(cpu_results, pipeline_results):
     sweeps = export(cpu_results, pipeline_results)
     assert "| torchvision |" in sweeps.replace("| N | torchvision |", "| torchvision |") and "numpy" not in sweeps
-    pipes = export(cpu_results, pipeline_results, "--benchmark", "pipeline", "--baseline", "numpy")
-    assert "| stage | N | numpy | torch_batched_nms |" in pipes and "| total |" in pipes
+    pipes = export(cpu_results, pipeline_results, "--benchmark", "pipeline")  # baseline: numpy, the reference
+    assert "| pipeline | B=1 |" in pipes and "| numpy | " in pipes and "| torch_batched_nms | " in pipes
+    assert "speedup vs numpy" in pipes and "stage total" in pipes
     result = invoke("export", cpu_results, "--benchmark", "training")
     assert result.exit_code == 2 and "training not in" in result.output
+
+
+def test_export_pipeline_rows_as_time_per_image(tmp_path):
+    out = tmp_path / "pipeline.csv"
+    result = invoke("export", PIPELINE_CSV, "--format", "csv", "-o", out)  # a file of pipeline rows only: no --benchmark needed
+    assert result.exit_code == 0, result.output
+    assert "4 pipelines x 2 batch sizes" in result.output
+    table = pd.read_csv(out)
+    assert list(table.columns) == ["source", "conf", "pipeline", "B=1 us_per_image", "B=1 speedup", "B=8 us_per_image",
+                                   "B=8 speedup"]
+    raw = pd.read_csv(PIPELINE_CSV)
+    raw = raw[(raw.stage == "total") & (raw.timer == "wall")]
+    for _, row in table.iterrows():
+        for b in (1, 8):
+            case = raw[(raw.scenario == row["source"]) & np.isclose(raw.overlap, row["conf"]) & (raw.batch == b)]
+            own = case[case.impl == row["pipeline"]]["median_us"].item() / b
+            ref = case[case.impl == "numpy"]["median_us"].item() / b
+            assert row[f"B={b} us_per_image"] == pytest.approx(own) and row[f"B={b} speedup"] == pytest.approx(ref / own)
+
+
+def test_export_pipeline_stages_and_baseline():
+    text = export(PIPELINE_CSV, "--scenario", "real", "--stage", "decode,nms", "--impl", "torch+allpairs",
+                  "--baseline", "torch_batched_nms")
+    assert "| conf | stage | pipeline | B=1 | B=8 |" in text and "speedup vs torch_batched_nms" in text
+    assert "| 0.25 | decode | torch+allpairs |" in text and "| total |" not in text and "numpy" not in text
+    latex = export(PIPELINE_CSV, "--format", "latex", "--scenario", "synthetic")
+    assert r"torch+bitmask\_two\_phase" in latex and r"\textmu s per image" not in latex and "per image" in latex
+
+
+def test_export_compares_cuda_rows_with_the_cpu_reference(tmp_path):
+    both = tmp_path / "both.csv"
+    with_made_up_cuda_rows(pd.read_csv(PIPELINE_CSV), factor=4.0).to_csv(both, index=False)  # a known ratio, not a measurement
+    text = export(both, "--scenario", "real", "--device", "cuda")
+    assert "cuda rows compare with it on the CPU" in text and "| conf | pipeline | B=1 | B=8 |" in text
+    cpu = export(both, "--scenario", "real", "--device", "cpu", "--format", "csv")
+    cuda = export(both, "--scenario", "real", "--device", "cuda", "--format", "csv")
+    cpu, cuda = (pd.read_csv(io.StringIO(t)).set_index(["conf", "pipeline"]) for t in (cpu, cuda))
+    assert np.allclose(cuda["B=8 speedup"], 4 * cpu.loc[cuda.index, "B=8 speedup"])
+
+
+@pytest.mark.parametrize("args, message", [
+    ([PIPELINE_CSV, "--stage", "postprocess"], "postprocess: choose from decode, nms, total"),
+    ([CPU_CSV, "--stage", "nms"], "--stage picks stages of pipeline rows"),
+    ([PIPELINE_CSV, "--baseline", "torchvision"], "torchvision not in pipeline-devbox-cpu.csv"),
+])
+def test_export_pipeline_bad_input_is_one_clear_message(args, message):
+    result = invoke("export", *args)
+    assert result.exit_code != 0 and message in result.output, result.output
 
 
 def test_export_foreign_csv(tmp_path):
@@ -135,6 +184,44 @@ def test_plot_bad_input_is_one_clear_message(args, message, tmp_path):
     assert result.exit_code != 0
     assert message in result.output, result.output
     assert isinstance(result.exception, SystemExit)
+
+
+@pytest.mark.parametrize("args, message", [
+    ([PIPELINE_CSV, "-o", "fig.pdf", "--kind", "pipeline-devices"], "no pipeline with wall-timer total rows on both cpu and cuda"),
+    ([CPU_CSV, "-o", "fig.pdf", "--kind", "pipeline"], "no pipeline rows in h200-host-cpu.csv (benchmark: nms); `nmsbench pipeline"),
+    ([PIPELINE_CSV, "-o", "fig.pdf", "--kind", "pipeline", "--stage", "nms,total"], "--kind pipeline draws one stage"),
+    ([PIPELINE_CSV, "-o", "fig.pdf", "--kind", "pipeline", "--benchmark", "nms"], "leave --benchmark out"),
+    ([PIPELINE_CSV, "-o", "fig.pdf", "--kind", "time", "--stage", "nms"], "--stage is for the pipeline kinds"),
+    ([PIPELINE_CSV, "-o", "fig.pdf", "--kind", "pipeline-stages", "--impl", "torch+magic"], "torch+magic not in"),
+])
+def test_plot_pipeline_bad_input_is_one_clear_message(args, message, tmp_path):
+    args = [tmp_path / a if str(a).startswith("fig.") else a for a in args]
+    result = invoke("plot", *args)
+    assert result.exit_code != 0 and message in result.output, result.output
+    assert isinstance(result.exception, SystemExit)
+
+
+@needs_chromium
+def test_plot_writes_the_pipeline_figures(tmp_path):
+    png, svg, pdf = tmp_path / "per-image.png", tmp_path / "stages.svg", tmp_path / "devices.pdf"
+    result = invoke("plot", PIPELINE_CSV, "-o", png, "--kind", "pipeline", "--scale", "1")
+    assert result.exit_code == 0, result.output
+    assert "pipeline, 4 pipelines, 2 source(s), batch sizes 1, 8" in result.output
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png.read_bytes())) as image:
+        assert image.size[0] == 1100 and image.size[1] >= 600  # four panels: source x threshold
+        pixels = np.asarray(image.convert("RGB").resize((64, 64))).reshape(-1, 3)
+        assert len(np.unique(pixels, axis=0)) > 20
+    result = invoke("plot", PIPELINE_CSV, "-o", svg, "--kind", "pipeline-stages", "--scenario", "real")
+    assert result.exit_code == 0, result.output
+    text = svg.read_text()
+    assert text.lstrip().startswith("<svg") and "timed alone" in text and "end to end" in text
+    both = tmp_path / "both.csv"
+    with_made_up_cuda_rows(pd.read_csv(PIPELINE_CSV)).to_csv(both, index=False)  # a known ratio, not a measurement
+    result = invoke("plot", both, "-o", pdf, "--kind", "pipeline-devices")
+    assert result.exit_code == 0, result.output
+    assert pdf.read_bytes().startswith(b"%PDF-")
 
 
 def test_plot_foreign_csv(tmp_path):
