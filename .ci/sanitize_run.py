@@ -21,3 +21,13 @@ for name in KERNEL_IMPLS:
                     nmsbench.run_nms(name, boxes.boxes, boxes.scores, 0.5, labels=boxes.labels, **params)
     torch.cuda.synchronize()
     print(name, "ran", flush=True)
+
+# The YOLOv5 seed's three pipeline kernels, on the recorded raw rows (one small batch).
+from nmsbench.datasets import real  # noqa: E402
+from nmsbench.pipeline import PipelineConfig, run_pipeline  # noqa: E402
+
+raw, _, size = real.real_raw(2)
+for conf in (0.25, 0.001):
+    run_pipeline("cupy_seed_kernels", torch.from_numpy(raw).cuda(), PipelineConfig(conf, input_size=(size, size)), "cuda")
+torch.cuda.synchronize()
+print("cupy_seed_kernels ran", flush=True)

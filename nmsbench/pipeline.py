@@ -35,9 +35,8 @@ error row, and nothing is ever dropped silently.
 
 Extension point: another pipeline registers itself with :func:`register_pipeline` (a
 module under ``implementations/`` may do so when it is imported). The seed's three CUDA
-kernels (decode + filter, all-pairs NMS, compaction) through CuPy will register there as
-``cupy_seed_kernels`` when their ``.cu`` sources land; until then no pipeline of that
-name exists, and none is listed.
+kernels (decode + filter, all-pairs NMS, compaction) through CuPy register there as
+``cupy_seed_kernels`` (``implementations/yolo_postprocess.py``).
 """
 
 from __future__ import annotations

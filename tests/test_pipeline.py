@@ -262,7 +262,7 @@ def test_listed_pipelines_and_the_extension_point():
     assert {"numpy", "torch_batched_nms", "torch+torchvision", "torch+bitmask_two_phase",
             "torch+bitmask_classic", "torch+allpairs"} <= set(known)
     assert not any("matrix" in name for name in known)  # score-changing families are not post-processing NMS here
-    assert "cupy_seed_kernels" not in known  # not implemented yet, so not listed
+    assert known["cupy_seed_kernels"].devices == ("cuda",)  # registered by implementations/yolo_postprocess.py
     for name, p in known.items():  # whatever says it runs on the CPU does
         if p.availability("cpu")[0]:
             assert len(run_pipeline(name, np.zeros((1, 8, 85), np.float32))) == 1
@@ -383,3 +383,28 @@ def test_the_pipeline_command_module_imports_first():
     done = subprocess.run([sys.executable, "-c", "import nmsbench.pipeline_cli; from nmsbench.cli import main; "
                            "assert 'pipeline' in main.commands"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_seed_kernel_pipeline_is_listed_for_cuda_only():
+    from nmsbench.variants import _cuda, yolo_postprocess
+
+    pipeline = pipelines()["cupy_seed_kernels"]
+    assert pipeline.devices == ("cuda",) and pipeline.nms_family == "allpairs"
+    available, reason = pipeline.availability("cpu")
+    assert not available and "no cpu path" in reason
+    if not torch.cuda.is_available():
+        assert pipeline.availability("cuda") in ((False, "no CUDA device"), (False, "cupy not installed"))
+    source = (_cuda.HERE / yolo_postprocess.CUDA_MODULE.cu_file).read_text()
+    for kernel in yolo_postprocess.CUDA_MODULE.expressions:
+        assert f"void {kernel}(" in source
+
+
+def test_seed_kernel_survivors_are_sorted_on_the_host():
+    from nmsbench.variants.yolo_postprocess import _sorted_detections
+
+    # x1, y1, x2, y2, score, label, raw row, in atomic slot order
+    out = np.array([[0, 0, 1, 1, 0.5, 3, 10], [0, 0, 2, 2, 0.9, 1, 12], [1, 1, 2, 2, 0.5, 2, 4]], dtype=np.float32)
+    d = _sorted_detections(out, max_det=2)
+    assert d.rows.tolist() == [12, 4] and d.labels.tolist() == [1, 2] and d.rows.dtype == np.int64
+    assert d.boxes.tolist() == [[0, 0, 2, 2], [1, 1, 2, 2]] and d.scores.tolist() == [np.float32(0.9), 0.5]
+    assert len(_sorted_detections(out[:0], 5).rows) == 0
