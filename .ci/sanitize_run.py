@@ -4,12 +4,17 @@ Sizes that are not multiples of 16, 32 or 64 and ones that are, with and without
 float32 and float16, both Matrix NMS kernels.
 """
 
+import sys
+
 import torch
 
 import nmsbench
 from nmsbench import datasets
 
-KERNEL_IMPLS = ["allpairs", "bitmask_classic", "bitmask_two_phase", "matrix_fused"]
+# Arguments pick what to run (default: everything), e.g. `cupy_seed_kernels` alone.
+ALL = ["allpairs", "bitmask_classic", "bitmask_two_phase", "matrix_fused", "cupy_seed_kernels"]
+SELECTED = sys.argv[1:] or ALL
+KERNEL_IMPLS = [name for name in ALL[:-1] if name in SELECTED]
 
 for name in KERNEL_IMPLS:
     for n in (31, 64, 100, 1000):
@@ -26,6 +31,8 @@ for name in KERNEL_IMPLS:
 from nmsbench.datasets import real  # noqa: E402
 from nmsbench.pipeline import PipelineConfig, run_pipeline  # noqa: E402
 
+if "cupy_seed_kernels" not in SELECTED:
+    sys.exit(0)
 raw, _, size = real.real_raw(2)
 for conf in (0.25, 0.001):
     run_pipeline("cupy_seed_kernels", torch.from_numpy(raw).cuda(), PipelineConfig(conf, input_size=(size, size)), "cuda")
