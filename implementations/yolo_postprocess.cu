@@ -107,6 +107,7 @@ extern "C" __global__ void compact_kernel(const float* boxes, const float* score
     const long long at = (long long)image * capacity + i;
     if (suppressed[at]) return;
     const int slot = atomicAdd(out_counts + image, 1);
+    if (slot >= capacity) return;  // cannot happen when out_counts starts at 0; never write past the buffer
     float* o = out + ((long long)image * capacity + slot) * 7;
     o[0] = boxes[4 * at + 0];
     o[1] = boxes[4 * at + 1];

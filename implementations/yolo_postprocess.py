@@ -62,6 +62,10 @@ def _build(raw: np.ndarray, config: PipelineConfig, device: str) -> Prepared:
         return buffers
 
     def nms(b: _Buffers) -> list[Detections]:
+        # The survivor counts start at 0 on every call: the benchmark times this stage
+        # alone, again and again on one decoded batch (the H200 run before this reset
+        # saw the counts grow past the buffer).
+        b.counts[1].zero_()
         with on_torch_stream(device) as launch:
             launch(allpairs_nms, (blocks(capacity, NMS_THREADS), batch), (NMS_THREADS,),
                    (b.boxes, b.scores, b.labels, b.raw_rows, b.counts[0], capacity,

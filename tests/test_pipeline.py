@@ -122,6 +122,25 @@ def test_hard_pipelines_equal_the_numpy_reference(recorded, synthetic, name, con
         assert compare_detections(detections, reference)["jaccard"] == 1.0
 
 
+def assert_stages_repeat(name: str, raw, device: str) -> None:
+    """The benchmark times each stage alone, again and again: `nms` on one decoded batch
+    called repeatedly, and `decode` and `run` likewise, must give the same detections."""
+    config = PipelineConfig(0.05, 0.45, 300, 4096, (640, 640))
+    prepared = pipelines()[name].build(raw, config, device)
+    expected = [d.numpy() for d in prepared.run()]
+    candidates = prepared.decode()
+    for outcome in (prepared.nms(candidates), prepared.nms(candidates), prepared.nms(prepared.decode()), prepared.run()):
+        got = [d.numpy() for d in outcome]
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected):
+            assert all(np.array_equal(a, b) for a, b in zip(g, e)), f"{name}: a repeated stage changed the output"
+
+
+@pytest.mark.parametrize("name", sorted(n for n, p in pipelines().items() if "cpu" in p.devices))
+def test_stages_can_be_timed_alone_and_repeated(recorded, name):
+    assert_stages_repeat(name, recorded, "cpu")
+
+
 def test_torch_front_end_equals_numpy_decode(recorded, synthetic):
     for raw in (recorded, synthetic):
         for conf in (0.5, 0.25, 0.01, 1e-4):

@@ -90,3 +90,12 @@ def test_seed_kernels_report_overflow(inputs):
     with pytest.raises(CandidateOverflow, match="nothing was dropped"):
         run_pipeline("cupy_seed_kernels", torch.from_numpy(raw).cuda(), PipelineConfig(0.001, max_candidates=100),
                      device="cuda")
+
+
+@pytest.mark.parametrize("name", CUDA_PIPELINES)
+def test_cuda_stages_can_be_timed_alone_and_repeated(inputs, name):
+    """The H200 benchmark once timed cupy_seed_kernels' nms stage with survivor counts that
+    grew on every call; each stage must now repeat exactly."""
+    from test_pipeline import assert_stages_repeat
+
+    assert_stages_repeat(name, inputs["real"][0], "cuda")
