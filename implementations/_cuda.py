@@ -160,7 +160,7 @@ class Scratch:
 
 
 RANK_MODULE = CudaModule("rank.cu", templates=("rank_by_score_kernel",))
-COUNT_BOXES, COUNT_WARPS = 32, 8  # as #defined in rank.cu
+COUNT_BOXES, COUNT_WARPS = 32, 8  # as #defined in _common.cuh
 
 
 def rank_by_score(launch, boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor | None,
@@ -169,7 +169,7 @@ def rank_by_score(launch, boxes: torch.Tensor, scores: torch.Tensor, labels: tor
     lower input index, NaN first, as ``torch.sort(descending=True, stable=True)`` does.
 
     Returns ``(order, scratch)``: ``order`` (int64 tensor, input index of each rank) and a
-    ``Scratch`` with ``sorted_boxes``, ``sorted_labels`` (0 when ``labels`` is None) and,
+    ``Scratch`` with ``sorted_boxes``, ``sorted_labels`` (None when ``labels`` is None) and,
     with ``with_scores``, ``sorted_scores``, all in rank order and in the input dtype.
     """
     n, device, dtype = boxes.shape[0], boxes.device, boxes.dtype
