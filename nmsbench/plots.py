@@ -118,7 +118,8 @@ def _grid(titles: Sequence[str], rows_per_panel: int = 1, max_cols: int = 3, row
         for c in range(cols):
             index = (r // rows_per_panel) * cols + c
             subplot_titles.append(str(titles[index]) if r % rows_per_panel == 0 and index < len(titles) else "")
-    spacing = vertical_spacing if vertical_spacing is not None else min(0.12, 0.5 / rows) if rows > 1 else 0.1
+    # ~140 px between panel rows: rotated N ticks, the axis title, the next panel's title
+    spacing = vertical_spacing if vertical_spacing is not None else min(0.3, 140 / (PANEL_HEIGHT * rows + 90)) if rows > 1 else 0.1
     across = horizontal_spacing if horizontal_spacing is not None else 0.07 if cols > 1 else 0.1
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=subplot_titles, horizontal_spacing=across,
                         vertical_spacing=spacing, row_titles=row_titles)
@@ -206,6 +207,12 @@ def _finish(fig: go.Figure, rows: int, title: str | None, legend_title: str = "i
         height=max(PANEL_HEIGHT * rows + 90, 300), title=title, legend_title_text=legend_title,
         hovermode="closest", margin=dict(l=60, r=20, t=80 if title else 50, b=50),
     )
+    # The y title only left of the first column: elsewhere it would run into the panel beside.
+    for name in fig.layout:
+        if name.startswith("yaxis") and fig.layout[name].anchor:
+            x_axis = "xaxis" + fig.layout[name].anchor[1:]
+            if fig.layout[x_axis].domain and fig.layout[x_axis].domain[0] > 0.01:
+                fig.layout[name].title.text = None
     return fig
 
 
