@@ -29,7 +29,7 @@ import torch
 from . import datasets
 from .pipeline import (REFERENCE_PIPELINE, STAGES, Pipeline, PipelineConfig, compare_detections, pipelines,
                        validate_raw)
-from .runner import _error_text, row_emitter, use_threads
+from .runner import _error_text, error_rows, row_emitter, use_threads
 from .timing import time_device, time_wall
 
 SOURCES = ("real", "synthetic")
@@ -165,11 +165,7 @@ def _run_case(pipeline: Optional[Pipeline], name: str, device: str, raw: np.ndar
             timings[row["stage"], timer] = (time_wall(call, min_run_time=grid.min_run_time, threads=grid.threads)
                                             if timer == "wall" else time_device(call, min_run_time=grid.min_run_time))
     except Exception as exc:
-        if isinstance(exc, torch.cuda.OutOfMemoryError):
-            torch.cuda.empty_cache()
-        message = _error_text(exc)
-        for row in rows:
-            yield row | {"status": "error", "error": message}
+        yield from error_rows(rows, exc)
         return
     for row in rows:
         t = timings[row["stage"], row["timer"]]

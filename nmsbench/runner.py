@@ -80,6 +80,16 @@ def _error_text(exc: BaseException) -> str:
     return text if len(text) <= 500 else text[:497] + "..."
 
 
+def error_rows(rows: list[dict], exc: BaseException):
+    """The case's rows as error rows carrying ``exc``. After a CUDA out-of-memory error the
+    allocator's cache is emptied first, so that the next cases still run on that GPU."""
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        torch.cuda.empty_cache()
+    message = _error_text(exc)
+    for row in rows:
+        yield row | {"status": "error", "error": message}
+
+
 def _reference(data: BoxSet, iou: float) -> torch.Tensor:
     """Greedy NMS by torchvision on the CPU, on exactly the case's (cast) values."""
     if data.boxes.dtype == torch.float16:  # torchvision's CPU kernel has no half; float32 holds them exactly
@@ -227,11 +237,7 @@ def _run_case(impl, device, dtype_name, iou, grid, box_set: BoxSet, rows: list[d
         ref_keep = reference(dtype_name, iou)
         agreement, timings, peak = _measure(impl, backend, data, iou, params, [r["timer"] for r in rows], grid, ref_keep)
     except Exception as exc:
-        if isinstance(exc, torch.cuda.OutOfMemoryError):
-            torch.cuda.empty_cache()
-        message = _error_text(exc)
-        for row in rows:
-            yield row | {"status": "error", "error": message}
+        yield from error_rows(rows, exc)
         return
     n = len(box_set)
     suppressed = {"greedy_suppressed_frac": 1 - agreement["ref_kept"] / n if n else 0.0}
