@@ -127,9 +127,7 @@ def _argument(a):
         return np.uint64(0)  # a null pointer (e.g. no labels)
     if isinstance(a, torch.Tensor):
         return np.uint64(a.data_ptr())  # a pointer parameter is 8 bytes: pass the address
-    if isinstance(a, bool):
-        return np.int32(a)
-    if isinstance(a, int):
+    if isinstance(a, int):  # bool included
         return np.int32(a)
     return a
 
