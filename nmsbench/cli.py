@@ -547,12 +547,8 @@ def export(results, fmt, scenarios, impls, devices, timers, baseline, benchmarks
                                           devices=_split(devices) or None)
         except ValueError:
             raise click.ClickException("no measured rows of the chosen pipelines, devices and stages in the selection") from None
-        text = tables.render_pipeline_table(table, fmt)
-        if out:
-            out.write_text(text)
-            console.print(f"wrote {out}: {table['impl'].nunique()} pipelines x {table['batch'].nunique()} batch sizes")
-        else:
-            click.echo(text, nl=False)
+        _write_or_echo(tables.render_pipeline_table(table, fmt), out,
+                       f"{table['impl'].nunique()} pipelines x {table['batch'].nunique()} batch sizes")
         return
     if stages:
         raise click.BadParameter("--stage picks stages of pipeline rows; this selection has sweep rows", param_hint="--stage")
@@ -561,10 +557,15 @@ def export(results, fmt, scenarios, impls, devices, timers, baseline, benchmarks
     table = tables.speedup_table(rows, baseline, impls=_split(impls) or None)
     if table.empty:
         raise click.ClickException("no measured rows of the chosen implementations in the selection")
-    text = tables.render_table(table, fmt)
+    _write_or_echo(tables.render_table(table, fmt), out,
+                   f"{table['n'].nunique()} box counts x {table['impl'].nunique()} implementations")
+
+
+def _write_or_echo(text: str, out: Path | None, summary: str) -> None:
+    """An exported table to ``out`` (saying what it holds) or to stdout."""
     if out:
         out.write_text(text)
-        console.print(f"wrote {out}: {table['n'].nunique()} box counts x {table['impl'].nunique()} implementations")
+        console.print(f"wrote {out}: {summary}")
     else:
         click.echo(text, nl=False)
 
