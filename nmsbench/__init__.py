@@ -7,7 +7,7 @@
 """
 
 from .api import run_nms
-from .boxes import BoxSet, NMSResult, validate_nms_inputs
+from .boxes import BoxSet, NMSResult, PaddedNMSResult, validate_nms_inputs
 from .registry import BackendUnavailable, Implementation, implementations, register
 
 __version__ = "0.1.0"
@@ -17,6 +17,7 @@ __all__ = [
     "BoxSet",
     "Implementation",
     "NMSResult",
+    "PaddedNMSResult",
     "implementations",
     "register",
     "run_nms",

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from .boxes import NMSResult, validate_iou_threshold, validate_nms_inputs
+from .boxes import NMSResult, PaddedNMSResult, validate_iou_threshold, validate_nms_inputs
 from .registry import BackendUnavailable, get
 
 
-def run_nms(name: str, boxes, scores, iou_threshold: float = 0.5, labels=None, **params) -> NMSResult:
+def run_nms(name: str, boxes, scores, iou_threshold: float = 0.5, labels=None, *, padded: bool = False,
+            **params) -> NMSResult | PaddedNMSResult:
     """Run implementation ``name`` with the backend for the tensors' device.
 
     ``boxes`` (N, 4) float x1, y1, x2, y2; ``scores`` (N,); ``labels`` (N,) int for
@@ -16,6 +17,10 @@ def run_nms(name: str, boxes, scores, iou_threshold: float = 0.5, labels=None, *
     implementation's parameters (Matrix NMS: ``kernel``, ``sigma``, ``score_threshold``).
     Bad input raises ``ValueError`` naming the problem; a backend that cannot run here
     raises :class:`BackendUnavailable` with the reason.
+
+    ``padded=True`` asks a ``graph_safe`` backend for its fixed-size output
+    (:class:`PaddedNMSResult`: keep padded to N with -1 and the count on the device),
+    computed without any host synchronization, so the call can be captured in a CUDA graph.
     """
     impl = get(name)
     validate_nms_inputs(boxes, scores, labels)
@@ -28,6 +33,13 @@ def run_nms(name: str, boxes, scores, iou_threshold: float = 0.5, labels=None, *
     if boxes.dtype not in backend.dtypes:
         supported = ", ".join(str(d).removeprefix("torch.") for d in backend.dtypes)
         raise ValueError(f"{name} on {boxes.device.type} supports {supported}; got {str(boxes.dtype).removeprefix('torch.')}")
+    if padded:
+        if not backend.graph_safe:
+            raise ValueError(f"{name} on {boxes.device.type} has no padded (graph-safe) output; "
+                             f"implementations that have one are marked graph_safe in `nmsbench list`")
+        result = backend.fn(boxes, scores, iou_threshold=threshold, labels=labels, padded=True, **resolved)
+        check_padded_result(name, result, boxes)
+        return result
     result = backend.fn(boxes, scores, iou_threshold=threshold, labels=labels, **resolved)
     check_result(name, result, boxes)
     return result
@@ -42,3 +54,18 @@ def check_result(name: str, result: NMSResult, boxes: torch.Tensor) -> None:
         raise RuntimeError(f"{name} returned keep on {keep.device}, inputs were on {boxes.device}")
     if result.scores is not None and result.scores.shape != keep.shape:
         raise RuntimeError(f"{name} returned {result.scores.shape[0]} scores for {keep.shape[0]} kept boxes")
+
+
+def check_padded_result(name: str, result: PaddedNMSResult, boxes: torch.Tensor) -> None:
+    """The padded output contract: keep (N,) int64, count 0-d int64, both on the input's device."""
+    n = boxes.shape[0]
+    if not isinstance(result, PaddedNMSResult) or result.keep.dtype != torch.int64 or result.keep.shape != (n,):
+        raise RuntimeError(f"{name} broke the padded output contract: keep must be an ({n},) int64 tensor in a "
+                           f"PaddedNMSResult")
+    if result.count.dim() != 0 or result.count.dtype != torch.int64:
+        raise RuntimeError(f"{name} broke the padded output contract: count must be a 0-d int64 tensor")
+    for what, t in (("keep", result.keep), ("count", result.count), ("scores", result.scores)):
+        if t is not None and t.device != boxes.device:
+            raise RuntimeError(f"{name} returned {what} on {t.device}, inputs were on {boxes.device}")
+    if result.scores is not None and result.scores.shape != (n,):
+        raise RuntimeError(f"{name} returned {tuple(result.scores.shape)} padded scores for {n} boxes")

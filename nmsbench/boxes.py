@@ -29,6 +29,25 @@ class NMSResult(NamedTuple):
     scores: Optional[torch.Tensor] = None
 
 
+class PaddedNMSResult(NamedTuple):
+    """The fixed-size output of a ``graph_safe`` backend called with ``padded=True``.
+
+    No host synchronization happens inside such a call, so it can be captured in a CUDA
+    graph. keep: (N,) int64 on the input's device; its first ``count`` entries are what
+    :class:`NMSResult` would hold, the rest are -1. count: 0-d int64 tensor on the same
+    device. scores: (N,) final scores aligned with ``keep`` (padding 0), or ``None``.
+    """
+
+    keep: torch.Tensor
+    count: torch.Tensor
+    scores: Optional[torch.Tensor] = None
+
+    def trimmed(self) -> NMSResult:
+        """The :class:`NMSResult` this padded output stands for (waits for the count)."""
+        n = int(self.count)
+        return NMSResult(self.keep[:n], None if self.scores is None else self.scores[:n])
+
+
 @dataclass
 class BoxSet:
     """One generated or loaded set of candidate boxes (always built on the CPU)."""

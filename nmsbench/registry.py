@@ -36,7 +36,9 @@ class Backend:
     dtypes: tuple[torch.dtype, ...] = DEFAULT_DTYPES
     summary: str = ""
     host_sync: bool = False  # waits for the device inside the op (e.g. to size its output)
-    graph_safe: bool = False  # capturable in a CUDA graph
+    # capturable in a CUDA graph: fn also takes padded=True and then returns a
+    # PaddedNMSResult without any host synchronization
+    graph_safe: bool = False
 
     def availability(self) -> tuple[bool, str]:
         """(available, reason) on this machine; reason is "" when available."""
