@@ -12,16 +12,21 @@ import nmsbench
 from nmsbench import datasets
 
 # Arguments pick what to run (default: everything), e.g. `cupy_seed_kernels` alone.
-ALL = ["allpairs", "bitmask_classic", "bitmask_two_phase", "matrix_fused", "cupy_seed_kernels"]
+ALL = ["allpairs", "bitmask_classic", "bitmask_two_phase", "hard_fused", "matrix_fused", "cupy_seed_kernels"]
+# hard_fused has a path per size range: one launch (<= 256), warp resolve (<= 1024),
+# block resolve (> 1024), torch.sort ranking (> 4096); its padded form runs too
+SIZES = {"hard_fused": (31, 64, 100, 257, 1000, 1500, 4500)}
 SELECTED = sys.argv[1:] or ALL
 KERNEL_IMPLS = [name for name in ALL[:-1] if name in SELECTED]
 
 for name in KERNEL_IMPLS:
-    for n in (31, 64, 100, 1000):
+    for n in SIZES.get(name, (31, 64, 100, 1000)):
         for classes in (1, 3):
             for dtype in (torch.float32, torch.float16):
                 boxes = datasets.generate("clustered", n, seed=n, classes=classes).to("cuda", dtype)
                 variants = [{}, {"kernel": "linear"}] if name == "matrix_fused" else [{}]
+                if name == "hard_fused":
+                    variants = [{}, {"padded": True}]
                 for params in variants:
                     nmsbench.run_nms(name, boxes.boxes, boxes.scores, 0.5, labels=boxes.labels, **params)
     torch.cuda.synchronize()

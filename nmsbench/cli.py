@@ -20,7 +20,7 @@ from . import datasets
 from .registry import describe, implementations
 from .results import ResultWriter, default_output_path, environment
 from .runner import DTYPES, Grid, run_sweep
-from .timing import TIMERS
+from .timing import DEFAULT_TIMERS, TIMERS
 
 def _console(stderr: bool = False) -> Console:
     """A console that does not squeeze tables to 80 columns when its stream is piped."""
@@ -128,7 +128,10 @@ SCENARIO_HELP = "; ".join(f"{name} (knob: {s.knob})" for name, s in datasets.SCE
                    f"Default: {datasets.real.DEFAULT_RECORDING}. Its knob (--overlap) is the confidence threshold, which "
                    "sets N; --n caps N at the n best candidates by score (a detector's pre-NMS top-k), and rows record "
                    "the N used (n), the cap (n_cap), image and input_size.")
-@click.option("--timer", "timers", multiple=True, default=TIMERS, show_default=True, help="wall (what a caller waits for) and/or device (CUDA events; cuda rows only).")
+@click.option("--timer", "timers", multiple=True, default=DEFAULT_TIMERS, show_default=True,
+              help="wall (what a caller waits for), device (CUDA events) and/or graph (the op's padded, sync-free "
+                   "form captured once in a CUDA graph, replays timed; graph-safe CUDA backends only). "
+                   "device and graph give cuda rows only.")
 @click.option("--min-run-time", default=0.2, show_default=True, type=click.FloatRange(min=0.001), help="Seconds of timing per case (blocked_autorange).")
 @click.option("--threads", default=os.cpu_count() or 1, show_default=True, type=click.IntRange(min=1), help="CPU threads for torch and numba during the sweep.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="CSV to write (a sidecar .json goes next to it). Default: a new file under results/.")

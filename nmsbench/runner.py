@@ -22,7 +22,7 @@ from .agreement import compare_keep
 from .boxes import BoxSet, validate_nms_inputs
 from .overlap import realized_overlap
 from .registry import Implementation, get
-from .timing import Timing, time_device, time_wall
+from .timing import DEFAULT_TIMERS, Timing, capture_graph, time_device, time_graph, time_wall
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16}
 REFERENCE = "torchvision"
@@ -42,7 +42,7 @@ class Grid:
     seed: int = 0
     classes: int = 1
     params: dict = field(default_factory=dict)  # given to implementations that accept them
-    timers: list[str] = field(default_factory=lambda: ["wall", "device"])
+    timers: list[str] = field(default_factory=lambda: list(DEFAULT_TIMERS))
     min_run_time: float = 0.2
     threads: int = 1
     file: Optional[str] = None
@@ -61,7 +61,8 @@ class Grid:
         return [t for t in self.timers if t == "wall" or device == "cuda"]
 
     def count(self) -> int:
-        """Number of rows the sweep will write."""
+        """Number of rows the sweep will write (graph rows of backends that are not
+        graph-safe are written as skipped)."""
         per_set = sum(len(self.timers_for(d)) for d in self.devices) * len(self.dtypes) * len(self.impls) * len(self.ious)
         return sum(len(self.overlaps_for(s)) * len(self.recordings_for(s)) for s in self.scenarios) * len(self.ns) * per_set
 
@@ -119,9 +120,24 @@ def _measure(impl, backend, data: BoxSet, iou: float, params: dict, timers: list
     for timer in timers:
         if timer == "wall":
             timings[timer] = time_wall(op, min_run_time=grid.min_run_time, threads=grid.threads)
+        elif timer == "graph":
+            timings[timer] = _time_graph(backend, data, iou, params, result, grid)
         else:
             timings[timer] = time_device(op, min_run_time=grid.min_run_time)
     return agreement, timings, peak
+
+
+def _time_graph(backend, data: BoxSet, iou: float, params: dict, eager, grid: Grid) -> Timing:
+    """Capture the padded op once, check that a replay gives the eager output, time replays."""
+    graph, padded = capture_graph(
+        lambda: backend.fn(data.boxes, data.scores, iou_threshold=iou, labels=data.labels, padded=True, **params))
+    graph.replay()
+    replayed = padded.trimmed()
+    same = torch.equal(replayed.keep, eager.keep) and (
+        eager.scores is None or (replayed.scores is not None and torch.equal(replayed.scores, eager.scores)))
+    if not same:
+        raise RuntimeError("the CUDA graph replay's output differs from the eager call's")
+    return time_graph(graph, min_run_time=grid.min_run_time, threads=grid.threads)
 
 
 def use_threads(threads: int) -> None:
@@ -231,6 +247,13 @@ def _run_case(impl, device, dtype_name, iou, grid, box_set: BoxSet, rows: list[d
         for row in rows:
             yield row | {"status": "error", "error": params_error}
         return
+    if not backend.graph_safe:  # no padded, sync-free form to capture
+        for row in rows:
+            if row["timer"] == "graph":
+                yield row | {"status": "skipped", "error": f"{impl.name} on {device} is not graph-safe"}
+        rows = [row for row in rows if row["timer"] != "graph"]
+        if not rows:
+            return
     try:
         data = box_set.to(device, DTYPES[dtype_name])
         validate_nms_inputs(data.boxes, data.scores, data.labels)  # once, outside the timed calls

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import nmsbench
-from nmsbench.variants import _cuda, allpairs, bitmask_classic, bitmask_two_phase, matrix_fused, yolo_postprocess
+from nmsbench.variants import _cuda, allpairs, bitmask_classic, bitmask_two_phase, hard_fused, matrix_fused, yolo_postprocess
 
-MODULES = [_cuda.RANK_MODULE, allpairs.CUDA_MODULE, bitmask_classic.CUDA_MODULE, bitmask_two_phase.CUDA_MODULE, matrix_fused.CUDA_MODULE, yolo_postprocess.CUDA_MODULE]
+MODULES = [_cuda.RANK_MODULE, allpairs.CUDA_MODULE, hard_fused.CUDA_MODULE, bitmask_classic.CUDA_MODULE, bitmask_two_phase.CUDA_MODULE, matrix_fused.CUDA_MODULE, yolo_postprocess.CUDA_MODULE]
 
 
 def test_kernel_sources_ship_beside_their_wrappers():

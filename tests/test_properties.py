@@ -38,11 +38,12 @@ BUILTIN = {
     "torchvision": "hard",
     "bitmask_two_phase": "hard",
     "bitmask_classic": "hard",
+    "hard_fused": "hard",
     "allpairs": "allpairs",
     "matrix_naive": "matrix",
     "matrix_fused": "matrix",
 }
-BUILTIN_EXACT_HARD = ("torchvision", "bitmask_two_phase", "bitmask_classic")
+BUILTIN_EXACT_HARD = ("torchvision", "bitmask_two_phase", "bitmask_classic", "hard_fused")
 
 
 def family_impls(family: str) -> list[str]:

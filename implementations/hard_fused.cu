@@ -1,0 +1,236 @@
+// hard_fused: exact greedy NMS (family hard), our own design; see hard_fused.py.
+//
+// Every kernel writes the same outputs: keep[0, count) the kept boxes' input indices in
+// rank order, keep[count, n) = -1 (the padded output), *count_out = count on the device
+// and, when host_count is not null, the count into mapped pinned host memory (the host
+// then learns it with one stream synchronization and no copy).
+
+#define SMALL_MAX 256     // the one-launch path: N <= SMALL_MAX
+#define SMALL_THREADS 512
+#define SMALL_WORDS (SMALL_MAX / 32)
+#define MASK_WARPS 8      // rows per block of the suppression-mask kernel
+#define ROUND_WORDS 4     // words the deciding warp resolves per block-wide round
+
+__device__ __forceinline__ unsigned int valid_bits(int n, int word) {
+    const int valid = n - word * 32;
+    return valid >= 32 ? 0xffffffffu : (1u << valid) - 1u;
+}
+
+__device__ __forceinline__ unsigned int warp_or(unsigned int v) {
+    for (int offset = 16; offset > 0; offset /= 2) v |= __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+
+// Decides one 32-box word in one warp's registers: lane k holds own_row, the bits of box
+// word * 32 + k inside this word (boxes after it only). Walks the boxes still alive in
+// rank order, each kept box removing what its row covers. The same in every lane.
+__device__ __forceinline__ unsigned int decide_word(unsigned int alive, unsigned int own_row) {
+    unsigned int kept = 0u;
+    while (alive != 0u) {
+        const int b = __ffs(alive) - 1;
+        kept |= 1u << b;
+        alive &= ~(1u << b) & ~__shfl_sync(0xffffffffu, own_row, b);
+    }
+    return kept;
+}
+
+// Lanes whose bit is set in `kept` write their box's input index to keep[count + its
+// place among the kept]; returns the new count (in every lane).
+__device__ __forceinline__ int write_kept(unsigned int kept, int lane, int count, long long index, long long* keep) {
+    if (kept & (1u << lane)) keep[count + __popc(kept & ((1u << lane) - 1u))] = index;
+    return count + __popc(kept);
+}
+
+__device__ __forceinline__ void finish(int count, int n, long long* keep, long long* count_out, long long* host_count) {
+    for (int i = count + threadIdx.x; i < n; i += blockDim.x) keep[i] = -1;
+    if (threadIdx.x == 0) {
+        *count_out = count;
+        if (host_count != nullptr) *host_count = count;
+    }
+}
+
+// ---------------------------------------------------------------- N <= SMALL_MAX: one launch
+// One block does everything in shared memory: rank by counting, the suppression mask by
+// warp ballots, and the resolve in warp 0, where lane w holds the "removed" word w.
+template <typename T>
+__global__ void small_nms_kernel(const T* boxes, const T* scores, const long long* labels, int n,
+                                 double iou_threshold, long long* keep, long long* count_out,
+                                 long long* host_count) {
+    typedef typename Arith<T>::type A;
+    __shared__ unsigned long long key[SMALL_MAX];
+    __shared__ int input_index[SMALL_MAX];
+    __shared__ Box<A> box[SMALL_MAX];
+    __shared__ long long label[SMALL_MAX];
+    __shared__ unsigned int mask[SMALL_MAX][SMALL_WORDS];
+    __shared__ int kept_count;
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    for (int j = tid; j < n; j += blockDim.x) key[j] = score_key(A(load_value(scores, j)));
+    __syncthreads();
+    for (int j = tid; j < n; j += blockDim.x) {
+        int rank = 0;
+        for (int i = 0; i < n; ++i) rank += ranks_above(key[i], i, key[j], j);
+        input_index[rank] = j;
+        box[rank] = load_box(boxes, j);
+        label[rank] = labels != nullptr ? labels[j] : 0;
+    }
+    __syncthreads();
+    const int words = (n + 31) / 32;
+    // task (row i, word w) for w >= i / 32; a whole warp per task (lane = column bit)
+    for (int task = warp; task < n * words; task += blockDim.x / 32) {
+        const int i = task / words, w = task % words;
+        if (w < i / 32) continue;
+        const int j = w * 32 + lane;
+        const bool vote = j > i && j < n && label[i] == label[j] && overlaps(box[i], box[j], iou_threshold);
+        const unsigned int bits = __ballot_sync(0xffffffffu, vote);
+        if (lane == 0) mask[i][w] = bits;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        unsigned int removed = 0u;  // lane w: word w
+        int count = 0;
+        for (int word = 0; word < words; ++word) {
+            const int row = word * 32 + lane;
+            const unsigned int own_row = row < n ? mask[row][word] : 0u;
+            const unsigned int kept = decide_word(~__shfl_sync(0xffffffffu, removed, word) & valid_bits(n, word), own_row);
+            for (unsigned int k = kept; k != 0u; k &= k - 1u)
+                if (lane > word && lane < words) removed |= mask[word * 32 + __ffs(k) - 1][lane];
+            count = write_kept(kept, lane, count, row < n ? input_index[row] : 0, keep);
+        }
+        if (lane == 0) kept_count = count;
+    }
+    __syncthreads();
+    finish(kept_count, n, keep, count_out, host_count);
+}
+
+// ---------------------------------------------------------------- N > SMALL_MAX
+// The suppression mask over boxes in rank order: row i, word w, bit k is 1 iff box i
+// suppresses box w * 32 + k (same label, IoU above the threshold, and w * 32 + k > i).
+// Rows are written from box i's own word on; earlier words are never written and never
+// read. One warp per row, a ballot per word; the block's rows share their candidates
+// through shared memory, 32 * MASK_WARPS at a time.
+template <typename T>
+__global__ void mask_kernel(const T* sorted_boxes, const long long* sorted_labels, int n, int words,
+                            double iou_threshold, unsigned int* mask) {
+    typedef typename Arith<T>::type A;
+    __shared__ Box<A> chunk_boxes[32 * MASK_WARPS];
+    __shared__ long long chunk_labels[32 * MASK_WARPS];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int first_row = blockIdx.x * MASK_WARPS, i = first_row + warp;
+    const bool active = i < n;  // the same for all 32 lanes
+    const Box<A> box_i = active ? load_box(sorted_boxes, i) : Box<A>{0, 0, 0, 0};
+    const long long label_i = active && sorted_labels != nullptr ? sorted_labels[i] : 0;
+    for (int chunk = first_row / 32 * 32; chunk < n; chunk += 32 * MASK_WARPS) {
+        __syncthreads();  // the previous chunk is used up before it is replaced
+        const int t = chunk + threadIdx.x;
+        if (t < n) {
+            chunk_boxes[threadIdx.x] = load_box(sorted_boxes, t);
+            chunk_labels[threadIdx.x] = sorted_labels != nullptr ? sorted_labels[t] : 0;
+        }
+        __syncthreads();
+        if (!active) continue;
+        for (int w = 0; w < MASK_WARPS; ++w) {
+            const int word = chunk / 32 + w;
+            if (word >= words) break;
+            if (word < i / 32) continue;
+            const int j = word * 32 + lane, slot = w * 32 + lane;
+            const bool vote = j > i && j < n && chunk_labels[slot] == label_i &&
+                              overlaps(box_i, chunk_boxes[slot], iou_threshold);
+            const unsigned int bits = __ballot_sync(0xffffffffu, vote);
+            if (lane == 0) mask[(long long)i * words + word] = bits;
+        }
+    }
+}
+
+// Resolve for words <= 32 (N <= 1024): one warp, lane w holds the "removed" word w; each
+// kept box's row is OR-ed in lane-parallel (its words after the current one).
+extern "C" __global__ void warp_resolve_kernel(const unsigned int* mask, const long long* order, int n, int words,
+                                               long long* keep, long long* count_out, long long* host_count) {
+    const int lane = threadIdx.x;
+    unsigned int removed = 0u;
+    int count = 0;
+    unsigned int own_row = lane < n ? mask[(long long)lane * words] : 0u;
+    for (int word = 0; word < words; ++word) {
+        const int row = word * 32 + lane, next = row + 32;
+        const unsigned int row_bits = own_row;
+        if (next < n) own_row = mask[(long long)next * words + word + 1];  // prefetch
+        const unsigned int kept = decide_word(~__shfl_sync(0xffffffffu, removed, word) & valid_bits(n, word), row_bits);
+        if (lane > word && lane < words) {
+            unsigned int bits = 0u;
+            for (unsigned int k = kept; k != 0u; k &= k - 1u)
+                bits |= mask[(long long)(word * 32 + __ffs(k) - 1) * words + lane];
+            removed |= bits;
+        }
+        count = write_kept(kept, lane, count, row < n ? order[row] : 0, keep);
+    }
+    finish(count, n, keep, count_out, host_count);
+}
+
+// Resolve for words > 32: one block. The "removed" bitmap is in shared memory. Per round,
+// warp 0 decides ROUND_WORDS words in registers: lane k holds, for each word g of the
+// round, row (word g's box k)'s bits in words g ... of the round (prefetched during the
+// previous round), so a kept box's effect on the round's later words is a warp OR and
+// needs no barrier. Then the whole block ORs the round's kept rows into the bitmap past
+// the round: one pair of __syncthreads() per ROUND_WORDS words instead of per word.
+extern "C" __global__ void block_resolve_kernel(const unsigned int* mask, const long long* order, int n, int words,
+                                                long long* keep, long long* count_out, long long* host_count) {
+    extern __shared__ unsigned int removed[];
+    __shared__ int kept_rows[32 * ROUND_WORDS];
+    __shared__ int kept_in_round, kept_total;
+    const int tid = threadIdx.x, lane = tid % 32;
+    const bool decider = tid < 32;
+    for (int w = tid; w < words; w += blockDim.x) removed[w] = 0u;
+    unsigned int rows[ROUND_WORDS][ROUND_WORDS];  // [g][h], h >= g: row of word g's lane box, word h
+    if (decider) {
+#pragma unroll
+        for (int g = 0; g < ROUND_WORDS; ++g) {
+            const long long row = g * 32 + lane;
+#pragma unroll
+            for (int h = g; h < ROUND_WORDS; ++h) rows[g][h] = row < n && h < words ? mask[row * words + h] : 0u;
+        }
+    }
+    int count = 0;
+    __syncthreads();
+    for (int first = 0; first < words; first += ROUND_WORDS) {
+        if (decider) {
+            unsigned int carry[ROUND_WORDS];
+#pragma unroll
+            for (int h = 0; h < ROUND_WORDS; ++h) carry[h] = first + h < words ? removed[first + h] : 0u;
+            int in_round = 0;
+#pragma unroll
+            for (int g = 0; g < ROUND_WORDS; ++g) {
+                const int word = first + g;
+                if (word < words) {  // the same in every lane
+                    const unsigned int kept = decide_word(~carry[g] & valid_bits(n, word), rows[g][g]);
+                    const bool mine = kept & (1u << lane);
+#pragma unroll
+                    for (int h = g + 1; h < ROUND_WORDS; ++h) carry[h] |= warp_or(mine ? rows[g][h] : 0u);
+                    const int row = word * 32 + lane;
+                    if (mine) kept_rows[in_round + __popc(kept & ((1u << lane) - 1u))] = row;
+                    in_round += __popc(kept);
+                    count = write_kept(kept, lane, count, row < n ? order[row] : 0, keep);
+                }
+            }
+            if (lane == 0) kept_in_round = in_round;
+            const int next = first + ROUND_WORDS;  // prefetch the next round's rows
+#pragma unroll
+            for (int g = 0; g < ROUND_WORDS; ++g) {
+                const long long row = (long long)(next + g) * 32 + lane;
+#pragma unroll
+                for (int h = g; h < ROUND_WORDS; ++h)
+                    rows[g][h] = row < n && next + h < words ? mask[row * words + next + h] : 0u;
+            }
+        }
+        __syncthreads();  // the round's decisions before anyone uses them
+        const int m = kept_in_round;
+        for (int w = first + ROUND_WORDS + tid; w < words; w += blockDim.x) {
+            unsigned int bits = 0u;
+#pragma unroll 8
+            for (int t = 0; t < m; ++t) bits |= mask[(long long)kept_rows[t] * words + w];
+            removed[w] |= bits;
+        }
+        __syncthreads();  // the bitmap complete (and kept_rows free) before the next round
+    }
+    if (tid == 0) kept_total = count;
+    __syncthreads();
+    finish(kept_total, n, keep, count_out, host_count);
+}

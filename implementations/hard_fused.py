@@ -1,0 +1,186 @@
+"""hard_fused: exact greedy NMS (family hard), our own design for the H200.
+
+Same indices as torchvision, index for index (ties by lower input index), any N, with
+labels. Where torchvision spends its time decides the design:
+
+- **Small N is launches and host syncs** (sort, index_select, mask kernel, gather,
+  masked_select, each with host work). For N <= 256 one block of one launch does all of
+  it in shared memory: rank by counting, the suppression mask by warp ballots, and the
+  greedy resolve in one warp whose lane w holds "removed" word w. The host waits once:
+  the kernel writes the count into mapped pinned memory (``_cuda.HostCount``), so no
+  copy is launched.
+- **Large N is the resolve**: one block with a ``__syncthreads()`` per kept box. Here a
+  warp decides each 32-box word in registers (a kept box's bits come by shuffle), and for
+  N > 1024 decides ``ROUND_WORDS`` = 4 words per block-wide round: the deciding warp holds
+  the round's diagonal blocks of the mask, so only the OR of the round's kept rows into
+  the rest of the bitmap needs the whole block (two barriers per 128 boxes). Rows of
+  suppressed boxes are never read.
+- Ranking: the counting kernel (``rank.cu``) up to N = 4096, ``torch.sort`` above (the
+  counting rank is O(N^2)); the mask is never zero-filled (every word the resolve reads
+  is written by the mask kernel).
+
+``padded=True`` (``graph_safe``) returns keep padded to N with -1 and the count on the
+device with no host synchronization, so the op can be captured in a CUDA graph.
+
+The CPU backend (numba) is an exact greedy NMS that checks boxes against the kept ones
+in blocks of rank order: for each block, both threads test the block's boxes against
+every box kept before it (vectorized, no branches), then the block is resolved among
+itself sequentially. Work is O(N x kept) like torchvision's loop, but SIMD and parallel.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import torch
+from numba import njit, prange
+
+from nmsbench.boxes import NMSResult, PaddedNMSResult, score_order
+from nmsbench.registry import register
+
+from ._cpu import JIT
+from ._cuda import CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, HostCount, blocks, on_torch_stream, rank_by_score
+
+SUMMARY_CPU = "numba: blocks of rank order tested against all kept boxes in parallel (SIMD), then resolved in-block"
+SUMMARY_CUDA = ("CUDA: one launch for N <= 256; else rank, ballot mask, and a resolve that decides 4 words of 32 "
+                "boxes per block-wide round in one warp's registers; padded graph-safe output")
+
+# ------------------------------------------------------------------ CPU (numba)
+
+CPU_BLOCK = 256  # boxes per block of rank order
+
+
+@njit(inline="always", **JIT)
+def _overlap(ax1, ay1, ax2, ay2, a_area, bx1, by1, bx2, by2, b_area, threshold):
+    """torchvision's CPU arithmetic (w, h clamped at 0; a NaN from 0/0 never exceeds)."""
+    w = min(ax2, bx2) - max(ax1, bx1)
+    h = min(ay2, by2) - max(ay1, by1)
+    w = max(w, w - w)
+    h = max(h, h - h)
+    inter = w * h
+    return np.float64(inter / (a_area + b_area - inter)) > threshold
+
+
+@njit(parallel=True, **JIT)
+def _suppressed_by_kept(x1, y1, x2, y2, area, label, start, stop, kept, kept_label, n_kept, threshold, out):
+    """out[j - start] = how many of the first n_kept kept boxes suppress row j."""
+    kx1, ky1, kx2, ky2, karea = kept[0], kept[1], kept[2], kept[3], kept[4]
+    for j in prange(start, stop):
+        hits = 0
+        for t in range(n_kept):  # contiguous and branch-free: vectorized
+            hits += _overlap(kx1[t], ky1[t], kx2[t], ky2[t], karea[t],
+                             x1[j], y1[j], x2[j], y2[j], area[j], threshold) & (kept_label[t] == label[j])
+        out[j - start] = hits
+
+
+@njit(**JIT)
+def _greedy_blocks(b, label, threshold, block):
+    """Kept rank positions, ascending. ``kept`` holds the kept boxes' x1, y1, x2, y2 and
+    area as five contiguous rows (so the test against them vectorizes), ``kept_label``
+    their labels."""
+    n = b.shape[0]
+    x1, y1, x2, y2 = b[:, 0].copy(), b[:, 1].copy(), b[:, 2].copy(), b[:, 3].copy()
+    area = (x2 - x1) * (y2 - y1)
+    kept = np.empty((5, n), dtype=b.dtype)
+    kept_label = np.empty(n, dtype=np.int64)
+    positions = np.empty(n, dtype=np.int64)
+    n_kept = 0
+    hits = np.zeros(block, dtype=np.int64)
+    for start in range(0, n, block):
+        stop = min(n, start + block)
+        _suppressed_by_kept(x1, y1, x2, y2, area, label, start, stop, kept, kept_label, n_kept, threshold, hits)
+        first_in_block = n_kept
+        for j in range(start, stop):
+            if hits[j - start] != 0:
+                continue
+            alive = True
+            for t in range(first_in_block, n_kept):
+                if kept_label[t] == label[j] and _overlap(kept[0, t], kept[1, t], kept[2, t], kept[3, t], kept[4, t],
+                                                          x1[j], y1[j], x2[j], y2[j], area[j], threshold):
+                    alive = False
+                    break
+            if alive:
+                kept[0, n_kept], kept[1, n_kept], kept[2, n_kept], kept[3, n_kept] = x1[j], y1[j], x2[j], y2[j]
+                kept[4, n_kept], kept_label[n_kept] = area[j], label[j]
+                positions[n_kept] = j
+                n_kept += 1
+    return positions[:n_kept]
+
+
+@register(name="hard_fused", family="hard", devices=("cpu",), exact=True, requires=("numba",), summary=SUMMARY_CPU)
+def hard_fused_cpu(boxes, scores, *, iou_threshold, labels=None):
+    order = score_order(scores + 0.0)  # -0.0 ranks with 0.0
+    sorted_boxes = boxes.detach()[order].contiguous().numpy()
+    if labels is None:
+        sorted_labels = np.zeros(boxes.shape[0], dtype=np.int64)
+    else:
+        sorted_labels = labels.detach()[order].to(torch.int64).contiguous().numpy()
+    positions = _greedy_blocks(sorted_boxes, sorted_labels, np.float64(iou_threshold), CPU_BLOCK)
+    return NMSResult(order[torch.from_numpy(positions)])
+
+
+# ------------------------------------------------------------------ CUDA
+
+CUDA_MODULE = CudaModule("hard_fused.cu", templates=("small_nms_kernel", "mask_kernel"),
+                         plain=("warp_resolve_kernel", "block_resolve_kernel"))
+SMALL_MAX, SMALL_THREADS, MASK_WARPS = 256, 512, 8  # as #defined in hard_fused.cu
+COUNTING_RANK_MAX = 4096  # above: torch.sort (the counting rank is O(N^2))
+RESOLVE_THREADS = 1024
+MAX_WORDS = MAX_SHARED_BYTES // 4  # the block resolve's bitmap lives in shared memory
+
+_host_counts = threading.local()
+
+
+def _host_count() -> HostCount:
+    """One pinned count per thread, reused: a call waits for it before it returns."""
+    count = getattr(_host_counts, "count", None)
+    if count is None:
+        count = _host_counts.count = HostCount()
+    return count
+
+
+@register(
+    name="hard_fused", family="hard", devices=("cuda",), exact=True, requires=("cupy",), dtypes=CUDA_DTYPES,
+    host_sync=True, graph_safe=True, summary=SUMMARY_CUDA,
+)
+def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False):
+    n, device = boxes.shape[0], boxes.device
+    out = torch.empty(n + 1, dtype=torch.int64, device=device)  # keep, then the count
+    keep, count = out[:n], out[n]
+    if n == 0:
+        count.zero_()
+        return PaddedNMSResult(keep, count) if padded else NMSResult(keep)
+    words = (n + 31) // 32
+    if words > MAX_WORDS:
+        raise ValueError(f"hard_fused on cuda resolves in one block with N/8 bytes of shared memory; "
+                         f"N = {n} is above its limit of {MAX_WORDS * 32}")
+    host = None if padded else _host_count()
+    threshold = np.float64(iou_threshold)
+    if labels is not None:
+        labels = labels.to(torch.int64).contiguous()
+    with on_torch_stream(device) as launch:
+        if n <= SMALL_MAX:
+            launch(CUDA_MODULE.get("small_nms_kernel", boxes.dtype, device), (1,), (SMALL_THREADS,),
+                   (boxes.contiguous(), scores.contiguous(), labels, n, threshold, keep, count,
+                    None if host is None else host.address))
+        else:
+            if n <= COUNTING_RANK_MAX:
+                order, ranked = rank_by_score(launch, boxes, scores, labels)
+                sorted_boxes, sorted_labels = ranked.sorted_boxes, ranked.sorted_labels
+            else:
+                order = torch.sort(scores + 0.0, descending=True, stable=True).indices  # -0.0 ties with 0.0
+                sorted_boxes = boxes.index_select(0, order)
+                sorted_labels = None if labels is None else labels.index_select(0, order)
+            mask = torch.empty((n, words), dtype=torch.int32, device=device)
+            launch(CUDA_MODULE.get("mask_kernel", boxes.dtype, device), (blocks(n, MASK_WARPS),), (32 * MASK_WARPS,),
+                   (sorted_boxes, sorted_labels, n, words, threshold, mask))
+            resolve_args = (mask, order, n, words, keep, count, None if host is None else host.address)
+            if words <= 32:
+                launch(CUDA_MODULE.get("warp_resolve_kernel", None, device), (1,), (32,), resolve_args)
+            else:
+                launch(CUDA_MODULE.get("block_resolve_kernel", None, device), (1,), (RESOLVE_THREADS,),
+                       resolve_args, shared_mem=words * 4)
+    if padded:
+        return PaddedNMSResult(keep, count)
+    return NMSResult(keep[: host.wait(device)])
