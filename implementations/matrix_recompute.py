@@ -144,7 +144,7 @@ def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_thres
             count.zero_()
         return PaddedNMSResult(keep, count, out_scores) if padded else NMSResult(keep, out_scores)
     path = path or choose_path(n, dtype)
-    boxes, scores = boxes.detach().contiguous(), scores.detach().contiguous()
+    boxes, scores = boxes.contiguous(), scores.contiguous()  # kernels take pointers: grad or not
     wide = 1
     if labels is not None:
         if labels.dtype == torch.int32:
@@ -183,7 +183,7 @@ def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_thres
                      scratch.cmax, scratch.acc, scratch.done, chunks, None),
                 )
             else:
-                order = torch.sort(scores, descending=True, stable=True).indices
+                order = torch.sort(scores.detach(), descending=True, stable=True).indices
                 launch(
                     CUDA_MODULE.get("gather_kernel", dtype, device), (blocks(n, 256),), (256,),
                     (boxes, scores, labels, wide, n, order, scratch.sbox, scratch.sarea, slabel, scratch.sscore,
