@@ -61,7 +61,9 @@ __device__ __forceinline__ double parent_constant(double cmax, int linear) {
 
 // Gaussian: the min over parents of cmax_i^2 - iou_ij^2 (start 0; exp(min / sigma) is
 // applied once per box: both monotone). Linear: the min of (1 - iou_ij) / (1 - cmax_i)
-// (start 1), skipping parents with 1 - cmax_i == 0 (they constrain nothing).
+// (start 1), skipping parents with 1 - cmax_i == 0 (they constrain nothing). A parent
+// with IoU 0 changes neither (cmax^2 >= 0 >= candidate; 1 / (1 - cmax) >= 1 >= candidate),
+// so the callers skip it: no double arithmetic for pairs that do not overlap.
 __device__ __forceinline__ double decay_step(double candidate, double constant, double iou, int linear) {
     if (!linear) return min(candidate, constant - iou * iou);
     if (constant != 0.0) return min(candidate, (1.0 - iou) / constant);
@@ -165,7 +167,8 @@ __global__ void __launch_bounds__(SB_MAX_THREADS) single_block_kernel(
         double candidate = linear ? 1.0 : 0.0;
         for (int i = 0; i < r; ++i) {
             if (has_labels && slabel[i] != my_label) continue;
-            candidate = decay_step(candidate, sconstant[i], double(iou_with_areas(sbox[i], sarea[i], me, my_area)), linear);
+            const A iou = iou_with_areas(sbox[i], sarea[i], me, my_area);
+            if (iou > A(0)) candidate = decay_step(candidate, sconstant[i], double(iou), linear);  // see decay_step
         }
         final = final_score(sfinal[r], candidate, linear, sigma);
         kept = final >= A(score_threshold);
@@ -350,8 +353,8 @@ __global__ void __launch_bounds__(CHILDREN) decay_kernel(
         const int limit = active ? min(min(PTILE, end - base), j - base) : 0;
         for (int k = 0; k < limit; ++k) {
             if (slabel != nullptr && parent_label[k] != my_label) continue;
-            candidate = decay_step(candidate, parent_constant_[k],
-                                   double(iou_with_areas(parent_box[k], parent_area[k], me, my_area)), linear);
+            const A iou = iou_with_areas(parent_box[k], parent_area[k], me, my_area);
+            if (iou > A(0)) candidate = decay_step(candidate, parent_constant_[k], double(iou), linear);
         }
         __syncthreads();
     }
