@@ -1,7 +1,8 @@
 """One small run of each of our CUDA kernels, for compute-sanitizer (see .ci/gpu).
 
 Sizes that are not multiples of 16, 32 or 64 and ones that are, with and without labels,
-float32 and float16, both Matrix NMS kernels.
+float32 and float16, both Matrix NMS kernels; matrix_recompute on each of its three paths
+(single block, counting, torch.sort), forced, at every size it takes, padded output too.
 """
 
 import sys
@@ -12,10 +13,12 @@ import nmsbench
 from nmsbench import datasets
 
 # Arguments pick what to run (default: everything), e.g. `cupy_seed_kernels` alone.
-ALL = ["allpairs", "bitmask_classic", "bitmask_two_phase", "hard_fused", "matrix_fused", "cupy_seed_kernels"]
+ALL = ["allpairs", "bitmask_classic", "bitmask_two_phase", "hard_fused", "matrix_fused", "matrix_recompute",
+       "cupy_seed_kernels"]
 # hard_fused has a path per size range: one launch (<= 256), warp resolve (<= 1024),
-# block resolve (> 1024), torch.sort ranking (> 4096); its padded form runs too
-SIZES = {"hard_fused": (31, 64, 100, 257, 1000, 1500, 4500)}
+# block resolve (> 1024), torch.sort ranking (> 4096); its padded form runs too.
+# matrix_recompute's three paths are forced one by one at each size below.
+SIZES = {"hard_fused": (31, 64, 100, 257, 1000, 1500, 4500), "matrix_recompute": (31, 64, 100, 1000, 1025)}
 SELECTED = sys.argv[1:] or ALL
 KERNEL_IMPLS = [name for name in ALL[:-1] if name in SELECTED]
 
@@ -24,10 +27,21 @@ for name in KERNEL_IMPLS:
         for classes in (1, 3):
             for dtype in (torch.float32, torch.float16):
                 boxes = datasets.generate("clustered", n, seed=n, classes=classes).to("cuda", dtype)
-                variants = [{}, {"kernel": "linear"}] if name == "matrix_fused" else [{}]
+                variants = [{}, {"kernel": "linear"}] if name.startswith("matrix_") else [{}]
                 if name == "hard_fused":
                     variants = [{}, {"padded": True}]
                 for params in variants:
+                    if name == "matrix_recompute":
+                        from nmsbench.variants import matrix_recompute as mr
+
+                        full = {"kernel": "gaussian", "sigma": 0.5, "score_threshold": 0.05, **params}
+                        for path in ("single", "counting", "sort"):
+                            if path == "single" and n > mr.single_block_capacity(dtype):
+                                continue
+                            for padded in (False, True):
+                                mr.matrix_recompute_cuda_path(boxes.boxes, boxes.scores, boxes.labels, full["kernel"],
+                                                              full["sigma"], full["score_threshold"], padded, path=path)
+                        continue
                     nmsbench.run_nms(name, boxes.boxes, boxes.scores, 0.5, labels=boxes.labels, **params)
     torch.cuda.synchronize()
     print(name, "ran", flush=True)

@@ -7,9 +7,12 @@ import pytest
 import torch
 
 import nmsbench
-from nmsbench.variants import _cuda, allpairs, bitmask_classic, bitmask_two_phase, hard_fused, matrix_fused, yolo_postprocess
+from nmsbench.variants import (
+    _cuda, allpairs, bitmask_classic, bitmask_two_phase, hard_fused, matrix_fused, matrix_recompute, yolo_postprocess,
+)
 
-MODULES = [_cuda.RANK_MODULE, allpairs.CUDA_MODULE, hard_fused.CUDA_MODULE, bitmask_classic.CUDA_MODULE, bitmask_two_phase.CUDA_MODULE, matrix_fused.CUDA_MODULE, yolo_postprocess.CUDA_MODULE]
+MODULES = [_cuda.RANK_MODULE, allpairs.CUDA_MODULE, bitmask_classic.CUDA_MODULE, bitmask_two_phase.CUDA_MODULE,
+           hard_fused.CUDA_MODULE, matrix_fused.CUDA_MODULE, matrix_recompute.CUDA_MODULE, yolo_postprocess.CUDA_MODULE]
 
 
 def test_kernel_sources_ship_beside_their_wrappers():
@@ -87,7 +90,7 @@ def test_scratch_buffers_are_aligned_disjoint_and_in_one_allocation():
 
 def test_cuda_backends_are_listed_with_a_reason_when_unavailable():
     rows = {(r["name"], r["device"]): r for r in nmsbench.registry.describe()}
-    for name in ("allpairs", "bitmask_classic", "bitmask_two_phase", "matrix_fused"):
+    for name in ("allpairs", "bitmask_classic", "bitmask_two_phase", "matrix_fused", "matrix_recompute"):
         row = rows[(name, "cuda")]
         assert row["requires"] == ["cupy"] and row["host_sync"]
         assert row["dtypes"] == ["float32", "float64", "float16"]

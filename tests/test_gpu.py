@@ -24,7 +24,8 @@ pytestmark = [
 
 IMPLS = nmsbench.implementations()
 CUDA_IMPLS = sorted(name for name, impl in IMPLS.items() if "cuda" in impl.backends)
-KERNEL_IMPLS = ["allpairs", "bitmask_classic", "bitmask_two_phase", "hard_fused", "matrix_fused"]  # ours, in .cu files
+KERNEL_IMPLS = ["allpairs", "bitmask_classic", "bitmask_two_phase", "hard_fused", "matrix_fused",
+                "matrix_recompute"]  # ours, in .cu files
 EXACT_HARD = sorted(name for name, impl in IMPLS.items() if impl.family == "hard" and impl.exact)
 SIZES = [1, 2, 31, 32, 33, 63, 64, 65, 256, 512, 1000, 4096, 4097, 8192]
 SCENARIOS = list(datasets.SYNTHETIC) + ["ties"]

@@ -42,6 +42,7 @@ BUILTIN = {
     "allpairs": "allpairs",
     "matrix_naive": "matrix",
     "matrix_fused": "matrix",
+    "matrix_recompute": "matrix",
 }
 BUILTIN_EXACT_HARD = ("torchvision", "bitmask_two_phase", "bitmask_classic", "hard_fused")
 
@@ -89,11 +90,12 @@ def test_builtin_implementations_registered():
         impl = IMPLS[name]
         assert impl.family == family, name
         assert "cpu" in impl.devices, name
-    for name in ("allpairs", "bitmask_two_phase", "bitmask_classic", "matrix_fused", "torchvision", "matrix_naive"):
+    for name in ("allpairs", "bitmask_two_phase", "bitmask_classic", "matrix_fused", "matrix_recompute", "torchvision",
+                 "matrix_naive"):
         assert "cuda" in IMPLS[name].devices, f"{name} should have a CUDA backend"
     for name in BUILTIN_EXACT_HARD:
         assert IMPLS[name].exact, f"{name} should be registered exact=True"
-    for name in ("matrix_naive", "matrix_fused"):
+    for name in ("matrix_naive", "matrix_fused", "matrix_recompute"):
         assert {p.name for p in IMPLS[name].params} == {"kernel", "sigma", "score_threshold"}
 
 

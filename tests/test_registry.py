@@ -16,6 +16,7 @@ EXPECTED = {
     "allpairs": ("allpairs", True),
     "matrix_naive": ("matrix", False),
     "matrix_fused": ("matrix", False),
+    "matrix_recompute": ("matrix", False),
 }
 
 

@@ -1,0 +1,459 @@
+// Matrix NMS in O(N) memory (matrix_recompute.py explains the design). No IoU is ever
+// stored: pass 1 keeps each box's max IoU with its parents (cmax), pass 2 recomputes the
+// IoUs and keeps each box's minimum candidate decay. Three paths:
+//
+//   single_block_kernel   N small: ONE block does everything in shared memory (rank by
+//                         counting, cmax, decay, final scores, selection and order by
+//                         counting), writes keep / scores padded to N and the count.
+//   rank_kernel           N mid: rank by counting and write the ranked boxes (+ areas,
+//     or gather_kernel    labels, scores); N large: torch.sort's order gathered. Both also
+//                         initialise the accumulators and counters of the passes.
+//   cmax_kernel           pass 1, grid (parent segment, child chunk): a thread owns one
+//   decay_kernel          child, parents stream through shared memory in tiles; partial
+//                         results combine with atomic max / min (exact, order-free, so
+//                         deterministic). The last segment block of a chunk to finish
+//                         pass 2 writes final scores (-inf: not kept) by input index.
+//   select_kernel         N mid: keep / scores padded to N and the count, by counting.
+//   finalize_kernel       N large: after torch.sort of the final scores, the same outputs.
+//
+// The decay arithmetic is in double, as in the numba backend (matrix_fused's passes), so
+// both give the same final scores to the last bit in all but rare exp rounding cases.
+
+#define SB_MAX_THREADS 1024
+#define CHILDREN 128  // children per block of the pass kernels, one per thread
+#define PTILE 64      // parents per shared-memory tile of the pass kernels
+#define SEL_WARPS 8   // select_kernel: 32 boxes per block, 8 warps each count a slice
+
+__device__ __forceinline__ long long load_label(const void* labels, long long i, int wide) {
+    return wide ? ((const long long*)labels)[i] : (long long)((const int*)labels)[i];
+}
+
+__device__ __forceinline__ void store_value(float* p, long long i, float v) { p[i] = v; }
+__device__ __forceinline__ void store_value(double* p, long long i, double v) { p[i] = v; }
+__device__ __forceinline__ void store_value(unsigned short* p, long long i, float v) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));  // what torch's .to(float16) does
+    p[i] = h;
+}
+
+__device__ __forceinline__ float negative_infinity(float) { return __int_as_float(0xff800000); }
+__device__ __forceinline__ double negative_infinity(double) { return __longlong_as_double((long long)0xfff0000000000000ull); }
+
+// IoU with the areas precomputed ((x2 - x1) * (y2 - y1), the same rounding as box_iou).
+template <typename A>
+__device__ __forceinline__ A iou_with_areas(const Box<A>& a, A area_a, const Box<A>& b, A area_b) {
+    const A w = min(a.x2, b.x2) - max(a.x1, b.x1);
+    const A h = min(a.y2, b.y2) - max(a.y1, b.y1);
+    if (w > 0 && h > 0) {
+        const A inter = w * h;
+        return inter / (area_a + area_b - inter);
+    }
+    return A(0);
+}
+
+template <typename A>
+__device__ __forceinline__ A box_area(const Box<A>& b) { return (b.x2 - b.x1) * (b.y2 - b.y1); }
+
+// What a parent contributes besides its IoU: gaussian cmax^2, linear 1 - cmax.
+__device__ __forceinline__ double parent_constant(double cmax, int linear) {
+    return linear ? 1.0 - cmax : cmax * cmax;
+}
+
+// Gaussian: the min over parents of cmax_i^2 - iou_ij^2 (start 0; exp(min / sigma) is
+// applied once per box: both monotone). Linear: the min of (1 - iou_ij) / (1 - cmax_i)
+// (start 1), skipping parents with 1 - cmax_i == 0 (they constrain nothing). A parent
+// with IoU 0 changes neither (cmax^2 >= 0 >= candidate; 1 / (1 - cmax) >= 1 >= candidate),
+// so the callers skip it: no double arithmetic for pairs that do not overlap.
+__device__ __forceinline__ double decay_step(double candidate, double constant, double iou, int linear) {
+    if (!linear) return min(candidate, constant - iou * iou);
+    if (constant != 0.0) return min(candidate, (1.0 - iou) / constant);
+    return candidate;
+}
+
+template <typename A>
+__device__ __forceinline__ A final_score(A score, double smallest, int linear, double sigma) {
+    const double decay = linear ? smallest : exp(smallest / sigma);
+    return score * A(decay);  // as the CPU: score * decay.to(score dtype)
+}
+
+// A double as an unsigned integer with the same order (for atomicMin on mixed signs).
+__device__ __forceinline__ unsigned long long ordered_key(double v) {
+    const unsigned long long bits = (unsigned long long)__double_as_longlong(v);
+    return (bits >> 63) ? ~bits : (bits | 0x8000000000000000ull);
+}
+__device__ __forceinline__ double from_ordered_key(unsigned long long k) {
+    return __longlong_as_double((long long)((k >> 63) ? (k & 0x7fffffffffffffffull) : ~k));
+}
+#define NO_CANDIDATE 0xffffffffffffffffull  // above every ordered_key: no atomicMin happened
+
+// IoUs are >= 0, and non-negative floats order as their bit patterns.
+__device__ __forceinline__ void atomic_max_nonnegative(float* p, float v) {
+    atomicMax((unsigned int*)p, __float_as_uint(v));
+}
+__device__ __forceinline__ void atomic_max_nonnegative(double* p, double v) {
+    atomicMax((unsigned long long*)p, (unsigned long long)__double_as_longlong(v));
+}
+
+// --------------------------------------------------------------------------- small N
+
+// Shared memory, n boxes (A = float, or double for float64 input): ranked boxes Box<A>,
+// labels (long long), keys / parent constants / final keys (8 bytes), areas (A),
+// scores then final scores (A), input indices (int): n * (6 sizeof(A) + 20) bytes.
+// One thread per box (blockDim.x >= n, a multiple of 32). Every phase ends at a barrier
+// before any thread reads what another wrote in it; inactive threads (t >= n) reach
+// every barrier.
+template <typename T>
+__global__ void __launch_bounds__(SB_MAX_THREADS) single_block_kernel(
+    const T* boxes, const T* scores, const void* labels, int wide_labels, int n, int linear, double sigma,
+    double score_threshold, long long* keep, T* out_scores, long long* count, long long* host_count) {
+    typedef typename Arith<T>::type A;
+    extern __shared__ __align__(16) unsigned char shared[];
+    Box<A>* sbox = (Box<A>*)shared;
+    long long* slabel = (long long*)(sbox + n);
+    unsigned long long* skey = (unsigned long long*)(slabel + n);
+    double* sconstant = (double*)skey;  // phase 3 (skey is dead after phase 1)
+    A* sarea = (A*)(skey + n);
+    A* sfinal = sarea + n;  // scores by rank, then final scores
+    int* sorder = (int*)(sfinal + n);
+    const bool has_labels = labels != nullptr;
+
+    // 1. load (input order) and rank by counting: a strict total order, so a permutation
+    const int t = threadIdx.x;
+    const bool active = t < n;
+    unsigned long long key = 0ull;
+    Box<A> box = {A(0), A(0), A(0), A(0)};
+    A score = A(0);
+    long long label = 0;
+    if (active) {
+        box = load_box(boxes, t);
+        score = load_value(scores, t);
+        if (has_labels) label = load_label(labels, t, wide_labels);
+        key = score_key(score);
+        skey[t] = key;
+    }
+    __syncthreads();
+    if (active) {
+        int rank = 0;
+        for (int i = 0; i < n; ++i) rank += ranks_above(skey[i], i, key, t);
+        sbox[rank] = box;
+        slabel[rank] = label;
+        sarea[rank] = box_area(box);
+        sfinal[rank] = score;
+        sorder[rank] = t;
+    }
+    __syncthreads();
+
+    // 2. cmax: thread t owns rank t; its parents are ranks 0 .. t-1
+    const int r = t;
+    Box<A> me = {A(0), A(0), A(0), A(0)};
+    A my_area = A(0), cmax = A(0);
+    long long my_label = 0;
+    if (active) {
+        me = sbox[r];
+        my_area = sarea[r];
+        my_label = slabel[r];
+        for (int i = 0; i < r; ++i) {
+            if (has_labels && slabel[i] != my_label) continue;
+            cmax = max(cmax, iou_with_areas(sbox[i], sarea[i], me, my_area));
+        }
+        sconstant[r] = parent_constant(double(cmax), linear);
+    }
+    __syncthreads();
+
+    // 3. decay and final score (sfinal[r]: only thread r reads and writes it here)
+    bool kept = false;
+    A final = A(0);
+    if (active) {
+        double candidate = linear ? 1.0 : 0.0;
+        for (int i = 0; i < r; ++i) {
+            if (has_labels && slabel[i] != my_label) continue;
+            const A iou = iou_with_areas(sbox[i], sarea[i], me, my_area);
+            if (iou > A(0)) candidate = decay_step(candidate, sconstant[i], double(iou), linear);  // see decay_step
+        }
+        final = final_score(sfinal[r], candidate, linear, sigma);
+        kept = final >= A(score_threshold);
+    }
+    __syncthreads();  // every read of sconstant (= skey) before it is overwritten
+
+    // 4. order: kept boxes by final score (ties: lower input index), then the others by
+    // input index (key 0, under every kept key) - a permutation, so every slot is written
+    const int index = active ? sorder[r] : 0;
+    const unsigned long long final_key = kept ? score_key(final) : 0ull;
+    if (active) skey[r] = final_key;
+    __syncthreads();
+    if (!active) return;
+    int above = 0, kept_above = 0;
+    for (int i = 0; i < n; ++i) {
+        const unsigned long long k = skey[i];
+        const bool a = ranks_above(k, sorder[i], final_key, index);
+        above += a;
+        kept_above += a && k != 0ull;
+    }
+    keep[above] = kept ? (long long)index : -1ll;
+    store_value(out_scores, above, kept ? final : A(0));
+    // One writer of the count: the first box that is not kept (every kept box is above
+    // it), or, when all are kept, the last one.
+    if ((!kept && above == kept_above) || (kept && above == n - 1)) {
+        const long long c = kept ? (long long)n : (long long)kept_above;
+        *count = c;
+        if (host_count != nullptr) *host_count = c;
+    }
+}
+
+// --------------------------------------------------------------------------- mid and large N
+
+// Rank `rank` is input box j: write its ranked entries and reset the passes' accumulators.
+template <typename T>
+__device__ __forceinline__ void write_ranked(const T* boxes, const T* scores, const void* labels, int wide_labels,
+                                             long long j, long long rank, typename Arith<T>::type* sbox,
+                                             typename Arith<T>::type* sarea, long long* slabel,
+                                             typename Arith<T>::type* sscore, typename Arith<T>::type* cmax,
+                                             unsigned long long* acc) {
+    typedef typename Arith<T>::type A;
+    const Box<A> b = load_box(boxes, j);
+    ((Box<A>*)sbox)[rank] = b;
+    sarea[rank] = box_area(b);
+    sscore[rank] = load_value(scores, j);
+    if (labels != nullptr) slabel[rank] = load_label(labels, j, wide_labels);
+    cmax[rank] = A(0);
+    acc[rank] = NO_CANDIDATE;
+}
+
+__device__ __forceinline__ void reset_counters(int* done, int chunks, long long* count) {
+    const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g < chunks) done[g] = 0;
+    if (g == 0 && count != nullptr) *count = 0;
+}
+
+// grid: ceil(n / 32), block 256 (8 warps, each counting over a slice of the n scores)
+template <typename T>
+__global__ void rank_kernel(const T* boxes, const T* scores, const void* labels, int wide_labels, int n,
+                            long long* order, typename Arith<T>::type* sbox, typename Arith<T>::type* sarea,
+                            long long* slabel, typename Arith<T>::type* sscore, typename Arith<T>::type* cmax,
+                            unsigned long long* acc, int* done, int chunks, long long* count) {
+    typedef typename Arith<T>::type A;
+    __shared__ int slice_count[COUNT_WARPS][COUNT_BOXES];
+    reset_counters(done, chunks, count);
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int j = blockIdx.x * COUNT_BOXES + lane;
+    const unsigned long long key_j = j < n ? score_key(A(load_value(scores, j))) : 0ull;
+    slice_count[warp][lane] = count_above_in_slice(n, warp, lane, key_j, j, [&](int i) { return score_key(A(load_value(scores, i))); });
+    __syncthreads();
+    if (warp != 0 || j >= n) return;
+    int rank = 0;
+    for (int w = 0; w < COUNT_WARPS; ++w) rank += slice_count[w][lane];
+    order[rank] = j;
+    write_ranked(boxes, scores, labels, wide_labels, j, rank, sbox, sarea, slabel, sscore, cmax, acc);
+}
+
+// grid: ceil(n / 256), block 256; order from torch.sort(descending=True, stable=True)
+template <typename T>
+__global__ void gather_kernel(const T* boxes, const T* scores, const void* labels, int wide_labels, int n,
+                              const long long* order, typename Arith<T>::type* sbox, typename Arith<T>::type* sarea,
+                              long long* slabel, typename Arith<T>::type* sscore, typename Arith<T>::type* cmax,
+                              unsigned long long* acc, int* done, int chunks, long long* count) {
+    reset_counters(done, chunks, count);
+    const long long rank = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (rank < n) write_ranked(boxes, scores, labels, wide_labels, order[rank], rank, sbox, sarea, slabel, sscore, cmax, acc);
+}
+
+// Segments of `segment` parents that chunk `chunk`'s children need (at least one block
+// runs per chunk, so that pass 2 always has a block to finish the chunk).
+__device__ __forceinline__ int live_segments(int chunk, int n, int segment) {
+    const int last_child = min(n, (chunk + 1) * CHILDREN) - 1;  // parents: ranks < last_child
+    return max(1, (last_child + segment - 1) / segment);
+}
+
+// Pass 1. grid (segments, chunks), the longest chunks first; block CHILDREN. Thread t
+// owns child j = chunk * CHILDREN + t; the block streams parents [s * segment, ...) below
+// the chunk's last child through shared memory, PTILE at a time. Blocks whose segment
+// lies wholly above the chunk leave at once (block-uniform, before any barrier).
+template <typename T>
+__global__ void __launch_bounds__(CHILDREN) cmax_kernel(const typename Arith<T>::type* sbox,
+                                                        const typename Arith<T>::type* sarea, const long long* slabel,
+                                                        int n, int segment, typename Arith<T>::type* cmax) {
+    typedef typename Arith<T>::type A;
+    __shared__ Box<A> parent_box[PTILE];
+    __shared__ A parent_area[PTILE];
+    __shared__ long long parent_label[PTILE];
+    const int chunk = gridDim.y - 1 - blockIdx.y, s = blockIdx.x, t = threadIdx.x;
+    if (s >= live_segments(chunk, n, segment)) return;
+    const int j = chunk * CHILDREN + t;
+    const bool active = j < n;
+    const int last_child = min(n, (chunk + 1) * CHILDREN) - 1;
+    const int begin = s * segment, end = min(begin + segment, last_child);
+    Box<A> me = {A(0), A(0), A(0), A(0)};
+    A my_area = A(0), best = A(0);
+    long long my_label = 0;
+    if (active) {
+        me = ((const Box<A>*)sbox)[j];
+        my_area = sarea[j];
+        if (slabel != nullptr) my_label = slabel[j];
+    }
+    for (int base = begin; base < end; base += PTILE) {
+        if (t < PTILE && base + t < end) {
+            parent_box[t] = ((const Box<A>*)sbox)[base + t];
+            parent_area[t] = sarea[base + t];
+            if (slabel != nullptr) parent_label[t] = slabel[base + t];
+        }
+        __syncthreads();
+        const int limit = active ? min(min(PTILE, end - base), j - base) : 0;
+        for (int k = 0; k < limit; ++k) {
+            if (slabel != nullptr && parent_label[k] != my_label) continue;
+            best = max(best, iou_with_areas(parent_box[k], parent_area[k], me, my_area));
+        }
+        __syncthreads();  // the tile's reads before the next tile's loads
+    }
+    if (active && best > A(0)) atomic_max_nonnegative(cmax + j, best);
+}
+
+// Pass 2, the same grid and tiles. Each thread's minimum candidate combines into acc[j]
+// by atomicMin on ordered keys. The last block of a chunk to finish (CUDA's
+// threadFenceReduction pattern: writes fenced before the block is counted done) turns
+// the chunk's minima into final scores, written by input index: final if kept (final >=
+// score_threshold, compared in A as torch compares), else -inf. With `count` (large N),
+// it also adds the number kept.
+template <typename T>
+__global__ void __launch_bounds__(CHILDREN) decay_kernel(
+    const typename Arith<T>::type* sbox, const typename Arith<T>::type* sarea, const long long* slabel,
+    const typename Arith<T>::type* cmax, const typename Arith<T>::type* sscore, const long long* order, int n,
+    int segment, int linear, double sigma, double score_threshold, unsigned long long* acc, int* done,
+    typename Arith<T>::type* final_by_input, long long* count) {
+    typedef typename Arith<T>::type A;
+    __shared__ Box<A> parent_box[PTILE];
+    __shared__ A parent_area[PTILE];
+    __shared__ long long parent_label[PTILE];
+    __shared__ double parent_constant_[PTILE];
+    __shared__ bool last_block;
+    const int chunk = gridDim.y - 1 - blockIdx.y, s = blockIdx.x, t = threadIdx.x;
+    const int live = live_segments(chunk, n, segment);
+    if (s >= live) return;
+    const int j = chunk * CHILDREN + t;
+    const bool active = j < n;
+    const int last_child = min(n, (chunk + 1) * CHILDREN) - 1;
+    const int begin = s * segment, end = min(begin + segment, last_child);
+    Box<A> me = {A(0), A(0), A(0), A(0)};
+    A my_area = A(0);
+    long long my_label = 0;
+    if (active) {
+        me = ((const Box<A>*)sbox)[j];
+        my_area = sarea[j];
+        if (slabel != nullptr) my_label = slabel[j];
+    }
+    const double initial = linear ? 1.0 : 0.0;
+    double candidate = initial;
+    for (int base = begin; base < end; base += PTILE) {
+        if (t < PTILE && base + t < end) {
+            parent_box[t] = ((const Box<A>*)sbox)[base + t];
+            parent_area[t] = sarea[base + t];
+            parent_constant_[t] = parent_constant(double(cmax[base + t]), linear);
+            if (slabel != nullptr) parent_label[t] = slabel[base + t];
+        }
+        __syncthreads();
+        const int limit = active ? min(min(PTILE, end - base), j - base) : 0;
+        for (int k = 0; k < limit; ++k) {
+            if (slabel != nullptr && parent_label[k] != my_label) continue;
+            const A iou = iou_with_areas(parent_box[k], parent_area[k], me, my_area);
+            if (iou > A(0)) candidate = decay_step(candidate, parent_constant_[k], double(iou), linear);
+        }
+        __syncthreads();
+    }
+    double smallest = candidate;
+    if (live > 1) {
+        if (active && candidate < initial) atomicMin(acc + j, ordered_key(candidate));
+        __threadfence();
+        __syncthreads();
+        if (t == 0) last_block = atomicAdd(done + chunk, 1) == live - 1;
+        __syncthreads();
+        if (!last_block) return;  // block-uniform
+        __threadfence();
+        if (active) {
+            const unsigned long long k = atomicOr(acc + j, 0ull);  // an L2 read of the combined minimum
+            smallest = k == NO_CANDIDATE ? initial : min(initial, from_ordered_key(k));
+        }
+    }
+    bool kept = false;
+    if (active) {
+        const A final = final_score(sscore[j], smallest, linear, sigma);
+        kept = final >= A(score_threshold);
+        final_by_input[order[j]] = kept ? final : negative_infinity(A(0));
+    }
+    if (count != nullptr) {  // the whole block is here
+        const unsigned int voters = __ballot_sync(0xffffffffu, kept);
+        if (t % 32 == 0 && voters != 0u) atomicAdd((unsigned long long*)count, (unsigned long long)__popc(voters));
+    }
+}
+
+// N mid. grid ceil(n / 32), block 32 * SEL_WARPS: lane = box j (input order), each warp
+// counts over a slice of all n. A kept box's position is the number of kept boxes that
+// rank above it (final score, ties by lower index); a box that is not kept goes after
+// all kept ones, by input index (ballots, 32 boxes per step). Every slot is written.
+template <typename T>
+__global__ void select_kernel(const typename Arith<T>::type* final_by_input, int n, long long* keep, T* out_scores,
+                              long long* count, long long* host_count) {
+    typedef typename Arith<T>::type A;
+    __shared__ int slice_position[SEL_WARPS][32], slice_kept[SEL_WARPS][32];
+    const A none = negative_infinity(A(0));
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int j = blockIdx.x * 32 + lane;
+    const A final_j = j < n ? final_by_input[j] : none;
+    const bool kept_j = j < n && final_j != none;
+    const unsigned long long key_j = kept_j ? score_key(final_j) : 0ull;
+    const bool any_kept = __any_sync(0xffffffffu, kept_j);
+    const int slice = (n + SEL_WARPS - 1) / SEL_WARPS;
+    const int begin = warp * slice, end = min(n, begin + slice);
+    int position = 0, kept_total = 0;  // position: kept ranking above (kept j), else not-kept with a lower index
+    for (int base = begin; base < end; base += 32) {  // the same bounds in every lane
+        const int i = base + lane, valid = min(32, end - base);
+        const A final_i = i < end ? final_by_input[i] : none;
+        const bool kept_i = i < end && final_i != none;
+        const unsigned int kept_mask = __ballot_sync(0xffffffffu, kept_i);
+        const unsigned int valid_mask = valid == 32 ? 0xffffffffu : ((1u << valid) - 1u);
+        kept_total += __popc(kept_mask);
+        if (!kept_j) {
+            const int lower = j - base;  // slice entries with a lower index than j
+            const unsigned int lower_mask = lower <= 0 ? 0u : (lower >= 32 ? 0xffffffffu : ((1u << lower) - 1u));
+            position += __popc(~kept_mask & valid_mask & lower_mask);
+        }
+        if (any_kept) {  // warp-uniform
+            const unsigned long long mine = kept_i ? score_key(final_i) : 0ull;
+            for (int k = 0; k < valid; ++k) {
+                const unsigned long long key_i = __shfl_sync(0xffffffffu, mine, k);
+                if (kept_j) position += ranks_above(key_i, base + k, key_j, j);
+            }
+        }
+    }
+    slice_position[warp][lane] = position;
+    slice_kept[warp][lane] = kept_total;
+    __syncthreads();
+    if (warp != 0 || j >= n) return;
+    int below = 0, kept_count = 0;
+    for (int w = 0; w < SEL_WARPS; ++w) {
+        below += slice_position[w][lane];
+        kept_count += slice_kept[w][lane];
+    }
+    const int p = kept_j ? below : kept_count + below;
+    keep[p] = kept_j ? (long long)j : -1ll;
+    store_value(out_scores, p, kept_j ? final_j : A(0));
+    if ((!kept_j && below == 0) || (kept_j && p == n - 1)) {  // exactly one writer (see single_block_kernel)
+        const long long c = kept_j ? (long long)n : (long long)kept_count;
+        *count = c;
+        if (host_count != nullptr) *host_count = c;
+    }
+}
+
+// N large, after torch.sort(final_by_input, descending=True, stable=True): the kept boxes
+// come first (non-kept are -inf). grid ceil(n / 256), block 256.
+template <typename T>
+__global__ void finalize_kernel(const typename Arith<T>::type* sorted_final, const long long* sorted_index, int n,
+                                const long long* count, long long* keep, T* out_scores, long long* host_count) {
+    typedef typename Arith<T>::type A;
+    const long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long c = *count;
+    if (p < n) {
+        const bool kept = p < c;
+        keep[p] = kept ? sorted_index[p] : -1ll;
+        store_value(out_scores, p, kept ? sorted_final[p] : A(0));
+    }
+    if (p == 0 && host_count != nullptr) *host_count = c;
+}

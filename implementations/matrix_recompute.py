@@ -1,0 +1,225 @@
+"""Matrix NMS in O(N) memory: recompute the IoUs instead of storing them.
+
+Matrix NMS needs every pairwise IoU twice: once for each box's max IoU with its parents
+(cmax) and once for the decays f(iou_ij) / f(cmax_i), which need cmax of the *parent*.
+``matrix_naive`` materializes the N x N IoU matrix (and several more); ``matrix_fused``
+stores half of it. Storing is the slow choice on a GPU: at N = 8192 the float32 matrix is
+268 MB, written once and read back once, ~110 us of HBM traffic on an H200, while all
+N^2 / 2 pairwise IoUs cost ~0.7 GFLOP, ~10 us of its FP32 throughput. So both passes
+recompute the IoUs from the boxes, which stay in shared memory, and nothing N x N exists:
+memory is O(N) and N = 131072 runs (the naive matrix would need 68 GB).
+
+CPU (numba, ``prange``): ``matrix_fused``'s two passes, which are exactly this design.
+
+CUDA (matrix_recompute.cu), three paths by N:
+
+- N <= ``SINGLE_BLOCK_MAX_N`` (and what fits in 48 KiB of shared memory: 1024 boxes,
+  704 for float64): ONE launch of ONE block (one thread per box) ranks by counting,
+  computes cmax, decays, final scores, and selects and orders the kept boxes by counting;
+  it writes keep / scores padded to N and the count (into pinned host memory too, so the
+  host waits once: ``HostCount``). One allocation, one launch, one synchronization. The
+  block is one SM, whose FP32 throughput bounds it (~2 * N^2 / 2 IoUs): past a few hundred
+  boxes the multi-block path is faster despite its extra launches.
+- N <= ``COUNTING_MAX_N``: rank by counting (rank_kernel), pass 1 (cmax_kernel), pass 2
+  (decay_kernel), select by counting (select_kernel): four launches, no host sync but the
+  final count. Pass kernels: grid (parent segment, child chunk of 128); a thread owns one
+  child, parents stream through shared memory 64 at a time; only segments below a chunk's
+  last child run (the triangle), with ~32 segments per chunk so every block has about the
+  same work and there are enough blocks; partial maxima / minima combine by atomics on
+  order-preserving bit patterns (exact, hence deterministic), and the last block of each
+  chunk writes the final scores.
+- larger N: torch.sort (stable, descending: ties by lower index, -0.0 == 0.0, like the CPU
+  backend) and a gather instead of the O(N^2) counting rank; the same passes; torch.sort of
+  the final scores (not kept: -inf) and finalize_kernel instead of the counting select.
+
+``padded=True`` (graph safe): the same launches with no host synchronization at all; the
+count stays on the device (``PaddedNMSResult``).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import torch
+
+from nmsbench.boxes import NMSResult, PaddedNMSResult, result_by_final_score
+from nmsbench.families import MATRIX_PARAMS
+from nmsbench.registry import register
+
+from ._cpu import sorted_inputs
+from ._cuda import CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, HostCount, Scratch, blocks, on_torch_stream
+from .matrix_fused import decay_factors, max_iou_with_parents
+
+
+def _padded(keep: torch.Tensor, scores: torch.Tensor, n: int) -> PaddedNMSResult:
+    count = keep.shape[0]
+    padded_keep = torch.full((n,), -1, dtype=torch.int64, device=keep.device)
+    padded_scores = torch.zeros(n, dtype=scores.dtype, device=scores.device)
+    padded_keep[:count], padded_scores[:count] = keep, scores
+    return PaddedNMSResult(padded_keep, torch.tensor(count, dtype=torch.int64, device=keep.device), padded_scores)
+
+
+@register(
+    name="matrix_recompute", family="matrix", devices=("cpu",), requires=("numba",), params=MATRIX_PARAMS,
+    summary="numba prange: pass 1 max IoU with parents, pass 2 recomputes IoUs for the min decay; O(N) memory",
+)
+def matrix_recompute_cpu(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold, padded=False):
+    order, sorted_boxes, sorted_labels = sorted_inputs(boxes, scores, labels)
+    cmax = max_iou_with_parents(sorted_boxes, sorted_labels)
+    decay = decay_factors(sorted_boxes, sorted_labels, cmax, kernel == "linear", sigma)
+    final = scores.detach()[order] * torch.from_numpy(decay).to(scores.dtype)
+    kept = (final >= score_threshold).nonzero().squeeze(1)
+    result = result_by_final_score(order[kept], final[kept])
+    return _padded(result.keep, result.scores, boxes.shape[0]) if padded else result
+
+
+CUDA_MODULE = CudaModule(
+    "matrix_recompute.cu",
+    templates=("single_block_kernel", "rank_kernel", "gather_kernel", "cmax_kernel", "decay_kernel", "select_kernel",
+               "finalize_kernel"),
+)
+CHILDREN, PTILE, SEL_WARPS, SB_MAX_THREADS = 128, 64, 8, 1024  # as #defined in matrix_recompute.cu
+TARGET_SEGMENTS = 32  # parent segments per child chunk (the pass kernels' grid x)
+# The single-block path up to here (a tuning choice: one SM's throughput against three
+# more launches; see the module docstring). At most single_block_capacity(dtype).
+SINGLE_BLOCK_MAX_N = 384
+COUNTING_MAX_N = 8192  # rank and select by counting up to here, torch.sort above
+
+
+def arith_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The type the kernels compute and keep final scores in (float16 -> float32)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def single_block_shared_bytes(n: int, dtype: torch.dtype) -> int:
+    """single_block_kernel's dynamic shared memory for n boxes (layout in the .cu file)."""
+    return n * (6 * arith_dtype(dtype).itemsize + 20)
+
+
+def single_block_capacity(dtype: torch.dtype) -> int:
+    """The most boxes one block takes: one thread each, within 48 KiB of shared memory."""
+    fits = MAX_SHARED_BYTES // single_block_shared_bytes(1, dtype)
+    return min(SB_MAX_THREADS, fits // 32 * 32)
+
+
+def choose_path(n: int, dtype: torch.dtype) -> str:
+    if n <= min(SINGLE_BLOCK_MAX_N, single_block_capacity(dtype)):
+        return "single"
+    return "counting" if n <= COUNTING_MAX_N else "sort"
+
+
+def segment_length(n: int) -> int:
+    """Parents per block of the pass kernels: a multiple of PTILE, ~TARGET_SEGMENTS per chunk."""
+    return PTILE * max(1, -(-n // (PTILE * TARGET_SEGMENTS)))
+
+
+_local = threading.local()
+
+
+def _host_count(index: int) -> HostCount:
+    """One pinned count per thread and device, reused: each op waits for it before returning."""
+    counts = getattr(_local, "counts", None)
+    if counts is None:
+        counts = _local.counts = {}
+    count = counts.get(index)
+    if count is None:
+        count = counts[index] = HostCount()
+    return count
+
+
+def _outputs(n: int, dtype: torch.dtype, device: torch.device):
+    """keep (n,) int64, scores (n,) dtype and count (0-d int64): one allocation."""
+    words = -(-n * dtype.itemsize // 8)
+    memory = torch.empty(n + words + 1, dtype=torch.int64, device=device)
+    return memory[:n], memory[n : n + words].view(dtype)[:n], memory[n + words]
+
+
+def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_threshold, padded, path=None):
+    """The CUDA backend with the path chosen by ``choose_path`` or forced (tests)."""
+    n, device, dtype = boxes.shape[0], boxes.device, boxes.dtype
+    keep, out_scores, count = _outputs(n, dtype, device)
+    if n == 0:
+        if padded:
+            count.zero_()
+        return PaddedNMSResult(keep, count, out_scores) if padded else NMSResult(keep, out_scores)
+    path = path or choose_path(n, dtype)
+    boxes, scores = boxes.contiguous(), scores.contiguous()  # kernels take pointers: grad or not
+    wide = 1
+    if labels is not None:
+        if labels.dtype == torch.int32:
+            wide = 0
+        elif labels.dtype != torch.int64:
+            labels = labels.to(torch.int64)
+        labels = labels.contiguous()
+    linear = kernel == "linear"
+    host = None if padded else _host_count(device.index if device.index is not None else torch.cuda.current_device())
+    host_address = None if host is None else host.address
+    sigma, threshold = np.float64(sigma), np.float64(score_threshold)
+    with on_torch_stream(device) as launch:
+        if path == "single":
+            if n > single_block_capacity(dtype):
+                raise ValueError(f"the single-block path takes at most {single_block_capacity(dtype)} boxes, got {n}")
+            launch(
+                CUDA_MODULE.get("single_block_kernel", dtype, device), (1,), (blocks(n, 32) * 32,),
+                (boxes, scores, labels, wide, n, linear, sigma, threshold, keep, out_scores, count, host_address),
+                single_block_shared_bytes(n, dtype),
+            )
+        else:
+            arith = arith_dtype(dtype)
+            chunks, segment = blocks(n, CHILDREN), segment_length(n)
+            segments = max(1, -(-(n - 1) // segment))
+            scratch = Scratch(
+                device, order=(n if path == "counting" else 0, torch.int64), sbox=(4 * n, arith), sarea=(n, arith),
+                slabel=(0 if labels is None else n, torch.int64), sscore=(n, arith), cmax=(n, arith),
+                acc=(n, torch.int64), done=(chunks, torch.int32), final=(n, arith),
+            )
+            slabel = None if labels is None else scratch.slabel
+            if path == "counting":
+                order = scratch.order
+                launch(
+                    CUDA_MODULE.get("rank_kernel", dtype, device), (blocks(n, 32),), (256,),
+                    (boxes, scores, labels, wide, n, order, scratch.sbox, scratch.sarea, slabel, scratch.sscore,
+                     scratch.cmax, scratch.acc, scratch.done, chunks, None),
+                )
+            else:
+                order = torch.sort(scores.detach(), descending=True, stable=True).indices
+                launch(
+                    CUDA_MODULE.get("gather_kernel", dtype, device), (blocks(n, 256),), (256,),
+                    (boxes, scores, labels, wide, n, order, scratch.sbox, scratch.sarea, slabel, scratch.sscore,
+                     scratch.cmax, scratch.acc, scratch.done, chunks, count),
+                )
+            grid = (segments, chunks)
+            launch(
+                CUDA_MODULE.get("cmax_kernel", dtype, device), grid, (CHILDREN,),
+                (scratch.sbox, scratch.sarea, slabel, n, segment, scratch.cmax),
+            )
+            launch(
+                CUDA_MODULE.get("decay_kernel", dtype, device), grid, (CHILDREN,),
+                (scratch.sbox, scratch.sarea, slabel, scratch.cmax, scratch.sscore, order, n, segment, linear, sigma,
+                 threshold, scratch.acc, scratch.done, scratch.final, None if path == "counting" else count),
+            )
+            if path == "counting":
+                launch(
+                    CUDA_MODULE.get("select_kernel", dtype, device), (blocks(n, 32),), (32 * SEL_WARPS,),
+                    (scratch.final, n, keep, out_scores, count, host_address),
+                )
+            else:
+                final_sorted, index_sorted = torch.sort(scratch.tensor("final"), descending=True, stable=True)
+                launch(
+                    CUDA_MODULE.get("finalize_kernel", dtype, device), (blocks(n, 256),), (256,),
+                    (final_sorted, index_sorted, n, count, keep, out_scores, host_address),
+                )
+    if padded:
+        return PaddedNMSResult(keep, count, out_scores)
+    kept = host.wait(device)
+    return NMSResult(keep[:kept], out_scores[:kept])
+
+
+@register(
+    name="matrix_recompute", family="matrix", devices=("cuda",), requires=("cupy",), params=MATRIX_PARAMS,
+    dtypes=CUDA_DTYPES, host_sync=True, graph_safe=True,
+    summary="CUDA: IoUs recomputed in both passes, O(N) memory; one block, one launch for small N",
+)
+def matrix_recompute_cuda(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold, padded=False):
+    return matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_threshold, padded)
