@@ -31,7 +31,7 @@ NVRTC_OPTIONS = ("--std=c++17", "--fmad=false", "-ftz=false")
 SOURCE_TYPES = {torch.float32: "float", torch.float64: "double", torch.float16: "unsigned short"}
 CUDA_DTYPES = tuple(SOURCE_TYPES)
 
-_streams: dict[int, object] = {}
+_streams: dict[tuple[int, int], object] = {}  # (device index, raw stream) -> CuPy wrapper
 
 
 class CompileError(RuntimeError):
@@ -100,15 +100,11 @@ def on_torch_stream(device: torch.device):
     less per op."""
     import cupy
 
-    torch_stream = torch.cuda.current_stream(device)
-    stream = _streams.get(torch_stream.cuda_stream)
-    if stream is None:
-        stream = _streams[torch_stream.cuda_stream] = _wrap_stream(cupy, torch_stream)
+    index, stream = _current_stream(device)
 
     def launch(fn, grid, block, args, shared_mem: int = 0) -> None:
         fn(tuple(grid), tuple(block), tuple(_argument(a) for a in args), shared_mem, stream)
 
-    index = torch_stream.device.index
     if torch.cuda.current_device() == index:
         yield launch
     else:
@@ -116,17 +112,25 @@ def on_torch_stream(device: torch.device):
             yield launch
 
 
-def _wrap_stream(cupy, torch_stream):
-    if hasattr(cupy.cuda.Stream, "from_external") and hasattr(torch_stream, "__cuda_stream__"):
-        return cupy.cuda.Stream.from_external(torch_stream)
-    return cupy.cuda.ExternalStream(torch_stream.cuda_stream, torch_stream.device.index)
+def _current_stream(device: torch.device):
+    """(device index, CuPy wrapper of torch's current stream there), the wrapper cached.
+    Reads the raw stream handle (torch.cuda.current_stream builds a Python object per call,
+    several microseconds on a slow host)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    raw = torch._C._cuda_getCurrentRawStream(index)
+    stream = _streams.get((index, raw))
+    if stream is None:
+        import cupy
+
+        stream = _streams[index, raw] = cupy.cuda.ExternalStream(raw, index)
+    return index, stream
 
 
 def _argument(a):
-    if a is None:
-        return np.uint64(0)  # a null pointer (e.g. no labels)
     if isinstance(a, torch.Tensor):
         return np.uint64(a.data_ptr())  # a pointer parameter is 8 bytes: pass the address
+    if a is None:
+        return np.uint64(0)  # a null pointer (e.g. no labels)
     if isinstance(a, int):  # bool included
         return np.int32(a)
     return a
@@ -203,7 +207,7 @@ class HostCount:
 
     def wait(self, device: torch.device) -> int:
         """Wait for the work queued so far on ``device``'s current stream; the count."""
-        torch.cuda.current_stream(device).synchronize()
+        _current_stream(device)[1].synchronize()
         return int(self.host[0])
 
 

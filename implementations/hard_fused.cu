@@ -6,10 +6,12 @@
 // then learns it with one stream synchronization and no copy).
 
 #define SMALL_MAX 256     // the one-launch path: N <= SMALL_MAX
-#define SMALL_THREADS 512
+#define SMALL_THREADS 1024
 #define SMALL_WORDS (SMALL_MAX / 32)
-#define MASK_WARPS 8      // rows per block of the suppression-mask kernel
-#define ROUND_WORDS 4     // words the deciding warp resolves per block-wide round
+#define MASK_ROWS 128     // rows (threads) per block of the suppression-mask kernel
+#define MASK_COLUMNS 1024 // columns per block of the suppression-mask kernel
+#define MASK_CHUNK 256    // columns staged in shared memory at a time
+#define ROUND_WORDS 8     // words the deciding warp resolves per block-wide round
 
 __device__ __forceinline__ unsigned int valid_bits(int n, int word) {
     const int valid = n - word * 32;
@@ -50,14 +52,20 @@ __device__ __forceinline__ void finish(int count, int n, long long* keep, long l
 }
 
 // ---------------------------------------------------------------- N <= SMALL_MAX: one launch
-// One block does everything in shared memory: rank by counting, the suppression mask by
-// warp ballots, and the resolve in warp 0, where lane w holds the "removed" word w.
+// One block of SMALL_THREADS does everything in shared memory. Everything on one SM is
+// latency-bound, so the work is spread over all threads: the rank of each box is counted
+// by RANK_SPLIT threads over slices of the others; each (row, word) of the suppression
+// mask is one thread's loop over the word's 32 boxes (the column box is the same for the
+// threads of a row group: a broadcast); warp 0 resolves, lane w holding "removed" word w.
+#define RANK_SPLIT (SMALL_THREADS / SMALL_MAX)
+
 template <typename T>
 __global__ void small_nms_kernel(const T* boxes, const T* scores, const long long* labels, int n,
                                  double iou_threshold, long long* keep, long long* count_out,
                                  long long* host_count) {
     typedef typename Arith<T>::type A;
     __shared__ unsigned long long key[SMALL_MAX];
+    __shared__ int partial_rank[RANK_SPLIT][SMALL_MAX];
     __shared__ int input_index[SMALL_MAX];
     __shared__ Box<A> box[SMALL_MAX];
     __shared__ long long label[SMALL_MAX];
@@ -66,23 +74,35 @@ __global__ void small_nms_kernel(const T* boxes, const T* scores, const long lon
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     for (int j = tid; j < n; j += blockDim.x) key[j] = score_key(A(load_value(scores, j)));
     __syncthreads();
+    {
+        const int j = tid % SMALL_MAX, part = tid / SMALL_MAX;
+        const int slice = (n + RANK_SPLIT - 1) / RANK_SPLIT, begin = part * slice, end = min(n, begin + slice);
+        if (j < n) {
+            int above = 0;
+            for (int i = begin; i < end; ++i) above += ranks_above(key[i], i, key[j], j);
+            partial_rank[part][j] = above;
+        }
+    }
+    __syncthreads();
     for (int j = tid; j < n; j += blockDim.x) {
         int rank = 0;
-        for (int i = 0; i < n; ++i) rank += ranks_above(key[i], i, key[j], j);
+        for (int part = 0; part < RANK_SPLIT; ++part) rank += partial_rank[part][j];
         input_index[rank] = j;
         box[rank] = load_box(boxes, j);
         label[rank] = labels != nullptr ? labels[j] : 0;
     }
     __syncthreads();
     const int words = (n + 31) / 32;
-    // task (row i, word w) for w >= i / 32; a whole warp per task (lane = column bit)
-    for (int task = warp; task < n * words; task += blockDim.x / 32) {
-        const int i = task / words, w = task % words;
+    for (int task = tid; task < n * words; task += blockDim.x) {
+        const int w = task / n, i = task % n;  // consecutive threads: consecutive rows, one word
         if (w < i / 32) continue;
-        const int j = w * 32 + lane;
-        const bool vote = j > i && j < n && label[i] == label[j] && overlaps(box[i], box[j], iou_threshold);
-        const unsigned int bits = __ballot_sync(0xffffffffu, vote);
-        if (lane == 0) mask[i][w] = bits;
+        const Box<A> box_i = box[i];
+        const long long label_i = label[i];
+        unsigned int bits = 0u;
+        const int first = max(i + 1, w * 32), last = min(n, w * 32 + 32);
+        for (int j = first; j < last; ++j)
+            if (label[j] == label_i && overlaps(box_i, box[j], iou_threshold)) bits |= 1u << (j - w * 32);
+        mask[i][w] = bits;
     }
     __syncthreads();
     if (warp == 0) {
@@ -92,8 +112,11 @@ __global__ void small_nms_kernel(const T* boxes, const T* scores, const long lon
             const int row = word * 32 + lane;
             const unsigned int own_row = row < n ? mask[row][word] : 0u;
             const unsigned int kept = decide_word(~__shfl_sync(0xffffffffu, removed, word) & valid_bits(n, word), own_row);
-            for (unsigned int k = kept; k != 0u; k &= k - 1u)
-                if (lane > word && lane < words) removed |= mask[word * 32 + __ffs(k) - 1][lane];
+            if (lane > word && lane < words) {
+                unsigned int bits = 0u;
+                for (unsigned int k = kept; k != 0u; k &= k - 1u) bits |= mask[word * 32 + __ffs(k) - 1][lane];
+                removed |= bits;
+            }
             count = write_kept(kept, lane, count, row < n ? input_index[row] : 0, keep);
         }
         if (lane == 0) kept_count = count;
@@ -106,37 +129,46 @@ __global__ void small_nms_kernel(const T* boxes, const T* scores, const long lon
 // The suppression mask over boxes in rank order: row i, word w, bit k is 1 iff box i
 // suppresses box w * 32 + k (same label, IoU above the threshold, and w * 32 + k > i).
 // Rows are written from box i's own word on; earlier words are never written and never
-// read. One warp per row, a ballot per word; the block's rows share their candidates
-// through shared memory, 32 * MASK_WARPS at a time.
+// read. A block takes MASK_ROWS rows (a thread each) and a range of MASK_COLUMNS columns
+// (blocks wholly left of the diagonal leave at once); the columns pass through shared
+// memory MASK_CHUNK at a time, and each thread builds its row's words in a register
+// (every lane reads the same column box: a broadcast), as torchvision's kernel does.
 template <typename T>
 __global__ void mask_kernel(const T* sorted_boxes, const long long* sorted_labels, int n, int words,
                             double iou_threshold, unsigned int* mask) {
     typedef typename Arith<T>::type A;
-    __shared__ Box<A> chunk_boxes[32 * MASK_WARPS];
-    __shared__ long long chunk_labels[32 * MASK_WARPS];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int first_row = blockIdx.x * MASK_WARPS, i = first_row + warp;
-    const bool active = i < n;  // the same for all 32 lanes
+    __shared__ Box<A> chunk_boxes[MASK_CHUNK];
+    __shared__ long long chunk_labels[MASK_CHUNK];
+    const int first_row = blockIdx.x * MASK_ROWS;
+    const int column_begin = blockIdx.y * MASK_COLUMNS, column_end = min(n, column_begin + MASK_COLUMNS);
+    if (column_end <= first_row / 32 * 32) return;  // no word of these rows lies here (the same for the block)
+    const int i = first_row + threadIdx.x;
+    const bool active = i < n;
     const Box<A> box_i = active ? load_box(sorted_boxes, i) : Box<A>{0, 0, 0, 0};
     const long long label_i = active && sorted_labels != nullptr ? sorted_labels[i] : 0;
-    for (int chunk = first_row / 32 * 32; chunk < n; chunk += 32 * MASK_WARPS) {
+    for (int chunk = column_begin; chunk < column_end; chunk += MASK_CHUNK) {
         __syncthreads();  // the previous chunk is used up before it is replaced
-        const int t = chunk + threadIdx.x;
-        if (t < n) {
-            chunk_boxes[threadIdx.x] = load_box(sorted_boxes, t);
-            chunk_labels[threadIdx.x] = sorted_labels != nullptr ? sorted_labels[t] : 0;
+        for (int t = threadIdx.x; t < MASK_CHUNK; t += blockDim.x) {
+            const int j = chunk + t;
+            if (j < n) {
+                chunk_boxes[t] = load_box(sorted_boxes, j);
+                chunk_labels[t] = sorted_labels != nullptr ? sorted_labels[j] : 0;
+            }
         }
         __syncthreads();
         if (!active) continue;
-        for (int w = 0; w < MASK_WARPS; ++w) {
+        for (int w = 0; w < MASK_CHUNK / 32; ++w) {
             const int word = chunk / 32 + w;
-            if (word >= words) break;
+            if (word * 32 >= column_end) break;
             if (word < i / 32) continue;
-            const int j = word * 32 + lane, slot = w * 32 + lane;
-            const bool vote = j > i && j < n && chunk_labels[slot] == label_i &&
-                              overlaps(box_i, chunk_boxes[slot], iou_threshold);
-            const unsigned int bits = __ballot_sync(0xffffffffu, vote);
-            if (lane == 0) mask[(long long)i * words + word] = bits;
+            unsigned int bits = 0u;
+#pragma unroll 4
+            for (int k = 0; k < 32; ++k) {
+                const int j = word * 32 + k, slot = w * 32 + k;
+                if (j > i && j < n && chunk_labels[slot] == label_i && overlaps(box_i, chunk_boxes[slot], iou_threshold))
+                    bits |= 1u << k;
+            }
+            mask[(long long)i * words + word] = bits;
         }
     }
 }
@@ -224,8 +256,12 @@ extern "C" __global__ void block_resolve_kernel(const unsigned int* mask, const 
         const int m = kept_in_round;
         for (int w = first + ROUND_WORDS + tid; w < words; w += blockDim.x) {
             unsigned int bits = 0u;
-#pragma unroll 8
-            for (int t = 0; t < m; ++t) bits |= mask[(long long)kept_rows[t] * words + w];
+            int t = 0;
+            for (; t + 16 <= m; t += 16) {  // 16 independent loads in flight
+#pragma unroll
+                for (int u = 0; u < 16; ++u) bits |= mask[(long long)kept_rows[t + u] * words + w];
+            }
+            for (; t < m; ++t) bits |= mask[(long long)kept_rows[t] * words + w];
             removed[w] |= bits;
         }
         __syncthreads();  // the bitmap complete (and kept_rows free) before the next round

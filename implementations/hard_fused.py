@@ -5,15 +5,18 @@ labels. Where torchvision spends its time decides the design:
 
 - **Small N is launches and host syncs** (sort, index_select, mask kernel, gather,
   masked_select, each with host work). For N <= 256 one block of one launch does all of
-  it in shared memory: rank by counting, the suppression mask by warp ballots, and the
+  it in shared memory: rank by counting, the suppression mask a (row, word) per thread, and the
   greedy resolve in one warp whose lane w holds "removed" word w. The host waits once:
   the kernel writes the count into mapped pinned memory (``_cuda.HostCount``), so no
   copy is launched.
+- The suppression mask is torchvision's layout of work (a thread per row builds its
+  words in a register from column boxes in shared memory) over a 2-D grid of row tiles
+  and column ranges, so that there are enough blocks at every N.
 - **Large N is the resolve**: one block with a ``__syncthreads()`` per kept box. Here a
   warp decides each 32-box word in registers (a kept box's bits come by shuffle), and for
-  N > 1024 decides ``ROUND_WORDS`` = 4 words per block-wide round: the deciding warp holds
+  N > 1024 decides ``ROUND_WORDS`` = 8 words per block-wide round: the deciding warp holds
   the round's diagonal blocks of the mask, so only the OR of the round's kept rows into
-  the rest of the bitmap needs the whole block (two barriers per 128 boxes). Rows of
+  the rest of the bitmap needs the whole block (two barriers per 256 boxes). Rows of
   suppressed boxes are never read.
 - Ranking: the counting kernel (``rank.cu``) up to N = 4096, ``torch.sort`` above (the
   counting rank is O(N^2)); the mask is never zero-filled (every word the resolve reads
@@ -43,7 +46,7 @@ from ._cpu import JIT
 from ._cuda import CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, HostCount, blocks, on_torch_stream, rank_by_score
 
 SUMMARY_CPU = "numba: blocks of rank order tested against all kept boxes in parallel (SIMD), then resolved in-block"
-SUMMARY_CUDA = ("CUDA: one launch for N <= 256; else rank, ballot mask, and a resolve that decides 4 words of 32 "
+SUMMARY_CUDA = ("CUDA: one launch for N <= 256; else rank, 2-D tiled mask, and a resolve that decides 8 words of 32 "
                 "boxes per block-wide round in one warp's registers; padded graph-safe output")
 
 # ------------------------------------------------------------------ CPU (numba)
@@ -124,7 +127,7 @@ def hard_fused_cpu(boxes, scores, *, iou_threshold, labels=None):
 
 CUDA_MODULE = CudaModule("hard_fused.cu", templates=("small_nms_kernel", "mask_kernel"),
                          plain=("warp_resolve_kernel", "block_resolve_kernel"))
-SMALL_MAX, SMALL_THREADS, MASK_WARPS = 256, 512, 8  # as #defined in hard_fused.cu
+SMALL_MAX, SMALL_THREADS, MASK_ROWS, MASK_COLUMNS = 256, 1024, 128, 1024  # as #defined in hard_fused.cu
 COUNTING_RANK_MAX = 4096  # above: torch.sort (the counting rank is O(N^2))
 RESOLVE_THREADS = 1024
 MAX_WORDS = MAX_SHARED_BYTES // 4  # the block resolve's bitmap lives in shared memory
@@ -146,24 +149,23 @@ def _host_count() -> HostCount:
 )
 def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False):
     n, device = boxes.shape[0], boxes.device
-    out = torch.empty(n + 1, dtype=torch.int64, device=device)  # keep, then the count
-    keep, count = out[:n], out[n]
+    out = torch.empty(n + 1, dtype=torch.int64, device=device)  # keep (padded), then the count
     if n == 0:
-        count.zero_()
-        return PaddedNMSResult(keep, count) if padded else NMSResult(keep)
+        out.zero_()
+        return PaddedNMSResult(out[:0], out[0]) if padded else NMSResult(out[:0])
     words = (n + 31) // 32
     if words > MAX_WORDS:
         raise ValueError(f"hard_fused on cuda resolves in one block with N/8 bytes of shared memory; "
                          f"N = {n} is above its limit of {MAX_WORDS * 32}")
     host = None if padded else _host_count()
+    outputs = (np.uint64(out.data_ptr()), np.uint64(out.data_ptr() + 8 * n), None if host is None else host.address)
     threshold = np.float64(iou_threshold)
     if labels is not None:
         labels = labels.to(torch.int64).contiguous()
     with on_torch_stream(device) as launch:
         if n <= SMALL_MAX:
             launch(CUDA_MODULE.get("small_nms_kernel", boxes.dtype, device), (1,), (SMALL_THREADS,),
-                   (boxes.contiguous(), scores.contiguous(), labels, n, threshold, keep, count,
-                    None if host is None else host.address))
+                   (boxes.contiguous(), scores.contiguous(), labels, n, threshold, *outputs))
         else:
             if n <= COUNTING_RANK_MAX:
                 order, ranked = rank_by_score(launch, boxes, scores, labels)
@@ -173,14 +175,15 @@ def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False):
                 sorted_boxes = boxes.index_select(0, order)
                 sorted_labels = None if labels is None else labels.index_select(0, order)
             mask = torch.empty((n, words), dtype=torch.int32, device=device)
-            launch(CUDA_MODULE.get("mask_kernel", boxes.dtype, device), (blocks(n, MASK_WARPS),), (32 * MASK_WARPS,),
+            launch(CUDA_MODULE.get("mask_kernel", boxes.dtype, device), (blocks(n, MASK_ROWS), blocks(n, MASK_COLUMNS)),
+                   (MASK_ROWS,),
                    (sorted_boxes, sorted_labels, n, words, threshold, mask))
-            resolve_args = (mask, order, n, words, keep, count, None if host is None else host.address)
             if words <= 32:
-                launch(CUDA_MODULE.get("warp_resolve_kernel", None, device), (1,), (32,), resolve_args)
+                launch(CUDA_MODULE.get("warp_resolve_kernel", None, device), (1,), (32,),
+                       (mask, order, n, words, *outputs))
             else:
                 launch(CUDA_MODULE.get("block_resolve_kernel", None, device), (1,), (RESOLVE_THREADS,),
-                       resolve_args, shared_mem=words * 4)
+                       (mask, order, n, words, *outputs), shared_mem=words * 4)
     if padded:
-        return PaddedNMSResult(keep, count)
-    return NMSResult(keep[: host.wait(device)])
+        return PaddedNMSResult(out[:n], out[n])
+    return NMSResult(out[: host.wait(device)])
