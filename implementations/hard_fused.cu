@@ -12,6 +12,7 @@
 #define MASK_COLUMNS 1024 // columns per block of the suppression-mask kernel
 #define MASK_CHUNK 256    // columns staged in shared memory at a time
 #define ROUND_WORDS 8     // words the deciding warp resolves per block-wide round
+#define RESOLVE_THREADS 512  // threads of the block resolve (its deciding warp holds 36 mask words in registers)
 
 __device__ __forceinline__ unsigned int valid_bits(int n, int word) {
     const int valid = n - word * 32;
@@ -203,7 +204,7 @@ extern "C" __global__ void warp_resolve_kernel(const unsigned int* mask, const l
 // previous round), so a kept box's effect on the round's later words is a warp OR and
 // needs no barrier. Then the whole block ORs the round's kept rows into the bitmap past
 // the round: one pair of __syncthreads() per ROUND_WORDS words instead of per word.
-extern "C" __global__ void block_resolve_kernel(const unsigned int* mask, const long long* order, int n, int words,
+extern "C" __global__ void __launch_bounds__(RESOLVE_THREADS) block_resolve_kernel(const unsigned int* mask, const long long* order, int n, int words,
                                                 long long* keep, long long* count_out, long long* host_count) {
     extern __shared__ unsigned int removed[];
     __shared__ int kept_rows[32 * ROUND_WORDS];

@@ -129,7 +129,7 @@ CUDA_MODULE = CudaModule("hard_fused.cu", templates=("small_nms_kernel", "mask_k
                          plain=("warp_resolve_kernel", "block_resolve_kernel"))
 SMALL_MAX, SMALL_THREADS, MASK_ROWS, MASK_COLUMNS = 256, 1024, 128, 1024  # as #defined in hard_fused.cu
 COUNTING_RANK_MAX = 4096  # above: torch.sort (the counting rank is O(N^2))
-RESOLVE_THREADS = 1024
+RESOLVE_THREADS = 512  # as #defined in hard_fused.cu
 MAX_WORDS = MAX_SHARED_BYTES // 4  # the block resolve's bitmap lives in shared memory
 
 _host_counts = threading.local()

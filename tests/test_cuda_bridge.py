@@ -96,3 +96,33 @@ def test_cuda_backends_are_listed_with_a_reason_when_unavailable():
         assert row["dtypes"] == ["float32", "float64", "float16"]
         if not torch.cuda.is_available():
             assert not row["available"] and row["reason"] in ("no CUDA device", "cupy not installed")
+
+
+def test_hard_fused_kernels_fit_their_block_sizes_in_the_register_file():
+    """A kernel whose registers x threads exceed the 64K-register file fails to launch
+    (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES): caught here with ptxas' report, without a GPU."""
+    import re
+
+    from cupy.cuda import nvrtc
+
+    module = hard_fused.CUDA_MODULE
+    program = nvrtc.createProgram(module.source(), module.cu_file, [], [])
+    try:
+        for expression in module.expressions:
+            nvrtc.addNameExpression(program, expression)
+        nvrtc.compileProgram(program, [*_cuda.NVRTC_OPTIONS, "-arch=sm_90", "--ptxas-options=-v"])
+        log = nvrtc.getProgramLog(program)
+    finally:
+        nvrtc.destroyProgram(program)
+    registers = {}
+    for entry, used in re.findall(r"Compiling entry function '(\w+)'.*?Used (\d+) registers", log, flags=re.S):
+        registers[entry] = max(registers.get(entry, 0), int(used))
+    threads = {"small_nms_kernel": hard_fused.SMALL_THREADS, "block_resolve_kernel": hard_fused.RESOLVE_THREADS,
+               "mask_kernel": hard_fused.MASK_ROWS, "warp_resolve_kernel": 32}
+    checked = 0
+    for entry, used in registers.items():
+        for name, block in threads.items():
+            if name in entry:
+                assert used * block <= 65536, f"{entry}: {used} registers x {block} threads"
+                checked += 1
+    assert checked >= 4
