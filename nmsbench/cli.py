@@ -87,6 +87,27 @@ def main():
     nmsbench sweep --n 64..1024 --device cpu      time every variant, write a tidy CSV
     nmsbench pipeline --batch 1,8,32              time post-processing, raw detector output -> detections
     """
+    _show_partial_row_warnings()
+
+
+def _show_partial_row_warnings() -> None:
+    """A results file's dropped partial row as one ``warning:`` line, not Python's warning format."""
+    import warnings
+
+    from .results import PartialRowWarning
+
+    show = warnings.showwarning
+    if getattr(show, "nmsbench", False):
+        return
+
+    def showwarning(message, category, *args, **kwargs):
+        if issubclass(category, PartialRowWarning):
+            console.print(f"[yellow]warning[/]: {message}")
+        else:
+            show(message, category, *args, **kwargs)
+
+    showwarning.nmsbench = True
+    warnings.showwarning = showwarning
 
 
 @main.command("list")
@@ -119,7 +140,7 @@ SCENARIO_HELP = "; ".join(f"{name} (knob: {s.knob})" for name, s in datasets.SCE
 @click.option("--overlap", "overlaps", multiple=True, help="Values of each scenario's overlap knob to sweep. Default: each scenario's own default.")
 @click.option("--iou", "ious", multiple=True, default=("0.5",), show_default=True, help="IoU thresholds (repeat or comma-separate).")
 @click.option("--dtype", "dtypes", multiple=True, default=("float32",), show_default=True, help=f"Box dtypes: {', '.join(DTYPES)}.")
-@click.option("--seed", default=0, show_default=True, help="Seed of the generated box sets.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed of the generated box sets.")
 @click.option("--classes", default=1, show_default=True, type=click.IntRange(min=1), help="Number of labels; above 1 the NMS is class-aware.")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="Implementation parameter, given to those that take it (e.g. sigma=0.5, kernel=linear, score_threshold=0.1).")
 @click.option("--file", "file_path", type=click.Path(exists=True, dir_okay=False), help="Boxes file (.npz, .pt, .csv) for the `file` scenario.")
@@ -141,7 +162,8 @@ SCENARIO_HELP = "; ".join(f"{name} (knob: {s.knob})" for name, s in datasets.SCE
 @click.option("--case-timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Stop a case that runs longer than this (it becomes a status=error row naming the timeout) and go on. "
                    "Uses SIGALRM: stops Python-level hangs and slow calls once they return; a native call that never "
-                   "returns (numba nopython, a hung CUDA kernel) cannot be stopped: kill the sweep and --resume it.")
+                   "returns (numba nopython, a hung CUDA kernel) cannot be stopped: kill the sweep and --resume it "
+                   "without that implementation.")
 @click.option("--repeat-noisy", default=0, show_default=True, type=click.IntRange(min=0), metavar="K",
               help=f"Re-time a measurement whose IQR exceeds {NOISY_SPREAD:.0%} of its median up to K more times and keep "
                    "the least noisy (lowest IQR/median); the attempts column says how many timings the row took.")
