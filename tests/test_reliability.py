@@ -363,3 +363,38 @@ def test_schema_2_files_still_load_without_attempts(tmp_path):
     for path in committed:
         frame = read_results(path)
         assert "attempts" in frame.columns and frame["attempts"].isna().all()
+
+
+def test_resume_of_real_and_file_scenarios_keys_by_the_requested_case(tmp_path):
+    """Recorded scenarios write the N they used (n) and the cap (n_cap); a larger cap that gives
+    the same box set is a skipped row; a file too short for n gives error rows. Resuming
+    any of them adds nothing that is already there."""
+    import numpy as np
+
+    boxes = tmp_path / "b.npz"
+    np.savez(boxes, boxes=np.array([[0, 0, 1, 1]] * 5, np.float32), scores=np.linspace(0.1, 0.9, 5).astype(np.float32))
+    out = tmp_path / "run.csv"
+    args = ["sweep", "--impl", "torchvision", "--scenario", "real,file", "--file", str(boxes), "--n", "5,100000",
+            "--overlap", "0.25", "--min-run-time", "0.01", "--threads", "1"]
+    result = run(*args, "--out", str(out))
+    assert result.exit_code == 2 and "holds 5 boxes" in result.output  # the CLI refuses up front...
+    grid = runner.Grid(impls=["torchvision"], devices=["cpu"], dtypes=["float32"], scenarios=["real", "file"],
+                       ns=[5, 100000], ious=[0.5], overlaps=[0.25], file=str(boxes), min_run_time=0.01)
+    rows = []
+    runner.run_sweep(grid, rows.append)  # ...the runner turns it into error rows
+    assert [r["status"] for r in rows] == ["ok", "skipped", "ok", "error"]  # few real candidates pass 0.25
+    assert rows[1]["n_cap"] == 100000 and rows[1]["n"] < 100000
+    for cut in range(len(rows) + 1):
+        again = []
+        runner.run_sweep(grid, again.append, done={case_key(r) for r in rows[:cut]})
+        assert [case_key(r) for r in again] == [case_key(r) for r in rows[cut:]]
+    # and the keys read back from a CSV match the runner's (text vs numbers, blanks)
+    args = ["sweep", "--impl", "torchvision", "--scenario", "real", "--n", "5,100000", "--overlap", "0.25",
+            "--min-run-time", "0.01", "--threads", "1"]
+    assert run(*args, "--out", str(out)).exit_code == 0
+    before = out.read_bytes()
+    out.write_bytes(before[:before.rstrip(b"\n").rfind(b"\n") + 1])  # drop the skipped row
+    assert run(*args, "--resume", str(out)).exit_code == 0
+    assert run(*args, "--resume", str(out)).exit_code == 0
+    final = read_results(out)
+    assert list(final.status) == ["ok", "skipped"] and list(final.n_cap) == [5, 100000]
