@@ -14,6 +14,7 @@ import hashlib
 import io
 import json
 import os
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -21,6 +22,7 @@ import streamlit as st
 
 from nmsbench import datasets, differences, plots, tables
 from nmsbench.registry import describe, implementations
+from nmsbench.results import PartialRowWarning
 
 APP_DIR = Path(__file__).resolve().parent
 VIEWS = ["Curves", "Pipeline", "Suppression differences", "Environment & data"]
@@ -33,21 +35,27 @@ def results_dir() -> Path:
 
 # --- cached loading ---------------------------------------------------------------------
 
+def _load(source, name: str):
+    """(frame, None, notes) or (None, what is wrong, notes); notes say what was dropped
+    (a partial last row of a run stopped while writing it)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PartialRowWarning)
+        try:
+            frame, error = tables.load_results([source], names=[name]), None
+        except ValueError as e:
+            frame, error = None, str(e)
+    return frame, error, [str(w.message) for w in caught if issubclass(w.category, PartialRowWarning)]
+
+
 @st.cache_data(show_spinner=False, max_entries=256)
 def load_csv(path: str, mtime_ns: int, size: int):
-    """(frame, None) or (None, what is wrong); mtime and size make an edited file reload."""
-    try:
-        return tables.load_results([path]), None
-    except ValueError as e:
-        return None, str(e)
+    """``_load`` of a file of the folder; mtime and size make an edited file reload."""
+    return _load(path, Path(path).name)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def load_upload(name: str, data: bytes):
-    try:
-        return tables.load_results([io.BytesIO(data)], names=[name]), None
-    except ValueError as e:
-        return None, str(e)
+    return _load(io.BytesIO(data), name)
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
@@ -70,14 +78,16 @@ def implementation_table() -> pd.DataFrame:
     return rows[["name", "family", "device", "available here", "summary"]]
 
 
-def load_all(uploads) -> tuple[pd.DataFrame, list[str], dict[str, str], tuple]:
+def load_all(uploads) -> tuple[pd.DataFrame, list[str], dict[str, str], tuple, list[str]]:
     """Every results file of the folder plus the uploads: (rows, problems, commands, data
-    key); the key names the loaded files' versions, for caching what is computed from them."""
-    frames, problems, commands, sources = [], [], {}, []
+    key, notes); the key names the loaded files' versions, for caching what is computed
+    from them; notes are warnings about files that did load."""
+    frames, problems, commands, sources, notes = [], [], {}, [], []
     folder = results_dir()
     for path in sorted(folder.glob("*.csv")) if folder.is_dir() else []:
         stat = path.stat()
-        frame, error = load_csv(str(path), stat.st_mtime_ns, stat.st_size)
+        frame, error, dropped = load_csv(str(path), stat.st_mtime_ns, stat.st_size)
+        notes += dropped
         if error:
             problems.append(error)
             continue
@@ -88,13 +98,14 @@ def load_all(uploads) -> tuple[pd.DataFrame, list[str], dict[str, str], tuple]:
             commands[path.name] = sidecar_command(str(sidecar), sidecar.stat().st_mtime_ns)
     for upload in uploads or []:
         data = upload.getvalue()
-        frame, error = load_upload(upload.name, data)
+        frame, error, dropped = load_upload(upload.name, data)
+        notes += [f"upload {note}" for note in dropped]
         if error:
             problems.append(f"upload {error}")
             continue
         frames.append(frame.assign(source=f"{upload.name} (uploaded)"))
         sources.append((upload.name, hashlib.sha1(data).hexdigest()))
-    return tables.concat(frames), problems, commands, tuple(sources)
+    return tables.concat(frames), problems, commands, tuple(sources), notes
 
 
 @st.cache_data(show_spinner="Drawing…", max_entries=32)
@@ -391,10 +402,12 @@ def main() -> None:
     with st.sidebar:
         st.header("Results")
         uploads = st.file_uploader("Add results CSVs", type=["csv"], accept_multiple_files=True, key="uploads")
-        frame, problems, commands, data_key = load_all(uploads)
+        frame, problems, commands, data_key, notes = load_all(uploads)
         st.caption(f"{len(frame):,} rows from {len(data_key)} file(s) in `{results_dir()}` and uploads.")
         for problem in problems:
             st.error(problem)
+        for note in notes:
+            st.warning(note)
         st.header("Filters")
         choices = sidebar_filters(frame) if not frame.empty else {}
     if frame.empty:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, Optional
@@ -83,12 +84,42 @@ def _whole(name: str, value, minimum: int) -> int:
     return int(value)
 
 
+# Peak bytes per box while a synthetic set is made: the generators' float64 temporaries
+# (centres, sizes, jitter, scores: a few (n, 4) arrays) plus the float32 BoxSet, rounded up.
+BYTES_PER_BOX = 256
+
+
+def available_memory() -> Optional[int]:
+    """Bytes of memory available to a new allocation (Linux MemAvailable, else the
+    physical memory), or None where neither is known."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_fits(n: int) -> None:
+    """A ValueError, before anything is allocated, when ``n`` synthetic boxes cannot fit in memory."""
+    need, have = n * BYTES_PER_BOX, available_memory()
+    if have is not None and need > have:
+        raise ValueError(f"n={n:,} boxes need about {need / 2**30:,.1f} GiB to generate; this machine has "
+                         f"{have / 2**30:,.1f} GiB available")
+
+
 def _synthetic(generator) -> Callable:
     """A sampler around a ``synthetic`` generator: seeding, clipping to the canvas, float32."""
     return partial(_sample_synthetic, generator)
 
 
 def _sample_synthetic(generator, n: int, t: float, seed: int, classes: int, path=None):
+    check_fits(n)
     boxes, scores, labels = generator(np.random.default_rng(seed), n, t, classes)
     boxes = np.clip(np.asarray(boxes, dtype=np.float64).reshape(n, 4), 0.0, CANVAS).astype(np.float32)
     return BoxSet(
@@ -142,4 +173,4 @@ def generate(name: str, n: int, overlap: float | None = None, seed: int = 0, cla
 
 RECORDED = ("real",)  # scenarios that replay recorded detector output
 
-__all__ = ["CANVAS", "RECORDED", "SCENARIOS", "SYNTHETIC", "Scenario", "generate", "load_boxes_file"]
+__all__ = ["CANVAS", "RECORDED", "SCENARIOS", "SYNTHETIC", "Scenario", "check_fits", "generate", "load_boxes_file"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -63,7 +64,9 @@ def _read_npz(path: Path) -> dict:
 
 
 def _read_pt(path: Path) -> dict:
-    obj = torch.load(path, map_location="cpu", weights_only=True)
+    with warnings.catch_warnings():  # a corrupt file's odd protocol number: the error that follows says enough
+        warnings.filterwarnings("ignore", message="Detected pickle protocol")
+        obj = torch.load(path, map_location="cpu", weights_only=True)
     if not isinstance(obj, Mapping):
         raise _Problem(f"expected a dict with keys boxes, scores[, labels], got {type(obj).__name__}")
     out = {"_found": [str(k) for k in obj]}

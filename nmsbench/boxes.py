@@ -77,8 +77,8 @@ def _shape(t: torch.Tensor) -> str:
 def validate_nms_inputs(boxes, scores, labels=None) -> None:
     """Raise ``ValueError`` naming the first problem with an NMS call's inputs.
 
-    Checks types, shapes, dtypes, devices, NaN/Inf and x2 >= x1, y2 >= y1. N = 0 and
-    zero-area boxes are valid. Runs on the data once; keep it out of timed regions.
+    Checks types, shapes, dtypes, devices, NaN/Inf, x2 >= x1, y2 >= y1, and that each
+    box's area is finite in the arithmetic's dtype. N = 0 and zero-area boxes are valid. Runs on the data once; keep it out of timed regions.
     """
     for name, t in (("boxes", boxes), ("scores", scores)):
         if not isinstance(t, torch.Tensor):
@@ -125,6 +125,16 @@ def validate_nms_inputs(boxes, scores, labels=None) -> None:
                 f"boxes must be x1, y1, x2, y2 with {axis}2 >= {axis}1; row {row} has "
                 f"{axis}2 < {axis}1 ({boxes[row, hi].item()} < {boxes[row, lo].item()})"
             )
+    # IoU is undefined (inf / inf) where an area overflows; half precision is computed in float32
+    wide = boxes.float() if boxes.dtype in (torch.float16, torch.bfloat16) else boxes
+    area = (wide[:, 2] - wide[:, 0]) * (wide[:, 3] - wide[:, 1])
+    finite = torch.isfinite(area)
+    if not bool(finite.all()):
+        row = int((~finite).nonzero()[0, 0])
+        raise ValueError(
+            f"boxes too large: row {row}'s area (x2 - x1) * (y2 - y1) overflows {str(wide.dtype).removeprefix('torch.')} "
+            f"({boxes[row].tolist()}), so its IoU is undefined"
+        )
 
 
 def validate_iou_threshold(iou_threshold) -> float:

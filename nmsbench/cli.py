@@ -18,9 +18,9 @@ from rich.table import Table
 
 from . import datasets
 from .registry import describe, implementations
-from .results import ResultWriter, default_output_path, environment
+from .results import ResultWriter, default_output_path, environment, open_for_resume, sidecar_path
 from .runner import DTYPES, Grid, run_sweep
-from .timing import DEFAULT_TIMERS, TIMERS
+from .timing import DEFAULT_TIMERS, NOISY_SPREAD, TIMERS
 
 def _console(stderr: bool = False) -> Console:
     """A console that does not squeeze tables to 80 columns when its stream is piped."""
@@ -87,6 +87,27 @@ def main():
     nmsbench sweep --n 64..1024 --device cpu      time every variant, write a tidy CSV
     nmsbench pipeline --batch 1,8,32              time post-processing, raw detector output -> detections
     """
+    _show_partial_row_warnings()
+
+
+def _show_partial_row_warnings() -> None:
+    """A results file's dropped partial row as one ``warning:`` line, not Python's warning format."""
+    import warnings
+
+    from .results import PartialRowWarning
+
+    show = warnings.showwarning
+    if getattr(show, "nmsbench", False):
+        return
+
+    def showwarning(message, category, *args, **kwargs):
+        if issubclass(category, PartialRowWarning):
+            console.print(f"[yellow]warning[/]: {message}")
+        else:
+            show(message, category, *args, **kwargs)
+
+    showwarning.nmsbench = True
+    warnings.showwarning = showwarning
 
 
 @main.command("list")
@@ -119,7 +140,7 @@ SCENARIO_HELP = "; ".join(f"{name} (knob: {s.knob})" for name, s in datasets.SCE
 @click.option("--overlap", "overlaps", multiple=True, help="Values of each scenario's overlap knob to sweep. Default: each scenario's own default.")
 @click.option("--iou", "ious", multiple=True, default=("0.5",), show_default=True, help="IoU thresholds (repeat or comma-separate).")
 @click.option("--dtype", "dtypes", multiple=True, default=("float32",), show_default=True, help=f"Box dtypes: {', '.join(DTYPES)}.")
-@click.option("--seed", default=0, show_default=True, help="Seed of the generated box sets.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed of the generated box sets.")
 @click.option("--classes", default=1, show_default=True, type=click.IntRange(min=1), help="Number of labels; above 1 the NMS is class-aware.")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="Implementation parameter, given to those that take it (e.g. sigma=0.5, kernel=linear, score_threshold=0.1).")
 @click.option("--file", "file_path", type=click.Path(exists=True, dir_okay=False), help="Boxes file (.npz, .pt, .csv) for the `file` scenario.")
@@ -136,7 +157,21 @@ SCENARIO_HELP = "; ".join(f"{name} (knob: {s.knob})" for name, s in datasets.SCE
 @click.option("--threads", default=os.cpu_count() or 1, show_default=True, type=click.IntRange(min=1), help="CPU threads for torch and numba during the sweep.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="CSV to write (a sidecar .json goes next to it). Default: a new file under results/.")
 @click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
-def sweep(sizes, impls, devices, scenarios, overlaps, ious, dtypes, seed, classes, params, file_path, recordings, timers, min_run_time, threads, out, force):
+@click.option("--resume", "resume", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="Continue a stopped sweep: append to FILE the cases of this grid it lacks, never repeating a row. "
+                   "A case is impl, device, dtype, timer, scenario, recording, overlap, classes, n (n_cap), IoU, seed "
+                   "and params. Refused when FILE has another schema, came from another machine, or was timed with "
+                   "another --min-run-time or --threads. Give the same grid options as the stopped run.")
+@click.option("--case-timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="Stop a case that runs longer than this (it becomes a status=error row naming the timeout) and go on. "
+                   "Uses SIGALRM: stops Python-level hangs and slow calls once they return; a native call that never "
+                   "returns (numba nopython, a hung CUDA kernel) cannot be stopped: kill the sweep and --resume it "
+                   "without that implementation.")
+@click.option("--repeat-noisy", default=0, show_default=True, type=click.IntRange(min=0), metavar="K",
+              help=f"Re-time a measurement whose IQR exceeds {NOISY_SPREAD:.0%} of its median up to K more times and keep "
+                   "the least noisy (lowest IQR/median); the attempts column says how many timings the row took.")
+def sweep(sizes, impls, devices, scenarios, overlaps, ious, dtypes, seed, classes, params, file_path, recordings, timers,
+          min_run_time, threads, out, force, resume, case_timeout, repeat_noisy):
     """Time implementations over the grid impl x device x dtype x scenario x overlap x n x IoU.
 
     \b
@@ -146,14 +181,21 @@ def sweep(sizes, impls, devices, scenarios, overlaps, ious, dtypes, seed, classe
     nmsbench sweep --scenario file --file boxes.npz --n 500 --param score_threshold=0.1
     nmsbench sweep --scenario real --overlap 0.25,0.01,0.001 --n 8192 --recording all
 
+    nmsbench sweep --n 64..8192 --device cuda --resume results/sweep-20261129-120000-cuda.csv
+
     Every case becomes one CSV row per timer, written as soon as it finishes. A variant
-    that raises or runs out of memory gives a row with status=error and the message; a
-    cell it cannot run (no backend, unavailable, dtype) a row with status=skipped.
+    that raises, runs out of memory or passes --case-timeout gives a row with status=error
+    and the message; a cell it cannot run (no backend, unavailable, dtype) a row with
+    status=skipped. Ctrl-C stops with what was written and the command that resumes it.
     """
     try:
         ns = parse_sizes(sizes)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--n") from None
+    if resume and out and Path(out) != resume:
+        raise click.BadParameter("--resume FILE writes to FILE; leave --out out", param_hint="--resume")
+    if resume and force:
+        raise click.BadParameter("--resume appends to FILE; --force (overwrite) contradicts it", param_hint="--force")
     known = implementations()
     impl_list = _split(impls) or sorted(known)
     unknown = [i for i in impl_list if i not in known]
@@ -178,6 +220,12 @@ def sweep(sizes, impls, devices, scenarios, overlaps, ious, dtypes, seed, classe
             raise click.BadParameter(str(e), param_hint="--file") from None
         if max(ns) > recorded:
             raise click.BadParameter(f"{file_path} holds {recorded} boxes; --n asks for up to {max(ns)}", param_hint="--n")
+    synthetic = [s for s in scenario_list if s in datasets.SYNTHETIC]
+    if synthetic:
+        try:
+            datasets.check_fits(max(ns))
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--n") from None
     recording_list = _split(recordings) or None
     if recording_list:
         if not any(datasets.SCENARIOS[s].recordings for s in scenario_list):
@@ -227,45 +275,102 @@ def sweep(sizes, impls, devices, scenarios, overlaps, ious, dtypes, seed, classe
         impls=impl_list, devices=device_list, dtypes=dtype_list, scenarios=scenario_list, ns=ns, ious=iou_list,
         overlaps=overlap_list, seed=seed, classes=classes, params=param_dict, timers=timer_list,
         min_run_time=min_run_time, threads=threads, file=file_path, recordings=recording_list,
+        case_timeout=case_timeout, repeat_noisy=repeat_noisy,
     )
-    out = out or default_output_path(device_list)
+    done: set = set()
+    if resume:
+        done = _check_resume(resume, grid)
+    out = resume or out or default_output_path(device_list)
     counts = run_with_progress(
-        "sweep", out, force, grid.count(), grid.__dict__, reproduce_command(grid, out),
-        lambda write, on_case: run_sweep(grid, write, on_case),
+        "sweep", out, force, grid.count(), grid.__dict__, reproduce_command(grid, out, resume=bool(resume)),
+        lambda write, on_case: run_sweep(grid, write, on_case, done=done),
         describe=lambda row: f"{row['scenario']:>10} n={row['n']:<6} {row['impl']:<18} {row['device']}",
         where=lambda row: f"{row['scenario']} n={row['n']}",
+        append=bool(resume), completed=min(len(done), grid.count()), resume_command=reproduce_command(grid, out, resume=True),
     )
     _print_summary(out, counts)
 
 
+# measurement settings a resumed file must share (rows do not record --min-run-time)
+RESUME_SAME = ("min_run_time", "threads")
+
+
+def _check_resume(path: Path, grid: Grid) -> set:
+    """The case keys already in ``path``, or a UsageError saying why it cannot be resumed."""
+    import warnings
+
+    from .results import PartialRowWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PartialRowWarning)
+        try:
+            done = open_for_resume(path, environment())
+        except ValueError as e:
+            raise click.UsageError(f"cannot resume: {e}") from None
+    for warning in caught:
+        console.print(f"[yellow]warning[/]: {warning.message}")
+    try:
+        recorded = json.loads(sidecar_path(path).read_text())["grid"]
+    except (OSError, ValueError, KeyError, TypeError):
+        console.print(f"[yellow]warning[/]: no readable sidecar {sidecar_path(path).name}; cannot check the grid options")
+        return done
+    now = json.loads(json.dumps(grid.__dict__, default=str))
+    for name in RESUME_SAME:
+        if name in recorded and recorded[name] != now[name]:
+            option = "--" + name.replace("_", "-")
+            raise click.UsageError(f"cannot resume: {path} was timed with {option} {recorded[name]}, this command asks for "
+                                   f"{now[name]}; rows of one file must be measured alike")
+    differ = [k for k in now if k in recorded and recorded[k] != now[k] and k not in ("case_timeout", "repeat_noisy")]
+    if differ:
+        console.print(f"[yellow]note[/]: the grid differs from the run that wrote {path.name} in {', '.join(differ)}: "
+                      "cases of this grid that the file lacks are added")
+    return done
+
+
 def run_with_progress(command: str, out: Path, force: bool, total: int, grid: dict, reproduce: str,
-                      run: Callable, describe: Callable[[dict], str], where: Callable[[dict], str]) -> dict:
-    """Write a run's rows to ``out`` (refusing to overwrite without ``force``) behind a
-    progress bar; error rows are printed as they come; Ctrl-C stops with what was written
-    and exit status 130. ``run(write, on_case)`` does the work and returns the counts."""
-    if out.exists() and not force:
+                      run: Callable, describe: Callable[[dict], str], where: Callable[[dict], str], *,
+                      append: bool = False, completed: int = 0, resume_command: str | None = None) -> dict:
+    """Write a run's rows to ``out`` (refusing to overwrite without ``force``; ``append``
+    adds to it) behind a progress bar; error and noisy rows are printed as they come;
+    Ctrl-C stops with a summary of what was written (and ``resume_command``) and exit
+    status 130. ``run(write, on_case)`` does the work and returns the counts, to which
+    ``noisy_rows`` (descriptions of this run's noisy rows) is added."""
+    if out.exists() and not force and not append:
         raise click.UsageError(f"{out} exists; pass --force to overwrite it or choose another --out")
-    console.print(f"nmsbench {command}: {total} rows -> {out}")
-    with ResultWriter(out, environment(), grid, reproduce) as writer, Progress(
+    console.print(f"nmsbench {command}: {total} rows -> {out}" + (f" ({completed} already there)" if append else ""))
+    tally = {"ok": 0, "error": 0, "skipped": 0}
+    noisy_rows: list[str] = []
+    with ResultWriter(out, environment(), grid, reproduce, append=append) as writer, Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
         console=console, transient=False,
     ) as progress:
-        task = progress.add_task("starting", total=total)
+        task = progress.add_task("starting", total=total, completed=completed)
 
         def on_case(row):
             progress.update(task, advance=1, description=describe(row))
+            tally[row["status"]] += 1
             if row["status"] == "error":
                 progress.console.print(f"[red]error[/] {row['impl']} {row['device']} {where(row)}: {row['error']}")
+            if row.get("noisy"):
+                text = (f"{row['impl']} {row['device']} {row.get('timer', '')} {where(row)}: IQR {row['rel_spread']:.0%} of "
+                        f"the median" + (f" after {row['attempts']} timings" if (row.get("attempts") or 1) > 1 else ""))
+                noisy_rows.append(text)
+                progress.console.print(f"[yellow]noisy[/] {text}")
 
         try:
-            return run(writer.write, on_case)
+            counts = run(writer.write, on_case)
         except KeyboardInterrupt:
             progress.stop()
-            console.print(f"[yellow]interrupted[/]: {writer.rows_written} of {total} rows are in {out}")
+            console.print(f"[yellow]interrupted[/]: {writer.rows_written} of {total} rows are in {out} "
+                          f"(this run: {tally['ok']} ok, {tally['error']} error, {tally['skipped']} skipped"
+                          + (f"; {completed} were there before" if append else "") + ")")
+            if resume_command:
+                console.print(f"resume with: {resume_command}", soft_wrap=True)
             raise SystemExit(130)
+    return counts | {"noisy_rows": noisy_rows}
 
 
-def reproduce_command(grid: Grid, out: Path) -> str:
+def reproduce_command(grid: Grid, out: Path, resume: bool = False) -> str:
     """The sweep command that reproduces this grid, every default spelled out."""
     args = ["nmsbench", "sweep", "--n", ",".join(map(str, grid.ns)), "--impl", ",".join(grid.impls),
             "--device", ",".join(grid.devices), "--dtype", ",".join(grid.dtypes),
@@ -280,13 +385,19 @@ def reproduce_command(grid: Grid, out: Path) -> str:
         args += ["--file", str(grid.file)]
     if grid.recordings:
         args += ["--recording", ",".join(grid.recordings)]
-    return shlex.join(args + ["--out", str(out)])
+    if grid.case_timeout:
+        args += ["--case-timeout", str(grid.case_timeout)]
+    if grid.repeat_noisy:
+        args += ["--repeat-noisy", str(grid.repeat_noisy)]
+    return shlex.join(args + ["--resume" if resume else "--out", str(out)])
 
 
 def _print_summary(out: Path, counts: dict) -> None:
     import pandas as pd
 
-    frame = pd.read_csv(out)
+    from .results import read_results
+
+    frame = read_results(out)
     ok = frame[frame.status == "ok"]
     for (scenario, device, timer), group in ok.groupby(["scenario", "device", "timer"], sort=False):
         pivot = group.pivot_table(index="impl", columns="n", values="median_us", aggfunc="median")
@@ -297,9 +408,19 @@ def _print_summary(out: Path, counts: dict) -> None:
         for impl, values in pivot.iterrows():
             table.add_row(str(impl), *("" if pd.isna(v) else f"{v:,.1f}" for v in values))
         console.print(table)
+    written = counts["ok"] + counts["error"] + counts["skipped"]
+    noisy = counts.get("noisy_rows", [])
+    if noisy:
+        console.print(f"[yellow]warning[/]: {len(noisy)} row(s) above {NOISY_SPREAD:.0%} spread (IQR / median); their "
+                      "times are less certain (a busy machine? try --repeat-noisy K or a longer --min-run-time):")
+        for text in noisy[:20]:
+            console.print(f"  {text}")
+        if len(noisy) > 20:
+            console.print(f"  ... and {len(noisy) - 20} more (the noisy column marks them)")
     console.print(
-        f"wrote {len(frame)} rows to {out}: {counts['ok']} ok, {counts['error']} error, "
-        f"{counts['skipped']} skipped, {counts['noisy']} noisy (IQR > 10% of median)"
+        f"wrote {written} rows to {out}" + (f" (now {len(frame)} rows)" if len(frame) != written else "")
+        + f": {counts['ok']} ok, {counts['error']} error, "
+        f"{counts['skipped']} skipped, {counts['noisy']} noisy (IQR > {NOISY_SPREAD:.0%} of median)"
     )
 
 

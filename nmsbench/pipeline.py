@@ -141,6 +141,12 @@ def validate_raw(raw) -> None:
     if bad.any():
         b, r, c = np.argwhere(bad)[0]
         raise ValueError(f"raw detector output contains NaN or Inf (first at image {b}, row {r}, column {c}: {array[b, r, c]})")
+    if array.dtype.itemsize > 4:  # the pipelines compute in float32
+        bad = np.abs(array) > np.finfo(np.float32).max
+        if bad.any():
+            b, r, c = np.argwhere(bad)[0]
+            raise ValueError(f"raw detector output overflows float32, the pipelines' dtype (first at image {b}, row {r}, "
+                             f"column {c}: {array[b, r, c]})")
     bad = array[:, :, 2:4] < 0
     if bad.any():
         b, r, c = np.argwhere(bad)[0]
@@ -433,7 +439,11 @@ def run_pipeline(name: str, raw, config: PipelineConfig | None = None, device: s
     ``raw`` is ``[B, R, 5 + C]`` (a single image's ``[R, 5 + C]`` is taken as B = 1).
     Returns one :class:`Detections` per image, by descending score.
     """
-    config = config or PipelineConfig()
+    config = PipelineConfig() if config is None else config
+    if not isinstance(config, PipelineConfig):
+        raise ValueError(f"config must be a PipelineConfig, got {type(config).__name__}")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be cpu or cuda, got {device!r}")
     if isinstance(raw, (np.ndarray, torch.Tensor)) and raw.ndim == 2:
         raw = raw[None]
     validate_raw(raw)

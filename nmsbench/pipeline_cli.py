@@ -46,7 +46,7 @@ def _positive_ints(text: str, what: str) -> list[int]:
 @click.option("--max-candidates", default=4096, show_default=True, type=click.IntRange(min=1),
               help="The torch front end's fixed candidate buffer per image (the seed's MAX_FILTERED); more candidates is an error row, never a silent drop.")
 @click.option("--recording", "recordings", multiple=True, help="Real source: recordings with raw rows to cycle through (default: all of them).")
-@click.option("--seed", default=0, show_default=True, help="Seed of the synthetic source.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed of the synthetic source.")
 @click.option("--stage", "stages", multiple=True, default=STAGES, show_default=True, help="Stages to time: decode, nms, total.")
 @click.option("--timer", "timers", multiple=True, default=TIMERS, show_default=True, help="wall and/or device (CUDA events; cuda rows only).")
 @click.option("--min-run-time", default=0.2, show_default=True, type=click.FloatRange(min=0.001), help="Seconds of timing per row.")
@@ -83,6 +83,7 @@ def pipeline_command(batches, devices, sources, names, confs, iou, max_det, max_
         _console().print(table)
         return
     batch_list = _positive_ints(batches, "--batch")
+    _check_fits(max(batch_list), max_candidates)
     device_list = _split(devices)
     bad = [d for d in device_list if d not in ("cpu", "cuda")]
     if bad:
@@ -131,6 +132,20 @@ def pipeline_command(batches, devices, sources, names, confs, iou, max_det, max_
         where=lambda row: f"{row['scenario']} B={row['batch']} conf={row['overlap']}",
     )
     _print_pipeline_summary(out, counts)
+
+
+def _check_fits(batch: int, max_candidates: int) -> None:
+    """Refuse, before anything is allocated, a batch whose input and candidate buffer cannot fit in memory."""
+    from .datasets import available_memory, synthetic_raw
+
+    # raw float32 rows, held about four times (generated, host copy, tensor, decode temporaries),
+    # plus the candidate buffer (box, score, label, row: ~64 bytes per slot, again with copies)
+    need = batch * (synthetic_raw.ROWS * (5 + synthetic_raw.NUM_CLASSES) * 4 * 4 + max_candidates * 64)
+    have = available_memory()
+    if have is not None and need > have:
+        raise click.BadParameter(f"a batch of {batch:,} images with {max_candidates:,} candidate slots each needs about "
+                                 f"{need / 2**30:,.1f} GiB; this machine has {have / 2**30:,.1f} GiB available",
+                                 param_hint="--batch/--max-candidates")
 
 
 def reproduce_pipeline_command(grid: PipelineGrid, out: Path) -> str:

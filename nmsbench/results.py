@@ -1,9 +1,14 @@
 """The results schema, the run's environment, and the CSV writer.
 
 One tidy row per case (implementation x device x dtype x timer x scenario x overlap x n
-x iou_threshold), written and flushed as soon as the case finishes. The environment is
-repeated in every row, so concatenated CSVs stay self-describing, and also written to a
-sidecar ``<name>.json`` together with the command that reproduces the run.
+x iou_threshold), written as soon as the case finishes. The environment is repeated in
+every row, so concatenated CSVs stay self-describing, and also written to a sidecar
+``<name>.json`` together with the command that reproduces the run.
+
+Crash safety: each row is one physical line (newlines inside values become spaces),
+written with a single unbuffered ``write`` system call, so a killed run leaves at worst
+one partial last line, never a broken row in the middle. Readers (``read_results``,
+``open_for_resume``) drop such a partial last line with a warning.
 """
 
 from __future__ import annotations
@@ -11,17 +16,20 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import importlib.metadata
+import io
 import json
+import math
 import os
 import platform
 import shlex
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import torch
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 CASE_COLUMNS = [
     "impl", "family", "device", "dtype", "timer", "scenario", "overlap", "classes", "n",
@@ -38,16 +46,50 @@ MEASURE_COLUMNS = [
     # schema 2, pipeline rows: candidates that passed the confidence filter (whole batch),
     # and common detections whose box, score or label differ from the reference pipeline's
     "candidates", "mismatched",
+    # schema 3: timings taken for the row (1, plus re-timings of a noisy measurement with
+    # `sweep --repeat-noisy`; the least noisy is kept)
+    "attempts",
 ]
 # columns a schema-1 file lacks, and their value for its rows (all of which are sweeps)
 ADDED_IN_SCHEMA_2 = ("benchmark", "image", "input_size", "n_cap", "batch", "stage", "candidates", "mismatched")
 SCHEMA_1_DEFAULTS = {"benchmark": "nms"}
+ADDED_IN_SCHEMA_3 = ("attempts",)
 ENV_COLUMNS = [
     "machine", "cpu", "gpu", "driver", "cuda", "torch", "torchvision", "cupy", "numba",
     "nmsbench", "git_commit", "python", "timestamp",
 ]
 COLUMNS = ["schema_version", *CASE_COLUMNS, *MEASURE_COLUMNS, *ENV_COLUMNS]
 STATUSES = ("ok", "error", "skipped")
+# What identifies a case: a resumed sweep runs the cases whose key is not in the file yet.
+# Recorded scenarios (real) give the N they used in ``n`` and the requested cap in ``n_cap``;
+# pipelines add batch and stage. Measurement settings (threads, --min-run-time) and the
+# environment are not part of it: `sweep --resume` checks those separately.
+KEY_COLUMNS = ("benchmark", "impl", "device", "dtype", "timer", "scenario", "image", "input_size", "overlap",
+               "classes", "n", "n_cap", "iou_threshold", "seed", "params", "batch", "stage")
+# a file is resumed only on the machine that wrote it
+MACHINE_COLUMNS = ("machine", "cpu", "gpu")
+
+
+class PartialRowWarning(UserWarning):
+    """A results file ends in a partial row (a run was killed while writing it)."""
+
+
+def _key_value(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, bool):
+        return str(value)
+    text = str(value).strip()
+    try:
+        return repr(float(text)) if text else ""
+    except ValueError:
+        return text
+
+
+def case_key(row) -> tuple:
+    """The case a row measures (``KEY_COLUMNS``), normalized so that a row dict from the
+    runner and the same row read back from the CSV (as text) give equal keys."""
+    return tuple(_key_value(row.get(column, "")) for column in KEY_COLUMNS)
 
 
 def _version(*distributions: str) -> str:
@@ -121,33 +163,48 @@ def sidecar_path(csv_path: Path) -> Path:
 
 
 class ResultWriter:
-    """Writes rows to a CSV as they come (flushed each time) plus the sidecar JSON."""
+    """Writes rows to a CSV as they come, one ``write`` system call per row, plus the
+    sidecar JSON. ``append=True`` adds rows to an existing results file (``sweep
+    --resume``; check it first with :func:`open_for_resume`) and notes the command in its
+    sidecar instead of writing a new header and sidecar."""
 
-    def __init__(self, path: Path, env: dict, grid: dict, command: str = ""):
+    def __init__(self, path: Path, env: dict, grid: dict, command: str = "", *, append: bool = False):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.env = env
         self.rows_written = 0
-        self._file = open(self.path, "w", newline="")
-        self._csv = csv.DictWriter(self._file, fieldnames=COLUMNS)
-        self._csv.writeheader()
-        self._file.flush()
+        command = command or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
+        # unbuffered: each row reaches the file in the one write() that carries it
+        self._file = open(self.path, "ab" if append else "wb", buffering=0)
+        if append:
+            _note_resume(sidecar_path(self.path), command, env)
+            return
+        self._write_line(COLUMNS)
         meta = {
             "schema_version": SCHEMA_VERSION,
-            "command": command or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+            "command": command,
             "grid": grid,
             "environment": env,
             "columns": COLUMNS,
         }
         sidecar_path(self.path).write_text(json.dumps(meta, indent=2, default=str) + "\n")
 
+    def _write_line(self, values: list) -> None:
+        text = io.StringIO()
+        csv.writer(text).writerow(values)
+        data = memoryview(text.getvalue().encode())
+        while data:  # a regular file takes it whole; loop in case of a short write
+            data = data[self._file.write(data):]
+
     def write(self, row: dict) -> None:
         unknown = set(row) - set(COLUMNS)
         if unknown:
             raise ValueError(f"row has columns outside the schema: {sorted(unknown)}")
         full = {"schema_version": SCHEMA_VERSION, **self.env, **row}
-        self._csv.writerow({k: full.get(k, "") for k in COLUMNS})
-        self._file.flush()
+        values = [full.get(k, "") for k in COLUMNS]
+        # one row, one line: a partial last line is then the only damage a kill can do
+        values = [" ".join(v.splitlines()) if isinstance(v, str) else v for v in values]
+        self._write_line(values)
         self.rows_written += 1
 
     def close(self) -> None:
@@ -160,6 +217,77 @@ class ResultWriter:
         self.close()
 
 
+def _note_resume(sidecar: Path, command: str, env: dict) -> None:
+    """Record a resumed run's command in the sidecar (left alone if it cannot be read)."""
+    try:
+        meta = json.loads(sidecar.read_text())
+    except (OSError, ValueError):
+        return
+    if isinstance(meta, dict):
+        meta.setdefault("resumed", []).append({"command": command, "git_commit": env.get("git_commit", ""),
+                                               "timestamp": env.get("timestamp", "")})
+        sidecar.write_text(json.dumps(meta, indent=2, default=str) + "\n")
+
+
+def _complete_lines(data: bytes, name: str) -> bytes:
+    """``data`` without a partial last line (one that lacks its newline), with a warning."""
+    cut = data.rfind(b"\n") + 1
+    if not data or cut == len(data) or cut == 0:  # complete, or not even a header line: the parser judges it
+        return data
+    warnings.warn(f"{name}: dropped a partial last row ({len(data) - cut} bytes without a line end; "
+                  "a run was stopped while writing it)", PartialRowWarning, stacklevel=3)
+    return data[:cut]
+
+
+def open_for_resume(path, env: dict, benchmark: str = "nms") -> set:
+    """Check that ``path`` can take more rows of this run and return the keys
+    (:func:`case_key`) of the cases it holds. A partial last line is cut off the file
+    (with a warning). Raises ``ValueError`` when the file is not a results file of this
+    schema, holds other benchmarks' rows, or was written on another machine."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path}: {'is not a file' if path.exists() else 'no such file'}; --resume continues an existing results CSV")
+    data = path.read_bytes()
+    complete = _complete_lines(data, str(path))
+    if len(complete) != len(data):
+        with open(path, "r+b") as f:
+            f.truncate(len(complete))
+    header = next(csv.reader(io.StringIO(complete.split(b"\n", 1)[0].decode("utf-8", "replace"))), [])
+    if header != COLUMNS:
+        missing = [c for c in COLUMNS if c not in header]
+        extra = [c for c in header if c not in COLUMNS]
+        detail = (f"missing {', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}" if missing else "") + \
+                 ("; " if missing and extra else "") + (f"extra {', '.join(extra[:8])}" if extra else "")
+        raise ValueError(f"{path}: its header is not this nmsbench's results schema {SCHEMA_VERSION} "
+                         f"({detail or 'same columns, another order'}); resume only into a file written by "
+                         "`nmsbench sweep` of this version, or write a new --out")
+    frame = pd.read_csv(io.BytesIO(complete), dtype=str, keep_default_na=False)
+    versions = sorted(set(frame["schema_version"]) - {str(SCHEMA_VERSION)})
+    if versions:
+        raise ValueError(f"{path}: has rows of schema version {', '.join(versions)}, not {SCHEMA_VERSION}; write a new --out")
+    others = sorted(set(frame["benchmark"]) - {benchmark})
+    if others:
+        raise ValueError(f"{path}: holds {', '.join(others)} rows; only `nmsbench sweep` ({benchmark}) files can be resumed "
+                         "by sweep")
+    recorded = {c: sorted(set(frame[c])) for c in MACHINE_COLUMNS}
+    if frame.empty:  # header only: the sidecar names the machine
+        try:
+            meta = json.loads(sidecar_path(path).read_text())
+            recorded = {c: [str(meta["environment"].get(c, ""))] for c in MACHINE_COLUMNS}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            recorded = {}
+    for column, values in recorded.items():
+        if values != [str(env.get(column, ""))]:
+            raise ValueError(f"{path}: was written on another machine ({column}: {', '.join(map(repr, values))}; here: "
+                             f"{env.get(column, '')!r}); resume on that machine, or write a new --out here")
+    keys = [case_key(row) for row in frame.to_dict("records")]
+    if len(set(keys)) != len(keys):
+        warnings.warn(f"{path}: already holds {len(keys) - len(set(keys))} repeated case(s)", stacklevel=2)
+    return set(keys)
+
+
 # read as text: a CUDA version "12.10" is not the number 12.1
 TEXT_COLUMNS = ["params", "error", "benchmark", "image", "stage", *ENV_COLUMNS]
 
@@ -168,13 +296,17 @@ def read_results(path, name: str | None = None) -> "pandas.DataFrame":
     """Load a results CSV (a path or a file-like object), or raise ValueError naming what
     makes it not one; ``name`` is what messages call it (default: ``path``).
 
-    Older files (schema 1) gain the columns added since, empty (``benchmark`` = "nms").
+    Older files (schema 1, 2) gain the columns added since, empty (``benchmark`` = "nms").
+    A partial last line (a run killed while writing it) is dropped with a
+    :class:`PartialRowWarning`.
     """
     import pandas as pd
 
     name = name or str(path)
     try:
-        frame = pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS})
+        data = path.read() if hasattr(path, "read") else Path(path).read_bytes()
+        data = _complete_lines(data.encode() if isinstance(data, str) else data, name)
+        frame = pd.read_csv(io.BytesIO(data), dtype={c: str for c in TEXT_COLUMNS})
     except (OSError, ValueError, pd.errors.ParserError) as e:
         raise ValueError(f"{name}: not a readable CSV ({' '.join(str(e).split())})") from None
     required = ("schema_version", *(c for c in CASE_COLUMNS if c not in ADDED_IN_SCHEMA_2), "status", "median_us")

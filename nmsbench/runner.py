@@ -10,8 +10,11 @@ unsupported cell a skipped row; the sweep goes on.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import signal
+import threading
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional
 
@@ -22,6 +25,7 @@ from .agreement import compare_keep
 from .boxes import BoxSet, validate_nms_inputs
 from .overlap import realized_overlap
 from .registry import Implementation, get
+from .results import case_key
 from .timing import DEFAULT_TIMERS, Timing, capture_graph, time_device, time_graph, time_wall
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16}
@@ -47,6 +51,8 @@ class Grid:
     threads: int = 1
     file: Optional[str] = None
     recordings: Optional[list[str]] = None  # for the real scenario; None: its default recording
+    case_timeout: Optional[float] = None  # seconds per case (see case_deadline); None: no limit
+    repeat_noisy: int = 0  # re-time a noisy measurement up to this many times, keep the least noisy
 
     def overlaps_for(self, scenario: str) -> list[float]:
         return list(self.overlaps) if self.overlaps else [datasets.SCENARIOS[scenario].default_overlap]
@@ -74,6 +80,51 @@ def _resolve_params(impl: Implementation, given: dict) -> tuple[dict, Optional[s
         return impl.resolve_params(taken), None
     except ValueError as exc:
         return taken, _error_text(exc)
+
+
+class CaseTimeout(Exception):
+    """A case ran past ``Grid.case_timeout``."""
+
+
+@contextlib.contextmanager
+def case_deadline(seconds: Optional[float]):
+    """Raise :class:`CaseTimeout` in the body once ``seconds`` have passed (None: no limit).
+
+    SIGALRM (``signal.setitimer``) in the main thread: the exception is raised the next
+    time the interpreter runs Python bytecode, which stops a case that hangs or loops in
+    Python (and between native calls: torch ops, timer loops). A single native call that
+    never returns (a numba ``nopython`` loop, a deadlocked CUDA kernel waited on) does not
+    see the signal and cannot be stopped this way; one that returns late is stopped when it
+    returns. Stop such a sweep (Ctrl-C, or kill it) and ``--resume`` it without the
+    implementation that hangs. After a stopped CUDA case, kernels it queued may still run.
+    POSIX only, main thread only.
+    """
+    if not seconds:
+        yield
+        return
+
+    def alarm(signum, frame):
+        raise CaseTimeout(f"stopped after the case timeout of {seconds:g} s (--case-timeout)")
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def check_case_timeout(seconds: Optional[float]) -> None:
+    """A ValueError where ``case_deadline`` cannot work (checked before a sweep starts)."""
+    if seconds is None:
+        return
+    if not seconds > 0:
+        raise ValueError(f"the case timeout must be a positive number of seconds, got {seconds!r}")
+    if not hasattr(signal, "setitimer"):
+        raise ValueError("a case timeout needs SIGALRM (POSIX); this platform has none")
+    if threading.current_thread() is not threading.main_thread():
+        raise ValueError("a case timeout works in the main thread only (it uses SIGALRM)")
 
 
 def _error_text(exc: BaseException) -> str:
@@ -116,19 +167,16 @@ def _measure(impl, backend, data: BoxSet, iou: float, params: dict, timers: list
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated(device) - before
     agreement = compare_keep(result.keep.cpu(), ref_keep)
-    timings: dict[str, Timing] = {}
+    timings: dict[str, tuple[Timing, int]] = {}
     for timer in timers:
-        if timer == "wall":
-            timings[timer] = time_wall(op, min_run_time=grid.min_run_time, threads=grid.threads)
-        elif timer == "graph":
-            timings[timer] = _time_graph(backend, data, iou, params, result, grid)
-        else:
-            timings[timer] = time_device(op, min_run_time=grid.min_run_time)
+        timed = _captured_graph(backend, data, iou, params, result) if timer == "graph" else op
+        timings[timer] = _least_noisy(timed, timer, grid)
     return agreement, timings, peak
 
 
-def _time_graph(backend, data: BoxSet, iou: float, params: dict, eager, grid: Grid) -> Timing:
-    """Capture the padded op once, check that a replay gives the eager output, time replays."""
+def _captured_graph(backend, data: BoxSet, iou: float, params: dict, eager):
+    """The padded op captured once in a CUDA graph, after checking that a replay gives the
+    eager call's output (the graph timer times exactly this graph's replays)."""
     graph, padded = capture_graph(
         lambda: backend.fn(data.boxes, data.scores, iou_threshold=iou, labels=data.labels, padded=True, **params))
     graph.replay()
@@ -137,7 +185,27 @@ def _time_graph(backend, data: BoxSet, iou: float, params: dict, eager, grid: Gr
         eager.scores is None or (replayed.scores is not None and torch.equal(replayed.scores, eager.scores)))
     if not same:
         raise RuntimeError("the CUDA graph replay's output differs from the eager call's")
-    return time_graph(graph, min_run_time=grid.min_run_time, threads=grid.threads)
+    return graph
+
+
+def _least_noisy(op, timer: str, grid: Grid) -> tuple[Timing, int]:
+    """(timing, attempts): ``op`` timed once, and again while the kept timing is noisy, up
+    to ``grid.repeat_noisy`` more times; the one with the lowest relative spread is kept
+    (the first of equals), so the row may still be noisy after every attempt. For the
+    graph timer ``op`` is the captured graph."""
+    def measure() -> Timing:
+        if timer == "wall":
+            return time_wall(op, min_run_time=grid.min_run_time, threads=grid.threads)
+        if timer == "graph":
+            return time_graph(op, min_run_time=grid.min_run_time, threads=grid.threads)
+        return time_device(op, min_run_time=grid.min_run_time)
+
+    best, attempts = measure(), 1
+    while best.noisy and attempts <= grid.repeat_noisy:
+        timing, attempts = measure(), attempts + 1
+        if timing.rel_spread < best.rel_spread:
+            best = timing
+    return best, attempts
 
 
 def use_threads(threads: int) -> None:
@@ -165,12 +233,18 @@ def row_emitter(write: Callable[[dict], None], on_case: Callable[[dict], None]):
     return emit, counts
 
 
-def run_sweep(grid: Grid, write: Callable[[dict], None], on_case: Callable[[dict], None] = lambda row: None) -> dict:
-    """Run every case of ``grid``; ``write`` gets each row as soon as it exists."""
+def run_sweep(grid: Grid, write: Callable[[dict], None], on_case: Callable[[dict], None] = lambda row: None,
+              done: frozenset | set = frozenset()) -> dict:
+    """Run every case of ``grid``; ``write`` gets each row as soon as it exists. Rows whose
+    :func:`~nmsbench.results.case_key` is in ``done`` (already written) are not run again."""
+    check_case_timeout(grid.case_timeout)
     use_threads(grid.threads)
     impls = [get(name) for name in grid.impls]
     params_by_impl = {impl.name: _resolve_params(impl, grid.params) for impl in impls}
     emit, counts = row_emitter(write, on_case)
+
+    def pending(rows: list[dict]) -> list[dict]:
+        return [row for row in rows if case_key(row) not in done]
 
     seen: dict = {}  # real scenario: (recording, knob, N) -> the n cap that ran that box set
     for scenario, n in itertools.product(grid.scenarios, grid.ns):
@@ -187,18 +261,24 @@ def run_sweep(grid: Grid, write: Callable[[dict], None], on_case: Callable[[dict
                 if recorded:  # when fewer boxes pass than the cap allows, a larger cap gives the same set
                     duplicate = seen.setdefault((scenario, recording, overlap, len(box_set)), n)
                     duplicate = None if duplicate == n else duplicate
-                if duplicate is None:
-                    base["mean_max_iou"] = realized_overlap(box_set.boxes, box_set.scores, box_set.labels)["mean_max_iou"]
+                cases = [(device, dtype_name, iou, impl,
+                          pending(_case_rows(impl, device, dtype_name, iou, grid, base, params_by_impl[impl.name][0])))
+                         for device, dtype_name, iou, impl in itertools.product(grid.devices, grid.dtypes, grid.ious, impls)]
+                cases = [case for case in cases if case[-1]]
+                if duplicate is None and cases:
+                    mean_max_iou = realized_overlap(box_set.boxes, box_set.scores, box_set.labels)["mean_max_iou"]
+                    for row in itertools.chain.from_iterable(case[-1] for case in cases):
+                        row["mean_max_iou"] = mean_max_iou
             except Exception as exc:  # e.g. a file with fewer than n boxes: this set's cases become error rows
                 message = f"generating {scenario}: {_error_text(exc)}"
                 for device, dtype_name, iou, impl in itertools.product(grid.devices, grid.dtypes, grid.ious, impls):
-                    for row in _case_rows(impl, device, dtype_name, iou, grid, base, params_by_impl[impl.name][0]):
+                    for row in pending(_case_rows(impl, device, dtype_name, iou, grid, base, params_by_impl[impl.name][0])):
                         emit(row | {"status": "error", "error": message})
                 continue
             if duplicate is not None:  # recorded, not re-timed: the same N boxes ran under the smaller cap
                 message = (f"same box set as n_cap={duplicate}: only {len(box_set)} candidates have score >= {overlap:g}")
-                for device, dtype_name, iou, impl in itertools.product(grid.devices, grid.dtypes, grid.ious, impls):
-                    for row in _case_rows(impl, device, dtype_name, iou, grid, base, params_by_impl[impl.name][0]):
+                for *_, rows in cases:
+                    for row in rows:
                         emit(row | {"status": "skipped", "error": message})
                 continue
             references: dict = {}  # (dtype, iou) -> reference keep, computed once per box set
@@ -208,9 +288,8 @@ def run_sweep(grid: Grid, write: Callable[[dict], None], on_case: Callable[[dict
                     references[dtype_name, iou] = _reference(box_set.to("cpu", DTYPES[dtype_name]), iou)
                 return references[dtype_name, iou]
 
-            for device, dtype_name, iou, impl in itertools.product(grid.devices, grid.dtypes, grid.ious, impls):
+            for device, dtype_name, iou, impl, rows in cases:
                 impl_params, params_error = params_by_impl[impl.name]
-                rows = _case_rows(impl, device, dtype_name, iou, grid, base, impl_params)
                 for row in _run_case(impl, device, dtype_name, iou, grid, box_set, rows, reference, impl_params, params_error):
                     emit(row)
     return counts
@@ -255,18 +334,19 @@ def _run_case(impl, device, dtype_name, iou, grid, box_set: BoxSet, rows: list[d
         if not rows:
             return
     try:
-        data = box_set.to(device, DTYPES[dtype_name])
-        validate_nms_inputs(data.boxes, data.scores, data.labels)  # once, outside the timed calls
-        ref_keep = reference(dtype_name, iou)
-        agreement, timings, peak = _measure(impl, backend, data, iou, params, [r["timer"] for r in rows], grid, ref_keep)
+        with case_deadline(grid.case_timeout):
+            data = box_set.to(device, DTYPES[dtype_name])
+            validate_nms_inputs(data.boxes, data.scores, data.labels)  # once, outside the timed calls
+            ref_keep = reference(dtype_name, iou)
+            agreement, timings, peak = _measure(impl, backend, data, iou, params, [r["timer"] for r in rows], grid, ref_keep)
     except Exception as exc:
         yield from error_rows(rows, exc)
         return
     n = len(box_set)
     suppressed = {"greedy_suppressed_frac": 1 - agreement["ref_kept"] / n if n else 0.0}
     for row in rows:
-        t = timings[row["timer"]]
+        t, attempts = timings[row["timer"]]
         yield row | agreement | suppressed | {
             "status": "ok", "error": "", "median_us": t.median_us, "iqr_us": t.iqr_us, "runs": t.runs,
-            "rel_spread": t.rel_spread, "noisy": t.noisy, "peak_mem_bytes": peak,
+            "rel_spread": t.rel_spread, "noisy": t.noisy, "peak_mem_bytes": peak, "attempts": attempts,
         }

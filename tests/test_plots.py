@@ -13,7 +13,7 @@ go = pytest.importorskip("plotly.graph_objects", reason="figures need plotly (a 
 
 from dash_support import COMMITTED, CPU_CSV, CUDA_CSV, SAMPLES, cpu_results, pipeline_results  # noqa: F401  (fixtures)
 from nmsbench import differences, plots, tables
-from nmsbench.results import COLUMNS
+from nmsbench.results import COLUMNS, SCHEMA_VERSION
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +71,8 @@ def test_every_committed_run_loads_and_draws():
 
 
 def test_schema_2_sweeps_and_pipeline_rows_stay_apart(cpu_results, pipeline_results):
-    frame = tables.load_results([CPU_CSV, cpu_results, pipeline_results])  # schema 1 and 2 together
-    assert set(frame["benchmark"]) == {"nms", "pipeline"} and set(frame["schema_version"]) == {1, 2}
+    frame = tables.load_results([CPU_CSV, cpu_results, pipeline_results])  # schema 1 and this version's together
+    assert set(frame["benchmark"]) == {"nms", "pipeline"} and set(frame["schema_version"]) == {1, SCHEMA_VERSION}
     sweeps = tables.select(frame, benchmark=["nms"], scenario=["chain"])
     assert {t.meta["impl"] for t in lines(plots.time_vs_n(sweeps))} == set(tables.ok_rows(sweeps)["impl"])
     pipes = tables.select(frame, benchmark=["pipeline"])

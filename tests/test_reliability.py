@@ -1,0 +1,400 @@
+"""Reliability of sweeps: rows survive kills, --resume completes a sweep without
+repeating a row, Ctrl-C stops cleanly, hanging and out-of-memory cases become error rows,
+noisy measurements are re-timed, and the timed call is the call whose output was checked."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from click.testing import CliRunner
+
+import nmsbench.runner as runner
+from nmsbench import NMSResult, register
+from nmsbench.cli import main
+from nmsbench.registry import unregister
+from nmsbench.results import (COLUMNS, KEY_COLUMNS, PartialRowWarning, ResultWriter, case_key, environment,
+                              open_for_resume, read_results)
+from nmsbench.timing import Timing
+
+TESTS = Path(__file__).resolve().parent
+
+SLOW_GRID = ["sweep", "--impl", "test_slow", "--scenario", "uniform", "--n", "2,4,8,16,32,64,128,256",
+             "--min-run-time", "0.01", "--threads", "1"]
+
+
+def cli_command(*args: str) -> list[str]:
+    """``nmsbench ARGS`` in a child Python with reliability_plugin's implementations registered."""
+    code = (f"import sys; sys.path.insert(0, {str(TESTS)!r}); import reliability_plugin; "
+            "from nmsbench.cli import main; main()")
+    return [sys.executable, "-c", code, *args]
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def data_rows(path) -> int:
+    """Complete data lines in a results CSV (what a reader sees while it is written)."""
+    try:
+        return max(path.read_bytes().count(b"\n") - 1, 0)
+    except FileNotFoundError:
+        return 0
+
+
+def start_and_wait(args, out, rows: int, env=None, timeout: float = 120) -> subprocess.Popen:
+    """A sweep in a child process, returned once ``out`` holds at least ``rows`` rows."""
+    child = subprocess.Popen(cli_command(*args), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + timeout
+    while data_rows(out) < rows:
+        if child.poll() is not None:
+            pytest.fail(f"the sweep ended early ({child.returncode}): {child.stderr.read()[-2000:]}")
+        if time.monotonic() > deadline:
+            child.kill()
+            pytest.fail(f"no {rows} rows in {out} after {timeout} s")
+        time.sleep(0.05)
+    return child
+
+
+def keys(frame: pd.DataFrame) -> list[tuple]:
+    return [case_key(row) for row in frame.astype(object).where(frame.notna(), "").to_dict("records")]
+
+
+# --------------------------------------------------------------------------- kill and resume
+
+
+def test_sigkill_halfway_then_resume_completes_without_duplicates(tmp_path):
+    out, log = tmp_path / "run.csv", tmp_path / "calls.txt"
+    env = os.environ | {"NMSBENCH_TEST_CALL_LOG": str(log)}
+    child = start_and_wait([*SLOW_GRID, "--out", str(out)], out, rows=3, env=env)
+    child.send_signal(signal.SIGKILL)
+    child.communicate(timeout=30)
+    killed = read_results(out)  # every written row parses
+    assert 3 <= len(killed) < 8 and set(killed.status) == {"ok"}
+    assert list(killed.n) == [2, 4, 8, 16, 32, 64, 128, 256][:len(killed)]
+    log.write_text("")
+
+    resumed = subprocess.run(cli_command(*SLOW_GRID, "--resume", str(out)), env=env, capture_output=True, text=True,
+                             timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"({len(killed)} already there)" in resumed.stderr
+    final = read_results(out)
+    assert sorted(final.n) == [2, 4, 8, 16, 32, 64, 128, 256] and set(final.status) == {"ok"}
+    assert len(set(keys(final))) == len(final) == 8
+    assert list(final.columns) == COLUMNS
+    # the resumed run called the implementation only for the missing cases
+    called = {int(n) for n in log.read_text().split()}
+    assert called == set(final.n) - set(killed.n)
+    meta = json.loads(out.with_suffix(".json").read_text())
+    assert meta["resumed"] and "--resume" in meta["resumed"][0]["command"]
+
+
+def test_sigint_stops_cleanly_with_a_summary_and_how_to_resume(tmp_path):
+    out = tmp_path / "run.csv"
+    child = start_and_wait([*SLOW_GRID, "--out", str(out)], out, rows=2)
+    child.send_signal(signal.SIGINT)
+    _, stderr = child.communicate(timeout=60)
+    assert child.returncode == 130, stderr[-2000:]
+    written = len(read_results(out))
+    assert f"interrupted: {written} of 8 rows are in {out}" in stderr
+    assert "Traceback" not in stderr
+    resume = stderr.split("resume with: ", 1)[1].split("\n", 1)[0].strip()
+    assert resume.startswith("nmsbench sweep") and resume.endswith(f"--resume {out}")
+    # the printed command completes the sweep
+    completed = subprocess.run(cli_command(*shlex.split(resume)[1:]), capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    final = read_results(out)
+    assert sorted(final.n) == [2, 4, 8, 16, 32, 64, 128, 256] and len(set(keys(final))) == 8
+
+
+def test_a_partial_last_line_is_dropped_on_load_and_cut_on_resume(tmp_path):
+    out = tmp_path / "run.csv"
+    args = ["sweep", "--impl", "torchvision", "--scenario", "uniform", "--n", "4,8,16", "--min-run-time", "0.01",
+            "--threads", "1"]
+    assert run(*args, "--out", str(out)).exit_code == 0
+    whole = out.read_bytes()
+    lines = whole.splitlines(keepends=True)
+    out.write_bytes(b"".join(lines[:-1]) + lines[-1][:40])  # a kill in the middle of the last row's write
+    with pytest.warns(PartialRowWarning, match="dropped a partial last row"):
+        frame = read_results(out)
+    assert list(frame.n) == [4, 8]
+    result = run(*args, "--resume", str(out))
+    assert result.exit_code == 0, result.output
+    assert "dropped a partial last row" in result.output
+    final = read_results(out)
+    assert list(final.n) == [4, 8, 16] and out.read_bytes().endswith(b"\n")
+
+
+def test_rows_are_single_lines_even_with_newlines_in_messages(tmp_path):
+    path = tmp_path / "r.csv"
+    with ResultWriter(path, {"machine": "m"}, {}) as writer:
+        writer.write({"impl": "a", "n": 1, "status": "error", "error": "line one\nline two\r\nthree"})
+        writer.write({"impl": "b", "n": 2, "status": "ok", "median_us": 1.0})
+    assert path.read_bytes().count(b"\n") == 3
+    assert read_results(path).error.iloc[0] == "line one line two three"
+
+
+def test_resume_refuses_another_schema_machine_or_measurement(tmp_path):
+    base = ["sweep", "--impl", "torchvision", "--scenario", "uniform", "--n", "4", "--min-run-time", "0.01",
+            "--threads", "1"]
+    good = tmp_path / "good.csv"
+    assert run(*base, "--out", str(good)).exit_code == 0
+
+    schema2 = tmp_path / "schema2.csv"  # a file written before the attempts column
+    frame = pd.read_csv(good).drop(columns="attempts")
+    frame.to_csv(schema2, index=False)
+    result = run(*base, "--resume", str(schema2))
+    assert result.exit_code == 2 and "not this nmsbench's results schema 3 (missing attempts)" in result.output
+
+    other = tmp_path / "other.csv"
+    frame = pd.read_csv(good)
+    frame["machine"] = "another-host"
+    frame.to_csv(other, index=False)
+    result = run(*base, "--resume", str(other))
+    assert result.exit_code == 2 and "written on another machine (machine: 'another-host'" in result.output
+
+    result = run(*[a if a != "0.01" else "0.02" for a in base], "--resume", str(good))
+    assert result.exit_code == 2 and "timed with --min-run-time 0.01" in result.output
+
+    result = run(*base, "--resume", str(tmp_path / "missing.csv"))
+    assert result.exit_code == 2 and "no such file" in result.output
+    result = run(*base, "--resume", str(good), "--force")
+    assert result.exit_code == 2 and "contradicts" in result.output
+    before = good.read_bytes()
+    assert run(*base, "--resume", str(good)).exit_code == 0  # nothing missing: nothing added
+    assert good.read_bytes() == before
+
+
+def test_open_for_resume_returns_the_keys_of_the_written_cases(tmp_path):
+    out = tmp_path / "run.csv"
+    assert run("sweep", "--impl", "torchvision,allpairs", "--scenario", "uniform", "--n", "4,8", "--min-run-time", "0.01",
+               "--out", str(out)).exit_code == 0
+    done = open_for_resume(out, environment())
+    assert len(done) == 4 and all(len(k) == len(KEY_COLUMNS) for k in done)
+    frame = read_results(out)
+    assert set(keys(frame)) == done
+
+
+def test_resume_runs_only_missing_rows_of_a_case(tmp_path, monkeypatch):
+    """A case with one of its timer rows written runs again for the other row only."""
+    rows = []
+    grid = runner.Grid(impls=["torchvision"], devices=["cpu"], dtypes=["float32"], scenarios=["uniform"], ns=[4, 8],
+                       ious=[0.5], min_run_time=0.01)
+    runner.run_sweep(grid, rows.append)
+    again = []
+    runner.run_sweep(grid, again.append, done={case_key(rows[0])})
+    assert [r["n"] for r in again] == [8]
+
+
+# --------------------------------------------------------------------------- hangs and OOM
+
+
+@pytest.fixture
+def hanging_impl():
+    @register(name="test_hangs", family="hard", devices=("cpu",), summary="loops forever in Python at n >= 8")
+    def hangs(boxes, scores, *, iou_threshold, labels=None):
+        while boxes.shape[0] >= 8:
+            pass
+        return NMSResult(torch.arange(boxes.shape[0]))
+
+    yield "test_hangs"
+    unregister("test_hangs")
+
+
+def test_case_timeout_turns_a_hang_into_an_error_row_and_the_sweep_goes_on(tmp_path, hanging_impl):
+    out = tmp_path / "run.csv"
+    start = time.monotonic()
+    result = run("sweep", "--impl", "test_hangs,torchvision", "--scenario", "uniform", "--n", "4,8,16",
+                 "--min-run-time", "0.01", "--case-timeout", "0.5", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert time.monotonic() - start < 60
+    frame = read_results(out).set_index(["impl", "n"])
+    assert frame.loc[("test_hangs", 4), "status"] == "ok"
+    for n in (8, 16):
+        assert frame.loc[("test_hangs", n), "status"] == "error"
+        assert "case timeout of 0.5 s (--case-timeout)" in frame.loc[("test_hangs", n), "error"]
+    assert (frame.loc["torchvision", "status"] == "ok").all()
+    assert "--case-timeout 0.5" in json.loads(out.with_suffix(".json").read_text())["command"]
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # no alarm left armed
+
+
+def test_case_timeout_is_refused_off_the_main_thread():
+    import threading
+
+    errors = []
+    grid = runner.Grid(impls=["torchvision"], devices=["cpu"], dtypes=["float32"], scenarios=["uniform"], ns=[4],
+                       ious=[0.5], min_run_time=0.01, case_timeout=1.0)
+    thread = threading.Thread(target=lambda: errors.append(pytest.raises(ValueError, runner.run_sweep, grid, [].append)))
+    thread.start()
+    thread.join()
+    assert "main thread" in str(errors[0].value)
+
+
+def test_cuda_out_of_memory_becomes_an_error_row_and_the_next_case_runs(monkeypatch):
+    emptied = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(1))
+
+    @register(name="test_cuda_oom", family="hard", devices=("cpu",), summary="raises CUDA OOM at n=16")
+    def oom(boxes, scores, *, iou_threshold, labels=None):
+        if boxes.shape[0] == 16:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 GiB")
+        return NMSResult(torch.arange(boxes.shape[0]))
+
+    rows = []
+    try:
+        grid = runner.Grid(impls=["test_cuda_oom"], devices=["cpu"], dtypes=["float32"], scenarios=["uniform"],
+                           ns=[8, 16, 32], ious=[0.5], min_run_time=0.01)
+        counts = runner.run_sweep(grid, rows.append)
+    finally:
+        unregister("test_cuda_oom")
+    assert [(r["n"], r["status"]) for r in rows] == [(8, "ok"), (16, "error"), (32, "ok")]
+    assert rows[1]["error"] == "OutOfMemoryError: CUDA out of memory. Tried to allocate 16.00 GiB"
+    assert emptied == [1] and counts["error"] == 1
+
+
+def test_n_beyond_memory_is_refused_up_front(tmp_path):
+    result = run("sweep", "--n", "1000000000000", "--scenario", "uniform", "--impl", "torchvision",
+                 "--out", str(tmp_path / "x.csv"))
+    assert result.exit_code == 2 and "boxes need about" in result.output and "GiB available" in result.output
+    assert not (tmp_path / "x.csv").exists()
+    from nmsbench import datasets
+
+    with pytest.raises(ValueError, match="n=1,000,000,000,000 boxes need about"):
+        datasets.generate("clustered", 10**12)
+
+
+# --------------------------------------------------------------------------- measurements
+
+
+@pytest.fixture
+def logged_impl():
+    """An implementation that logs the arguments of every call."""
+    calls = []
+
+    @register(name="test_logs_calls", family="hard", devices=("cpu",), summary="keeps every box, logs its calls")
+    def logs(boxes, scores, *, iou_threshold, labels=None):
+        calls.append((boxes.data_ptr(), scores.data_ptr(), boxes.dtype, iou_threshold, labels is None))
+        return NMSResult(torch.arange(boxes.shape[0]))
+
+    yield calls
+    unregister("test_logs_calls")
+
+
+def test_the_timed_callable_is_the_checked_one(monkeypatch, logged_impl):
+    """The warm-up call (whose output is compared with the reference) and every timed call
+    go through one callable with identical arguments; nothing else calls the backend."""
+    timed = []
+    real_time_wall = runner.time_wall
+
+    def spy(fn, **kwargs):
+        timed.append([fn, len(logged_impl)])
+        timing = real_time_wall(fn, **kwargs)
+        timed[-1].append(len(logged_impl))
+        return timing
+
+    monkeypatch.setattr(runner, "time_wall", spy)
+    checked = []
+    real_compare = runner.compare_keep
+    monkeypatch.setattr(runner, "compare_keep", lambda keep, ref: checked.append((len(logged_impl), keep)) or real_compare(keep, ref))
+    rows = []
+    grid = runner.Grid(impls=["test_logs_calls"], devices=["cpu"], dtypes=["float32"], scenarios=["uniform"], ns=[16],
+                       ious=[0.5], min_run_time=0.01, repeat_noisy=0)
+    runner.run_sweep(grid, rows.append)
+    assert len(rows) == 1 and rows[0]["kept"] == 16
+    assert checked == [(1, checked[0][1])]  # compared right after the first (warm-up) call
+    assert len(timed) == 1
+    fn, before, after = timed[0]
+    assert before == 1 and after == len(logged_impl) > 1  # every other call happened inside the timer
+    assert len(set(logged_impl)) == 1  # the timed calls got exactly the warm-up call's arguments
+    # and the timed callable is that call: calling it again reproduces the checked output
+    assert fn().keep.tolist() == list(range(16)) and len(set(logged_impl)) == 1
+
+
+def test_repeat_noisy_retimes_the_same_call_and_keeps_the_least_noisy(monkeypatch, logged_impl):
+    spreads = iter([0.5, 0.3, 0.4, 0.05, 0.01])  # noisy, noisier-than-kept..., then clean
+    fns = []
+
+    def fake_time_wall(fn, **kwargs):
+        fns.append(fn)
+        fn()
+        return Timing(median_us=100.0, iqr_us=100.0 * next(spreads), runs=10)
+
+    monkeypatch.setattr(runner, "time_wall", fake_time_wall)
+    rows = []
+    grid = runner.Grid(impls=["test_logs_calls"], devices=["cpu"], dtypes=["float32"], scenarios=["uniform"], ns=[8],
+                       ious=[0.5], min_run_time=0.01, repeat_noisy=5)
+    runner.run_sweep(grid, rows.append)
+    row = rows[0]
+    assert row["attempts"] == 4 and row["rel_spread"] == pytest.approx(0.05) and not row["noisy"]
+    assert len(set(map(id, fns))) == 1 and len(set(logged_impl)) == 1
+
+    spreads = iter([0.5, 0.3, 0.4])
+    rows.clear()
+    runner.run_sweep(runner.Grid(**grid.__dict__ | {"repeat_noisy": 2}), rows.append)
+    assert rows[0]["attempts"] == 3 and rows[0]["rel_spread"] == pytest.approx(0.3) and rows[0]["noisy"]
+
+
+def test_noisy_rows_are_warned_about_and_listed_in_the_summary(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "time_wall", lambda fn, **kw: Timing(median_us=10.0, iqr_us=5.0, runs=10))
+    out = tmp_path / "run.csv"
+    result = run("sweep", "--impl", "torchvision", "--scenario", "uniform", "--n", "4,8", "--min-run-time", "0.01",
+                 "--repeat-noisy", "2", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert result.output.count("noisy torchvision cpu wall uniform n=") == 2
+    assert "IQR 50% of the median after 3 timings" in result.output
+    assert "warning: 2 row(s) above 10% spread" in result.output and "2 noisy" in result.output
+    frame = read_results(out)
+    assert list(frame.attempts) == [3, 3] and frame.noisy.all()
+    assert "--repeat-noisy 2" in json.loads(out.with_suffix(".json").read_text())["command"]
+
+
+def test_schema_2_files_still_load_without_attempts(tmp_path):
+    committed = sorted(Path(__file__).resolve().parent.parent.glob("results/*.csv"))
+    assert committed
+    for path in committed:
+        frame = read_results(path)
+        assert "attempts" in frame.columns and frame["attempts"].isna().all()
+
+
+def test_resume_of_real_and_file_scenarios_keys_by_the_requested_case(tmp_path):
+    """Recorded scenarios write the N they used (n) and the cap (n_cap); a larger cap that gives
+    the same box set is a skipped row; a file too short for n gives error rows. Resuming
+    any of them adds nothing that is already there."""
+    import numpy as np
+
+    boxes = tmp_path / "b.npz"
+    np.savez(boxes, boxes=np.array([[0, 0, 1, 1]] * 5, np.float32), scores=np.linspace(0.1, 0.9, 5).astype(np.float32))
+    out = tmp_path / "run.csv"
+    args = ["sweep", "--impl", "torchvision", "--scenario", "real,file", "--file", str(boxes), "--n", "5,100000",
+            "--overlap", "0.25", "--min-run-time", "0.01", "--threads", "1"]
+    result = run(*args, "--out", str(out))
+    assert result.exit_code == 2 and "holds 5 boxes" in result.output  # the CLI refuses up front...
+    grid = runner.Grid(impls=["torchvision"], devices=["cpu"], dtypes=["float32"], scenarios=["real", "file"],
+                       ns=[5, 100000], ious=[0.5], overlaps=[0.25], file=str(boxes), min_run_time=0.01)
+    rows = []
+    runner.run_sweep(grid, rows.append)  # ...the runner turns it into error rows
+    assert [r["status"] for r in rows] == ["ok", "skipped", "ok", "error"]  # few real candidates pass 0.25
+    assert rows[1]["n_cap"] == 100000 and rows[1]["n"] < 100000
+    for cut in range(len(rows) + 1):
+        again = []
+        runner.run_sweep(grid, again.append, done={case_key(r) for r in rows[:cut]})
+        assert [case_key(r) for r in again] == [case_key(r) for r in rows[cut:]]
+    # and the keys read back from a CSV match the runner's (text vs numbers, blanks)
+    args = ["sweep", "--impl", "torchvision", "--scenario", "real", "--n", "5,100000", "--overlap", "0.25",
+            "--min-run-time", "0.01", "--threads", "1"]
+    assert run(*args, "--out", str(out)).exit_code == 0
+    before = out.read_bytes()
+    out.write_bytes(before[:before.rstrip(b"\n").rfind(b"\n") + 1])  # drop the skipped row
+    assert run(*args, "--resume", str(out)).exit_code == 0
+    assert run(*args, "--resume", str(out)).exit_code == 0
+    final = read_results(out)
+    assert list(final.status) == ["ok", "skipped"] and list(final.n_cap) == [5, 100000]
