@@ -9,7 +9,6 @@
 #define SMALL_THREADS 1024
 #define SMALL_WORDS (SMALL_MAX / 32)
 #define MASK_ROWS 128     // rows (threads) per block of the suppression-mask kernel
-#define MASK_COLUMNS 1024 // columns per block of the suppression-mask kernel
 #define MASK_CHUNK 256    // columns staged in shared memory at a time
 #define ROUND_WORDS 8     // words the deciding warp resolves per block-wide round
 #define RESOLVE_THREADS 512  // threads of the block resolve (its deciding warp holds 36 mask words in registers)
@@ -25,14 +24,29 @@ __device__ __forceinline__ unsigned int warp_or(unsigned int v) {
 }
 
 // Decides one 32-box word in one warp's registers: lane k holds own_row, the bits of box
-// word * 32 + k inside this word (boxes after it only). Walks the boxes still alive in
-// rank order, each kept box removing what its row covers. The same in every lane.
+// word * 32 + k inside this word (boxes after it only); `alive` is the word's boxes that
+// no earlier kept box removed. Greedy within the word, in waves: first the matrix is
+// transposed by ballots (lane k gets `suppressors`, the boxes of the word that would
+// remove it if kept), then every box whose suppressors are all decided decides at once:
+// kept iff none of them was kept. The number of waves is the longest chain of
+// suppressions inside the word (1 when nothing overlaps), not the number of kept boxes.
+// Returns the kept boxes' bits, the same in every lane.
 __device__ __forceinline__ unsigned int decide_word(unsigned int alive, unsigned int own_row) {
-    unsigned int kept = 0u;
-    while (alive != 0u) {
-        const int b = __ffs(alive) - 1;
-        kept |= 1u << b;
-        alive &= ~(1u << b) & ~__shfl_sync(0xffffffffu, own_row, b);
+    const int lane = threadIdx.x % 32;
+    unsigned int suppressors = 0u;
+#pragma unroll
+    for (int k = 0; k < 32; ++k) {
+        const unsigned int column = __ballot_sync(0xffffffffu, (own_row >> k) & 1u);
+        if (lane == k) suppressors = column;
+    }
+    suppressors &= alive;  // removed boxes keep nothing
+    unsigned int kept = 0u, undecided = alive;
+    while (undecided != 0u) {  // the same in every lane: no divergence
+        const bool mine = (undecided >> lane) & 1u;
+        const bool ready = mine && (suppressors & undecided) == 0u;
+        const unsigned int decided = __ballot_sync(0xffffffffu, ready);
+        kept |= __ballot_sync(0xffffffffu, ready && (suppressors & kept) == 0u);
+        undecided &= ~decided;
     }
     return kept;
 }
@@ -130,18 +144,19 @@ __global__ void small_nms_kernel(const T* boxes, const T* scores, const long lon
 // The suppression mask over boxes in rank order: row i, word w, bit k is 1 iff box i
 // suppresses box w * 32 + k (same label, IoU above the threshold, and w * 32 + k > i).
 // Rows are written from box i's own word on; earlier words are never written and never
-// read. A block takes MASK_ROWS rows (a thread each) and a range of MASK_COLUMNS columns
-// (blocks wholly left of the diagonal leave at once); the columns pass through shared
+// read. A block takes MASK_ROWS rows (a thread each) and a range of columns_per_block
+// columns (a multiple of 32, chosen so the grid fills the GPU; blocks wholly left of the
+// diagonal leave at once); the columns pass through shared
 // memory MASK_CHUNK at a time, and each thread builds its row's words in a register
 // (every lane reads the same column box: a broadcast), as torchvision's kernel does.
 template <typename T>
 __global__ void mask_kernel(const T* sorted_boxes, const long long* sorted_labels, int n, int words,
-                            double iou_threshold, unsigned int* mask) {
+                            int columns_per_block, double iou_threshold, unsigned int* mask) {
     typedef typename Arith<T>::type A;
     __shared__ Box<A> chunk_boxes[MASK_CHUNK];
     __shared__ long long chunk_labels[MASK_CHUNK];
     const int first_row = blockIdx.x * MASK_ROWS;
-    const int column_begin = blockIdx.y * MASK_COLUMNS, column_end = min(n, column_begin + MASK_COLUMNS);
+    const int column_begin = blockIdx.y * columns_per_block, column_end = min(n, column_begin + columns_per_block);
     if (column_end <= first_row / 32 * 32) return;  // no word of these rows lies here (the same for the block)
     const int i = first_row + threadIdx.x;
     const bool active = i < n;
@@ -151,7 +166,7 @@ __global__ void mask_kernel(const T* sorted_boxes, const long long* sorted_label
         __syncthreads();  // the previous chunk is used up before it is replaced
         for (int t = threadIdx.x; t < MASK_CHUNK; t += blockDim.x) {
             const int j = chunk + t;
-            if (j < n) {
+            if (j < column_end) {
                 chunk_boxes[t] = load_box(sorted_boxes, j);
                 chunk_labels[t] = sorted_labels != nullptr ? sorted_labels[j] : 0;
             }
@@ -174,25 +189,33 @@ __global__ void mask_kernel(const T* sorted_boxes, const long long* sorted_label
     }
 }
 
-// Resolve for words <= 32 (N <= 1024): one warp, lane w holds the "removed" word w; each
-// kept box's row is OR-ed in lane-parallel (its words after the current one).
+// Resolve for words <= 32 (N <= 1024): one warp, lane w holds the "removed" word w. Lane
+// w also holds word w of the current word's 32 rows (`rows`, loaded one word ahead into
+// `next_rows`: 32 independent loads per lane in flight), so OR-ing the kept rows is
+// register work.
 extern "C" __global__ void warp_resolve_kernel(const unsigned int* mask, const long long* order, int n, int words,
                                                long long* keep, long long* count_out, long long* host_count) {
     const int lane = threadIdx.x;
-    unsigned int removed = 0u;
+    unsigned int removed = 0u, rows[32], next_rows[32];
     int count = 0;
     unsigned int own_row = lane < n ? mask[(long long)lane * words] : 0u;
+#pragma unroll
+    for (int k = 0; k < 32; ++k) rows[k] = k < n && lane > 0 && lane < words ? mask[(long long)k * words + lane] : 0u;
     for (int word = 0; word < words; ++word) {
         const int row = word * 32 + lane, next = row + 32;
         const unsigned int row_bits = own_row;
         if (next < n) own_row = mask[(long long)next * words + word + 1];  // prefetch
-        const unsigned int kept = decide_word(~__shfl_sync(0xffffffffu, removed, word) & valid_bits(n, word), row_bits);
-        if (lane > word && lane < words) {
-            unsigned int bits = 0u;
-            for (unsigned int k = kept; k != 0u; k &= k - 1u)
-                bits |= mask[(long long)(word * 32 + __ffs(k) - 1) * words + lane];
-            removed |= bits;
+#pragma unroll
+        for (int k = 0; k < 32; ++k) {  // words past word + 1 of the next word's rows
+            const int next_row = (word + 1) * 32 + k;
+            next_rows[k] = next_row < n && lane > word + 1 && lane < words ? mask[(long long)next_row * words + lane] : 0u;
         }
+        const unsigned int kept = decide_word(~__shfl_sync(0xffffffffu, removed, word) & valid_bits(n, word), row_bits);
+#pragma unroll
+        for (int k = 0; k < 32; ++k)
+            if ((kept >> k) & 1u) removed |= rows[k];
+#pragma unroll
+        for (int k = 0; k < 32; ++k) rows[k] = next_rows[k];
         count = write_kept(kept, lane, count, row < n ? order[row] : 0, keep);
     }
     finish(count, n, keep, count_out, host_count);

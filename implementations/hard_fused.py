@@ -127,7 +127,8 @@ def hard_fused_cpu(boxes, scores, *, iou_threshold, labels=None):
 
 CUDA_MODULE = CudaModule("hard_fused.cu", templates=("small_nms_kernel", "mask_kernel"),
                          plain=("warp_resolve_kernel", "block_resolve_kernel"))
-SMALL_MAX, SMALL_THREADS, MASK_ROWS, MASK_COLUMNS = 256, 1024, 128, 1024  # as #defined in hard_fused.cu
+SMALL_MAX, SMALL_THREADS, MASK_ROWS = 256, 1024, 128  # as #defined in hard_fused.cu
+MASK_TARGET_BLOCKS = 2048  # the mask grid: enough blocks for 132 SMs once half of them (the triangle) leave
 COUNTING_RANK_MAX = 4096  # above: torch.sort (the counting rank is O(N^2))
 RESOLVE_THREADS = 512  # as #defined in hard_fused.cu
 MAX_WORDS = MAX_SHARED_BYTES // 4  # the block resolve's bitmap lives in shared memory
@@ -175,9 +176,10 @@ def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False):
                 sorted_boxes = boxes.index_select(0, order)
                 sorted_labels = None if labels is None else labels.index_select(0, order)
             mask = torch.empty((n, words), dtype=torch.int32, device=device)
-            launch(CUDA_MODULE.get("mask_kernel", boxes.dtype, device), (blocks(n, MASK_ROWS), blocks(n, MASK_COLUMNS)),
-                   (MASK_ROWS,),
-                   (sorted_boxes, sorted_labels, n, words, threshold, mask))
+            row_blocks = blocks(n, MASK_ROWS)
+            words_per_block = -(-words // min(words, blocks(MASK_TARGET_BLOCKS, row_blocks)))
+            launch(CUDA_MODULE.get("mask_kernel", boxes.dtype, device), (row_blocks, blocks(words, words_per_block)),
+                   (MASK_ROWS,), (sorted_boxes, sorted_labels, n, words, 32 * words_per_block, threshold, mask))
             if words <= 32:
                 launch(CUDA_MODULE.get("warp_resolve_kernel", None, device), (1,), (32,),
                        (mask, order, n, words, *outputs))
