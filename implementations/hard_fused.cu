@@ -8,8 +8,7 @@
 #define SMALL_MAX 256     // the one-launch path: N <= SMALL_MAX
 #define SMALL_THREADS 1024
 #define SMALL_WORDS (SMALL_MAX / 32)
-#define MASK_ROWS 128     // rows (threads) per block of the suppression-mask kernel
-#define MASK_CHUNK 256    // columns staged in shared memory at a time
+#define MASK_WARPS 8      // rows (a warp each) per block of the suppression-mask kernel
 #define ROUND_WORDS 8     // words the deciding warp resolves per block-wide round
 #define RESOLVE_THREADS 512  // threads of the block resolve (its deciding warp holds 36 mask words in registers)
 
@@ -144,47 +143,37 @@ __global__ void small_nms_kernel(const T* boxes, const T* scores, const long lon
 // The suppression mask over boxes in rank order: row i, word w, bit k is 1 iff box i
 // suppresses box w * 32 + k (same label, IoU above the threshold, and w * 32 + k > i).
 // Rows are written from box i's own word on; earlier words are never written and never
-// read. A block takes MASK_ROWS rows (a thread each) and a range of columns_per_block
-// columns (a multiple of 32, chosen so the grid fills the GPU; blocks wholly left of the
-// diagonal leave at once); the columns pass through shared
-// memory MASK_CHUNK at a time, and each thread builds its row's words in a register
-// (every lane reads the same column box: a broadcast), as torchvision's kernel does.
+// read. One warp per row, a ballot per word; the block's rows share their candidates
+// through shared memory, 32 * MASK_WARPS at a time.
 template <typename T>
 __global__ void mask_kernel(const T* sorted_boxes, const long long* sorted_labels, int n, int words,
-                            int columns_per_block, double iou_threshold, unsigned int* mask) {
+                            double iou_threshold, unsigned int* mask) {
     typedef typename Arith<T>::type A;
-    __shared__ Box<A> chunk_boxes[MASK_CHUNK];
-    __shared__ long long chunk_labels[MASK_CHUNK];
-    const int first_row = blockIdx.x * MASK_ROWS;
-    const int column_begin = blockIdx.y * columns_per_block, column_end = min(n, column_begin + columns_per_block);
-    if (column_end <= first_row / 32 * 32) return;  // no word of these rows lies here (the same for the block)
-    const int i = first_row + threadIdx.x;
-    const bool active = i < n;
+    __shared__ Box<A> chunk_boxes[32 * MASK_WARPS];
+    __shared__ long long chunk_labels[32 * MASK_WARPS];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int first_row = blockIdx.x * MASK_WARPS, i = first_row + warp;
+    const bool active = i < n;  // the same for all 32 lanes
     const Box<A> box_i = active ? load_box(sorted_boxes, i) : Box<A>{0, 0, 0, 0};
     const long long label_i = active && sorted_labels != nullptr ? sorted_labels[i] : 0;
-    for (int chunk = column_begin; chunk < column_end; chunk += MASK_CHUNK) {
+    for (int chunk = first_row / 32 * 32; chunk < n; chunk += 32 * MASK_WARPS) {
         __syncthreads();  // the previous chunk is used up before it is replaced
-        for (int t = threadIdx.x; t < MASK_CHUNK; t += blockDim.x) {
-            const int j = chunk + t;
-            if (j < column_end) {
-                chunk_boxes[t] = load_box(sorted_boxes, j);
-                chunk_labels[t] = sorted_labels != nullptr ? sorted_labels[j] : 0;
-            }
+        const int t = chunk + threadIdx.x;
+        if (t < n) {
+            chunk_boxes[threadIdx.x] = load_box(sorted_boxes, t);
+            chunk_labels[threadIdx.x] = sorted_labels != nullptr ? sorted_labels[t] : 0;
         }
         __syncthreads();
         if (!active) continue;
-        for (int w = 0; w < MASK_CHUNK / 32; ++w) {
+        for (int w = 0; w < MASK_WARPS; ++w) {
             const int word = chunk / 32 + w;
-            if (word * 32 >= column_end) break;
+            if (word >= words) break;
             if (word < i / 32) continue;
-            unsigned int bits = 0u;
-#pragma unroll 4
-            for (int k = 0; k < 32; ++k) {
-                const int j = word * 32 + k, slot = w * 32 + k;
-                if (j > i && j < n && chunk_labels[slot] == label_i && overlaps(box_i, chunk_boxes[slot], iou_threshold))
-                    bits |= 1u << k;
-            }
-            mask[(long long)i * words + word] = bits;
+            const int j = word * 32 + lane, slot = w * 32 + lane;
+            const bool vote = j > i && j < n && chunk_labels[slot] == label_i &&
+                              overlaps(box_i, chunk_boxes[slot], iou_threshold);
+            const unsigned int bits = __ballot_sync(0xffffffffu, vote);
+            if (lane == 0) mask[(long long)i * words + word] = bits;
         }
     }
 }
@@ -199,12 +188,17 @@ extern "C" __global__ void warp_resolve_kernel(const unsigned int* mask, const l
     unsigned int removed = 0u, rows[32], next_rows[32];
     int count = 0;
     unsigned int own_row = lane < n ? mask[(long long)lane * words] : 0u;
+    long long own_index = lane < n ? order[lane] : 0;
 #pragma unroll
     for (int k = 0; k < 32; ++k) rows[k] = k < n && lane > 0 && lane < words ? mask[(long long)k * words + lane] : 0u;
     for (int word = 0; word < words; ++word) {
-        const int row = word * 32 + lane, next = row + 32;
+        const int next = word * 32 + lane + 32;
         const unsigned int row_bits = own_row;
-        if (next < n) own_row = mask[(long long)next * words + word + 1];  // prefetch
+        const long long index = own_index;
+        if (next < n) {  // prefetch (a load's latency would stall the store that uses it)
+            own_row = mask[(long long)next * words + word + 1];
+            own_index = order[next];
+        }
 #pragma unroll
         for (int k = 0; k < 32; ++k) {  // words past word + 1 of the next word's rows
             const int next_row = (word + 1) * 32 + k;
@@ -216,7 +210,7 @@ extern "C" __global__ void warp_resolve_kernel(const unsigned int* mask, const l
             if ((kept >> k) & 1u) removed |= rows[k];
 #pragma unroll
         for (int k = 0; k < 32; ++k) rows[k] = next_rows[k];
-        count = write_kept(kept, lane, count, row < n ? order[row] : 0, keep);
+        count = write_kept(kept, lane, count, index, keep);
     }
     finish(count, n, keep, count_out, host_count);
 }
@@ -236,10 +230,12 @@ extern "C" __global__ void __launch_bounds__(RESOLVE_THREADS) block_resolve_kern
     const bool decider = tid < 32;
     for (int w = tid; w < words; w += blockDim.x) removed[w] = 0u;
     unsigned int rows[ROUND_WORDS][ROUND_WORDS];  // [g][h], h >= g: row of word g's lane box, word h
+    long long indices[ROUND_WORDS];                // input index of word g's lane box
     if (decider) {
 #pragma unroll
         for (int g = 0; g < ROUND_WORDS; ++g) {
             const long long row = g * 32 + lane;
+            indices[g] = row < n ? order[row] : 0;
 #pragma unroll
             for (int h = g; h < ROUND_WORDS; ++h) rows[g][h] = row < n && h < words ? mask[row * words + h] : 0u;
         }
@@ -263,7 +259,7 @@ extern "C" __global__ void __launch_bounds__(RESOLVE_THREADS) block_resolve_kern
                     const int row = word * 32 + lane;
                     if (mine) kept_rows[in_round + __popc(kept & ((1u << lane) - 1u))] = row;
                     in_round += __popc(kept);
-                    count = write_kept(kept, lane, count, row < n ? order[row] : 0, keep);
+                    count = write_kept(kept, lane, count, indices[g], keep);
                 }
             }
             if (lane == 0) kept_in_round = in_round;
@@ -271,6 +267,7 @@ extern "C" __global__ void __launch_bounds__(RESOLVE_THREADS) block_resolve_kern
 #pragma unroll
             for (int g = 0; g < ROUND_WORDS; ++g) {
                 const long long row = (long long)(next + g) * 32 + lane;
+                indices[g] = row < n ? order[row] : 0;
 #pragma unroll
                 for (int h = g; h < ROUND_WORDS; ++h)
                     rows[g][h] = row < n && next + h < words ? mask[row * words + next + h] : 0u;
