@@ -71,7 +71,7 @@ def test_curves_on_the_committed_results(monkeypatch):
     assert not at.error
     figs = figures(at)
     assert {"time_vs_n", "speedup_vs_n", "time_vs_overlap"} <= set(figs)
-    wall = tables.select(tables.load_results(COMMITTED), timer=["wall"])
+    wall = tables.select(tables.load_results(COMMITTED), timer=["wall"], benchmark=["nms"])  # the curves view: sweeps
     impls = {t["meta"]["impl"] for t in figs["time_vs_n"]["data"] if t["meta"]["role"] == "line"}
     assert impls == set(tables.ok_rows(wall)["impl"])
     assert f"rows from {len(COMMITTED)} file(s)" in " ".join(c.value for c in at.sidebar.caption)
