@@ -36,17 +36,15 @@ itself sequentially. Work is O(N x kept) like torchvision's loop, but SIMD and p
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import torch
 from numba import njit, prange
 
-from nmsbench.boxes import NMSResult, PaddedNMSResult, score_order
+from nmsbench.boxes import NMSResult, PaddedNMSResult
 from nmsbench.registry import register
 
-from ._cpu import JIT
-from ._cuda import CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, HostCount, blocks, on_torch_stream, rank_by_score
+from ._cpu import JIT, sorted_inputs
+from ._cuda import CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, blocks, host_count, on_torch_stream, rank_by_score
 
 SUMMARY_CPU = "numba: blocks of rank order tested against all kept boxes in parallel (SIMD), then resolved in-block"
 SUMMARY_CUDA = ("CUDA: one launch for N <= 256; else rank, ballot mask, and a resolve that decides 8 words of 32 "
@@ -116,12 +114,7 @@ def _greedy_blocks(b, label, threshold, block):
 
 @register(name="hard_fused", family="hard", devices=("cpu",), exact=True, requires=("numba",), summary=SUMMARY_CPU)
 def hard_fused_cpu(boxes, scores, *, iou_threshold, labels=None):
-    order = score_order(scores + 0.0)  # -0.0 ranks with 0.0
-    sorted_boxes = boxes.detach()[order].contiguous().numpy()
-    if labels is None:
-        sorted_labels = np.zeros(boxes.shape[0], dtype=np.int64)
-    else:
-        sorted_labels = labels.detach()[order].to(torch.int64).contiguous().numpy()
+    order, sorted_boxes, sorted_labels = sorted_inputs(boxes, scores, labels)
     positions = _greedy_blocks(sorted_boxes, sorted_labels, np.float64(iou_threshold), CPU_BLOCK)
     return NMSResult(order[torch.from_numpy(positions)])
 
@@ -134,17 +127,6 @@ SMALL_MAX, SMALL_THREADS, MASK_WARPS = 256, 1024, 8  # as #defined in hard_fused
 COUNTING_RANK_MAX = 4096  # above: torch.sort (the counting rank is O(N^2))
 RESOLVE_THREADS = 512  # as #defined in hard_fused.cu
 MAX_WORDS = MAX_SHARED_BYTES // 4  # the block resolve's bitmap lives in shared memory
-
-_host_counts = threading.local()
-
-
-def _host_count() -> HostCount:
-    """One pinned count per thread, reused: a call waits for it before it returns."""
-    count = getattr(_host_counts, "count", None)
-    if count is None:
-        count = _host_counts.count = HostCount()
-    return count
-
 
 @register(
     name="hard_fused", family="hard", devices=("cuda",), exact=True, requires=("cupy",), dtypes=CUDA_DTYPES,
@@ -160,7 +142,7 @@ def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False):
     if words > MAX_WORDS:
         raise ValueError(f"hard_fused on cuda resolves in one block with N/8 bytes of shared memory; "
                          f"N = {n} is above its limit of {MAX_WORDS * 32}")
-    host = None if padded else _host_count()
+    host = None if padded else host_count(device)
     outputs = (np.uint64(out.data_ptr()), np.uint64(out.data_ptr() + 8 * n), None if host is None else host.address)
     threshold = np.float64(iou_threshold)
     if labels is not None:
