@@ -14,6 +14,7 @@ memory statistics see them), and every launch goes to torch's current CUDA strea
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -209,6 +210,22 @@ class HostCount:
         """Wait for the work queued so far on ``device``'s current stream; the count."""
         _current_stream(device)[1].synchronize()
         return int(self.host[0])
+
+
+_host_counts = threading.local()
+
+
+def host_count(device: torch.device) -> HostCount:
+    """A ``HostCount`` for ``device``, one per thread and device and reused: each op that
+    uses it waits for the count before it returns, so no two calls share it at once."""
+    counts = getattr(_host_counts, "by_device", None)
+    if counts is None:
+        counts = _host_counts.by_device = {}
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    count = counts.get(index)
+    if count is None:
+        count = counts[index] = HostCount()
+    return count
 
 
 def blocks(n: int, per_block: int) -> int:

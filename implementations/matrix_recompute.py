@@ -38,8 +38,6 @@ count stays on the device (``PaddedNMSResult``).
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import torch
 
@@ -48,7 +46,7 @@ from nmsbench.families import MATRIX_PARAMS
 from nmsbench.registry import register
 
 from ._cpu import sorted_inputs
-from ._cuda import CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, HostCount, Scratch, blocks, on_torch_stream
+from ._cuda import CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, Scratch, blocks, host_count, on_torch_stream
 from .matrix_fused import decay_factors, max_iou_with_parents
 
 
@@ -114,20 +112,6 @@ def segment_length(n: int) -> int:
     return PTILE * max(1, -(-n // (PTILE * TARGET_SEGMENTS)))
 
 
-_local = threading.local()
-
-
-def _host_count(index: int) -> HostCount:
-    """One pinned count per thread and device, reused: each op waits for it before returning."""
-    counts = getattr(_local, "counts", None)
-    if counts is None:
-        counts = _local.counts = {}
-    count = counts.get(index)
-    if count is None:
-        count = counts[index] = HostCount()
-    return count
-
-
 def _outputs(n: int, dtype: torch.dtype, device: torch.device):
     """keep (n,) int64, scores (n,) dtype and count (0-d int64): one allocation."""
     words = -(-n * dtype.itemsize // 8)
@@ -153,7 +137,7 @@ def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_thres
             labels = labels.to(torch.int64)
         labels = labels.contiguous()
     linear = kernel == "linear"
-    host = None if padded else _host_count(device.index if device.index is not None else torch.cuda.current_device())
+    host = None if padded else host_count(device)
     host_address = None if host is None else host.address
     sigma, threshold = np.float64(sigma), np.float64(score_threshold)
     with on_torch_stream(device) as launch:

@@ -126,3 +126,18 @@ def test_hard_fused_kernels_fit_their_block_sizes_in_the_register_file():
                 assert used * block <= 65536, f"{entry}: {used} registers x {block} threads"
                 checked += 1
     assert checked >= 4
+
+
+def test_host_count_is_one_per_thread_and_device(monkeypatch):
+    """The kernel-written count is reused within a thread and device, never shared across them."""
+    import threading
+
+    monkeypatch.setattr(_cuda, "HostCount", lambda: object())  # pinned memory needs CUDA
+    monkeypatch.setattr(_cuda, "_host_counts", threading.local())
+    first = _cuda.host_count(torch.device("cuda", 0))
+    assert _cuda.host_count(torch.device("cuda", 0)) is first
+    assert _cuda.host_count(torch.device("cuda", 1)) is not first
+    other = []
+    worker = threading.Thread(target=lambda: other.append(_cuda.host_count(torch.device("cuda", 0))))
+    worker.start(), worker.join()
+    assert other[0] is not first

@@ -14,6 +14,7 @@ import torch
 import nmsbench
 from nmsbench.api import check_padded_result, check_result
 from nmsbench.boxes import BoxSet, NMSResult, PaddedNMSResult
+from nmsbench.timing import capture_graph
 from nmsbench import datasets
 from nmsbench.variants import matrix_recompute as mr
 from test_gpu import assert_same_result, box_set
@@ -155,15 +156,7 @@ def test_cuda_graph_capture_and_replay(n, classes):
     def call():
         return fn(boxes, scores, iou_threshold=0.5, labels=labels, padded=True, **DEFAULTS)
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            call()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = call()
+    graph, captured = capture_graph(call)
     for data in (first, second, first):
         boxes.copy_(data.boxes)
         scores.copy_(data.scores)
