@@ -1,0 +1,130 @@
+"""hard_fused and matrix_recompute by stage, on the GPU alone: each stage is launched 20
+times inside one captured CUDA graph and the replay is timed with CUDA events (so launch
+and host costs drop out). Also the whole op: `wall` (eager, with its host sync) and
+`graph` (padded), and torchvision's wall for the same input. Prints one line per number.
+Run on the device: python3 .ci/stage_probe_ours.py [hard|matrix]"""
+import sys
+import time
+
+import numpy as np
+import torch
+import torchvision
+
+from nmsbench import datasets
+from nmsbench.variants import hard_fused as hf
+from nmsbench.variants import matrix_recompute as mr
+from nmsbench.variants._cuda import blocks, on_torch_stream, rank_by_score
+
+dev = torch.device("cuda")
+REPS = 20
+
+
+def gpu_us(stage):
+    """GPU time of one call of `stage`, from a graph of REPS calls."""
+    stage()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(REPS):
+            stage()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    best = float("inf")
+    for _ in range(5):
+        start.record()
+        graph.replay()
+        stop.record()
+        stop.synchronize()
+        best = min(best, 1000 * start.elapsed_time(stop) / REPS)
+    return best
+
+
+def wall_us(f, reps=200):
+    f()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        for _ in range(reps):
+            f()
+        torch.cuda.synchronize()
+        best = min(best, 1e6 * (time.perf_counter() - t) / reps)
+    return best
+
+
+def hard_stages(b, s, n):
+    words = (n + 31) // 32
+    out = torch.empty(n + 1, dtype=torch.int64, device=dev)
+    outputs = (np.uint64(out.data_ptr()), np.uint64(out.data_ptr() + 8 * n), None)
+    th = np.float64(0.5)
+    with on_torch_stream(dev) as launch:
+        order, ranked = rank_by_score(launch, b, s, None)
+    mask = torch.empty((n, words), dtype=torch.int32, device=dev)
+    stages = {}
+
+    def rank():
+        with on_torch_stream(dev) as launch:
+            rank_by_score(launch, b, s, None)
+
+    def sort_rank():
+        o = torch.sort(s + 0.0, descending=True, stable=True).indices
+        b.index_select(0, o)
+
+    def mask_stage():
+        with on_torch_stream(dev) as launch:
+            launch(hf.CUDA_MODULE.get("mask_kernel", b.dtype, dev), (blocks(n, hf.MASK_WARPS),), (32 * hf.MASK_WARPS,),
+                   (ranked.sorted_boxes, None, n, words, th, mask))
+
+    def resolve():
+        with on_torch_stream(dev) as launch:
+            if words <= 32:
+                launch(hf.CUDA_MODULE.get("warp_resolve_kernel", None, dev), (1,), (32,), (mask, order, n, words, *outputs))
+            else:
+                launch(hf.CUDA_MODULE.get("block_resolve_kernel", None, dev), (1,), (hf.RESOLVE_THREADS,),
+                       (mask, order, n, words, *outputs), shared_mem=words * 4)
+
+    if n <= hf.COUNTING_RANK_MAX:
+        stages["rank(count)"] = gpu_us(rank)
+    stages["rank(sort)"] = gpu_us(sort_rank)
+    stages["mask"] = gpu_us(mask_stage)
+    stages["resolve"] = gpu_us(resolve)
+    return stages, int(out[n])
+
+
+def hard():
+    for scenario in ("clustered", "uniform"):
+        for n in (64, 128, 256, 512, 1024, 2048, 4096, 8192, 32768):
+            bs = datasets.generate(scenario, n, seed=0).to("cuda")
+            b, s = bs.boxes, bs.scores
+            reps = 200 if n <= 4096 else 30
+            line = {"tv_wall": wall_us(lambda: torchvision.ops.nms(b, s, 0.5), reps),
+                    "wall": wall_us(lambda: hf.hard_fused_cuda(b, s, iou_threshold=0.5), reps),
+                    "graph": gpu_us(lambda: hf.hard_fused_cuda(b, s, iou_threshold=0.5, padded=True))}
+            kept = None
+            if n > hf.SMALL_MAX:
+                stages, kept = hard_stages(b, s, n)
+                line.update(stages)
+            print("hard_fused", scenario, n, "kept", kept, " ".join(f"{k}={v:.1f}" for k, v in line.items()), flush=True)
+
+
+def matrix():
+    for scenario in ("clustered", "uniform"):
+        for n in (64, 128, 192, 256, 384, 512, 1024, 2048):
+            bs = datasets.generate(scenario, n, seed=0).to("cuda")
+            b, s = bs.boxes, bs.scores
+            line = {}
+            for path in ("single", "counting"):
+                if path == "single" and n > mr.single_block_capacity(b.dtype):
+                    continue
+                line[path] = gpu_us(lambda: mr.matrix_recompute_cuda_path(b, s, None, "gaussian", 0.5, 0.05, True, path=path))
+                line[path + "_wall"] = wall_us(
+                    lambda: mr.matrix_recompute_cuda_path(b, s, None, "gaussian", 0.5, 0.05, False, path=path))
+            print("matrix_recompute", scenario, n, " ".join(f"{k}={v:.1f}" for k, v in line.items()), flush=True)
+
+
+which = sys.argv[1:] or ["hard", "matrix"]
+if "hard" in which:
+    hard()
+if "matrix" in which:
+    matrix()
