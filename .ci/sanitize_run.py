@@ -5,6 +5,7 @@ float32 and float16, both Matrix NMS kernels; matrix_recompute on each of its th
 (single block, counting, torch.sort), forced, at every size it takes, padded output too.
 """
 
+import os
 import sys
 
 import torch
@@ -20,6 +21,10 @@ ALL = ["allpairs", "bitmask_classic", "bitmask_two_phase", "hard_fused", "matrix
 # matrix_recompute's three paths are forced one by one at each size below.
 SIZES = {"hard_fused": (31, 64, 100, 257, 1000, 1500, 4500), "matrix_recompute": (31, 64, 100, 1000, 1025)}
 SELECTED = sys.argv[1:] or ALL
+# SANITIZE_SIZES=31,1025 runs those sizes only (racecheck is slow: split it over processes)
+if os.environ.get("SANITIZE_SIZES"):
+    ONLY = tuple(int(v) for v in os.environ["SANITIZE_SIZES"].split(","))
+    SIZES = {name: tuple(n for n in SIZES.get(name, (31, 64, 100, 1000)) if n in ONLY) for name in ALL}
 KERNEL_IMPLS = [name for name in ALL[:-1] if name in SELECTED]
 
 for name in KERNEL_IMPLS:

@@ -79,7 +79,9 @@ def hard_stages(b, s, n):
     def resolve():
         with on_torch_stream(dev) as launch:
             if words <= 32:
-                launch(hf.CUDA_MODULE.get("warp_resolve_kernel", None, dev), (1,), (32,), (mask, order, n, words, *outputs))
+                hf.staged_resolve_fits(n, dev)
+                launch(hf.CUDA_MODULE.get("staged_resolve_kernel", None, dev), (1,), (hf.STAGED_THREADS,),
+                       (mask, order, n, words, *outputs), shared_mem=hf.staged_shared_bytes(n))
             else:
                 launch(hf.CUDA_MODULE.get("block_resolve_kernel", None, dev), (1,), (hf.RESOLVE_THREADS,),
                        (mask, order, n, words, *outputs), shared_mem=words * 4)
@@ -123,7 +125,29 @@ def matrix():
             print("matrix_recompute", scenario, n, " ".join(f"{k}={v:.1f}" for k, v in line.items()), flush=True)
 
 
-which = sys.argv[1:] or ["hard", "matrix"]
+def host():
+    """What the host pays per op piece (the GPU idle): a launch by argument count, an
+    allocation, a stream synchronization, a whole small op."""
+    from nmsbench.variants._cuda import Scratch, host_count
+
+    fn = hf.CUDA_MODULE.get("mask_kernel", torch.float32, dev)  # n = 0: the kernel returns at once
+    buf = torch.zeros(64, device=dev)
+    few = (buf, None, 0, 0, np.float64(0.5), buf)
+    many = few + (buf, buf, 0, 0, buf, buf, buf, np.float64(0.5), 0)
+    with on_torch_stream(dev) as launch:
+        print("host: launch 6 args", round(wall_us(lambda: launch(fn, (1,), (32,), few), 2000), 1),
+              "launch 15 args", round(wall_us(lambda: launch(fn, (1,), (32,), many), 2000), 1), flush=True)
+    hc = host_count(dev)
+    print("host: on_torch_stream enter", round(wall_us(lambda: on_torch_stream(dev).__enter__(), 2000), 1),
+          "torch.empty", round(wall_us(lambda: torch.empty(1000, device=dev), 2000), 1),
+          "Scratch(3)", round(wall_us(lambda: Scratch(dev, a=(10, torch.int64), b=(10, torch.float32), c=(4, torch.int32)), 2000), 1),
+          "HostCount.wait", round(wall_us(lambda: hc.wait(dev), 2000), 1),
+          "torch sync", round(wall_us(torch.cuda.synchronize, 2000), 1), flush=True)
+
+
+which = sys.argv[1:] or ["host", "hard", "matrix"]
+if "host" in which:
+    host()
 if "hard" in which:
     hard()
 if "matrix" in which:

@@ -24,14 +24,25 @@ __device__ __forceinline__ unsigned int warp_or(unsigned int v) {
 
 // Decides one 32-box word in one warp's registers: lane k holds own_row, the bits of box
 // word * 32 + k inside this word (boxes after it only); `alive` is the word's boxes that
-// no earlier kept box removed. Greedy within the word, in waves: first the matrix is
-// transposed by ballots (lane k gets `suppressors`, the boxes of the word that would
-// remove it if kept), then every box whose suppressors are all decided decides at once:
-// kept iff none of them was kept. The number of waves is the longest chain of
-// suppressions inside the word (1 when nothing overlaps), not the number of kept boxes.
-// Returns the kept boxes' bits, the same in every lane.
+// no earlier kept box removed. Returns the kept boxes' bits, the same in every lane.
+// Few alive (clustered boxes, mostly removed already): box by box, the first undecided
+// one is kept and removes its row: one shuffle per kept box. Many alive: in waves: the
+// word's 32 x 32 block is transposed by ballots (lane k gets `suppressors`, the boxes of
+// the word that would remove it if kept), then every box whose suppressors are all
+// decided decides at once: kept iff none of them was kept. Waves = the longest chain of
+// suppressions inside the word (1 when nothing overlaps), not the number kept.
+#define SEQUENTIAL_MAX_ALIVE 8
 __device__ __forceinline__ unsigned int decide_word(unsigned int alive, unsigned int own_row) {
     const int lane = threadIdx.x % 32;
+    if (__popc(alive) <= SEQUENTIAL_MAX_ALIVE) {  // `alive` is the same in every lane: no divergence
+        unsigned int kept = 0u, undecided = alive;
+        while (undecided != 0u) {
+            const int k = __ffs(undecided) - 1;  // every box before it is decided and none removed it
+            kept |= 1u << k;
+            undecided &= ~(1u << k) & ~__shfl_sync(0xffffffffu, own_row, k);
+        }
+        return kept;
+    }
     unsigned int suppressors = 0u;
 #pragma unroll
     for (int k = 0; k < 32; ++k) {
@@ -128,7 +139,9 @@ __global__ void small_nms_kernel(const T* boxes, const T* scores, const long lon
             const unsigned int kept = decide_word(~__shfl_sync(0xffffffffu, removed, word) & valid_bits(n, word), own_row);
             if (lane > word && lane < words) {
                 unsigned int bits = 0u;
-                for (unsigned int k = kept; k != 0u; k &= k - 1u) bits |= mask[word * 32 + __ffs(k) - 1][lane];
+#pragma unroll
+                for (int k = 0; k < 32; ++k)  // independent predicated loads, all in flight
+                    if ((kept >> k) & 1u) bits |= mask[word * 32 + k][lane];
                 removed |= bits;
             }
             count = write_kept(kept, lane, count, row < n ? input_index[row] : 0, keep);
@@ -178,41 +191,48 @@ __global__ void mask_kernel(const T* sorted_boxes, const long long* sorted_label
     }
 }
 
-// Resolve for words <= 32 (N <= 1024): one warp, lane w holds the "removed" word w. Lane
-// w also holds word w of the current word's 32 rows (`rows`, loaded one word ahead into
-// `next_rows`: 32 independent loads per lane in flight), so OR-ing the kept rows is
-// register work.
-extern "C" __global__ void warp_resolve_kernel(const unsigned int* mask, const long long* order, int n, int words,
-                                               long long* keep, long long* count_out, long long* host_count) {
-    const int lane = threadIdx.x;
-    unsigned int removed = 0u, rows[32], next_rows[32];
-    int count = 0;
-    unsigned int own_row = lane < n ? mask[(long long)lane * words] : 0u;
-    long long own_index = lane < n ? order[lane] : 0;
-#pragma unroll
-    for (int k = 0; k < 32; ++k) rows[k] = k < n && lane > 0 && lane < words ? mask[(long long)k * words + lane] : 0u;
-    for (int word = 0; word < words; ++word) {
-        const int next = word * 32 + lane + 32;
-        const unsigned int row_bits = own_row;
-        const long long index = own_index;
-        if (next < n) {  // prefetch (a load's latency would stall the store that uses it)
-            own_row = mask[(long long)next * words + word + 1];
-            own_index = order[next];
-        }
-#pragma unroll
-        for (int k = 0; k < 32; ++k) {  // words past word + 1 of the next word's rows
-            const int next_row = (word + 1) * 32 + k;
-            next_rows[k] = next_row < n && lane > word + 1 && lane < words ? mask[(long long)next_row * words + lane] : 0u;
-        }
-        const unsigned int kept = decide_word(~__shfl_sync(0xffffffffu, removed, word) & valid_bits(n, word), row_bits);
-#pragma unroll
-        for (int k = 0; k < 32; ++k)
-            if ((kept >> k) & 1u) removed |= rows[k];
-#pragma unroll
-        for (int k = 0; k < 32; ++k) rows[k] = next_rows[k];
-        count = write_kept(kept, lane, count, index, keep);
+// Resolve for words <= 32 (N <= 1024). A warp resolving straight from global memory pays
+// one memory latency per word (its loads for the next word cannot start earlier), so the
+// whole block first copies the mask rows (row i from its own word i / 32 on; earlier
+// words are never written) and the input indices into shared memory, every thread's
+// loads in flight at once; then warp 0 resolves from shared memory, lane w holding the
+// "removed" word w. Rows are ROW_STRIDE = words | 1 apart (an odd stride: a warp reading
+// one word of 32 consecutive rows hits 32 different banks).
+#define STAGED_THREADS 1024
+extern "C" __global__ void __launch_bounds__(STAGED_THREADS) staged_resolve_kernel(
+        const unsigned int* mask, const long long* order, int n, int words, long long* keep, long long* count_out,
+        long long* host_count) {
+    extern __shared__ unsigned int staged[];  // [n][words | 1] mask rows, then n input indices
+    __shared__ int kept_count;
+    const int stride = words | 1;
+    long long* index_of = reinterpret_cast<long long*>(staged + ((n * stride + 1) & ~1));  // 8-byte aligned
+    for (int task = threadIdx.x; task < n * words; task += blockDim.x) {
+        const int i = task / words, w = task - i * words;
+        if (w >= i / 32) staged[i * stride + w] = mask[task];
     }
-    finish(count, n, keep, count_out, host_count);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) index_of[i] = order[i];
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        unsigned int removed = 0u;
+        int count = 0;
+        for (int word = 0; word < words; ++word) {
+            const int row = word * 32 + lane;
+            const unsigned int own_row = row < n ? staged[row * stride + word] : 0u;
+            const unsigned int kept = decide_word(~__shfl_sync(0xffffffffu, removed, word) & valid_bits(n, word), own_row);
+            if (lane > word && lane < words) {
+                unsigned int bits = 0u;
+#pragma unroll
+                for (int k = 0; k < 32; ++k)  // kept rows are < n (valid_bits); word lane >= their own word
+                    if ((kept >> k) & 1u) bits |= staged[(word * 32 + k) * stride + lane];
+                removed |= bits;
+            }
+            count = write_kept(kept, lane, count, row < n ? index_of[row] : 0, keep);
+        }
+        if (lane == 0) kept_count = count;
+    }
+    __syncthreads();
+    finish(kept_count, n, keep, count_out, host_count);
 }
 
 // Resolve for words > 32: one block. The "removed" bitmap is in shared memory. Per round,
@@ -254,8 +274,10 @@ extern "C" __global__ void __launch_bounds__(RESOLVE_THREADS) block_resolve_kern
                 if (word < words) {  // the same in every lane
                     const unsigned int kept = decide_word(~carry[g] & valid_bits(n, word), rows[g][g]);
                     const bool mine = kept & (1u << lane);
+                    if (kept != 0u) {  // the same in every lane
 #pragma unroll
-                    for (int h = g + 1; h < ROUND_WORDS; ++h) carry[h] |= warp_or(mine ? rows[g][h] : 0u);
+                        for (int h = g + 1; h < ROUND_WORDS; ++h) carry[h] |= warp_or(mine ? rows[g][h] : 0u);
+                    }
                     const int row = word * 32 + lane;
                     if (mine) kept_rows[in_round + __popc(kept & ((1u << lane) - 1u))] = row;
                     in_round += __popc(kept);

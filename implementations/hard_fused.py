@@ -15,8 +15,12 @@ labels. Where torchvision spends its time decides the design:
 - **Large N is the resolve**: one block with a ``__syncthreads()`` per kept box. Here a
   warp decides each 32-box word in registers, in waves: the word's 32 x 32 block of the
   mask is transposed by ballots, and every box whose suppressors inside the word are
-  decided decides at once (waves = the longest chain, not the number kept); for
-  N > 1024 decides ``ROUND_WORDS`` = 8 words per block-wide round: the deciding warp holds
+  decided decides at once (waves = the longest chain, not the number kept); a word with
+  few boxes alive (at most 8: clustered boxes are mostly removed already) is decided box
+  by box instead, one shuffle per kept box. For N <= 1024 the whole block first copies the mask
+  rows into shared memory (a warp reading them from global memory paid one memory
+  latency per word: 33 us at N = 1024), then one warp resolves from there. For
+  N > 1024 the block resolve decides ``ROUND_WORDS`` = 8 words per block-wide round: the deciding warp holds
   the round's diagonal blocks of the mask, so only the OR of the round's kept rows into
   the rest of the bitmap needs the whole block (two barriers per 256 boxes). Rows of
   suppressed boxes are never read, and every value the deciding warp stores (rows, input
@@ -122,11 +126,37 @@ def hard_fused_cpu(boxes, scores, *, iou_threshold, labels=None):
 # ------------------------------------------------------------------ CUDA
 
 CUDA_MODULE = CudaModule("hard_fused.cu", templates=("small_nms_kernel", "mask_kernel"),
-                         plain=("warp_resolve_kernel", "block_resolve_kernel"))
+                         plain=("staged_resolve_kernel", "block_resolve_kernel"))
 SMALL_MAX, SMALL_THREADS, MASK_WARPS = 256, 1024, 8  # as #defined in hard_fused.cu
 COUNTING_RANK_MAX = 4096  # above: torch.sort (the counting rank is O(N^2))
-RESOLVE_THREADS = 512  # as #defined in hard_fused.cu
+RESOLVE_THREADS, STAGED_THREADS = 512, 1024  # as #defined in hard_fused.cu
 MAX_WORDS = MAX_SHARED_BYTES // 4  # the block resolve's bitmap lives in shared memory
+
+
+def staged_shared_bytes(n: int) -> int:
+    """staged_resolve_kernel's dynamic shared memory: the mask rows at an odd stride, then
+    the input indices (8-byte aligned), as laid out in hard_fused.cu."""
+    stride = ((n + 31) // 32) | 1
+    return ((n * stride + 1) & ~1) * 4 + 8 * n
+
+
+_staged_limit: dict[int, int] = {}  # device index -> shared bytes the staged resolve may use
+
+
+def staged_resolve_fits(n: int, device: torch.device) -> bool:
+    """Whether the staged resolve's shared memory fits one block on ``device`` (140 KiB at
+    N = 1024: above the default 48 KiB, so the kernel is opted in to the device's limit
+    once; a GPU with less takes the block resolve instead)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    limit = _staged_limit.get(index)
+    if limit is None:
+        from cupy_backends.cuda.api import driver
+
+        limit = torch.cuda.get_device_properties(index).shared_memory_per_block_optin
+        kernel = CUDA_MODULE.get("staged_resolve_kernel", None, device)
+        driver.funcSetAttribute(kernel.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, limit)
+        _staged_limit[index] = limit
+    return staged_shared_bytes(n) <= limit
 
 @register(
     name="hard_fused", family="hard", devices=("cuda",), exact=True, requires=("cupy",), dtypes=CUDA_DTYPES,
@@ -134,11 +164,13 @@ MAX_WORDS = MAX_SHARED_BYTES // 4  # the block resolve's bitmap lives in shared 
 )
 def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False):
     n, device = boxes.shape[0], boxes.device
-    out = torch.empty(n + 1, dtype=torch.int64, device=device)  # keep (padded), then the count
+    words = (n + 31) // 32
+    # keep (padded to n), the count, then (n > SMALL_MAX) the n x words int32 mask: one allocation
+    memory = torch.empty(n + 1 + (0 if n <= SMALL_MAX else (n * words + 1) // 2), dtype=torch.int64, device=device)
+    out = memory[: n + 1]
     if n == 0:
         out.zero_()
         return PaddedNMSResult(out[:0], out[0]) if padded else NMSResult(out[:0])
-    words = (n + 31) // 32
     if words > MAX_WORDS:
         raise ValueError(f"hard_fused on cuda resolves in one block with N/8 bytes of shared memory; "
                          f"N = {n} is above its limit of {MAX_WORDS * 32}")
@@ -159,12 +191,12 @@ def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False):
                 order = torch.sort(scores + 0.0, descending=True, stable=True).indices  # -0.0 ties with 0.0
                 sorted_boxes = boxes.index_select(0, order)
                 sorted_labels = None if labels is None else labels.index_select(0, order)
-            mask = torch.empty((n, words), dtype=torch.int32, device=device)
+            mask = np.uint64(memory.data_ptr() + 8 * (n + 1))
             launch(CUDA_MODULE.get("mask_kernel", boxes.dtype, device), (blocks(n, MASK_WARPS),), (32 * MASK_WARPS,),
                    (sorted_boxes, sorted_labels, n, words, threshold, mask))
-            if words <= 32:
-                launch(CUDA_MODULE.get("warp_resolve_kernel", None, device), (1,), (32,),
-                       (mask, order, n, words, *outputs))
+            if words <= 32 and staged_resolve_fits(n, device):
+                launch(CUDA_MODULE.get("staged_resolve_kernel", None, device), (1,), (STAGED_THREADS,),
+                       (mask, order, n, words, *outputs), shared_mem=staged_shared_bytes(n))
             else:
                 launch(CUDA_MODULE.get("block_resolve_kernel", None, device), (1,), (RESOLVE_THREADS,),
                        (mask, order, n, words, *outputs), shared_mem=words * 4)
