@@ -25,5 +25,5 @@ timeout "${GPU_TEST_LIMIT:-240}" python3 -m pytest -q -m gpu -p no:cacheprovider
 echo "pytest rc $?"; tail -12 "$OUT/pytest-gpu-hard.log"
 for pid in "${pids[@]}"; do wait "$pid"; echo "sanitizer pid $pid rc $?"; done
 for f in "$OUT"/sanitizer-*.log; do echo "== $f"; tail -2 "$f"; done
-timeout "${PROBE_LIMIT:-90}" python3 .ci/stage_probe_ours.py > "$OUT/probe.txt" 2>&1; echo "probe rc $?"
+timeout "${PROBE_LIMIT:-90}" python3 .ci/stage_probe_ours.py ${PROBE_ARGS:-} > "$OUT/probe.txt" 2>&1; echo "probe rc $?"
 cat "$OUT/probe.txt"

@@ -152,9 +152,14 @@ def staged_resolve_fits(n: int, device: torch.device) -> bool:
     if limit is None:
         from cupy_backends.cuda.api import driver
 
-        limit = torch.cuda.get_device_properties(index).shared_memory_per_block_optin
         kernel = CUDA_MODULE.get("staged_resolve_kernel", None, device)
-        driver.funcSetAttribute(kernel.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, limit)
+        # dynamic + the kernel's static shared memory may not exceed the device's opt-in limit
+        static = driver.funcGetAttribute(driver.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, kernel.ptr)
+        limit = torch.cuda.get_device_properties(index).shared_memory_per_block_optin - static
+        try:
+            driver.funcSetAttribute(kernel.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, limit)
+        except driver.CUDADriverError:
+            limit = MAX_SHARED_BYTES - static  # no opt-in: the default limit, without asking
         _staged_limit[index] = limit
     return staged_shared_bytes(n) <= limit
 
