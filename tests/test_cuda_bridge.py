@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
+import re
+import struct
+
 import numpy as np
 import pytest
 import torch
@@ -63,13 +67,31 @@ def test_no_float_instruction_flushes_subnormals(module):
     assert ".ftz" not in text
 
 
-def test_kernel_arguments():
+def test_kernel_arguments_pack_as_the_kernel_reads_them():
     t = torch.zeros(3)
-    assert _cuda._argument(t) == np.uint64(t.data_ptr()) and isinstance(_cuda._argument(t), np.uint64)
-    assert _cuda._argument(None) == np.uint64(0)
-    assert isinstance(_cuda._argument(True), np.int32) and _cuda._argument(True) == 1
-    assert isinstance(_cuda._argument(7), np.int32) and _cuda._argument(7) == 7
-    assert isinstance(_cuda._argument(np.float64(0.5)), np.float64)
+    codes, values = _cuda.pack_arguments((t, None, True, 7, np.float64(0.5), np.uint64(2**63 + 5), np.int64(-3),
+                                          np.float32(1.5), np.uint32(9), np.int32(-4)))
+    assert codes == "QQiidQqfIi"
+    assert values[:4] == [t.data_ptr(), 0, 1, 7]
+    # every value lands at its C-aligned offset, where the pointer array points
+    buffer = _cuda._LaunchBuffer()
+    pointers = (ctypes.c_void_p * len(codes)).from_address(buffer.pointer_array(codes))
+    assert [p - buffer.address for p in pointers] == [0, 8, 16, 20, 24, 32, 40, 48, 52, 56]
+    struct.pack_into("@" + codes, buffer.values, 0, *values)
+    read = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32, ctypes.c_int32, ctypes.c_double, ctypes.c_uint64,
+            ctypes.c_int64, ctypes.c_float, ctypes.c_uint32, ctypes.c_int32]
+    assert [kind.from_address(p).value for kind, p in zip(read, pointers)] == \
+        [t.data_ptr(), 0, 1, 7, 0.5, 2**63 + 5, -3, 1.5, 9, -4]
+    assert buffer.pointer_array(codes) == buffer.pointer_array(codes)  # built once per layout
+
+
+def test_kernel_arguments_that_cannot_be_passed_are_refused():
+    with pytest.raises(OverflowError, match="int32"):
+        _cuda.pack_arguments((2**31,))
+    with pytest.raises(TypeError, match="unsupported kernel argument type float"):
+        _cuda.pack_arguments((0.5,))
+    with pytest.raises(ValueError, match="above 4096"):
+        _cuda._LaunchBuffer().pointer_array("Q" * 513)
 
 
 def test_blocks():
