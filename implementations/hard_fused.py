@@ -51,8 +51,9 @@ from ._cpu import JIT, sorted_inputs
 from ._cuda import CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, blocks, host_count, on_torch_stream, rank_by_score
 
 SUMMARY_CPU = "numba: blocks of rank order tested against all kept boxes in parallel (SIMD), then resolved in-block"
-SUMMARY_CUDA = ("CUDA: one launch for N <= 256; else rank, ballot mask, and a resolve that decides 8 words of 32 "
-                "boxes per block-wide round in one warp's registers; padded graph-safe output")
+SUMMARY_CUDA = ("CUDA: one launch for N <= 256; else rank, ballot mask, and a resolve from shared memory (N <= 1024) "
+                "or one deciding 8 words of 32 boxes per block-wide round in one warp's registers; padded graph-safe "
+                "output")
 
 # ------------------------------------------------------------------ CPU (numba)
 
