@@ -6,7 +6,10 @@ import json
 import os
 import re
 import shlex
+import signal
 import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -186,7 +189,8 @@ def sweep(sizes, impls, devices, scenarios, overlaps, ious, dtypes, seed, classe
     Every case becomes one CSV row per timer, written as soon as it finishes. A variant
     that raises, runs out of memory or passes --case-timeout gives a row with status=error
     and the message; a cell it cannot run (no backend, unavailable, dtype) a row with
-    status=skipped. Ctrl-C stops with what was written and the command that resumes it.
+    status=skipped. Ctrl-C (or SIGTERM) stops with what was written and the command that
+    resumes it.
     """
     try:
         ns = parse_sizes(sizes)
@@ -333,8 +337,9 @@ def run_with_progress(command: str, out: Path, force: bool, total: int, grid: di
     """Write a run's rows to ``out`` (refusing to overwrite without ``force``; ``append``
     adds to it) behind a progress bar; error and noisy rows are printed as they come;
     Ctrl-C stops with a summary of what was written (and ``resume_command``) and exit
-    status 130. ``run(write, on_case)`` does the work and returns the counts, to which
-    ``noisy_rows`` (descriptions of this run's noisy rows) is added."""
+    status 130; SIGTERM likewise, with 143. ``run(write, on_case)`` does the work and
+    returns the counts, to which ``noisy_rows`` (descriptions of this run's noisy rows)
+    is added."""
     if out.exists() and not force and not append:
         raise click.UsageError(f"{out} exists; pass --force to overwrite it or choose another --out")
     console.print(f"nmsbench {command}: {total} rows -> {out}" + (f" ({completed} already there)" if append else ""))
@@ -358,16 +363,39 @@ def run_with_progress(command: str, out: Path, force: bool, total: int, grid: di
                 progress.console.print(f"[yellow]noisy[/] {text}")
 
         try:
-            counts = run(writer.write, on_case)
-        except KeyboardInterrupt:
+            with _sigterm_as_interrupt():
+                counts = run(writer.write, on_case)
+        except KeyboardInterrupt as stop:
             progress.stop()
-            console.print(f"[yellow]interrupted[/]: {writer.rows_written} of {total} rows are in {out} "
-                          f"(this run: {tally['ok']} ok, {tally['error']} error, {tally['skipped']} skipped"
-                          + (f"; {completed} were there before" if append else "") + ")")
+            terminated = isinstance(stop, Terminated)
+            console.print(f"[yellow]{'terminated (SIGTERM)' if terminated else 'interrupted'}[/]: {writer.rows_written} "
+                          f"of {total} rows are in {out} (this run: {tally['ok']} ok, {tally['error']} error, "
+                          f"{tally['skipped']} skipped" + (f"; {completed} were there before" if append else "") + ")")
             if resume_command:
                 console.print(f"resume with: {resume_command}", soft_wrap=True)
-            raise SystemExit(130)
+            raise SystemExit(128 + signal.SIGTERM if terminated else 130)
     return counts | {"noisy_rows": noisy_rows}
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a job scheduler's or `kill`'s stop), handled like Ctrl-C."""
+
+
+@contextmanager
+def _sigterm_as_interrupt():
+    """Within the block, SIGTERM raises ``Terminated`` (main thread only; elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def reproduce_command(grid: Grid, out: Path, resume: bool = False) -> str:

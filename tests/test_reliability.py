@@ -119,6 +119,18 @@ def test_sigint_stops_cleanly_with_a_summary_and_how_to_resume(tmp_path):
     assert sorted(final.n) == [2, 4, 8, 16, 32, 64, 128, 256] and len(set(keys(final))) == 8
 
 
+def test_sigterm_stops_like_ctrl_c_with_status_143(tmp_path):
+    out = tmp_path / "run.csv"
+    child = start_and_wait([*SLOW_GRID, "--out", str(out)], out, rows=2)
+    child.send_signal(signal.SIGTERM)
+    _, stderr = child.communicate(timeout=60)
+    assert child.returncode == 143, stderr[-2000:]
+    written = read_results(out)  # every written row parses
+    assert 2 <= len(written) < 8
+    assert f"terminated (SIGTERM): {len(written)} of 8 rows are in {out}" in stderr
+    assert "Traceback" not in stderr and f"--resume {out}" in stderr
+
+
 def test_a_partial_last_line_is_dropped_on_load_and_cut_on_resume(tmp_path):
     out = tmp_path / "run.csv"
     args = ["sweep", "--impl", "torchvision", "--scenario", "uniform", "--n", "4,8,16", "--min-run-time", "0.01",
