@@ -299,8 +299,9 @@ def sweep(sizes, impls, devices, scenarios, overlaps, ious, dtypes, seed, classe
 RESUME_SAME = ("min_run_time", "threads")
 
 
-def _check_resume(path: Path, grid: Grid) -> set:
-    """The case keys already in ``path``, or a UsageError saying why it cannot be resumed."""
+def _check_resume(path: Path, grid, benchmark: str = "nms") -> set:
+    """The case keys already in ``path`` (a ``benchmark`` file of this machine, timed with
+    ``grid``'s measurement settings), or a UsageError saying why it cannot be resumed."""
     import warnings
 
     from .results import PartialRowWarning
@@ -308,7 +309,7 @@ def _check_resume(path: Path, grid: Grid) -> set:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", PartialRowWarning)
         try:
-            done = open_for_resume(path, environment())
+            done = open_for_resume(path, environment(), benchmark)
         except ValueError as e:
             raise click.UsageError(f"cannot resume: {e}") from None
     for warning in caught:

@@ -29,7 +29,8 @@ import torch
 from . import datasets
 from .pipeline import (REFERENCE_PIPELINE, STAGES, Pipeline, PipelineConfig, compare_detections, pipelines,
                        validate_raw)
-from .runner import _error_text, error_rows, row_emitter, use_threads
+from .results import case_key
+from .runner import CaseTimeout, _error_text, case_deadline, check_case_timeout, error_rows, row_emitter, use_threads
 from .timing import time_device, time_wall
 
 SOURCES = ("real", "synthetic")
@@ -54,6 +55,7 @@ class PipelineGrid:
     timers: list[str] = field(default_factory=lambda: ["wall", "device"])
     min_run_time: float = 0.2
     threads: int = 1
+    case_timeout: Optional[float] = None  # seconds a pipeline case may take (None: no limit)
 
     def timers_for(self, device: str) -> list[str]:
         return [t for t in self.timers if t == "wall" or device == "cuda"]
@@ -81,8 +83,11 @@ def _images_column(source: str, images: list[str], seed: int) -> str:
 
 
 def run_pipeline_bench(grid: PipelineGrid, write: Callable[[dict], None],
-                       on_case: Callable[[dict], None] = lambda row: None) -> dict:
-    """Run every case of ``grid``; ``write`` gets each row as soon as it exists."""
+                       on_case: Callable[[dict], None] = lambda row: None, done: frozenset | set = frozenset()) -> dict:
+    """Run every case of ``grid``; ``write`` gets each row as soon as it exists. Rows whose
+    :func:`~nmsbench.results.case_key` is in ``done`` (already written) are not run again;
+    a case past ``grid.case_timeout`` becomes error rows."""
+    check_case_timeout(grid.case_timeout)
     use_threads(grid.threads)
     known = pipelines()
     emit, counts = row_emitter(write, on_case)
@@ -90,7 +95,8 @@ def run_pipeline_bench(grid: PipelineGrid, write: Callable[[dict], None],
     def rows_of(base: dict, name: str, device: str) -> list[dict]:
         pipeline = known.get(name)
         common = base | {"impl": name, "family": pipeline.nms_family if pipeline else "", "device": device}
-        return [common | {"stage": s, "timer": t} for s in grid.stages for t in grid.timers_for(device)]
+        rows = [common | {"stage": s, "timer": t} for s in grid.stages for t in grid.timers_for(device)]
+        return [row for row in rows if case_key(row) not in done]
 
     params = json.dumps({"max_det": grid.max_det, "max_candidates": grid.max_candidates}, sort_keys=True)
     for source in grid.sources:
@@ -113,6 +119,9 @@ def run_pipeline_bench(grid: PipelineGrid, write: Callable[[dict], None],
                     continue
                 raw = raw_all[:batch]
                 base |= {"n": raw.shape[1], "image": _images_column(source, images[:batch], grid.seed)}
+                cases = [(device, name) for device in grid.devices for name in grid.pipelines if rows_of(base, name, device)]
+                if not cases:  # all written already (--resume)
+                    continue
                 try:
                     config = PipelineConfig(conf, grid.iou, grid.max_det, grid.max_candidates, (size, size))
                     reference_pipeline = known[REFERENCE_PIPELINE].build(raw, config, "cpu")
@@ -122,16 +131,24 @@ def run_pipeline_bench(grid: PipelineGrid, write: Callable[[dict], None],
                     failure_case = None
                 except Exception as exc:
                     config, reference, failure_case = None, None, f"reference pipeline: {_error_text(exc)}"
-                for device in grid.devices:
-                    for name in grid.pipelines:
-                        rows = rows_of(base, name, device)
-                        if failure_case:
-                            for row in rows:
-                                emit(row | {"status": "error", "error": failure_case})
-                            continue
-                        for row in _run_case(known.get(name), name, device, raw, config, reference, rows, grid):
-                            emit(row)
+                for device, name in cases:
+                    rows = rows_of(base, name, device)  # base now holds the candidate count
+                    if failure_case:
+                        for row in rows:
+                            emit(row | {"status": "error", "error": failure_case})
+                        continue
+                    for row in _run_case_with_deadline(known.get(name), name, device, raw, config, reference, rows, grid):
+                        emit(row)
     return counts
+
+
+def _run_case_with_deadline(pipeline, name, device, raw, config, reference, rows, grid: PipelineGrid) -> list[dict]:
+    """The case's rows, or error rows naming the timeout when it runs past ``grid.case_timeout``."""
+    try:
+        with case_deadline(grid.case_timeout):
+            return list(_run_case(pipeline, name, device, raw, config, reference, rows, grid))
+    except CaseTimeout as exc:  # raised outside _run_case's own handler (it turns the rest into error rows)
+        return list(error_rows(rows, exc))
 
 
 def _run_case(pipeline: Optional[Pipeline], name: str, device: str, raw: np.ndarray, config: PipelineConfig,

@@ -53,9 +53,18 @@ def _positive_ints(text: str, what: str) -> list[int]:
 @click.option("--threads", default=os.cpu_count() or 1, show_default=True, type=click.IntRange(min=1), help="CPU threads for torch and numba.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="CSV to write (a sidecar .json goes next to it). Default: results/pipeline-<time>-<device>.csv.")
 @click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
+@click.option("--resume", "resume", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="Continue a stopped run: append to FILE the rows of this grid it lacks, never repeating one (a row "
+                   "is pipeline, device, source, images, batch, conf, IoU, params, stage and timer). Refused when FILE "
+                   "has another schema or other benchmarks' rows, came from another machine, or was timed with another "
+                   "--min-run-time or --threads. Give the same options as the stopped run.")
+@click.option("--case-timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="Stop a case (one pipeline on one device, batch and conf: all its stages) that runs longer than "
+                   "this; its rows become status=error rows naming the timeout, and the run goes on. SIGALRM: a native "
+                   "call that never returns cannot be stopped (kill the run and --resume it).")
 @click.option("--list", "show_list", is_flag=True, help="List the pipelines and whether they run here, then exit.")
 def pipeline_command(batches, devices, sources, names, confs, iou, max_det, max_candidates, recordings, seed, stages,
-                     timers, min_run_time, threads, out, force, show_list):
+                     timers, min_run_time, threads, out, force, resume, case_timeout, show_list):
     """Time post-processing from raw detector output to final detections, stage by stage.
 
     \b
@@ -69,7 +78,7 @@ def pipeline_command(batches, devices, sources, names, confs, iou, max_det, max_
     all-pairs NMS. Rows (stage decode, nms, total) go to the sweep's CSV schema with
     benchmark=pipeline, batch, stage, candidates, and agreement with the numpy reference.
     """
-    from .cli import _console, _floats, _split, run_with_progress
+    from .cli import _check_resume, _console, _floats, _split, run_with_progress
 
     known = pipelines()
     if show_list:
@@ -82,6 +91,10 @@ def pipeline_command(batches, devices, sources, names, confs, iou, max_det, max_
                 table.add_row(name, p.nms_family, device, "[green]yes[/]" if available else f"[red]no[/]: {reason}", p.summary)
         _console().print(table)
         return
+    if resume and out and Path(out) != resume:
+        raise click.BadParameter("--resume FILE writes to FILE; leave --out out", param_hint="--resume")
+    if resume and force:
+        raise click.BadParameter("--resume appends to FILE; --force (overwrite) contradicts it", param_hint="--force")
     batch_list = _positive_ints(batches, "--batch")
     _check_fits(max(batch_list), max_candidates)
     device_list = _split(devices)
@@ -122,14 +135,17 @@ def pipeline_command(batches, devices, sources, names, confs, iou, max_det, max_
     grid = PipelineGrid(
         pipelines=name_list, devices=device_list, sources=source_list, batches=batch_list, confs=conf_list, iou=iou,
         max_det=max_det, max_candidates=max_candidates, seed=seed, recordings=recording_list, stages=stage_list,
-        timers=timer_list, min_run_time=min_run_time, threads=threads,
+        timers=timer_list, min_run_time=min_run_time, threads=threads, case_timeout=case_timeout,
     )
-    out = out or default_output_path(device_list, kind="pipeline")
+    done = _check_resume(resume, grid, benchmark="pipeline") if resume else set()
+    out = resume or out or default_output_path(device_list, kind="pipeline")
     counts = run_with_progress(
-        "pipeline", out, force, grid.count(), grid.__dict__, reproduce_pipeline_command(grid, out),
-        lambda write, on_case: run_pipeline_bench(grid, write, on_case),
+        "pipeline", out, force, grid.count(), grid.__dict__, reproduce_pipeline_command(grid, out, resume=bool(resume)),
+        lambda write, on_case: run_pipeline_bench(grid, write, on_case, done),
         describe=lambda row: f"{row['scenario']:>9} B={row['batch']:<3} {row['impl']:<24} {row['device']}",
         where=lambda row: f"{row['scenario']} B={row['batch']} conf={row['overlap']}",
+        append=bool(resume), completed=min(len(done), grid.count()),
+        resume_command=reproduce_pipeline_command(grid, out, resume=True),
     )
     _print_pipeline_summary(out, counts)
 
@@ -148,7 +164,8 @@ def _check_fits(batch: int, max_candidates: int) -> None:
                                  param_hint="--batch/--max-candidates")
 
 
-def reproduce_pipeline_command(grid: PipelineGrid, out: Path) -> str:
+def reproduce_pipeline_command(grid: PipelineGrid, out: Path, resume: bool = False) -> str:
+    """The pipeline command that reproduces this grid (``resume``: continues ``out``)."""
     args = ["nmsbench", "pipeline", "--batch", ",".join(map(str, grid.batches)), "--device", ",".join(grid.devices),
             "--source", ",".join(grid.sources), "--pipeline", ",".join(grid.pipelines),
             "--conf", ",".join(map(str, grid.confs)), "--iou", str(grid.iou), "--max-det", str(grid.max_det),
@@ -156,7 +173,9 @@ def reproduce_pipeline_command(grid: PipelineGrid, out: Path) -> str:
             "--timer", ",".join(grid.timers), "--min-run-time", str(grid.min_run_time), "--threads", str(grid.threads)]
     if grid.recordings:
         args += ["--recording", ",".join(grid.recordings)]
-    return shlex.join(args + ["--out", str(out)])
+    if grid.case_timeout:
+        args += ["--case-timeout", str(grid.case_timeout)]
+    return shlex.join(args + ["--resume" if resume else "--out", str(out)])
 
 
 def _print_pipeline_summary(out: Path, counts: dict) -> None:

@@ -269,8 +269,9 @@ def open_for_resume(path, env: dict, benchmark: str = "nms") -> set:
         raise ValueError(f"{path}: has rows of schema version {', '.join(versions)}, not {SCHEMA_VERSION}; write a new --out")
     others = sorted(set(frame["benchmark"]) - {benchmark})
     if others:
-        raise ValueError(f"{path}: holds {', '.join(others)} rows; only `nmsbench sweep` ({benchmark}) files can be resumed "
-                         "by sweep")
+        command = "sweep" if benchmark == "nms" else benchmark
+        raise ValueError(f"{path}: holds {', '.join(others)} rows; `nmsbench {command}` resumes only its own "
+                         f"({benchmark}) files")
     recorded = {c: sorted(set(frame[c])) for c in MACHINE_COLUMNS}
     if frame.empty:  # header only: the sidecar names the machine
         try:

@@ -14,7 +14,7 @@ from nmsbench import BackendUnavailable, NMSResult, register
 from nmsbench.cli import main
 from nmsbench.datasets import real
 from nmsbench.datasets.synthetic_raw import ROWS, synthetic_raw
-from nmsbench.pipeline import (CandidateOverflow, Detections, Pipeline, PipelineConfig, compare_detections,
+from nmsbench.pipeline import (CandidateOverflow, Detections, Pipeline, PipelineConfig, Prepared, compare_detections,
                                decode_numpy, decode_torch, empty_buffer, get_pipeline, pipelines, register_pipeline,
                                run_pipeline, unregister_pipeline, validate_raw)
 from nmsbench.pipeline_bench import PipelineGrid, run_pipeline_bench
@@ -427,3 +427,90 @@ def test_seed_kernel_survivors_are_sorted_on_the_host():
     assert d.rows.tolist() == [12, 4] and d.labels.tolist() == [1, 2] and d.rows.dtype == np.int64
     assert d.boxes.tolist() == [[0, 0, 2, 2], [1, 1, 2, 2]] and d.scores.tolist() == [np.float32(0.9), 0.5]
     assert len(_sorted_detections(out[:0], 5).rows) == 0
+
+
+# ---------------------------------------------------------------- stopping, resuming, timeouts
+
+PIPE_GRID = ["pipeline", "--source", "real", "--batch", "1,2", "--pipeline", "numpy,torch_batched_nms",
+             "--stage", "decode,total", "--min-run-time", "0.001", "--threads", "1"]
+
+
+def test_a_cut_pipeline_run_resumes_with_only_the_missing_rows(tmp_path, monkeypatch):
+    from nmsbench import pipeline_bench
+    from nmsbench.results import case_key
+
+    out = tmp_path / "pipe.csv"
+    assert run(*PIPE_GRID, "--out", str(out)).exit_code == 0
+    whole = pd.read_csv(out)
+    assert len(whole) == 2 * 2 * 2  # batches x pipelines x stages
+    lines = out.read_bytes().splitlines(keepends=True)
+    out.write_bytes(b"".join(lines[:4]))  # header + 3 rows: the second case has one of its two stage rows
+    ran = []
+    real_run_case = pipeline_bench._run_case
+
+    def recording_run_case(pipeline, name, device, raw, config, reference, rows, grid):
+        ran.extend((row["batch"], row["impl"], row["stage"]) for row in rows)
+        return real_run_case(pipeline, name, device, raw, config, reference, rows, grid)
+
+    monkeypatch.setattr(pipeline_bench, "_run_case", recording_run_case)
+    result = run(*PIPE_GRID, "--resume", str(out))
+    assert result.exit_code == 0, result.output
+    assert "(3 already there)" in result.output
+    final = pd.read_csv(out)
+    keys = [case_key(row) for row in final.astype(object).where(final.notna(), "").to_dict("records")]
+    assert len(final) == 8 and len(set(keys)) == 8
+    assert final.iloc[:3].equals(whole.iloc[:3])  # written rows are kept as they were
+    assert set(final.status) == {"ok"} and (final.candidates >= final.kept).all()
+    first_three = {(r.batch, r.impl, r.stage) for r in whole.iloc[:3].itertuples()}
+    assert set(ran) == {(r.batch, r.impl, r.stage) for r in whole.itertuples()} - first_three
+    meta = json.loads(out.with_suffix(".json").read_text())
+    assert "--resume" in meta["resumed"][0]["command"]
+    # nothing left: a second resume runs nothing
+    ran.clear()
+    again = run(*PIPE_GRID, "--resume", str(out))
+    assert again.exit_code == 0 and ran == [] and len(pd.read_csv(out)) == 8
+
+
+def test_pipeline_resume_refuses_sweep_files_and_contradictory_options(tmp_path):
+    sweep_file = tmp_path / "sweep.csv"
+    assert run("sweep", "--impl", "torchvision", "--scenario", "uniform", "--n", "4", "--min-run-time", "0.01",
+               "--out", str(sweep_file)).exit_code == 0
+    refused = run(*PIPE_GRID, "--resume", str(sweep_file))
+    assert refused.exit_code == 2 and "holds nms rows; `nmsbench pipeline` resumes only its own (pipeline) files" in \
+        refused.output
+    both = run(*PIPE_GRID, "--resume", str(sweep_file), "--out", str(tmp_path / "other.csv"))
+    assert both.exit_code == 2 and "leave --out out" in both.output
+    forced = run(*PIPE_GRID, "--resume", str(sweep_file), "--force")
+    assert forced.exit_code == 2 and "contradicts" in forced.output
+    missing = run(*PIPE_GRID, "--resume", str(tmp_path / "none.csv"))
+    assert missing.exit_code == 2 and "no such file" in missing.output
+
+
+def test_a_pipeline_past_the_case_timeout_becomes_error_rows_and_the_run_goes_on(tmp_path):
+    import time
+
+    def build(raw, config, device):
+        reference = get_pipeline("numpy").build(raw, config, device)
+
+        def slow_decode():
+            time.sleep(30)
+            return reference.decode()
+
+        return Prepared(slow_decode, reference.nms)
+
+    register_pipeline(Pipeline("test_hangs", "sleeps in decode", ("cpu",), "hard", build))
+    try:
+        out = tmp_path / "pipe.csv"
+        started = time.monotonic()
+        result = run("pipeline", "--source", "real", "--batch", "1", "--pipeline", "test_hangs,numpy", "--stage", "total",
+                     "--min-run-time", "0.001", "--threads", "1", "--case-timeout", "0.5", "--out", str(out))
+        assert time.monotonic() - started < 20
+    finally:
+        unregister_pipeline("test_hangs")
+    assert result.exit_code == 0, result.output
+    frame = pd.read_csv(out).set_index("impl")
+    assert frame.loc["test_hangs", "status"] == "error"
+    assert "CaseTimeout: stopped after the case timeout of 0.5 s (--case-timeout)" in frame.loc["test_hangs", "error"]
+    assert frame.loc["numpy", "status"] == "ok"
+    meta = json.loads(out.with_suffix(".json").read_text())
+    assert "--case-timeout 0.5" in meta["command"]
