@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from . import datasets
+from .cli_options import case_timeout_option, check_resume_options, resume_option
 from .registry import describe, implementations
 from .results import ResultWriter, default_output_path, environment, open_for_resume, sidecar_path
 from .runner import DTYPES, Grid, run_sweep
@@ -160,16 +161,8 @@ SCENARIO_HELP = "; ".join(f"{name} (knob: {s.knob})" for name, s in datasets.SCE
 @click.option("--threads", default=os.cpu_count() or 1, show_default=True, type=click.IntRange(min=1), help="CPU threads for torch and numba during the sweep.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="CSV to write (a sidecar .json goes next to it). Default: a new file under results/.")
 @click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
-@click.option("--resume", "resume", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
-              help="Continue a stopped sweep: append to FILE the cases of this grid it lacks, never repeating a row. "
-                   "A case is impl, device, dtype, timer, scenario, recording, overlap, classes, n (n_cap), IoU, seed "
-                   "and params. Refused when FILE has another schema, came from another machine, or was timed with "
-                   "another --min-run-time or --threads. Give the same grid options as the stopped run.")
-@click.option("--case-timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
-              help="Stop a case that runs longer than this (it becomes a status=error row naming the timeout) and go on. "
-                   "Uses SIGALRM: stops Python-level hangs and slow calls once they return; a native call that never "
-                   "returns (numba nopython, a hung CUDA kernel) cannot be stopped: kill the sweep and --resume it "
-                   "without that implementation.")
+@resume_option("impl, device, dtype, timer, scenario, recording, overlap, classes, n (n_cap), IoU, seed and params")
+@case_timeout_option("one implementation on one box set, device, dtype and IoU: all its timers")
 @click.option("--repeat-noisy", default=0, show_default=True, type=click.IntRange(min=0), metavar="K",
               help=f"Re-time a measurement whose IQR exceeds {NOISY_SPREAD:.0%} of its median up to K more times and keep "
                    "the least noisy (lowest IQR/median); the attempts column says how many timings the row took.")
@@ -196,10 +189,7 @@ def sweep(sizes, impls, devices, scenarios, overlaps, ious, dtypes, seed, classe
         ns = parse_sizes(sizes)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--n") from None
-    if resume and out and Path(out) != resume:
-        raise click.BadParameter("--resume FILE writes to FILE; leave --out out", param_hint="--resume")
-    if resume and force:
-        raise click.BadParameter("--resume appends to FILE; --force (overwrite) contradicts it", param_hint="--force")
+    check_resume_options(resume, out, force)
     known = implementations()
     impl_list = _split(impls) or sorted(known)
     unknown = [i for i in impl_list if i not in known]

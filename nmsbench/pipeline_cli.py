@@ -15,6 +15,7 @@ import torch
 from rich.table import Table
 
 from . import datasets
+from .cli_options import case_timeout_option, check_resume_options, resume_option
 from .pipeline import STAGES, pipelines
 from .pipeline_bench import DEFAULT_BATCHES, SOURCES, PipelineGrid, run_pipeline_bench
 from .results import default_output_path
@@ -53,15 +54,8 @@ def _positive_ints(text: str, what: str) -> list[int]:
 @click.option("--threads", default=os.cpu_count() or 1, show_default=True, type=click.IntRange(min=1), help="CPU threads for torch and numba.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="CSV to write (a sidecar .json goes next to it). Default: results/pipeline-<time>-<device>.csv.")
 @click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
-@click.option("--resume", "resume", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
-              help="Continue a stopped run: append to FILE the rows of this grid it lacks, never repeating one (a row "
-                   "is pipeline, device, source, images, batch, conf, IoU, params, stage and timer). Refused when FILE "
-                   "has another schema or other benchmarks' rows, came from another machine, or was timed with another "
-                   "--min-run-time or --threads. Give the same options as the stopped run.")
-@click.option("--case-timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
-              help="Stop a case (one pipeline on one device, batch and conf: all its stages) that runs longer than "
-                   "this; its rows become status=error rows naming the timeout, and the run goes on. SIGALRM: a native "
-                   "call that never returns cannot be stopped (kill the run and --resume it).")
+@resume_option("pipeline, device, source, images, batch, conf, IoU, params, stage and timer")
+@case_timeout_option("one pipeline on one device, batch and conf: all its stages")
 @click.option("--list", "show_list", is_flag=True, help="List the pipelines and whether they run here, then exit.")
 def pipeline_command(batches, devices, sources, names, confs, iou, max_det, max_candidates, recordings, seed, stages,
                      timers, min_run_time, threads, out, force, resume, case_timeout, show_list):
@@ -91,10 +85,7 @@ def pipeline_command(batches, devices, sources, names, confs, iou, max_det, max_
                 table.add_row(name, p.nms_family, device, "[green]yes[/]" if available else f"[red]no[/]: {reason}", p.summary)
         _console().print(table)
         return
-    if resume and out and Path(out) != resume:
-        raise click.BadParameter("--resume FILE writes to FILE; leave --out out", param_hint="--resume")
-    if resume and force:
-        raise click.BadParameter("--resume appends to FILE; --force (overwrite) contradicts it", param_hint="--force")
+    check_resume_options(resume, out, force)
     batch_list = _positive_ints(batches, "--batch")
     _check_fits(max(batch_list), max_candidates)
     device_list = _split(devices)
