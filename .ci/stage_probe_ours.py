@@ -2,7 +2,8 @@
 times inside one captured CUDA graph and the replay is timed with CUDA events (so launch
 and host costs drop out). Also the whole op: `wall` (eager, with its host sync) and
 `graph` (padded), and torchvision's wall for the same input. Prints one line per number.
-Run on the device: python3 .ci/stage_probe_ours.py [hard|matrix]"""
+Run on the device: python3 .ci/stage_probe_ours.py [host] [hard] [matrix] [matrix_stages]
+(default: host, hard, matrix)."""
 import sys
 import time
 
@@ -125,6 +126,73 @@ def matrix():
             print("matrix_recompute", scenario, n, " ".join(f"{k}={v:.1f}" for k, v in line.items()), flush=True)
 
 
+def matrix_stages(b, s, n, path):
+    """GPU time of each launch of matrix_recompute's multi-block paths (as its wrapper
+    issues them; gaussian kernel, no labels)."""
+    from nmsbench.variants._cuda import Scratch
+
+    dtype, arith = b.dtype, mr.arith_dtype(b.dtype)
+    keep, out_scores, count = mr._outputs(n, dtype, dev)
+    chunks, segment = blocks(n, mr.CHILDREN), mr.segment_length(n)
+    segments = max(1, -(-(n - 1) // segment))
+    scratch = Scratch(dev, order=(n, torch.int64), sbox=(4 * n, arith), sarea=(n, arith), sscore=(n, arith),
+                      cmax=(n, arith), acc=(n, torch.int64), done=(chunks, torch.int32), final=(n, arith))
+    get = lambda name: mr.CUDA_MODULE.get(name, dtype, dev)  # noqa: E731
+    sigma, threshold, grid = np.float64(0.5), np.float64(0.05), (segments, chunks)
+    order = scratch.order if path == "counting" else torch.sort(s, descending=True, stable=True).indices
+
+    def rank():
+        with on_torch_stream(dev) as launch:
+            if path == "counting":
+                launch(get("rank_kernel"), (blocks(n, 32),), (256,),
+                       (b, s, None, 1, n, order, scratch.sbox, scratch.sarea, None, scratch.sscore, scratch.cmax,
+                        scratch.acc, scratch.done, chunks, None))
+            else:
+                o = torch.sort(s, descending=True, stable=True).indices
+                launch(get("gather_kernel"), (blocks(n, 256),), (256,),
+                       (b, s, None, 1, n, o, scratch.sbox, scratch.sarea, None, scratch.sscore, scratch.cmax,
+                        scratch.acc, scratch.done, chunks, count))
+
+    def cmax():
+        with on_torch_stream(dev) as launch:
+            launch(get("cmax_kernel"), grid, (mr.CHILDREN,), (scratch.sbox, scratch.sarea, None, n, segment, scratch.cmax))
+
+    def decay():
+        with on_torch_stream(dev) as launch:
+            launch(get("decay_kernel"), grid, (mr.CHILDREN,),
+                   (scratch.sbox, scratch.sarea, None, scratch.cmax, scratch.sscore, order, n, segment, False, sigma,
+                    threshold, scratch.acc, scratch.done, scratch.final, None if path == "counting" else count))
+
+    def select():
+        with on_torch_stream(dev) as launch:
+            if path == "counting":
+                launch(get("select_kernel"), (blocks(n, 32),), (32 * mr.SEL_WARPS,),
+                       (scratch.final, n, keep, out_scores, count, None))
+            else:
+                final_sorted, index_sorted = torch.sort(scratch.tensor("final"), descending=True, stable=True)
+                launch(get("finalize_kernel"), (blocks(n, 256),), (256,),
+                       (final_sorted, index_sorted, n, count, keep, out_scores, None))
+
+    rank()
+    cmax()
+    return {f"{path}:{name}": gpu_us(stage) for name, stage in
+            (("rank", rank), ("cmax", cmax), ("decay", decay), ("select", select))}
+
+
+def matrix_by_stage():
+    for scenario in ("clustered", "uniform"):
+        for n in (1024, 4096, 8192, 32768):
+            bs = datasets.generate(scenario, n, seed=0).to("cuda")
+            line = {}
+            for path in ("counting", "sort"):
+                if path == "counting" and n > mr.COUNTING_MAX_N:
+                    continue
+                line[path] = gpu_us(lambda: mr.matrix_recompute_cuda_path(bs.boxes, bs.scores, None, "gaussian", 0.5,
+                                                                          0.05, True, path=path))
+                line.update(matrix_stages(bs.boxes, bs.scores, n, path))
+            print("matrix_recompute stages", scenario, n, " ".join(f"{k}={v:.1f}" for k, v in line.items()), flush=True)
+
+
 def host():
     """What the host pays per op piece (the GPU idle): a launch by argument count, an
     allocation, a stream synchronization, a whole small op."""
@@ -152,3 +220,5 @@ if "hard" in which:
     hard()
 if "matrix" in which:
     matrix()
+if "matrix_stages" in which:
+    matrix_by_stage()
