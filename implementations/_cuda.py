@@ -14,6 +14,8 @@ memory statistics see them), and every launch goes to torch's current CUDA strea
 
 from __future__ import annotations
 
+import ctypes
+import struct
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -126,8 +128,6 @@ class _LaunchBuffer(threading.local):
     during the call, so the buffer is reused by the thread's next launch."""
 
     def __init__(self):
-        import ctypes
-
         self.values = ctypes.create_string_buffer(PARAM_BYTES)
         self.address = ctypes.addressof(self.values)
         self.pointers: dict[str, tuple[object, int]] = {}
@@ -136,9 +136,6 @@ class _LaunchBuffer(threading.local):
         """Address of the pointer array for this layout (built once per layout)."""
         entry = self.pointers.get(codes)
         if entry is None:
-            import ctypes
-            import struct
-
             # native ("@") struct layout = C's: each value at its natural alignment
             offsets = [struct.calcsize("@" + codes[: i + 1]) - struct.calcsize(code) for i, code in enumerate(codes)]
             if struct.calcsize("@" + codes) > PARAM_BYTES:
@@ -177,9 +174,7 @@ def pack_arguments(args) -> tuple[str, list]:
 
 
 def _launch(function_ptr: int, grid, block, args, shared_mem: int, stream: int) -> None:
-    import struct
-
-    from cupy_backends.cuda.api import driver
+    from cupy_backends.cuda.api import driver  # cupy is optional: imported on first launch
 
     codes, values = pack_arguments(args)
     buffer = _launch_buffer
