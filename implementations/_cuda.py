@@ -104,8 +104,7 @@ def on_torch_stream(device: torch.device):
     current device is another one."""
     import cupy
 
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    stream = torch._C._cuda_getCurrentRawStream(index)  # torch.cuda.current_stream builds an object per call
+    index, stream = _current_stream(device)
 
     def launch(fn, grid, block, args, shared_mem: int = 0) -> None:
         _launch(fn.ptr, grid, block, args, shared_mem, stream)
@@ -186,7 +185,8 @@ def _launch(function_ptr: int, grid, block, args, shared_mem: int, stream: int) 
 
 
 def _current_stream(device: torch.device) -> tuple[int, int]:
-    """(device index, torch's current raw stream handle there)."""
+    """(device index, torch's current raw stream handle there); the raw handle because
+    torch.cuda.current_stream builds a Python object per call."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     return index, torch._C._cuda_getCurrentRawStream(index)
 

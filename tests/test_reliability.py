@@ -101,12 +101,19 @@ def test_sigkill_halfway_then_resume_completes_without_duplicates(tmp_path):
     assert meta["resumed"] and "--resume" in meta["resumed"][0]["command"]
 
 
+def stop_sweep_with(signal_number: int, out) -> tuple[int, str]:
+    """Start SLOW_GRID writing ``out``, send ``signal_number`` once two rows are there;
+    (exit status, stderr)."""
+    child = start_and_wait([*SLOW_GRID, "--out", str(out)], out, rows=2)
+    child.send_signal(signal_number)
+    _, stderr = child.communicate(timeout=60)
+    return child.returncode, stderr
+
+
 def test_sigint_stops_cleanly_with_a_summary_and_how_to_resume(tmp_path):
     out = tmp_path / "run.csv"
-    child = start_and_wait([*SLOW_GRID, "--out", str(out)], out, rows=2)
-    child.send_signal(signal.SIGINT)
-    _, stderr = child.communicate(timeout=60)
-    assert child.returncode == 130, stderr[-2000:]
+    returncode, stderr = stop_sweep_with(signal.SIGINT, out)
+    assert returncode == 130, stderr[-2000:]
     written = len(read_results(out))
     assert f"interrupted: {written} of 8 rows are in {out}" in stderr
     assert "Traceback" not in stderr
@@ -121,10 +128,8 @@ def test_sigint_stops_cleanly_with_a_summary_and_how_to_resume(tmp_path):
 
 def test_sigterm_stops_like_ctrl_c_with_status_143(tmp_path):
     out = tmp_path / "run.csv"
-    child = start_and_wait([*SLOW_GRID, "--out", str(out)], out, rows=2)
-    child.send_signal(signal.SIGTERM)
-    _, stderr = child.communicate(timeout=60)
-    assert child.returncode == 143, stderr[-2000:]
+    returncode, stderr = stop_sweep_with(signal.SIGTERM, out)
+    assert returncode == 143, stderr[-2000:]
     written = read_results(out)  # every written row parses
     assert 2 <= len(written) < 8
     assert f"terminated (SIGTERM): {len(written)} of 8 rows are in {out}" in stderr
