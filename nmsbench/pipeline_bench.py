@@ -30,7 +30,7 @@ from . import datasets
 from .pipeline import (REFERENCE_PIPELINE, STAGES, Pipeline, PipelineConfig, compare_detections, pipelines,
                        validate_raw)
 from .results import case_key
-from .runner import CaseTimeout, _error_text, case_deadline, check_case_timeout, error_rows, row_emitter, use_threads
+from .runner import _error_text, case_deadline, check_case_timeout, error_rows, row_emitter, use_threads
 from .timing import time_device, time_wall
 
 SOURCES = ("real", "synthetic")
@@ -137,18 +137,9 @@ def run_pipeline_bench(grid: PipelineGrid, write: Callable[[dict], None],
                         for row in rows:
                             emit(row | {"status": "error", "error": failure_case})
                         continue
-                    for row in _run_case_with_deadline(known.get(name), name, device, raw, config, reference, rows, grid):
+                    for row in _run_case(known.get(name), name, device, raw, config, reference, rows, grid):
                         emit(row)
     return counts
-
-
-def _run_case_with_deadline(pipeline, name, device, raw, config, reference, rows, grid: PipelineGrid) -> list[dict]:
-    """The case's rows, or error rows naming the timeout when it runs past ``grid.case_timeout``."""
-    try:
-        with case_deadline(grid.case_timeout):
-            return list(_run_case(pipeline, name, device, raw, config, reference, rows, grid))
-    except CaseTimeout as exc:  # raised outside _run_case's own handler (it turns the rest into error rows)
-        return list(error_rows(rows, exc))
 
 
 def _run_case(pipeline: Optional[Pipeline], name: str, device: str, raw: np.ndarray, config: PipelineConfig,
@@ -163,24 +154,25 @@ def _run_case(pipeline: Optional[Pipeline], name: str, device: str, raw: np.ndar
             yield row | {"status": "skipped", "error": skip}
         return
     try:
-        peak = ""
-        if device == "cuda":
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            before = torch.cuda.memory_allocated()
-        prepared = pipeline.build(raw, config, device)
-        detections = prepared.run()  # warm-up, and the output that is checked
-        if device == "cuda":
-            torch.cuda.synchronize()
-            peak = torch.cuda.max_memory_allocated() - before
-        agreement = compare_detections(detections, reference)
-        candidates = prepared.decode()
-        calls = {"decode": prepared.decode, "nms": lambda: prepared.nms(candidates), "total": prepared.run}
-        timings = {}
-        for row in rows:
-            call, timer = calls[row["stage"]], row["timer"]
-            timings[row["stage"], timer] = (time_wall(call, min_run_time=grid.min_run_time, threads=grid.threads)
-                                            if timer == "wall" else time_device(call, min_run_time=grid.min_run_time))
+        with case_deadline(grid.case_timeout):  # past it: CaseTimeout, error rows like any exception
+            peak = ""
+            if device == "cuda":
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                before = torch.cuda.memory_allocated()
+            prepared = pipeline.build(raw, config, device)
+            detections = prepared.run()  # warm-up, and the output that is checked
+            if device == "cuda":
+                torch.cuda.synchronize()
+                peak = torch.cuda.max_memory_allocated() - before
+            agreement = compare_detections(detections, reference)
+            candidates = prepared.decode()
+            calls = {"decode": prepared.decode, "nms": lambda: prepared.nms(candidates), "total": prepared.run}
+            timings = {}
+            for row in rows:
+                call, timer = calls[row["stage"]], row["timer"]
+                timings[row["stage"], timer] = (time_wall(call, min_run_time=grid.min_run_time, threads=grid.threads)
+                                                if timer == "wall" else time_device(call, min_run_time=grid.min_run_time))
     except Exception as exc:
         yield from error_rows(rows, exc)
         return
