@@ -92,8 +92,8 @@ class CudaModule:
 
 @contextmanager
 def on_torch_stream(device: torch.device):
-    """Enter once per op; yields ``launch(fn, grid, block, args, shared_mem=0)``, which
-    launches on torch's current CUDA stream of ``device``. ``args`` may hold tensors
+    """Enter once per op; yields ``launch(fn, grid, block, args, shared_mem=0,
+    cooperative=False)``, which launches on torch's current CUDA stream of ``device``. ``args`` may hold tensors
     (passed as device pointers), None (a null pointer), ints (int32) and NumPy scalars
     (``np.uint64`` addresses, ``np.float64``, ``np.int64``, ``np.float32``, ...).
 
@@ -106,8 +106,8 @@ def on_torch_stream(device: torch.device):
 
     index, stream = _current_stream(device)
 
-    def launch(fn, grid, block, args, shared_mem: int = 0) -> None:
-        _launch(fn.ptr, grid, block, args, shared_mem, stream)
+    def launch(fn, grid, block, args, shared_mem: int = 0, cooperative: bool = False) -> None:
+        _launch(fn.ptr, grid, block, args, shared_mem, stream, cooperative)
 
     if torch.cuda.current_device() == index:
         yield launch
@@ -172,7 +172,7 @@ def pack_arguments(args) -> tuple[str, list]:
     return "".join(codes), values
 
 
-def _launch(function_ptr: int, grid, block, args, shared_mem: int, stream: int) -> None:
+def _launch(function_ptr: int, grid, block, args, shared_mem: int, stream: int, cooperative: bool = False) -> None:
     from cupy_backends.cuda.api import driver  # cupy is optional: imported on first launch
 
     codes, values = pack_arguments(args)
@@ -181,7 +181,24 @@ def _launch(function_ptr: int, grid, block, args, shared_mem: int, stream: int) 
     struct.pack_into("@" + codes, buffer.values, 0, *values)
     gx, gy, gz = (*grid, 1, 1)[:3]
     bx, by, bz = (*block, 1, 1)[:3]
-    driver.launchKernel(function_ptr, gx, gy, gz, bx, by, bz, shared_mem, stream, pointers, 0)
+    if cooperative:  # every block resident at once, or the launch fails (never a silent hang)
+        driver.launchCooperativeKernel(function_ptr, gx, gy, gz, bx, by, bz, shared_mem, stream, pointers)
+    else:
+        driver.launchKernel(function_ptr, gx, gy, gz, bx, by, bz, shared_mem, stream, pointers, 0)
+
+
+_barriers: dict[tuple[int, int], torch.Tensor] = {}
+
+
+def grid_barrier_state(device: torch.device) -> torch.Tensor:
+    """Two uint32 counters for a cooperative kernel's grid barrier (arrived, generation),
+    one pair per device and stream: launches on one stream run one after another, and each
+    leaves `arrived` at 0 again, so they can share it (zeroed once)."""
+    index, stream = _current_stream(device)
+    state = _barriers.get((index, stream))
+    if state is None:
+        state = _barriers[index, stream] = torch.zeros(2, dtype=torch.int32, device=torch.device("cuda", index))
+    return state
 
 
 def _current_stream(device: torch.device) -> tuple[int, int]:

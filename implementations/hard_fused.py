@@ -9,6 +9,12 @@ labels. Where torchvision spends its time decides the design:
   greedy resolve in one warp whose lane w holds "removed" word w. The host waits once:
   the kernel writes the count into mapped pinned memory (``_cuda.HostCount``), so no
   copy is launched.
+- **256 < N <= 1024, eager calls: one cooperative launch** (``mid_nms_kernel``): rank by
+  counting (a warp per box), a grid barrier, the ballot mask (a warp per row), a grid
+  barrier, and block 0 resolves from shared memory. Three launches and two allocations
+  were most of the op there on the H200 host. ``cuLaunchCooperativeKernel`` makes every
+  block resident at once or refuses the launch, so the barrier cannot hang; padded
+  (graph) calls take the three-kernel path below.
 - The suppression mask: a warp per row, a ballot per 32-box word, the block's rows
   sharing their column boxes through shared memory. (A torchvision-style thread per row
   over a 2-D grid measured 1.3x slower at N = 32768 on the H200.)
@@ -48,7 +54,8 @@ from nmsbench.boxes import NMSResult, PaddedNMSResult
 from nmsbench.registry import register
 
 from ._cpu import JIT, sorted_inputs
-from ._cuda import CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, blocks, host_count, on_torch_stream, rank_by_score
+from ._cuda import (CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, blocks, grid_barrier_state, host_count, on_torch_stream,
+                    rank_by_score)
 
 SUMMARY_CPU = "numba: blocks of rank order tested against all kept boxes in parallel (SIMD), then resolved in-block"
 SUMMARY_CUDA = ("CUDA: one launch for N <= 256; else rank, ballot mask, and a resolve from shared memory (N <= 1024) "
@@ -126,11 +133,12 @@ def hard_fused_cpu(boxes, scores, *, iou_threshold, labels=None):
 
 # ------------------------------------------------------------------ CUDA
 
-CUDA_MODULE = CudaModule("hard_fused.cu", templates=("small_nms_kernel", "mask_kernel"),
+CUDA_MODULE = CudaModule("hard_fused.cu", templates=("small_nms_kernel", "mask_kernel", "mid_nms_kernel"),
                          plain=("staged_resolve_kernel", "block_resolve_kernel"))
 SMALL_MAX, SMALL_THREADS, MASK_WARPS = 256, 1024, 8  # as #defined in hard_fused.cu
 COUNTING_RANK_MAX = 4096  # above: torch.sort (the counting rank is O(N^2))
-RESOLVE_THREADS, STAGED_THREADS = 512, 1024  # as #defined in hard_fused.cu
+RESOLVE_THREADS, STAGED_THREADS, MID_THREADS = 512, 1024, 256  # as #defined in hard_fused.cu
+MID_MAX = 1024  # the one-launch cooperative path: SMALL_MAX < N <= MID_MAX (eager calls only)
 MAX_WORDS = MAX_SHARED_BYTES // 4  # the block resolve's bitmap lives in shared memory
 
 
@@ -141,28 +149,56 @@ def staged_shared_bytes(n: int) -> int:
     return ((n * stride + 1) & ~1) * 4 + 8 * n
 
 
-_staged_limit: dict[int, int] = {}  # device index -> shared bytes the staged resolve may use
+_shared_limit: dict[tuple[str, int], int] = {}  # (kernel, device index) -> dynamic shared bytes it may use
 
 
-def staged_resolve_fits(n: int, device: torch.device) -> bool:
-    """Whether the staged resolve's shared memory fits one block on ``device`` (140 KiB at
-    N = 1024: above the default 48 KiB, so the kernel is opted in to the device's limit
-    once; a GPU with less takes the block resolve instead)."""
+def _opted_in_shared_limit(kernel, name: str, device: torch.device) -> int:
+    """Opt ``kernel`` in to the device's shared-memory limit (once) and return the dynamic
+    shared bytes it may then use: the limit less its static shared memory (the driver
+    refuses more); without opt-in, the default 48 KiB less it."""
     index = device.index if device.index is not None else torch.cuda.current_device()
-    limit = _staged_limit.get(index)
+    limit = _shared_limit.get((name, index))
     if limit is None:
         from cupy_backends.cuda.api import driver
 
-        kernel = CUDA_MODULE.get("staged_resolve_kernel", None, device)
-        # dynamic + the kernel's static shared memory may not exceed the device's opt-in limit
         static = driver.funcGetAttribute(driver.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, kernel.ptr)
         limit = torch.cuda.get_device_properties(index).shared_memory_per_block_optin - static
         try:
             driver.funcSetAttribute(kernel.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, limit)
         except driver.CUDADriverError:
-            limit = MAX_SHARED_BYTES - static  # no opt-in: the default limit, without asking
-        _staged_limit[index] = limit
-    return staged_shared_bytes(n) <= limit
+            limit = MAX_SHARED_BYTES - static
+        _shared_limit[name, index] = limit
+    return limit
+
+
+def staged_resolve_fits(n: int, device: torch.device) -> bool:
+    """Whether the staged resolve's shared memory fits one block on ``device`` (140 KiB at
+    N = 1024: above the default 48 KiB, so the kernel is opted in; a GPU with less takes
+    the block resolve instead)."""
+    kernel = CUDA_MODULE.get("staged_resolve_kernel", None, device)
+    return staged_shared_bytes(n) <= _opted_in_shared_limit(kernel, "staged_resolve_kernel", device)
+
+
+_mid_blocks: dict[tuple[torch.dtype, int], int] = {}  # (dtype, device index) -> blocks resident at once
+
+
+def mid_grid(n: int, dtype: torch.dtype, device: torch.device) -> int:
+    """Blocks for mid_nms_kernel at ``n`` (a warp per box, at most what the device holds at
+    once with MID_MAX's shared memory, which a cooperative launch needs); 0 when it cannot
+    run here (too little shared memory)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    resident = _mid_blocks.get((dtype, index))
+    if resident is None:
+        from cupy_backends.cuda.api import driver
+
+        kernel = CUDA_MODULE.get("mid_nms_kernel", dtype, device)
+        shared = staged_shared_bytes(MID_MAX)
+        resident = 0
+        if shared <= _opted_in_shared_limit(kernel, f"mid_nms_kernel<{dtype}>", device):
+            per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, MID_THREADS, shared)
+            resident = per_sm * torch.cuda.get_device_properties(index).multi_processor_count
+        _mid_blocks[dtype, index] = resident
+    return min(resident, blocks(n, MID_THREADS // 32))
 
 @register(
     name="hard_fused", family="hard", devices=("cuda",), exact=True, requires=("cupy",), dtypes=CUDA_DTYPES,
@@ -172,7 +208,9 @@ def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False):
     n, device = boxes.shape[0], boxes.device
     words = (n + 31) // 32
     # keep (padded to n), the count, then (n > SMALL_MAX) the n x words int32 mask: one allocation
-    memory = torch.empty(n + 1 + (0 if n <= SMALL_MAX else (n * words + 1) // 2), dtype=torch.int64, device=device)
+    mid_scratch = 2 * n + (4 * n if boxes.dtype == torch.float64 else 2 * n)  # order, labels, boxes (int64 units)
+    memory = torch.empty(n + 1 + (0 if n <= SMALL_MAX else (n * words + 1) // 2 + (mid_scratch if n <= MID_MAX else 0)),
+                         dtype=torch.int64, device=device)
     out = memory[: n + 1]
     if n == 0:
         out.zero_()
@@ -189,6 +227,8 @@ def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False):
         if n <= SMALL_MAX:
             launch(CUDA_MODULE.get("small_nms_kernel", boxes.dtype, device), (1,), (SMALL_THREADS,),
                    (boxes.contiguous(), scores.contiguous(), labels, n, threshold, *outputs))
+        elif n <= MID_MAX and not padded and (grid := mid_grid(n, boxes.dtype, device)) > 0:
+            _launch_mid(launch, boxes, scores, labels, n, threshold, memory, grid, outputs)
         else:
             if n <= COUNTING_RANK_MAX:
                 order, ranked = rank_by_score(launch, boxes, scores, labels)
@@ -209,3 +249,17 @@ def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False):
     if padded:
         return PaddedNMSResult(out[:n], out[n])
     return NMSResult(out[: host.wait(device)])
+
+
+def _launch_mid(launch, boxes, scores, labels, n, threshold, memory, grid, outputs):
+    """mid_nms_kernel, its scratch (order, sorted boxes and labels) after the mask in
+    ``memory``, which the caller sized for it."""
+    words = (n + 31) // 32
+    base = memory.data_ptr() + 8 * (n + 1 + (n * words + 1) // 2)  # past keep, count and mask
+    order, sorted_labels = base, base + 8 * n
+    sorted_boxes = base + 16 * n  # 4 values per box in the arithmetic type (8-byte aligned)
+    mask = memory.data_ptr() + 8 * (n + 1)
+    launch(CUDA_MODULE.get("mid_nms_kernel", boxes.dtype, boxes.device), (grid,), (MID_THREADS,),
+           (boxes.contiguous(), scores.contiguous(), labels, n, threshold, np.uint64(order), np.uint64(sorted_boxes),
+            np.uint64(sorted_labels), np.uint64(mask), grid_barrier_state(boxes.device), *outputs),
+           shared_mem=staged_shared_bytes(n), cooperative=True)

@@ -234,3 +234,27 @@ def test_cuda_sweep_writes_both_timers():
     assert all(r["median_us"] > 0 and r["peak_mem_bytes"] != "" for r in ok)
     # the exact hard variants agree with the reference on every case
     assert all(r["jaccard"] == 1.0 for r in ok if r["impl"] in EXACT_HARD and r["dtype"] == "float32")
+
+
+@pytest.mark.parametrize("n", [257, 300, 511, 777, 1000, 1024])
+def test_hard_fused_one_launch_mid_path_equals_the_cpu_and_the_padded_path(n):
+    """SMALL_MAX < N <= MID_MAX runs as one cooperative launch when not padded; it must
+    give the CPU backend's indices and the padded (three-kernel) path's, call after call,
+    on torch's default stream and on another (the grid barrier's counters are per stream)."""
+    from nmsbench.variants import hard_fused
+
+    assert hard_fused.mid_grid(n, torch.float32, torch.device("cuda")) > 0
+    for scenario in ("clustered", "ties", "chain"):
+        for classes in (1, 3):
+            boxes = box_set(scenario, n, classes)
+            cpu = run("hard_fused", boxes).keep
+            gpu_boxes = boxes.to("cuda")
+            padded = run("hard_fused", gpu_boxes, padded=True).trimmed().keep
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            eager = [run("hard_fused", gpu_boxes).keep for _ in range(3)]
+            with torch.cuda.stream(stream):
+                eager.append(run("hard_fused", gpu_boxes).keep)
+            torch.cuda.current_stream().wait_stream(stream)
+            for keep in eager:
+                assert torch.equal(keep.cpu(), cpu) and torch.equal(keep, padded)
