@@ -90,3 +90,45 @@ __device__ __forceinline__ int count_above_in_slice(int n, int warp, int lane, u
     }
     return above;
 }
+
+// The suppression mask of the bitmask families, over boxes in rank order: row i, word w,
+// bit k is 1 iff box i suppresses box w * 32 + k (same label, IoU above the threshold, and
+// w * 32 + k > i). Rows are written from box i's own word i / 32 on; earlier words are
+// never written, and no reader may read them. One warp per row, a ballot per word; the
+// block's BALLOT_WARPS rows share their candidates through shared memory, 32 * BALLOT_WARPS
+// at a time (one global load per thread and chunk). Launch blocks(n, BALLOT_WARPS) blocks
+// of 32 * BALLOT_WARPS threads. Used by bitmask_two_phase and hard_fused.
+#define BALLOT_WARPS 8
+
+template <typename T>
+__global__ void ballot_mask_kernel(const T* sorted_boxes, const long long* sorted_labels, int n, int words,
+                                   double iou_threshold, unsigned int* mask) {
+    typedef typename Arith<T>::type A;
+    __shared__ Box<A> chunk_boxes[32 * BALLOT_WARPS];
+    __shared__ long long chunk_labels[32 * BALLOT_WARPS];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int first_row = blockIdx.x * BALLOT_WARPS, i = first_row + warp;
+    const bool active = i < n;  // the same for all 32 lanes: whole warps
+    const Box<A> box_i = active ? load_box(sorted_boxes, i) : Box<A>{0, 0, 0, 0};
+    const long long label_i = active && sorted_labels != nullptr ? sorted_labels[i] : 0;
+    for (int chunk = first_row / 32 * 32; chunk < n; chunk += 32 * BALLOT_WARPS) {
+        __syncthreads();  // the previous chunk is used up before it is replaced
+        const int t = chunk + threadIdx.x;
+        if (t < n) {
+            chunk_boxes[threadIdx.x] = load_box(sorted_boxes, t);
+            chunk_labels[threadIdx.x] = sorted_labels != nullptr ? sorted_labels[t] : 0;
+        }
+        __syncthreads();
+        if (!active) continue;
+        for (int w = 0; w < BALLOT_WARPS; ++w) {
+            const int word = chunk / 32 + w;
+            if (word >= words) break;
+            if (word < i / 32) continue;
+            const int j = word * 32 + lane, slot = w * 32 + lane;
+            const bool vote = j > i && j < n && chunk_labels[slot] == label_i &&
+                              overlaps(box_i, chunk_boxes[slot], iou_threshold);
+            const unsigned int bits = __ballot_sync(0xffffffffu, vote);
+            if (lane == 0) mask[(long long)i * words + word] = bits;
+        }
+    }
+}

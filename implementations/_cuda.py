@@ -308,3 +308,5 @@ def blocks(n: int, per_block: int) -> int:
 
 # Dynamic shared memory a block may use without opting in to more (every CUDA GPU has 48 KiB).
 MAX_SHARED_BYTES = 48 * 1024
+
+BALLOT_WARPS = 8  # rows per block of _common.cuh's ballot_mask_kernel, as #defined there

@@ -19,7 +19,7 @@ from nmsbench.boxes import NMSResult
 from nmsbench.registry import register
 
 from ._cpu import JIT, balanced_row, box_iou, keep_from_sorted, resolve_greedy, sorted_inputs
-from ._cuda import CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, blocks, on_torch_stream, rank_by_score
+from ._cuda import BALLOT_WARPS, CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, blocks, on_torch_stream, rank_by_score
 
 WORD_BITS = 32
 
@@ -52,7 +52,6 @@ def bitmask_two_phase_cpu(boxes, scores, *, iou_threshold, labels=None):
 
 
 CUDA_MODULE = CudaModule("bitmask_two_phase.cu", templates=("ballot_mask_kernel",), plain=("greedy_resolve_kernel",))
-BALLOT_WARPS = 8  # as #defined in bitmask_two_phase.cu
 MAX_RESOLVE_WORDS = MAX_SHARED_BYTES // 4  # the resolve's "removed" bitmap, in shared memory
 
 

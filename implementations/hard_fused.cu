@@ -8,7 +8,6 @@
 #define SMALL_MAX 256     // the one-launch path: N <= SMALL_MAX
 #define SMALL_THREADS 1024
 #define SMALL_WORDS (SMALL_MAX / 32)
-#define MASK_WARPS 8      // rows (a warp each) per block of the suppression-mask kernel
 #define ROUND_WORDS 8     // words the deciding warp resolves per block-wide round
 #define RESOLVE_THREADS 512  // threads of the block resolve (its deciding warp holds 36 mask words in registers)
 
@@ -68,6 +67,32 @@ __device__ __forceinline__ int write_kept(unsigned int kept, int lane, int count
     return count + __popc(kept);
 }
 
+// The greedy resolve of words <= 32 in one warp, from a mask in shared memory: lane w
+// holds the "removed" word w; row r's word w is rows[r * stride + w] (written for
+// w >= r / 32, the only words read). Writes the kept boxes' input indices index_of[row]
+// to keep in rank order; returns their count (in every lane). The whole warp calls it.
+template <typename Index>
+__device__ __forceinline__ int resolve_in_warp(const unsigned int* rows, int stride, const Index* index_of, int n,
+                                               int words, long long* keep) {
+    const int lane = threadIdx.x % 32;
+    unsigned int removed = 0u;
+    int count = 0;
+    for (int word = 0; word < words; ++word) {
+        const int row = word * 32 + lane;
+        const unsigned int own_row = row < n ? rows[row * stride + word] : 0u;
+        const unsigned int kept = decide_word(~__shfl_sync(0xffffffffu, removed, word) & valid_bits(n, word), own_row);
+        if (lane > word && lane < words && kept != 0u) {
+            unsigned int bits = 0u;
+#pragma unroll
+            for (int k = 0; k < 32; ++k)  // independent predicated loads, all in flight; kept rows are < n
+                if ((kept >> k) & 1u) bits |= rows[(word * 32 + k) * stride + lane];
+            removed |= bits;
+        }
+        count = write_kept(kept, lane, count, row < n ? (long long)index_of[row] : 0, keep);
+    }
+    return count;
+}
+
 __device__ __forceinline__ void finish(int count, int n, long long* keep, long long* count_out, long long* host_count) {
     for (int i = count + threadIdx.x; i < n; i += blockDim.x) keep[i] = -1;
     if (threadIdx.x == 0) {
@@ -94,7 +119,7 @@ __global__ void small_nms_kernel(const T* boxes, const T* scores, const long lon
     __shared__ int input_index[SMALL_MAX];
     __shared__ Box<A> box[SMALL_MAX];
     __shared__ long long label[SMALL_MAX];
-    __shared__ unsigned int mask[SMALL_MAX][SMALL_WORDS];
+    __shared__ unsigned int mask[SMALL_MAX][SMALL_WORDS + 1];  // an odd row stride: no bank conflicts
     __shared__ int kept_count;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     for (int j = tid; j < n; j += blockDim.x) key[j] = score_key(A(load_value(scores, j)));
@@ -131,21 +156,7 @@ __global__ void small_nms_kernel(const T* boxes, const T* scores, const long lon
     }
     __syncthreads();
     if (warp == 0) {
-        unsigned int removed = 0u;  // lane w: word w
-        int count = 0;
-        for (int word = 0; word < words; ++word) {
-            const int row = word * 32 + lane;
-            const unsigned int own_row = row < n ? mask[row][word] : 0u;
-            const unsigned int kept = decide_word(~__shfl_sync(0xffffffffu, removed, word) & valid_bits(n, word), own_row);
-            if (lane > word && lane < words) {
-                unsigned int bits = 0u;
-#pragma unroll
-                for (int k = 0; k < 32; ++k)  // independent predicated loads, all in flight
-                    if ((kept >> k) & 1u) bits |= mask[word * 32 + k][lane];
-                removed |= bits;
-            }
-            count = write_kept(kept, lane, count, row < n ? input_index[row] : 0, keep);
-        }
+        const int count = resolve_in_warp(&mask[0][0], SMALL_WORDS + 1, input_index, n, words, keep);
         if (lane == 0) kept_count = count;
     }
     __syncthreads();
@@ -153,43 +164,7 @@ __global__ void small_nms_kernel(const T* boxes, const T* scores, const long lon
 }
 
 // ---------------------------------------------------------------- N > SMALL_MAX
-// The suppression mask over boxes in rank order: row i, word w, bit k is 1 iff box i
-// suppresses box w * 32 + k (same label, IoU above the threshold, and w * 32 + k > i).
-// Rows are written from box i's own word on; earlier words are never written and never
-// read. One warp per row, a ballot per word; the block's rows share their candidates
-// through shared memory, 32 * MASK_WARPS at a time.
-template <typename T>
-__global__ void mask_kernel(const T* sorted_boxes, const long long* sorted_labels, int n, int words,
-                            double iou_threshold, unsigned int* mask) {
-    typedef typename Arith<T>::type A;
-    __shared__ Box<A> chunk_boxes[32 * MASK_WARPS];
-    __shared__ long long chunk_labels[32 * MASK_WARPS];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int first_row = blockIdx.x * MASK_WARPS, i = first_row + warp;
-    const bool active = i < n;  // the same for all 32 lanes
-    const Box<A> box_i = active ? load_box(sorted_boxes, i) : Box<A>{0, 0, 0, 0};
-    const long long label_i = active && sorted_labels != nullptr ? sorted_labels[i] : 0;
-    for (int chunk = first_row / 32 * 32; chunk < n; chunk += 32 * MASK_WARPS) {
-        __syncthreads();  // the previous chunk is used up before it is replaced
-        const int t = chunk + threadIdx.x;
-        if (t < n) {
-            chunk_boxes[threadIdx.x] = load_box(sorted_boxes, t);
-            chunk_labels[threadIdx.x] = sorted_labels != nullptr ? sorted_labels[t] : 0;
-        }
-        __syncthreads();
-        if (!active) continue;
-        for (int w = 0; w < MASK_WARPS; ++w) {
-            const int word = chunk / 32 + w;
-            if (word >= words) break;
-            if (word < i / 32) continue;
-            const int j = word * 32 + lane, slot = w * 32 + lane;
-            const bool vote = j > i && j < n && chunk_labels[slot] == label_i &&
-                              overlaps(box_i, chunk_boxes[slot], iou_threshold);
-            const unsigned int bits = __ballot_sync(0xffffffffu, vote);
-            if (lane == 0) mask[(long long)i * words + word] = bits;
-        }
-    }
-}
+// The suppression mask: _common.cuh's ballot_mask_kernel.
 
 // Resolve for words <= 32 (N <= 1024). A warp resolving straight from global memory pays
 // one memory latency per word (its loads for the next word cannot start earlier), so the
@@ -214,23 +189,8 @@ __device__ __forceinline__ void resolve_from_shared(const unsigned int* mask, co
     for (int i = threadIdx.x; i < n; i += blockDim.x) index_of[i] = __ldcg(order + i);
     __syncthreads();
     if (threadIdx.x < 32) {
-        const int lane = threadIdx.x;
-        unsigned int removed = 0u;
-        int count = 0;
-        for (int word = 0; word < words; ++word) {
-            const int row = word * 32 + lane;
-            const unsigned int own_row = row < n ? staged[row * stride + word] : 0u;
-            const unsigned int kept = decide_word(~__shfl_sync(0xffffffffu, removed, word) & valid_bits(n, word), own_row);
-            if (lane > word && lane < words) {
-                unsigned int bits = 0u;
-#pragma unroll
-                for (int k = 0; k < 32; ++k)  // kept rows are < n (valid_bits); word lane >= their own word
-                    if ((kept >> k) & 1u) bits |= staged[(word * 32 + k) * stride + lane];
-                removed |= bits;
-            }
-            count = write_kept(kept, lane, count, row < n ? index_of[row] : 0, keep);
-        }
-        if (lane == 0) *kept_count = count;
+        const int count = resolve_in_warp(staged, stride, index_of, n, words, keep);
+        if (threadIdx.x == 0) *kept_count = count;
     }
     __syncthreads();
     finish(*kept_count, n, keep, count_out, host_count);

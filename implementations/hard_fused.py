@@ -54,7 +54,7 @@ from nmsbench.boxes import NMSResult, PaddedNMSResult
 from nmsbench.registry import register
 
 from ._cpu import JIT, sorted_inputs
-from ._cuda import (CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, blocks, grid_barrier_state, host_count, on_torch_stream,
+from ._cuda import (BALLOT_WARPS, CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, blocks, grid_barrier_state, host_count, on_torch_stream,
                     rank_by_score)
 
 SUMMARY_CPU = "numba: blocks of rank order tested against all kept boxes in parallel (SIMD), then resolved in-block"
@@ -133,9 +133,9 @@ def hard_fused_cpu(boxes, scores, *, iou_threshold, labels=None):
 
 # ------------------------------------------------------------------ CUDA
 
-CUDA_MODULE = CudaModule("hard_fused.cu", templates=("small_nms_kernel", "mask_kernel", "mid_nms_kernel"),
+CUDA_MODULE = CudaModule("hard_fused.cu", templates=("small_nms_kernel", "ballot_mask_kernel", "mid_nms_kernel"),
                          plain=("staged_resolve_kernel", "block_resolve_kernel"))
-SMALL_MAX, SMALL_THREADS, MASK_WARPS = 256, 1024, 8  # as #defined in hard_fused.cu
+SMALL_MAX, SMALL_THREADS = 256, 1024  # as #defined in hard_fused.cu
 COUNTING_RANK_MAX = 4096  # above: torch.sort (the counting rank is O(N^2))
 RESOLVE_THREADS, STAGED_THREADS, MID_THREADS = 512, 1024, 256  # as #defined in hard_fused.cu
 MID_MAX = 1024  # the one-launch cooperative path: SMALL_MAX < N <= MID_MAX (eager calls only)
@@ -238,7 +238,7 @@ def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False):
                 sorted_boxes = boxes.index_select(0, order)
                 sorted_labels = None if labels is None else labels.index_select(0, order)
             mask = np.uint64(memory.data_ptr() + 8 * (n + 1))
-            launch(CUDA_MODULE.get("mask_kernel", boxes.dtype, device), (blocks(n, MASK_WARPS),), (32 * MASK_WARPS,),
+            launch(CUDA_MODULE.get("ballot_mask_kernel", boxes.dtype, device), (blocks(n, BALLOT_WARPS),), (32 * BALLOT_WARPS,),
                    (sorted_boxes, sorted_labels, n, words, threshold, mask))
             if words <= 32 and staged_resolve_fits(n, device):
                 launch(CUDA_MODULE.get("staged_resolve_kernel", None, device), (1,), (STAGED_THREADS,),
