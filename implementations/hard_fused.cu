@@ -174,6 +174,7 @@ __global__ void small_nms_kernel(const T* boxes, const T* scores, const long lon
 // "removed" word w. Rows are ROW_STRIDE = words | 1 apart (an odd stride: a warp reading
 // one word of 32 consecutive rows hits 32 different banks).
 #define STAGED_THREADS 1024
+#define COPY_UNROLL 8
 // The staged resolve's body, for any block size: the block copies, warp 0 resolves. Loads
 // bypass L1 (__ldcg): in mid_nms_kernel the mask was written by other blocks of the same
 // launch, which L1 (not coherent across SMs) must not answer for.
@@ -182,9 +183,19 @@ __device__ __forceinline__ void resolve_from_shared(const unsigned int* mask, co
                                                     long long* count_out, long long* host_count) {
     const int stride = words | 1;
     long long* index_of = reinterpret_cast<long long*>(staged + ((n * stride + 1) & ~1));  // 8-byte aligned
-    for (int task = threadIdx.x; task < n * words; task += blockDim.x) {
-        const int i = task / words, w = task - i * words;
-        if (w >= i / 32) staged[i * stride + w] = __ldcg(mask + task);
+    const int total = n * words;
+    for (int base = threadIdx.x; base < total; base += COPY_UNROLL * blockDim.x) {
+        unsigned int value[COPY_UNROLL];  // COPY_UNROLL loads in flight per thread, then the stores
+#pragma unroll
+        for (int u = 0; u < COPY_UNROLL; ++u) {
+            const int task = base + u * blockDim.x, i = task / words, w = task - i * words;
+            value[u] = task < total && w >= i / 32 ? __ldcg(mask + task) : 0u;  // written words only
+        }
+#pragma unroll
+        for (int u = 0; u < COPY_UNROLL; ++u) {
+            const int task = base + u * blockDim.x, i = task / words, w = task - i * words;
+            if (task < total && w >= i / 32) staged[i * stride + w] = value[u];
+        }
     }
     for (int i = threadIdx.x; i < n; i += blockDim.x) index_of[i] = __ldcg(order + i);
     __syncthreads();
@@ -199,22 +210,25 @@ __device__ __forceinline__ void resolve_from_shared(const unsigned int* mask, co
 extern "C" __global__ void __launch_bounds__(STAGED_THREADS) staged_resolve_kernel(
         const unsigned int* mask, const long long* order, int n, int words, long long* keep, long long* count_out,
         long long* host_count) {
-    extern __shared__ unsigned int staged[];  // [n][words | 1] mask rows, then n input indices
+    extern __shared__ __align__(16) unsigned int staged[];  // [n][words | 1] mask rows, then n input indices
     __shared__ int kept_count;
     resolve_from_shared(mask, order, n, words, staged, &kept_count, keep, count_out, host_count);
 }
 
 // ---------------------------------------------------------------- SMALL_MAX < N <= MID_MAX: one launch
 // A cooperative launch (every block resident at once, which cuLaunchCooperativeKernel
-// guarantees or refuses), so blocks can wait for each other: rank by counting (a warp per
-// box), grid barrier, the ballot mask (a warp per row), grid barrier, and block 0 resolves
-// from shared memory. One launch instead of three plus two allocations: on the H200 host
-// that is most of the op at these sizes.
-#define MID_THREADS 256
+// guarantees or refuses), so blocks can wait for each other. n / 32 blocks of 32 warps:
+// every block puts all n score keys in shared memory and ranks its 32 boxes (a warp per
+// box), grid barrier, every block puts all n ranked boxes in shared memory and writes
+// its 32 mask rows (a warp per row, a ballot per word), grid barrier, and block 0
+// resolves from shared memory. One launch instead of three plus two allocations: on the
+// H200 host that is most of the op at these sizes. Every global read of what another
+// block wrote bypasses L1 (__ldcg): L1 is not coherent across SMs.
+#define MID_THREADS 1024
 
-// A sense-reversing grid barrier: the last block to arrive resets the count and advances
-// the generation the others wait on. `arrived` is 0 between launches; `generation` only
-// grows. Each block's writes are fenced before it arrives, and after it leaves.
+// A grid barrier: the last block to arrive resets the count and advances the generation
+// the others wait on. `arrived` is 0 between launches; `generation` only grows. Each
+// block's writes are fenced before it arrives, and after it leaves.
 __device__ __forceinline__ void grid_barrier(unsigned int* arrived, unsigned int* generation) {
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -226,28 +240,35 @@ __device__ __forceinline__ void grid_barrier(unsigned int* arrived, unsigned int
             __threadfence();
             atomicAdd(generation, 1u);
         } else {
-            while (*current == seen) __nanosleep(64);
+            while (*current == seen) __nanosleep(32);
         }
         __threadfence();
     }
     __syncthreads();
 }
 
+// Dynamic shared memory: the larger of block 0's staged resolve (staged_shared_bytes) and
+// the first two phases' n keys, n boxes and n labels (mid_shared_bytes in hard_fused.py).
 template <typename T>
 __global__ void __launch_bounds__(MID_THREADS) mid_nms_kernel(
         const T* boxes, const T* scores, const long long* labels, int n, double iou_threshold,
         long long* order, Box<typename Arith<T>::type>* sorted_boxes, long long* sorted_labels, unsigned int* mask,
         unsigned int* barrier, long long* keep, long long* count_out, long long* host_count) {
     typedef typename Arith<T>::type A;
-    extern __shared__ unsigned int staged[];  // block 0's resolve
+    extern __shared__ __align__(16) unsigned int staged[];
+    Box<A>* box = reinterpret_cast<Box<A>*>(staged);         // phase 2: ranked boxes
+    long long* label = reinterpret_cast<long long*>(box + n);  // phase 2: ranked labels
+    unsigned long long* key = reinterpret_cast<unsigned long long*>(label + n);  // phase 1: score keys
     __shared__ int kept_count;
-    const int lane = threadIdx.x % 32, warps = gridDim.x * (blockDim.x / 32);
-    const int first_warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int words = (n + 31) / 32;
-    for (int j = first_warp; j < n; j += warps) {  // rank of box j: the boxes ranking above it
-        const unsigned long long key_j = score_key(A(load_value(scores, j)));
+    for (int i = threadIdx.x; i < n; i += blockDim.x) key[i] = score_key(A(load_value(scores, i)));
+    __syncthreads();
+    const int j = blockIdx.x * (MID_THREADS / 32) + warp;  // this warp's box, then its mask row
+    if (j < n) {
+        const unsigned long long key_j = key[j];
         int above = 0;
-        for (int i = lane; i < n; i += 32) above += ranks_above(score_key(A(load_value(scores, i))), i, key_j, j);
+        for (int i = lane; i < n; i += 32) above += ranks_above(key[i], i, key_j, j);
         for (int offset = 16; offset > 0; offset /= 2) above += __shfl_xor_sync(0xffffffffu, above, offset);
         if (lane == 0) {
             order[above] = j;
@@ -256,23 +277,23 @@ __global__ void __launch_bounds__(MID_THREADS) mid_nms_kernel(
         }
     }
     grid_barrier(barrier, barrier + 1);
-    for (int i = first_warp; i < n; i += warps) {  // mask row i, from its own word on
-        const A* own = reinterpret_cast<const A*>(sorted_boxes + i);
-        const Box<A> box_i = {__ldcg(own), __ldcg(own + 1), __ldcg(own + 2), __ldcg(own + 3)};
-        const long long label_i = __ldcg(sorted_labels + i);
-        for (int word = i / 32; word < words; ++word) {
-            const int j = word * 32 + lane;
-            bool vote = false;
-            if (j > i && j < n && __ldcg(sorted_labels + j) == label_i) {
-                const A* other = reinterpret_cast<const A*>(sorted_boxes + j);
-                const Box<A> box_j = {__ldcg(other), __ldcg(other + 1), __ldcg(other + 2), __ldcg(other + 3)};
-                vote = overlaps(box_i, box_j, iou_threshold);
-            }
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const A* from = reinterpret_cast<const A*>(sorted_boxes + i);
+        box[i] = Box<A>{__ldcg(from), __ldcg(from + 1), __ldcg(from + 2), __ldcg(from + 3)};
+        label[i] = __ldcg(sorted_labels + i);
+    }
+    __syncthreads();
+    if (j < n) {  // mask row j, from its own word on
+        const Box<A> box_j = box[j];
+        const long long label_j = label[j];
+        for (int word = j / 32; word < words; ++word) {
+            const int other = word * 32 + lane;
+            const bool vote = other > j && other < n && label[other] == label_j && overlaps(box_j, box[other], iou_threshold);
             const unsigned int bits = __ballot_sync(0xffffffffu, vote);
-            if (lane == 0) mask[(long long)i * words + word] = bits;
+            if (lane == 0) mask[(long long)j * words + word] = bits;
         }
     }
-    grid_barrier(barrier, barrier + 1);
+    grid_barrier(barrier, barrier + 1);  // also: this block's phase-2 shared reads are done
     if (blockIdx.x != 0) return;  // block-uniform
     resolve_from_shared(mask, order, n, words, staged, &kept_count, keep, count_out, host_count);
 }

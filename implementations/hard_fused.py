@@ -9,9 +9,10 @@ labels. Where torchvision spends its time decides the design:
   greedy resolve in one warp whose lane w holds "removed" word w. The host waits once:
   the kernel writes the count into mapped pinned memory (``_cuda.HostCount``), so no
   copy is launched.
-- **256 < N <= 1024, eager calls: one cooperative launch** (``mid_nms_kernel``): rank by
-  counting (a warp per box), a grid barrier, the ballot mask (a warp per row), a grid
-  barrier, and block 0 resolves from shared memory. Three launches and two allocations
+- **256 < N <= 1024, eager calls: one cooperative launch** (``mid_nms_kernel``, N / 32
+  blocks of 32 warps): each block ranks its 32 boxes by counting over all N score keys
+  in shared memory, a grid barrier, each block writes its 32 ballot-mask rows from all N
+  ranked boxes in shared memory, a grid barrier, and block 0 resolves from shared memory. Three launches and two allocations
   were most of the op there on the H200 host. ``cuLaunchCooperativeKernel`` makes every
   block resident at once or refuses the launch, so the barrier cannot hang; padded
   (graph) calls take the three-kernel path below.
@@ -137,7 +138,7 @@ CUDA_MODULE = CudaModule("hard_fused.cu", templates=("small_nms_kernel", "ballot
                          plain=("staged_resolve_kernel", "block_resolve_kernel"))
 SMALL_MAX, SMALL_THREADS = 256, 1024  # as #defined in hard_fused.cu
 COUNTING_RANK_MAX = 4096  # above: torch.sort (the counting rank is O(N^2))
-RESOLVE_THREADS, STAGED_THREADS, MID_THREADS = 512, 1024, 256  # as #defined in hard_fused.cu
+RESOLVE_THREADS, STAGED_THREADS, MID_THREADS = 512, 1024, 1024  # as #defined in hard_fused.cu
 MID_MAX = 1024  # the one-launch cooperative path: SMALL_MAX < N <= MID_MAX (eager calls only)
 MAX_WORDS = MAX_SHARED_BYTES // 4  # the block resolve's bitmap lives in shared memory
 
@@ -179,26 +180,35 @@ def staged_resolve_fits(n: int, device: torch.device) -> bool:
     return staged_shared_bytes(n) <= _opted_in_shared_limit(kernel, "staged_resolve_kernel", device)
 
 
+def mid_shared_bytes(n: int, dtype: torch.dtype) -> int:
+    """mid_nms_kernel's dynamic shared memory: block 0's staged resolve, or the first
+    phases' n score keys, ranked boxes and labels if more (as laid out in hard_fused.cu)."""
+    box_bytes = 32 if dtype == torch.float64 else 16
+    return max(staged_shared_bytes(n), n * (box_bytes + 16))
+
+
 _mid_blocks: dict[tuple[torch.dtype, int], int] = {}  # (dtype, device index) -> blocks resident at once
 
 
 def mid_grid(n: int, dtype: torch.dtype, device: torch.device) -> int:
-    """Blocks for mid_nms_kernel at ``n`` (a warp per box, at most what the device holds at
-    once with MID_MAX's shared memory, which a cooperative launch needs); 0 when it cannot
-    run here (too little shared memory)."""
+    """Blocks for mid_nms_kernel at ``n`` (a warp per box: n / 32 blocks of 32 warps), or 0
+    when the device cannot hold them all at once with MID_MAX's shared memory, which a
+    cooperative launch needs (then the three-kernel path runs)."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     resident = _mid_blocks.get((dtype, index))
     if resident is None:
         from cupy_backends.cuda.api import driver
 
         kernel = CUDA_MODULE.get("mid_nms_kernel", dtype, device)
-        shared = staged_shared_bytes(MID_MAX)
+        shared = mid_shared_bytes(MID_MAX, dtype)
         resident = 0
         if shared <= _opted_in_shared_limit(kernel, f"mid_nms_kernel<{dtype}>", device):
             per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, MID_THREADS, shared)
             resident = per_sm * torch.cuda.get_device_properties(index).multi_processor_count
         _mid_blocks[dtype, index] = resident
-    return min(resident, blocks(n, MID_THREADS // 32))
+    needed = blocks(n, MID_THREADS // 32)
+    return needed if needed <= resident else 0
+
 
 @register(
     name="hard_fused", family="hard", devices=("cuda",), exact=True, requires=("cupy",), dtypes=CUDA_DTYPES,
@@ -262,4 +272,4 @@ def _launch_mid(launch, boxes, scores, labels, n, threshold, memory, grid, outpu
     launch(CUDA_MODULE.get("mid_nms_kernel", boxes.dtype, boxes.device), (grid,), (MID_THREADS,),
            (boxes.contiguous(), scores.contiguous(), labels, n, threshold, np.uint64(order), np.uint64(sorted_boxes),
             np.uint64(sorted_labels), np.uint64(mask), grid_barrier_state(boxes.device), *outputs),
-           shared_mem=staged_shared_bytes(n), cooperative=True)
+           shared_mem=mid_shared_bytes(n, boxes.dtype), cooperative=True)

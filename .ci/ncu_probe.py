@@ -1,0 +1,40 @@
+"""The kernels of hard_fused and matrix_recompute under Nsight Compute: each case runs
+once to compile and warm up, then once inside the profiler range, so ncu sees exactly
+one launch of each kernel per case. Run on the device:
+
+    ncu --clock-control none --profile-from-start off --section SpeedOfLight \
+        --section Occupancy --section WarpStateStats --section LaunchStats \
+        python3 .ci/ncu_probe.py [hard] [matrix]
+"""
+import sys
+
+import torch
+
+from nmsbench import datasets
+from nmsbench.variants import hard_fused as hf
+from nmsbench.variants import matrix_recompute as mr
+
+dev = torch.device("cuda")
+which = sys.argv[1:] or ["hard", "matrix"]
+cases = []
+if "hard" in which:
+    for scenario in ("clustered", "uniform"):
+        for n, padded in ((1024, False), (1024, True), (8192, True)):
+            cases.append(("hard_fused", scenario, n, padded))
+if "matrix" in which:
+    for scenario in ("clustered", "uniform"):
+        cases.append(("matrix_recompute", scenario, 8192, True))
+
+for name, scenario, n, padded in cases:
+    bs = datasets.generate(scenario, n, seed=0).to(dev)
+    if name == "hard_fused":
+        call = lambda: hf.hard_fused_cuda(bs.boxes, bs.scores, iou_threshold=0.5, padded=padded)  # noqa: E731
+    else:
+        call = lambda: mr.matrix_recompute_cuda_path(bs.boxes, bs.scores, None, "gaussian", 0.5, 0.05, padded)  # noqa: E731
+    call()
+    torch.cuda.synchronize()
+    print("case", name, scenario, n, "padded" if padded else "eager", flush=True)
+    torch.cuda.profiler.start()
+    call()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
