@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call after a CUDA kernel change: the sanitizers in the background (all four
 # tools for each of SANITIZE_IMPLS; matrix_recompute racecheck split by size over
-# processes when MATRIX_RACECHECK_SIZES is set), the GPU tests in the foreground
+# processes when MATRIX_RACECHECK_SIZES is set, other tools in MATRIX_TOOLS), the GPU tests in the foreground
 # (GPU_TESTS, default every GPU test but the N = 131072 one), then the stage probe alone.
 # The device returns at most 8 files, so the logs come back as one logs.tgz, and each
 # log's last lines are printed.
@@ -19,6 +19,11 @@ for impl in ${SANITIZE_IMPLS:-hard_fused}; do
             python3 .ci/sanitize_run.py "$impl" > "$LOGS/sanitizer-$impl-$tool.log" 2>&1 &
         pids+=($!)
     done
+done
+for tool in ${MATRIX_TOOLS:-}; do  # matrix_recompute, every size in one process
+    timeout "${SANITIZE_LIMIT:-240}" compute-sanitizer --tool "$tool" --print-limit 20 \
+        python3 .ci/sanitize_run.py matrix_recompute > "$LOGS/sanitizer-matrix_recompute-$tool.log" 2>&1 &
+    pids+=($!)
 done
 for n in ${MATRIX_RACECHECK_SIZES:-}; do
     SANITIZE_SIZES=$n timeout "${SANITIZE_LIMIT:-240}" compute-sanitizer --tool racecheck --print-limit 20 \

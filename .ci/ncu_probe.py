@@ -24,6 +24,7 @@ if "hard" in which:
 if "matrix" in which:
     for scenario in ("clustered", "uniform"):
         cases.append(("matrix_recompute", scenario, 8192, True))
+        cases.append(("matrix_recompute", scenario, 2048, False))  # the cooperative launch
 
 for name, scenario, n, padded in cases:
     bs = datasets.generate(scenario, n, seed=0).to(dev)

@@ -18,7 +18,7 @@ ALL = ["allpairs", "bitmask_classic", "bitmask_two_phase", "hard_fused", "matrix
        "cupy_seed_kernels"]
 # hard_fused has a path per size range: one launch (<= 256), warp resolve (<= 1024),
 # block resolve (> 1024), torch.sort ranking (> 4096); its padded form runs too.
-# matrix_recompute's three paths are forced one by one at each size below.
+# matrix_recompute's four paths are forced one by one at each size below.
 SIZES = {"hard_fused": (31, 64, 100, 257, 1000, 1500, 4500), "matrix_recompute": (31, 64, 100, 1000, 1025)}
 SELECTED = sys.argv[1:] or ALL
 # SANITIZE_SIZES=31,1025 runs those sizes only (racecheck is slow: split it over processes)
@@ -40,7 +40,7 @@ for name in KERNEL_IMPLS:
                         from nmsbench.variants import matrix_recompute as mr
 
                         full = {"kernel": "gaussian", "sigma": 0.5, "score_threshold": 0.05, **params}
-                        for path in ("single", "counting", "sort"):
+                        for path in ("single", "cooperative", "counting", "sort"):
                             if path == "single" and n > mr.single_block_capacity(dtype):
                                 continue
                             for padded in (False, True):

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 import torchvision
 
+import nmsbench
 from nmsbench import datasets
 from nmsbench.variants import hard_fused as hf
 from nmsbench.variants import matrix_recompute as mr
@@ -113,16 +114,21 @@ def hard():
 
 def matrix():
     for scenario in ("clustered", "uniform"):
-        for n in (64, 128, 192, 256, 384, 512, 1024, 2048):
+        for n in (64, 128, 192, 256, 384, 512, 1024, 2048, 4096):
             bs = datasets.generate(scenario, n, seed=0).to("cuda")
             b, s = bs.boxes, bs.scores
             line = {}
-            for path in ("single", "counting"):
+            for path in ("single", "cooperative", "counting"):
                 if path == "single" and n > mr.single_block_capacity(b.dtype):
                     continue
-                line[path] = gpu_us(lambda: mr.matrix_recompute_cuda_path(b, s, None, "gaussian", 0.5, 0.05, True, path=path))
+                if path != "cooperative":  # eager only (not captured in graphs)
+                    line[path] = gpu_us(lambda: mr.matrix_recompute_cuda_path(b, s, None, "gaussian", 0.5, 0.05, True,
+                                                                              path=path))
                 line[path + "_wall"] = wall_us(
                     lambda: mr.matrix_recompute_cuda_path(b, s, None, "gaussian", 0.5, 0.05, False, path=path))
+            for other in ("matrix_fused", "matrix_naive"):  # side by side, same input
+                line[other + "_wall"] = wall_us(lambda: nmsbench.run_nms(other, b, s, 0.5, kernel="gaussian", sigma=0.5,
+                                                                         score_threshold=0.05), 50)
             print("matrix_recompute", scenario, n, " ".join(f"{k}={v:.1f}" for k, v in line.items()), flush=True)
 
 

@@ -132,3 +132,45 @@ __global__ void ballot_mask_kernel(const T* sorted_boxes, const long long* sorte
         }
     }
 }
+
+// Warp reductions, the result in every lane: one redux instruction from sm_80 on.
+__device__ __forceinline__ unsigned int warp_or(unsigned int v) {
+#if __CUDA_ARCH__ >= 800
+    return __reduce_or_sync(0xffffffffu, v);
+#else
+    for (int offset = 16; offset > 0; offset /= 2) v |= __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+#endif
+}
+__device__ __forceinline__ int warp_sum(int v) {
+#if __CUDA_ARCH__ >= 800
+    return __reduce_add_sync(0xffffffffu, v);
+#else
+    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+#endif
+}
+
+// A grid barrier for cooperative launches (cuLaunchCooperativeKernel: every block
+// resident at once, or the launch is refused), as cooperative groups' grid.sync() does
+// it: the last block to arrive resets the count and advances the generation the others
+// wait on. `arrived` is 0 between launches (one pair per stream: _cuda.grid_barrier_state);
+// `generation` only grows. Each block's writes are fenced before it arrives, and it fences
+// again after it leaves, so plain loads after the barrier see every block's writes.
+__device__ __forceinline__ void grid_barrier(unsigned int* arrived, unsigned int* generation) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        volatile unsigned int* current = generation;
+        const unsigned int seen = *current;
+        __threadfence();
+        if (atomicAdd(arrived, 1u) == gridDim.x - 1) {
+            atomicExch(arrived, 0u);
+            __threadfence();
+            atomicAdd(generation, 1u);
+        } else {
+            while (*current == seen) __nanosleep(32);
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}

@@ -16,25 +16,22 @@ __device__ __forceinline__ unsigned int valid_bits(int n, int word) {
     return valid >= 32 ? 0xffffffffu : (1u << valid) - 1u;
 }
 
-__device__ __forceinline__ unsigned int warp_or(unsigned int v) {
-    for (int offset = 16; offset > 0; offset /= 2) v |= __shfl_xor_sync(0xffffffffu, v, offset);
-    return v;
-}
-
 // Decides one 32-box word in one warp's registers: lane k holds own_row, the bits of box
 // word * 32 + k inside this word (boxes after it only); `alive` is the word's boxes that
 // no earlier kept box removed. Returns the kept boxes' bits, the same in every lane.
+// One deciding warp is the critical path of every resolve, so this is about the length
+// of its dependent instruction chain.
 // Few alive (clustered boxes, mostly removed already): box by box, the first undecided
-// one is kept and removes its row: one shuffle per kept box. Many alive: in waves: the
-// word's 32 x 32 block is transposed by ballots (lane k gets `suppressors`, the boxes of
-// the word that would remove it if kept), then every box whose suppressors are all
-// decided decides at once: kept iff none of them was kept. Waves = the longest chain of
-// suppressions inside the word (1 when nothing overlaps), not the number kept.
+// one is kept and removes its row: one shuffle per kept box. Many alive: in waves: a box
+// is ready when no undecided box would remove it (the OR of the undecided boxes' rows);
+// every ready box is kept (a box removed by a kept one is decided at once, so a ready box
+// was removed by nobody), and the rows of the newly kept remove theirs. Two warp ORs per
+// wave; waves = the longest chain of suppressions among the undecided, not the number kept.
 #define SEQUENTIAL_MAX_ALIVE 8
 __device__ __forceinline__ unsigned int decide_word(unsigned int alive, unsigned int own_row) {
     const int lane = threadIdx.x % 32;
-    if (__popc(alive) <= SEQUENTIAL_MAX_ALIVE) {  // `alive` is the same in every lane: no divergence
-        unsigned int kept = 0u, undecided = alive;
+    unsigned int kept = 0u, undecided = alive;  // the same in every lane: no divergence
+    if (__popc(alive) <= SEQUENTIAL_MAX_ALIVE) {
         while (undecided != 0u) {
             const int k = __ffs(undecided) - 1;  // every box before it is decided and none removed it
             kept |= 1u << k;
@@ -42,20 +39,10 @@ __device__ __forceinline__ unsigned int decide_word(unsigned int alive, unsigned
         }
         return kept;
     }
-    unsigned int suppressors = 0u;
-#pragma unroll
-    for (int k = 0; k < 32; ++k) {
-        const unsigned int column = __ballot_sync(0xffffffffu, (own_row >> k) & 1u);
-        if (lane == k) suppressors = column;
-    }
-    suppressors &= alive;  // removed boxes keep nothing
-    unsigned int kept = 0u, undecided = alive;
-    while (undecided != 0u) {  // the same in every lane: no divergence
-        const bool mine = (undecided >> lane) & 1u;
-        const bool ready = mine && (suppressors & undecided) == 0u;
-        const unsigned int decided = __ballot_sync(0xffffffffu, ready);
-        kept |= __ballot_sync(0xffffffffu, ready && (suppressors & kept) == 0u);
-        undecided &= ~decided;
+    while (undecided != 0u) {  // the lowest undecided box is always ready: progress
+        const unsigned int ready = undecided & ~warp_or((undecided >> lane) & 1u ? own_row : 0u);
+        kept |= ready;
+        undecided &= ~ready & ~warp_or((ready >> lane) & 1u ? own_row : 0u);
     }
     return kept;
 }
@@ -81,11 +68,16 @@ __device__ __forceinline__ int resolve_in_warp(const unsigned int* rows, int str
         const int row = word * 32 + lane;
         const unsigned int own_row = row < n ? rows[row * stride + word] : 0u;
         const unsigned int kept = decide_word(~__shfl_sync(0xffffffffu, removed, word) & valid_bits(n, word), own_row);
-        if (lane > word && lane < words && kept != 0u) {
+        if (lane > word && lane < words && kept != 0u) {  // kept rows are < n, and lane >= their word
+            const unsigned int* kept_rows = rows + word * 32 * stride + lane;
             unsigned int bits = 0u;
+            if (__popc(kept) <= 4) {  // few: one load per kept row
+                for (unsigned int left = kept; left != 0u; left &= left - 1u) bits |= kept_rows[(__ffs(left) - 1) * stride];
+            } else {
 #pragma unroll
-            for (int k = 0; k < 32; ++k)  // independent predicated loads, all in flight; kept rows are < n
-                if ((kept >> k) & 1u) bits |= rows[(word * 32 + k) * stride + lane];
+                for (int k = 0; k < 32; ++k)  // independent predicated loads, all in flight
+                    if ((kept >> k) & 1u) bits |= kept_rows[k * stride];
+            }
             removed |= bits;
         }
         count = write_kept(kept, lane, count, row < n ? (long long)index_of[row] : 0, keep);
@@ -183,18 +175,20 @@ __device__ __forceinline__ void resolve_from_shared(const unsigned int* mask, co
                                                     long long* count_out, long long* host_count) {
     const int stride = words | 1;
     long long* index_of = reinterpret_cast<long long*>(staged + ((n * stride + 1) & ~1));  // 8-byte aligned
-    const int total = n * words;
-    for (int base = threadIdx.x; base < total; base += COPY_UNROLL * blockDim.x) {
-        unsigned int value[COPY_UNROLL];  // COPY_UNROLL loads in flight per thread, then the stores
+    // A warp per row, lane w copying word w (words <= 32: no division), COPY_UNROLL rows
+    // in flight per warp; only the written words (w >= i / 32) are read.
+    const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    for (int first = threadIdx.x / 32; first < n; first += COPY_UNROLL * warps) {
+        unsigned int value[COPY_UNROLL];
 #pragma unroll
         for (int u = 0; u < COPY_UNROLL; ++u) {
-            const int task = base + u * blockDim.x, i = task / words, w = task - i * words;
-            value[u] = task < total && w >= i / 32 ? __ldcg(mask + task) : 0u;  // written words only
+            const int i = first + u * warps;
+            value[u] = i < n && lane < words && lane >= i / 32 ? __ldcg(mask + (long long)i * words + lane) : 0u;
         }
 #pragma unroll
         for (int u = 0; u < COPY_UNROLL; ++u) {
-            const int task = base + u * blockDim.x, i = task / words, w = task - i * words;
-            if (task < total && w >= i / 32) staged[i * stride + w] = value[u];
+            const int i = first + u * warps;
+            if (i < n && lane < words && lane >= i / 32) staged[i * stride + lane] = value[u];
         }
     }
     for (int i = threadIdx.x; i < n; i += blockDim.x) index_of[i] = __ldcg(order + i);
@@ -226,27 +220,6 @@ extern "C" __global__ void __launch_bounds__(STAGED_THREADS) staged_resolve_kern
 // block wrote bypasses L1 (__ldcg): L1 is not coherent across SMs.
 #define MID_THREADS 1024
 
-// A grid barrier: the last block to arrive resets the count and advances the generation
-// the others wait on. `arrived` is 0 between launches; `generation` only grows. Each
-// block's writes are fenced before it arrives, and after it leaves.
-__device__ __forceinline__ void grid_barrier(unsigned int* arrived, unsigned int* generation) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        volatile unsigned int* current = generation;
-        const unsigned int seen = *current;
-        __threadfence();
-        if (atomicAdd(arrived, 1u) == gridDim.x - 1) {
-            atomicExch(arrived, 0u);
-            __threadfence();
-            atomicAdd(generation, 1u);
-        } else {
-            while (*current == seen) __nanosleep(32);
-        }
-        __threadfence();
-    }
-    __syncthreads();
-}
-
 // Dynamic shared memory: the larger of block 0's staged resolve (staged_shared_bytes) and
 // the first two phases' n keys, n boxes and n labels (mid_shared_bytes in hard_fused.py).
 template <typename T>
@@ -269,7 +242,7 @@ __global__ void __launch_bounds__(MID_THREADS) mid_nms_kernel(
         const unsigned long long key_j = key[j];
         int above = 0;
         for (int i = lane; i < n; i += 32) above += ranks_above(key[i], i, key_j, j);
-        for (int offset = 16; offset > 0; offset /= 2) above += __shfl_xor_sync(0xffffffffu, above, offset);
+        above = warp_sum(above);
         if (lane == 0) {
             order[above] = j;
             sorted_boxes[above] = load_box(boxes, j);

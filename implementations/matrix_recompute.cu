@@ -5,6 +5,8 @@
 //   single_block_kernel   N small: ONE block does everything in shared memory (rank by
 //                         counting, cmax, decay, final scores, selection and order by
 //                         counting), writes keep / scores padded to N and the count.
+//   cooperative_kernel    N mid, eager calls: ONE cooperative launch, the same four
+//                         phases over the whole GPU, a warp per box, grid barriers between.
 //   rank_kernel           N mid: rank by counting and write the ranked boxes (+ areas,
 //     or gather_kernel    labels, scores); N large: torch.sort's order gathered. Both also
 //                         initialise the accumulators and counters of the passes.
@@ -456,4 +458,128 @@ __global__ void finalize_kernel(const typename Arith<T>::type* sorted_final, con
         store_value(out_scores, p, kept ? sorted_final[p] : A(0));
     }
     if (p == 0 && host_count != nullptr) *host_count = c;
+}
+
+// --------------------------------------------------------------------------- N mid: one launch
+// One cooperative launch (cuLaunchCooperativeKernel: every block resident at once, or the
+// launch is refused) of MID_THREADS-thread blocks, a warp per box in each phase (lanes
+// split the other boxes, then a warp reduction), grid barriers between the phases:
+//   1. rank by counting over the n score keys (shared memory, every block its own copy)
+//      and write the ranked boxes, areas, labels and scores;
+//   2. cmax of child r: the max IoU with its parents (ranks < r), as a parent constant;
+//   3. the decay of child r: the min over its parents, then its final score, written by
+//      input index (-inf: not kept);
+//   4. select: each box's place by counting over the n final keys (shared memory again).
+// The parents' data is read with plain loads, which the barrier makes safe (as after
+// cooperative groups' grid.sync()), and every SM's L1 serves its warps' repeated reads.
+// Maxima and minima are exact, so the result does not depend on the lanes' order.
+#define MID_THREADS 256
+
+template <typename A>
+__device__ __forceinline__ A warp_max_nonnegative(A v) {
+    for (int offset = 16; offset > 0; offset /= 2) v = max(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
+__device__ __forceinline__ double warp_min(double v) {
+    for (int offset = 16; offset > 0; offset /= 2) v = min(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(MID_THREADS) cooperative_kernel(
+    const T* boxes, const T* scores, const void* labels, int wide_labels, int n, int linear, double sigma,
+    double score_threshold, long long* order, typename Arith<T>::type* sbox, typename Arith<T>::type* sarea,
+    long long* slabel, typename Arith<T>::type* sscore, double* constant, typename Arith<T>::type* final_by_input,
+    unsigned int* barrier, long long* keep, T* out_scores, long long* count, long long* host_count) {
+    typedef typename Arith<T>::type A;
+    extern __shared__ unsigned long long key[];  // n score keys (phase 1), then n final keys (phase 4)
+    const Box<A>* ranked = (const Box<A>*)sbox;
+    const bool has_labels = labels != nullptr;
+    const int lane = threadIdx.x % 32, warps = gridDim.x * (blockDim.x / 32);
+    const int first_warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+
+    // 1. rank
+    for (int i = threadIdx.x; i < n; i += blockDim.x) key[i] = score_key(A(load_value(scores, i)));
+    __syncthreads();
+    for (int j = first_warp; j < n; j += warps) {
+        const unsigned long long key_j = key[j];
+        int above = 0;
+        for (int i = lane; i < n; i += 32) above += ranks_above(key[i], i, key_j, j);
+        above = warp_sum(above);
+        if (lane == 0) {
+            const Box<A> b = load_box(boxes, j);
+            order[above] = j;
+            ((Box<A>*)sbox)[above] = b;
+            sarea[above] = box_area(b);
+            sscore[above] = load_value(scores, j);
+            if (has_labels) slabel[above] = load_label(labels, j, wide_labels);
+        }
+    }
+    grid_barrier(barrier, barrier + 1);
+
+    // 2. cmax of child r over its parents, kept as the parent constant
+    for (int r = first_warp; r < n; r += warps) {
+        const Box<A> me = ranked[r];
+        const A my_area = sarea[r];
+        const long long my_label = has_labels ? slabel[r] : 0;
+        A best = A(0);
+        for (int i = lane; i < r; i += 32) {
+            if (has_labels && slabel[i] != my_label) continue;
+            best = max(best, iou_with_areas(ranked[i], sarea[i], me, my_area));
+        }
+        best = warp_max_nonnegative(best);
+        if (lane == 0) constant[r] = parent_constant(double(best), linear);
+    }
+    grid_barrier(barrier, barrier + 1);
+
+    // 3. decay of child r and its final score, by input index
+    for (int r = first_warp; r < n; r += warps) {
+        const Box<A> me = ranked[r];
+        const A my_area = sarea[r];
+        const long long my_label = has_labels ? slabel[r] : 0;
+        const double initial = linear ? 1.0 : 0.0;
+        double candidate = initial;
+        for (int i = lane; i < r; i += 32) {
+            if (has_labels && slabel[i] != my_label) continue;
+            const A iou = iou_with_areas(ranked[i], sarea[i], me, my_area);
+            if (iou > A(0)) candidate = decay_step(candidate, constant[i], double(iou), linear);  // see decay_step
+        }
+        candidate = warp_min(candidate);
+        if (lane == 0) {
+            const A final = final_score(sscore[r], candidate, linear, sigma);
+            final_by_input[order[r]] = final >= A(score_threshold) ? final : negative_infinity(A(0));
+        }
+    }
+    grid_barrier(barrier, barrier + 1);
+
+    // 4. select: kept boxes by final score (ties: lower input index), then the others by
+    // input index (key 0, under every kept key): a permutation, so every slot is written
+    const A none = negative_infinity(A(0));
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const A final = final_by_input[i];
+        key[i] = final != none ? score_key(final) : 0ull;
+    }
+    __syncthreads();
+    for (int j = first_warp; j < n; j += warps) {
+        const unsigned long long key_j = key[j];
+        int above = 0, kept_above = 0;
+        for (int i = lane; i < n; i += 32) {
+            const unsigned long long k = key[i];
+            const bool a = ranks_above(k, i, key_j, j);
+            above += a;
+            kept_above += a && k != 0ull;
+        }
+        above = warp_sum(above);
+        kept_above = warp_sum(kept_above);
+        if (lane == 0) {
+            const bool kept = key_j != 0ull;
+            keep[above] = kept ? (long long)j : -1ll;
+            store_value(out_scores, above, kept ? final_by_input[j] : A(0));
+            if ((!kept && above == kept_above) || (kept && above == n - 1)) {  // one writer (see single_block_kernel)
+                const long long c = kept ? (long long)n : (long long)kept_above;
+                *count = c;
+                if (host_count != nullptr) *host_count = c;
+            }
+        }
+    }
 }

@@ -11,7 +11,7 @@ memory is O(N) and N = 131072 runs (the naive matrix would need 68 GB).
 
 CPU (numba, ``prange``): ``matrix_fused``'s two passes, which are exactly this design.
 
-CUDA (matrix_recompute.cu), three paths by N:
+CUDA (matrix_recompute.cu), four paths by N:
 
 - N <= ``SINGLE_BLOCK_MAX_N`` (and what fits in 48 KiB of shared memory: 1024 boxes,
   704 for float64): ONE launch of ONE block (one thread per box) ranks by counting,
@@ -20,6 +20,11 @@ CUDA (matrix_recompute.cu), three paths by N:
   host waits once: ``HostCount``). One allocation, one launch, one synchronization. The
   block is one SM, whose FP32 throughput bounds it (~2 * N^2 / 2 IoUs): past a few hundred
   boxes the multi-block path is faster despite its extra launches.
+- N <= ``COOPERATIVE_MAX_N``, eager calls: ONE cooperative launch (every block resident
+  at once), the same four phases as the single block but over the whole GPU, a warp per
+  box in each (rank, cmax, decay, select; lanes split the other boxes), grid barriers
+  between them. At these sizes the four launches, their allocations and the host work
+  around them were most of the op on the H200 host.
 - N <= ``COUNTING_MAX_N``: rank by counting (rank_kernel), pass 1 (cmax_kernel), pass 2
   (decay_kernel), select by counting (select_kernel): four launches, no host sync but the
   final count. Pass kernels: grid (parent segment, child chunk of 128); a thread owns one
@@ -46,7 +51,8 @@ from nmsbench.families import MATRIX_PARAMS
 from nmsbench.registry import register
 
 from ._cpu import sorted_inputs
-from ._cuda import CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, Scratch, blocks, host_count, on_torch_stream
+from ._cuda import (CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, Scratch, blocks, grid_barrier_state, host_count,
+                    on_torch_stream)
 from .matrix_fused import decay_factors, max_iou_with_parents
 
 
@@ -75,14 +81,17 @@ def matrix_recompute_cpu(boxes, scores, *, iou_threshold, labels=None, kernel, s
 CUDA_MODULE = CudaModule(
     "matrix_recompute.cu",
     templates=("single_block_kernel", "rank_kernel", "gather_kernel", "cmax_kernel", "decay_kernel", "select_kernel",
-               "finalize_kernel"),
+               "finalize_kernel", "cooperative_kernel"),
 )
-CHILDREN, PTILE, SEL_WARPS, SB_MAX_THREADS = 128, 64, 8, 1024  # as #defined in matrix_recompute.cu
+CHILDREN, PTILE, SEL_WARPS, SB_MAX_THREADS, MID_THREADS = 128, 64, 8, 1024, 256  # as #defined in matrix_recompute.cu
 TARGET_SEGMENTS = 32  # parent segments per child chunk (the pass kernels' grid x)
 # The single-block path up to here (a tuning choice: one SM's throughput against three
 # more launches; see the module docstring). At most single_block_capacity(dtype).
 SINGLE_BLOCK_MAX_N = 384
 COUNTING_MAX_N = 8192  # rank and select by counting up to here, torch.sort above
+# Eager calls above the single-block path and up to here: one cooperative launch. Its
+# shared memory is one 8-byte key per box, within the default 48 KiB.
+COOPERATIVE_MAX_N = 4096
 
 
 def arith_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -101,10 +110,33 @@ def single_block_capacity(dtype: torch.dtype) -> int:
     return min(SB_MAX_THREADS, fits // 32 * 32)
 
 
-def choose_path(n: int, dtype: torch.dtype) -> str:
+def choose_path(n: int, dtype: torch.dtype, padded: bool = True, device: torch.device | None = None) -> str:
+    """The CUDA path for ``n`` boxes: "single" (one block), "cooperative" (one launch over
+    the GPU; eager calls only, and where the device holds its grid at once), "counting"
+    or "sort" (four or more launches)."""
     if n <= min(SINGLE_BLOCK_MAX_N, single_block_capacity(dtype)):
         return "single"
+    if not padded and n <= COOPERATIVE_MAX_N and device is not None and cooperative_grid(n, dtype, device) > 0:
+        return "cooperative"
     return "counting" if n <= COUNTING_MAX_N else "sort"
+
+
+_resident: dict[tuple[torch.dtype, int], int] = {}  # (dtype, device index) -> cooperative blocks held at once
+
+
+def cooperative_grid(n: int, dtype: torch.dtype, device: torch.device) -> int:
+    """Blocks for cooperative_kernel at ``n`` (a warp per box), or 0 where the device cannot
+    hold them all at once with COOPERATIVE_MAX_N's shared memory."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    resident = _resident.get((dtype, index))
+    if resident is None:
+        from cupy_backends.cuda.api import driver
+
+        kernel = CUDA_MODULE.get("cooperative_kernel", dtype, device)
+        per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, MID_THREADS, 8 * COOPERATIVE_MAX_N)
+        resident = _resident[dtype, index] = per_sm * torch.cuda.get_device_properties(index).multi_processor_count
+    needed = blocks(n, MID_THREADS // 32)
+    return needed if needed <= resident else 0
 
 
 def segment_length(n: int) -> int:
@@ -127,7 +159,7 @@ def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_thres
         if padded:
             count.zero_()
         return PaddedNMSResult(keep, count, out_scores) if padded else NMSResult(keep, out_scores)
-    path = path or choose_path(n, dtype)
+    path = path or choose_path(n, dtype, padded, device)
     boxes, scores = boxes.contiguous(), scores.contiguous()  # kernels take pointers: grad or not
     wide = 1
     if labels is not None:
@@ -149,6 +181,9 @@ def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_thres
                 (boxes, scores, labels, wide, n, linear, sigma, threshold, keep, out_scores, count, host_address),
                 single_block_shared_bytes(n, dtype),
             )
+        elif path == "cooperative":
+            _launch_cooperative(launch, boxes, scores, labels, wide, n, linear, sigma, threshold, keep, out_scores, count,
+                                host_address)
         else:
             arith = arith_dtype(dtype)
             chunks, segment = blocks(n, CHILDREN), segment_length(n)
@@ -198,6 +233,25 @@ def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_thres
         return PaddedNMSResult(keep, count, out_scores)
     kept = host.wait(device)
     return NMSResult(keep[:kept], out_scores[:kept])
+
+
+def _launch_cooperative(launch, boxes, scores, labels, wide, n, linear, sigma, threshold, keep, out_scores, count,
+                        host_address):
+    """cooperative_kernel with its scratch (one allocation): order, parent constants
+    (double), final scores, ranked scores, areas and boxes, and labels if any."""
+    dtype, device = boxes.dtype, boxes.device
+    grid = cooperative_grid(n, dtype, device)
+    if grid == 0:
+        raise ValueError(f"this GPU cannot hold cooperative_kernel's grid for {n} boxes at once")
+    arith = arith_dtype(dtype)
+    scratch = Scratch(device, order=(n, torch.int64), constant=(n, torch.float64), final=(n, arith),
+                      sscore=(n, arith), sarea=(n, arith), sbox=(4 * n, arith),
+                      slabel=(0 if labels is None else n, torch.int64))
+    launch(CUDA_MODULE.get("cooperative_kernel", dtype, device), (grid,), (MID_THREADS,),
+           (boxes, scores, labels, wide, n, linear, sigma, threshold, scratch.order, scratch.sbox, scratch.sarea,
+            None if labels is None else scratch.slabel, scratch.sscore, scratch.constant, scratch.final,
+            grid_barrier_state(device), keep, out_scores, count, host_address),
+           shared_mem=8 * n, cooperative=True)
 
 
 @register(

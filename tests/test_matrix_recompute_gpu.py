@@ -1,4 +1,4 @@
-"""matrix_recompute on CUDA: every path (single block, counting, torch.sort) against the CPU
+"""matrix_recompute on CUDA: every path (single block, cooperative, counting, torch.sort) against the CPU
 backend and matrix_naive, determinism, the padded (graph-safe) output, CUDA graph capture
 and replay, and N = 131072.
 
@@ -25,14 +25,17 @@ pytestmark = [
 ]
 
 NAME = "matrix_recompute"
-SIZES = [1, 31, 64, 100, 1000, 1024, 1025, 4097, 8192]
+SIZES = [1, 31, 64, 100, 1000, 1024, 1025, 4096, 4097, 8192]
 SCENARIOS = list(datasets.SYNTHETIC) + ["ties"]
 DEFAULTS = dict(kernel="gaussian", sigma=0.5, score_threshold=0.05)
 
 
 def paths(n: int, dtype: torch.dtype) -> list[str]:
-    """Every path that can take n boxes (the single block only up to its capacity)."""
+    """Every path that can take n boxes (the single block only up to its capacity, the
+    cooperative launch up to COOPERATIVE_MAX_N)."""
     out = ["counting", "sort"]
+    if n <= mr.COOPERATIVE_MAX_N:
+        out.insert(0, "cooperative")
     if n <= mr.single_block_capacity(dtype):
         out.insert(0, "single")
     return out
@@ -105,7 +108,8 @@ def test_runtime_parameters_and_int32_labels(params):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
 def test_deterministic_over_20_repeats(dtype):
-    for n, scenario in ((100, "ties"), (1000, "clustered"), (4097, "clustered"), (8192, "ties"), (9000, "crowd")):
+    for n, scenario in ((100, "ties"), (1000, "clustered"), (4096, "crowd"), (4097, "clustered"), (8192, "ties"),
+                        (9000, "crowd")):
         bs = box_set(scenario, n, 2).to("cuda", dtype)
         for path in paths(n, dtype):
             first = cuda_run(bs, path)
@@ -170,15 +174,27 @@ def test_cuda_graph_capture_and_replay(n, classes):
 
 
 def test_launches_on_torchs_current_stream_every_path():
-    bs = box_set("clustered", 4097, 3).to("cuda")
-    for path in ("counting", "sort"):
+    for n, path in ((4097, "counting"), (4097, "sort"), (1000, "cooperative"), (4096, "cooperative")):
+        bs = box_set("clustered", n, 3).to("cuda")
         expected = cuda_run(bs, path)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            got = cuda_run(bs, path)
+            got = [cuda_run(bs, path) for _ in range(2)]  # the grid barrier's counters are per stream
         torch.cuda.current_stream().wait_stream(stream)
-        assert torch.equal(got.keep, expected.keep)
+        assert all(torch.equal(g.keep, expected.keep) and torch.equal(g.scores, expected.scores) for g in got), path
+
+
+def test_eager_calls_take_the_cooperative_path_between_the_single_block_and_its_limit():
+    """The path choice on this GPU: one cooperative launch for eager calls from the first
+    size past the single block up to COOPERATIVE_MAX_N; padded (graph) calls never take it."""
+    device = torch.device("cuda")
+    first = min(mr.SINGLE_BLOCK_MAX_N, mr.single_block_capacity(torch.float32)) + 1
+    for n in (first, 1000, mr.COOPERATIVE_MAX_N):
+        assert mr.choose_path(n, torch.float32, False, device) == "cooperative"
+        assert mr.choose_path(n, torch.float32, True, device) == "counting"
+    assert mr.choose_path(mr.COOPERATIVE_MAX_N + 1, torch.float32, False, device) == "counting"
+    assert mr.cooperative_grid(mr.COOPERATIVE_MAX_N, torch.float32, device) > 0
 
 
 def test_n_131072_runs_and_agrees_with_the_cpu_backend():
