@@ -138,7 +138,7 @@ def matrix_stages(b, s, n, path):
     from nmsbench.variants._cuda import Scratch
 
     dtype, arith = b.dtype, mr.arith_dtype(b.dtype)
-    keep, out_scores, count = mr._outputs(n, dtype, dev)
+    keep, out_scores, count, _ = mr._outputs(n, dtype, dev)
     chunks, segment = blocks(n, mr.CHILDREN), mr.segment_length(n)
     segments = max(1, -(-(n - 1) // segment))
     scratch = Scratch(dev, order=(n, torch.int64), sbox=(4 * n, arith), sarea=(n, arith), sscore=(n, arith),

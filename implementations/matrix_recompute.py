@@ -13,13 +13,14 @@ CPU (numba, ``prange``): ``matrix_fused``'s two passes, which are exactly this d
 
 CUDA (matrix_recompute.cu), four paths by N:
 
-- N <= ``SINGLE_BLOCK_MAX_N`` (and what fits in 48 KiB of shared memory: 1024 boxes,
-  704 for float64): ONE launch of ONE block (one thread per box) ranks by counting,
+- N <= ``SINGLE_BLOCK_MAX_N`` (``PADDED_SINGLE_BLOCK_MAX_N`` for padded calls), and what
+  fits in 48 KiB of shared memory (1024 boxes, 704 for float64): ONE launch of ONE block
+  (one thread per box) ranks by counting,
   computes cmax, decays, final scores, and selects and orders the kept boxes by counting;
   it writes keep / scores padded to N and the count (into pinned host memory too, so the
   host waits once: ``HostCount``). One allocation, one launch, one synchronization. The
-  block is one SM, whose FP32 throughput bounds it (~2 * N^2 / 2 IoUs): past a few hundred
-  boxes the multi-block path is faster despite its extra launches.
+  block is one SM, whose FP32 throughput bounds it (~2 * N^2 / 2 IoUs): past ~150 boxes
+  the launches over the whole GPU are faster.
 - N <= ``COOPERATIVE_MAX_N``, eager calls: ONE cooperative launch (every block resident
   at once), the same four phases as the single block but over the whole GPU, a warp per
   box in each (rank, cmax, decay, select; lanes split the other boxes), grid barriers
@@ -42,6 +43,8 @@ count stays on the device (``PaddedNMSResult``).
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import torch
@@ -85,13 +88,18 @@ CUDA_MODULE = CudaModule(
 )
 CHILDREN, PTILE, SEL_WARPS, SB_MAX_THREADS, MID_THREADS = 128, 64, 8, 1024, 256  # as #defined in matrix_recompute.cu
 TARGET_SEGMENTS = 32  # parent segments per child chunk (the pass kernels' grid x)
-# The single-block path up to here (a tuning choice: one SM's throughput against three
-# more launches; see the module docstring). At most single_block_capacity(dtype).
-SINGLE_BLOCK_MAX_N = 384
+# The single-block path up to here (a tuning choice: one SM's throughput against more
+# launches; measured on the H200, results/PERFLOG.md). At most single_block_capacity(dtype).
+# Eager calls: up to 160 boxes, then the cooperative launch (wall 73 vs 92 us at 192);
+# padded (graph) calls: up to 128, then the multi-block launches, which a graph replays
+# without host costs (GPU time 26 vs 28 us at 128, 28 vs 63 at 256).
+SINGLE_BLOCK_MAX_N = 160
+PADDED_SINGLE_BLOCK_MAX_N = 128
 COUNTING_MAX_N = 8192  # rank and select by counting up to here, torch.sort above
-# Eager calls above the single-block path and up to here: one cooperative launch. Its
-# shared memory is one 8-byte key per box, within the default 48 KiB.
-COOPERATIVE_MAX_N = 4096
+# Eager calls above the single-block path and up to here: one cooperative launch (wall
+# 86-92 vs 103-108 us at 1024, level at 2048, slower at 4096). Its shared memory is one
+# 8-byte key per box.
+COOPERATIVE_MAX_N = 2048
 
 
 def arith_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -112,31 +120,35 @@ def single_block_capacity(dtype: torch.dtype) -> int:
 
 def choose_path(n: int, dtype: torch.dtype, padded: bool = True, device: torch.device | None = None) -> str:
     """The CUDA path for ``n`` boxes: "single" (one block), "cooperative" (one launch over
-    the GPU; eager calls only, and where the device holds its grid at once), "counting"
+    the GPU; eager calls on ``device`` only, where it holds the grid at once), "counting"
     or "sort" (four or more launches)."""
-    if n <= min(SINGLE_BLOCK_MAX_N, single_block_capacity(dtype)):
+    if n <= min(PADDED_SINGLE_BLOCK_MAX_N if padded else SINGLE_BLOCK_MAX_N, single_block_capacity(dtype)):
         return "single"
     if not padded and n <= COOPERATIVE_MAX_N and device is not None and cooperative_grid(n, dtype, device) > 0:
         return "cooperative"
     return "counting" if n <= COUNTING_MAX_N else "sort"
 
 
-_resident: dict[tuple[torch.dtype, int], int] = {}  # (dtype, device index) -> cooperative blocks held at once
+_per_sm: dict[tuple[torch.dtype, int, int], int] = {}  # (dtype, device index, shared bytes) -> blocks per SM
 
 
 def cooperative_grid(n: int, dtype: torch.dtype, device: torch.device) -> int:
     """Blocks for cooperative_kernel at ``n`` (a warp per box), or 0 where the device cannot
-    hold them all at once with COOPERATIVE_MAX_N's shared memory."""
+    hold them all at once (with n keys of shared memory each)."""
     index = device.index if device.index is not None else torch.cuda.current_device()
-    resident = _resident.get((dtype, index))
-    if resident is None:
+    shared = 8 * max(n, 1024)  # one occupancy query per 1024-box step of shared memory
+    shared = -(-shared // 8192) * 8192
+    per_sm = _per_sm.get((dtype, index, shared))
+    if per_sm is None:
         from cupy_backends.cuda.api import driver
 
         kernel = CUDA_MODULE.get("cooperative_kernel", dtype, device)
-        per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, MID_THREADS, 8 * COOPERATIVE_MAX_N)
-        resident = _resident[dtype, index] = per_sm * torch.cuda.get_device_properties(index).multi_processor_count
+        per_sm = 0
+        if shared <= MAX_SHARED_BYTES:
+            per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, MID_THREADS, shared)
+        _per_sm[dtype, index, shared] = per_sm
     needed = blocks(n, MID_THREADS // 32)
-    return needed if needed <= resident else 0
+    return needed if needed <= per_sm * torch.cuda.get_device_properties(index).multi_processor_count else 0
 
 
 def segment_length(n: int) -> int:
@@ -144,22 +156,41 @@ def segment_length(n: int) -> int:
     return PTILE * max(1, -(-n // (PTILE * TARGET_SEGMENTS)))
 
 
-def _outputs(n: int, dtype: torch.dtype, device: torch.device):
-    """keep (n,) int64, scores (n,) dtype and count (0-d int64): one allocation."""
+def _outputs(n: int, dtype: torch.dtype, device: torch.device, scratch_words: int = 0):
+    """keep (n,) int64, scores (n,) dtype and count (0-d int64), then ``scratch_words``
+    int64 words for the kernels: one allocation. Returns the three and the scratch's address."""
     words = -(-n * dtype.itemsize // 8)
-    memory = torch.empty(n + words + 1, dtype=torch.int64, device=device)
-    return memory[:n], memory[n : n + words].view(dtype)[:n], memory[n + words]
+    memory = torch.empty(n + words + 1 + scratch_words, dtype=torch.int64, device=device)
+    outputs = memory[:n], memory[n : n + words].view(dtype)[:n], memory[n + words]
+    return (*outputs, memory.data_ptr() + 8 * (n + words + 1))
+
+
+@functools.lru_cache(maxsize=256)
+def cooperative_scratch(n: int, dtype: torch.dtype, labels: bool) -> dict[str, tuple[int, int]]:
+    """cooperative_kernel's scratch as {name: (byte offset, bytes)}, 8-byte aligned: order,
+    parent constants (double), ranked labels (if any), ranked boxes, areas and scores, and
+    final scores by input index (the kernels' arithmetic type)."""
+    a = arith_dtype(dtype).itemsize
+    sizes = dict(order=8 * n, constant=8 * n, slabel=8 * n if labels else 0, sbox=4 * a * n, sarea=a * n,
+                 sscore=a * n, final=a * n)
+    layout, offset = {}, 0
+    for name, size in sizes.items():
+        layout[name] = (offset, size)
+        offset += -(-size // 8) * 8
+    return layout
 
 
 def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_threshold, padded, path=None):
     """The CUDA backend with the path chosen by ``choose_path`` or forced (tests)."""
     n, device, dtype = boxes.shape[0], boxes.device, boxes.dtype
-    keep, out_scores, count = _outputs(n, dtype, device)
+    path = (path or choose_path(n, dtype, padded, device)) if n > 0 else None
+    layout = cooperative_scratch(n, dtype, labels is not None) if path == "cooperative" else None
+    scratch_words = 0 if layout is None else sum(-(-size // 8) for _, size in layout.values())
+    keep, out_scores, count, scratch = _outputs(n, dtype, device, scratch_words)
     if n == 0:
         if padded:
             count.zero_()
         return PaddedNMSResult(keep, count, out_scores) if padded else NMSResult(keep, out_scores)
-    path = path or choose_path(n, dtype, padded, device)
     boxes, scores = boxes.contiguous(), scores.contiguous()  # kernels take pointers: grad or not
     wide = 1
     if labels is not None:
@@ -183,7 +214,7 @@ def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_thres
             )
         elif path == "cooperative":
             _launch_cooperative(launch, boxes, scores, labels, wide, n, linear, sigma, threshold, keep, out_scores, count,
-                                host_address)
+                                host_address, scratch, layout)
         else:
             arith = arith_dtype(dtype)
             chunks, segment = blocks(n, CHILDREN), segment_length(n)
@@ -236,20 +267,16 @@ def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_thres
 
 
 def _launch_cooperative(launch, boxes, scores, labels, wide, n, linear, sigma, threshold, keep, out_scores, count,
-                        host_address):
-    """cooperative_kernel with its scratch (one allocation): order, parent constants
-    (double), final scores, ranked scores, areas and boxes, and labels if any."""
+                        host_address, scratch, layout):
+    """cooperative_kernel, its scratch at address ``scratch`` as ``layout`` places it."""
     dtype, device = boxes.dtype, boxes.device
     grid = cooperative_grid(n, dtype, device)
     if grid == 0:
         raise ValueError(f"this GPU cannot hold cooperative_kernel's grid for {n} boxes at once")
-    arith = arith_dtype(dtype)
-    scratch = Scratch(device, order=(n, torch.int64), constant=(n, torch.float64), final=(n, arith),
-                      sscore=(n, arith), sarea=(n, arith), sbox=(4 * n, arith),
-                      slabel=(0 if labels is None else n, torch.int64))
+    at = {name: np.uint64(scratch + offset) for name, (offset, _) in layout.items()}
     launch(CUDA_MODULE.get("cooperative_kernel", dtype, device), (grid,), (MID_THREADS,),
-           (boxes, scores, labels, wide, n, linear, sigma, threshold, scratch.order, scratch.sbox, scratch.sarea,
-            None if labels is None else scratch.slabel, scratch.sscore, scratch.constant, scratch.final,
+           (boxes, scores, labels, wide, n, linear, sigma, threshold, at["order"], at["sbox"], at["sarea"],
+            None if labels is None else at["slabel"], at["sscore"], at["constant"], at["final"],
             grid_barrier_state(device), keep, out_scores, count, host_address),
            shared_mem=8 * n, cooperative=True)
 

@@ -114,11 +114,13 @@ def test_single_block_fits_in_shared_memory_and_paths():
         cap = mr.single_block_capacity(dtype)
         assert cap % 32 == 0 and 256 <= cap <= 1024
         assert mr.single_block_shared_bytes(cap, dtype) <= MAX_SHARED_BYTES
-        assert mr.choose_path(1, dtype) == "single"
-        assert mr.choose_path(min(cap, mr.SINGLE_BLOCK_MAX_N), dtype) == "single"
-        assert mr.choose_path(min(cap, mr.SINGLE_BLOCK_MAX_N) + 1, dtype) == "counting"
-        assert mr.choose_path(mr.COUNTING_MAX_N, dtype) == "counting"
-        assert mr.choose_path(mr.COUNTING_MAX_N + 1, dtype) == "sort"
+        for padded, single_max in ((True, mr.PADDED_SINGLE_BLOCK_MAX_N), (False, mr.SINGLE_BLOCK_MAX_N)):
+            # no device given: never the cooperative launch (tests/test_matrix_recompute_gpu.py checks it on a GPU)
+            assert mr.choose_path(1, dtype, padded) == "single"
+            assert mr.choose_path(min(cap, single_max), dtype, padded) == "single"
+            assert mr.choose_path(min(cap, single_max) + 1, dtype, padded) == "counting"
+            assert mr.choose_path(mr.COUNTING_MAX_N, dtype, padded) == "counting"
+            assert mr.choose_path(mr.COUNTING_MAX_N + 1, dtype, padded) == "sort"
     assert mr.single_block_capacity(torch.float32) == 1024
 
 
