@@ -19,12 +19,13 @@ which = sys.argv[1:] or ["hard", "matrix"]
 cases = []
 if "hard" in which:
     for scenario in ("clustered", "uniform"):
-        for n, padded in ((1024, False), (1024, True), (8192, True)):
+        for n, padded in ((512, False), (1024, False), (1024, True), (8192, True)):
             cases.append(("hard_fused", scenario, n, padded))
 if "matrix" in which:
     for scenario in ("clustered", "uniform"):
         cases.append(("matrix_recompute", scenario, 8192, True))
-        cases.append(("matrix_recompute", scenario, 2048, False))  # the cooperative launch
+        cases.append(("matrix_recompute", scenario, 1024, False))  # the cooperative launch
+        cases.append(("matrix_recompute", scenario, 2048, False))
 
 for name, scenario, n, padded in cases:
     bs = datasets.generate(scenario, n, seed=0).to(dev)
