@@ -20,11 +20,14 @@ labels. Where torchvision spends its time decides the design:
   sharing their column boxes through shared memory. (A torchvision-style thread per row
   over a 2-D grid measured 1.3x slower at N = 32768 on the H200.)
 - **Large N is the resolve**: one block with a ``__syncthreads()`` per kept box. Here a
-  warp decides each 32-box word in registers, in waves: the word's 32 x 32 block of the
-  mask is transposed by ballots, and every box whose suppressors inside the word are
-  decided decides at once (waves = the longest chain, not the number kept); a word with
-  few boxes alive (at most 8: clustered boxes are mostly removed already) is decided box
-  by box instead, one shuffle per kept box. For N <= 1024 the whole block first copies the mask
+  warp decides each 32-box word in registers, in waves: a box no undecided box would
+  remove is kept, and the rows of the newly kept remove theirs (two warp ORs per wave,
+  one ``redux`` instruction each from sm_80 on; waves = the longest chain, not the number
+  kept); a word with few boxes alive (at most 8: clustered boxes are mostly removed
+  already) is decided box by box instead, one shuffle per kept box. That warp's chain of
+  dependent instructions is the resolve's time (ncu: one issue per ~4 cycles, the rest of
+  the block waiting at its barrier), so it is kept short: no transpose of the word's
+  32 x 32 block (32 ballots), kept rows ORed one by one when few. For N <= 1024 the whole block first copies the mask
   rows into shared memory (a warp reading them from global memory paid one memory
   latency per word: 33 us at N = 1024), then one warp resolves from there. For
   N > 1024 the block resolve decides ``ROUND_WORDS`` = 8 words per block-wide round: the deciding warp holds
@@ -59,7 +62,8 @@ from ._cuda import (BALLOT_WARPS, CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, blo
                     rank_by_score)
 
 SUMMARY_CPU = "numba: blocks of rank order tested against all kept boxes in parallel (SIMD), then resolved in-block"
-SUMMARY_CUDA = ("CUDA: one launch for N <= 256; else rank, ballot mask, and a resolve from shared memory (N <= 1024) "
+SUMMARY_CUDA = ("CUDA: one launch for N <= 256 (one block) and for eager calls to 1024 (cooperative); else rank, "
+                "ballot mask, and a resolve from shared memory (N <= 1024) "
                 "or one deciding 8 words of 32 boxes per block-wide round in one warp's registers; padded graph-safe "
                 "output")
 

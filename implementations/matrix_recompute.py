@@ -284,7 +284,8 @@ def _launch_cooperative(launch, boxes, scores, labels, wide, n, linear, sigma, t
 @register(
     name="matrix_recompute", family="matrix", devices=("cuda",), requires=("cupy",), params=MATRIX_PARAMS,
     dtypes=CUDA_DTYPES, host_sync=True, graph_safe=True,
-    summary="CUDA: IoUs recomputed in both passes, O(N) memory; one block, one launch for small N",
+    summary="CUDA: IoUs recomputed in both passes, O(N) memory; one launch for small N (one block) and for eager "
+            "calls to 2048 (cooperative, the whole GPU)",
 )
 def matrix_recompute_cuda(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold, padded=False):
     return matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_threshold, padded)
