@@ -17,7 +17,6 @@ from __future__ import annotations
 import ctypes
 import struct
 import threading
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -90,30 +89,42 @@ class CudaModule:
         return loaded[1][name if dtype is None else f"{name}<{SOURCE_TYPES[dtype]}>"]
 
 
-@contextmanager
-def on_torch_stream(device: torch.device):
+class on_torch_stream:  # noqa: N801 - used as a function: `with on_torch_stream(device) as launch:`
     """Enter once per op; yields ``launch(fn, grid, block, args, shared_mem=0,
-    cooperative=False)``, which launches on torch's current CUDA stream of ``device``. ``args`` may hold tensors
-    (passed as device pointers), None (a null pointer), ints (int32) and NumPy scalars
-    (``np.uint64`` addresses, ``np.float64``, ``np.int64``, ``np.float32``, ...).
+    cooperative=False)``, which launches on torch's current CUDA stream of ``device``.
+    ``args`` may hold tensors (passed as device pointers), None (a null pointer), ints
+    (int32) and NumPy scalars (``np.uint64`` addresses, ``np.float64``, ``np.int64``,
+    ``np.float32``, ...).
 
     A launch packs the arguments itself (``struct``, C alignment) into a per-thread buffer
     and calls ``cuLaunchKernel`` with pointers into it: CuPy's ``Function.__call__`` costs
     about 1 us per argument on the H200 host (16 us for 6 arguments, 31 us for 15), and our
     small ops are made of a few launches. CuPy's device context is entered only when the
-    current device is another one."""
-    import cupy
+    current device is another one. A class, not a generator: it is on every op's path."""
 
-    index, stream = _current_stream(device)
+    __slots__ = ("launch", "_context")
 
-    def launch(fn, grid, block, args, shared_mem: int = 0, cooperative: bool = False) -> None:
-        _launch(fn.ptr, grid, block, args, shared_mem, stream, cooperative)
+    def __init__(self, device: torch.device):
+        index, stream = _current_stream(device)
 
-    if torch.cuda.current_device() == index:
-        yield launch
-    else:
-        with cupy.cuda.Device(index):
-            yield launch
+        def launch(fn, grid, block, args, shared_mem: int = 0, cooperative: bool = False) -> None:
+            _launch(fn.ptr, grid, block, args, shared_mem, stream, cooperative)
+
+        self.launch = launch
+        self._context = None
+        if torch.cuda.current_device() != index:
+            import cupy
+
+            self._context = cupy.cuda.Device(index)
+
+    def __enter__(self):
+        if self._context is not None:
+            self._context.__enter__()
+        return self.launch
+
+    def __exit__(self, *exc_info) -> None:
+        if self._context is not None:
+            self._context.__exit__(*exc_info)
 
 
 # struct codes of the launch arguments: a pointer parameter is 8 bytes, a Python int an int32
@@ -237,26 +248,52 @@ RANK_MODULE = CudaModule("rank.cu", templates=("rank_by_score_kernel",))
 COUNT_BOXES, COUNT_WARPS = 32, 8  # as #defined in _common.cuh
 
 
+def rank_scratch_words(n: int, dtype: torch.dtype, labels: bool) -> int:
+    """8-byte words that ``rank_by_score(..., into=address)`` writes at ``address``: the
+    order, the ranked boxes (input dtype) and the ranked labels."""
+    return n + -(-4 * n * dtype.itemsize // 8) + (n if labels else 0)
+
+
+class _Ranked:
+    """Addresses of rank_by_score's outputs in a caller's allocation (see ``into``)."""
+
+    __slots__ = ("sorted_boxes", "sorted_scores", "sorted_labels")
+
+    def __init__(self, address: int, n: int, dtype: torch.dtype, labels: bool):
+        boxes_at = address + 8 * n
+        self.sorted_boxes = np.uint64(boxes_at)
+        self.sorted_scores = None
+        self.sorted_labels = np.uint64(boxes_at + 8 * -(-4 * n * dtype.itemsize // 8)) if labels else None
+
+
 def rank_by_score(launch, boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor | None,
-                  with_scores: bool = False):
+                  with_scores: bool = False, into: int | None = None):
     """Rank the boxes on the device in one launch (rank.cu): descending score, ties by
     lower input index, NaN first, as ``torch.sort(descending=True, stable=True)`` does.
 
-    Returns ``(order, scratch)``: ``order`` (int64 tensor, input index of each rank) and a
+    Returns ``(order, ranked)``: ``order`` (int64 tensor, input index of each rank) and a
     ``Scratch`` with ``sorted_boxes``, ``sorted_labels`` (None when ``labels`` is None) and,
     with ``with_scores``, ``sorted_scores``, all in rank order and in the input dtype.
+    With ``into`` (a device address with ``rank_scratch_words`` 8-byte words the caller
+    owns; not with ``with_scores``) nothing is allocated: ``order`` is its address there
+    and ``ranked`` holds the others' addresses.
     """
     n, device, dtype = boxes.shape[0], boxes.device, boxes.dtype
-    order = torch.empty(n, dtype=torch.int64, device=device)
-    scratch = Scratch(
-        device, sorted_boxes=(4 * n, dtype), sorted_scores=(n if with_scores else 0, dtype),
-        sorted_labels=(0 if labels is None else n, torch.int64),
-    )
-    if not with_scores:
-        scratch.sorted_scores = None
-    if labels is None:
-        scratch.sorted_labels = None
+    if into is not None:
+        if with_scores:
+            raise ValueError("rank_by_score: into= does not take with_scores")
+        order, scratch = np.uint64(into), _Ranked(into, n, dtype, labels is not None)
     else:
+        order = torch.empty(n, dtype=torch.int64, device=device)
+        scratch = Scratch(
+            device, sorted_boxes=(4 * n, dtype), sorted_scores=(n if with_scores else 0, dtype),
+            sorted_labels=(0 if labels is None else n, torch.int64),
+        )
+        if not with_scores:
+            scratch.sorted_scores = None
+        if labels is None:
+            scratch.sorted_labels = None
+    if labels is not None:
         labels = labels.to(torch.int64).contiguous()
     launch(
         RANK_MODULE.get("rank_by_score_kernel", dtype, device), (blocks(n, COUNT_BOXES),), (32 * COUNT_WARPS,),
@@ -276,13 +313,14 @@ class HostCount:
     def __init__(self):
         self.host = torch.full((1,), -1, dtype=torch.int64, pin_memory=True)
         self.address = np.uint64(self.host.data_ptr())
+        self.value = self.host.numpy()  # read through NumPy: indexing the tensor costs a tensor
 
     def wait(self, device: torch.device) -> int:
         """Wait for the work queued so far on ``device``'s current stream; the count."""
         from cupy_backends.cuda.api import runtime
 
         runtime.streamSynchronize(_current_stream(device)[1])
-        return int(self.host[0])
+        return int(self.value[0])
 
 
 _host_counts = threading.local()

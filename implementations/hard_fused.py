@@ -59,7 +59,7 @@ from nmsbench.registry import register
 
 from ._cpu import JIT, sorted_inputs
 from ._cuda import (BALLOT_WARPS, CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, blocks, grid_barrier_state, host_count, on_torch_stream,
-                    rank_by_score)
+                    rank_by_score, rank_scratch_words)
 
 SUMMARY_CPU = "numba: blocks of rank order tested against all kept boxes in parallel (SIMD), then resolved in-block"
 SUMMARY_CUDA = ("CUDA: one launch for N <= 256 (one block) and for eager calls to 1024 (cooperative); else rank, "
@@ -220,40 +220,48 @@ def mid_grid(n: int, dtype: torch.dtype, device: torch.device) -> int:
 )
 def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False):
     n, device = boxes.shape[0], boxes.device
-    words = (n + 31) // 32
-    # keep (padded to n), the count, then (n > SMALL_MAX) the n x words int32 mask: one allocation
-    mid_scratch = 2 * n + (4 * n if boxes.dtype == torch.float64 else 2 * n)  # order, labels, boxes (int64 units)
-    memory = torch.empty(n + 1 + (0 if n <= SMALL_MAX else (n * words + 1) // 2 + (mid_scratch if n <= MID_MAX else 0)),
-                         dtype=torch.int64, device=device)
-    out = memory[: n + 1]
     if n == 0:
-        out.zero_()
+        out = torch.zeros(1, dtype=torch.int64, device=device)
         return PaddedNMSResult(out[:0], out[0]) if padded else NMSResult(out[:0])
+    words = (n + 31) // 32
     if words > MAX_WORDS:
         raise ValueError(f"hard_fused on cuda resolves in one block with N/8 bytes of shared memory; "
                          f"N = {n} is above its limit of {MAX_WORDS * 32}")
+    # One allocation: keep (padded to n), the count, then (n > SMALL_MAX) the n x words
+    # int32 mask and the ranking's scratch (the cooperative kernel's, or rank_by_score's).
+    small = n <= SMALL_MAX
+    grid = mid_grid(n, boxes.dtype, device) if not small and not padded and n <= MID_MAX else 0
+    mask_words = 0 if small else (n * words + 1) // 2
+    if grid > 0:
+        scratch_words = 2 * n + (4 * n if boxes.dtype == torch.float64 else 2 * n)  # order, labels, boxes
+    elif not small and n <= COUNTING_RANK_MAX:
+        scratch_words = rank_scratch_words(n, boxes.dtype, labels is not None)
+    else:
+        scratch_words = 0
+    memory = torch.empty(n + 1 + mask_words + scratch_words, dtype=torch.int64, device=device)
+    base = memory.data_ptr()
     host = None if padded else host_count(device)
-    outputs = (np.uint64(out.data_ptr()), np.uint64(out.data_ptr() + 8 * n), None if host is None else host.address)
+    outputs = (np.uint64(base), np.uint64(base + 8 * n), None if host is None else host.address)
     threshold = np.float64(iou_threshold)
     if labels is not None:
         labels = labels.to(torch.int64).contiguous()
     with on_torch_stream(device) as launch:
-        if n <= SMALL_MAX:
+        if small:
             launch(CUDA_MODULE.get("small_nms_kernel", boxes.dtype, device), (1,), (SMALL_THREADS,),
                    (boxes.contiguous(), scores.contiguous(), labels, n, threshold, *outputs))
-        elif n <= MID_MAX and not padded and (grid := mid_grid(n, boxes.dtype, device)) > 0:
+        elif grid > 0:
             _launch_mid(launch, boxes, scores, labels, n, threshold, memory, grid, outputs)
         else:
             if n <= COUNTING_RANK_MAX:
-                order, ranked = rank_by_score(launch, boxes, scores, labels)
+                order, ranked = rank_by_score(launch, boxes, scores, labels, into=base + 8 * (n + 1 + mask_words))
                 sorted_boxes, sorted_labels = ranked.sorted_boxes, ranked.sorted_labels
             else:
                 order = torch.sort(scores + 0.0, descending=True, stable=True).indices  # -0.0 ties with 0.0
                 sorted_boxes = boxes.index_select(0, order)
                 sorted_labels = None if labels is None else labels.index_select(0, order)
-            mask = np.uint64(memory.data_ptr() + 8 * (n + 1))
-            launch(CUDA_MODULE.get("ballot_mask_kernel", boxes.dtype, device), (blocks(n, BALLOT_WARPS),), (32 * BALLOT_WARPS,),
-                   (sorted_boxes, sorted_labels, n, words, threshold, mask))
+            mask = np.uint64(base + 8 * (n + 1))
+            launch(CUDA_MODULE.get("ballot_mask_kernel", boxes.dtype, device), (blocks(n, BALLOT_WARPS),),
+                   (32 * BALLOT_WARPS,), (sorted_boxes, sorted_labels, n, words, threshold, mask))
             if words <= 32 and staged_resolve_fits(n, device):
                 launch(CUDA_MODULE.get("staged_resolve_kernel", None, device), (1,), (STAGED_THREADS,),
                        (mask, order, n, words, *outputs), shared_mem=staged_shared_bytes(n))
@@ -261,8 +269,8 @@ def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False):
                 launch(CUDA_MODULE.get("block_resolve_kernel", None, device), (1,), (RESOLVE_THREADS,),
                        (mask, order, n, words, *outputs), shared_mem=words * 4)
     if padded:
-        return PaddedNMSResult(out[:n], out[n])
-    return NMSResult(out[: host.wait(device)])
+        return PaddedNMSResult(memory[:n], memory[n])
+    return NMSResult(memory[: host.wait(device)])
 
 
 def _launch_mid(launch, boxes, scores, labels, n, threshold, memory, grid, outputs):
