@@ -168,8 +168,9 @@ __global__ void small_nms_kernel(const T* boxes, const T* scores, const long lon
 #define STAGED_THREADS 1024
 #define COPY_UNROLL 8
 // The staged resolve's body, for any block size: the block copies, warp 0 resolves. Loads
-// bypass L1 (__ldcg): in mid_nms_kernel the mask was written by other blocks of the same
-// launch, which L1 (not coherent across SMs) must not answer for.
+// go to L2 (__ldcg): each value is read once, and in mid_nms_kernel the mask was written
+// by other blocks of the same launch (after grid_barrier plain loads would see it too,
+// but L1 has nothing to give here).
 __device__ __forceinline__ void resolve_from_shared(const unsigned int* mask, const long long* order, int n, int words,
                                                     unsigned int* staged, int* kept_count, long long* keep,
                                                     long long* count_out, long long* host_count) {
@@ -216,8 +217,8 @@ extern "C" __global__ void __launch_bounds__(STAGED_THREADS) staged_resolve_kern
 // box), grid barrier, every block puts all n ranked boxes in shared memory and writes
 // its 32 mask rows (a warp per row, a ballot per word), grid barrier, and block 0
 // resolves from shared memory. One launch instead of three plus two allocations: on the
-// H200 host that is most of the op at these sizes. Every global read of what another
-// block wrote bypasses L1 (__ldcg): L1 is not coherent across SMs.
+// H200 host that is most of the op at these sizes. What other blocks wrote is read once
+// per block, from L2 (__ldcg).
 #define MID_THREADS 1024
 
 // Dynamic shared memory: the larger of block 0's staged resolve (staged_shared_bytes) and
