@@ -129,26 +129,27 @@ def choose_path(n: int, dtype: torch.dtype, padded: bool = True, device: torch.d
     return "counting" if n <= COUNTING_MAX_N else "sort"
 
 
-_per_sm: dict[tuple[torch.dtype, int, int], int] = {}  # (dtype, device index, shared bytes) -> blocks per SM
+_resident: dict[tuple[torch.dtype, int, int], int] = {}  # (dtype, device index, shared bytes) -> blocks held at once
 
 
 def cooperative_grid(n: int, dtype: torch.dtype, device: torch.device) -> int:
     """Blocks for cooperative_kernel at ``n`` (a warp per box), or 0 where the device cannot
-    hold them all at once (with n keys of shared memory each)."""
+    hold them all at once (with n keys of shared memory each). On every eager call's path:
+    the occupancy and the device's SM count are asked once per shared-memory step."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     shared = 8 * max(n, 1024)  # one occupancy query per 1024-box step of shared memory
     shared = -(-shared // 8192) * 8192
-    per_sm = _per_sm.get((dtype, index, shared))
-    if per_sm is None:
+    resident = _resident.get((dtype, index, shared))
+    if resident is None:
         from cupy_backends.cuda.api import driver
 
         kernel = CUDA_MODULE.get("cooperative_kernel", dtype, device)
         per_sm = 0
         if shared <= MAX_SHARED_BYTES:
             per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, MID_THREADS, shared)
-        _per_sm[dtype, index, shared] = per_sm
+        resident = _resident[dtype, index, shared] = per_sm * torch.cuda.get_device_properties(index).multi_processor_count
     needed = blocks(n, MID_THREADS // 32)
-    return needed if needed <= per_sm * torch.cuda.get_device_properties(index).multi_processor_count else 0
+    return needed if needed <= resident else 0
 
 
 def segment_length(n: int) -> int:
