@@ -34,7 +34,6 @@ SOURCE_TYPES = {torch.float32: "float", torch.float64: "double", torch.float16: 
 CUDA_DTYPES = tuple(SOURCE_TYPES)
 
 
-
 class CompileError(RuntimeError):
     """NVRTC rejected a kernel source; the message carries its log."""
 
@@ -248,10 +247,15 @@ RANK_MODULE = CudaModule("rank.cu", templates=("rank_by_score_kernel",))
 COUNT_BOXES, COUNT_WARPS = 32, 8  # as #defined in _common.cuh
 
 
+def _box_words(n: int, dtype: torch.dtype) -> int:
+    """8-byte words that n boxes of ``dtype`` take (rounded up)."""
+    return -(-4 * n * dtype.itemsize // 8)
+
+
 def rank_scratch_words(n: int, dtype: torch.dtype, labels: bool) -> int:
     """8-byte words that ``rank_by_score(..., into=address)`` writes at ``address``: the
     order, the ranked boxes (input dtype) and the ranked labels."""
-    return n + -(-4 * n * dtype.itemsize // 8) + (n if labels else 0)
+    return n + _box_words(n, dtype) + (n if labels else 0)
 
 
 class _Ranked:
@@ -263,7 +267,7 @@ class _Ranked:
         boxes_at = address + 8 * n
         self.sorted_boxes = np.uint64(boxes_at)
         self.sorted_scores = None
-        self.sorted_labels = np.uint64(boxes_at + 8 * -(-4 * n * dtype.itemsize // 8)) if labels else None
+        self.sorted_labels = np.uint64(boxes_at + 8 * _box_words(n, dtype)) if labels else None
 
 
 def rank_by_score(launch, boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor | None,
@@ -271,9 +275,10 @@ def rank_by_score(launch, boxes: torch.Tensor, scores: torch.Tensor, labels: tor
     """Rank the boxes on the device in one launch (rank.cu): descending score, ties by
     lower input index, NaN first, as ``torch.sort(descending=True, stable=True)`` does.
 
-    Returns ``(order, ranked)``: ``order`` (int64 tensor, input index of each rank) and a
-    ``Scratch`` with ``sorted_boxes``, ``sorted_labels`` (None when ``labels`` is None) and,
-    with ``with_scores``, ``sorted_scores``, all in rank order and in the input dtype.
+    Returns ``(order, ranked)``: ``order`` (int64 tensor, input index of each rank) and
+    ``ranked`` (a ``Scratch``) with ``sorted_boxes``, ``sorted_labels`` (None when ``labels``
+    is None) and, with ``with_scores``, ``sorted_scores``, all in rank order and in the
+    input dtype.
     With ``into`` (a device address with ``rank_scratch_words`` 8-byte words the caller
     owns; not with ``with_scores``) nothing is allocated: ``order`` is its address there
     and ``ranked`` holds the others' addresses.

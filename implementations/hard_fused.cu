@@ -163,8 +163,8 @@ __global__ void small_nms_kernel(const T* boxes, const T* scores, const long lon
 // whole block first copies the mask rows (row i from its own word i / 32 on; earlier
 // words are never written) and the input indices into shared memory, every thread's
 // loads in flight at once; then warp 0 resolves from shared memory, lane w holding the
-// "removed" word w. Rows are ROW_STRIDE = words | 1 apart (an odd stride: a warp reading
-// one word of 32 consecutive rows hits 32 different banks).
+// "removed" word w. Rows are words | 1 apart (an odd stride: a warp reading one word of
+// 32 consecutive rows hits 32 different banks).
 #define STAGED_THREADS 1024
 #define COPY_UNROLL 8
 // The staged resolve's body, for any block size: the block copies, warp 0 resolves. Loads
