@@ -75,7 +75,7 @@ def hard_stages(b, s, n):
 
     def mask_stage():
         with on_torch_stream(dev) as launch:
-            launch(hf.CUDA_MODULE.get("ballot_mask_kernel", b.dtype, dev), (blocks(n, hf.BALLOT_WARPS),), (32 * hf.BALLOT_WARPS,),
+            launch(hf.CUDA_MODULE.get("decisive_mask_kernel", b.dtype, dev), (blocks(n, hf.BALLOT_WARPS),), (32 * hf.BALLOT_WARPS,),
                    (ranked.sorted_boxes, None, n, words, th, mask))
 
     def resolve():
@@ -204,7 +204,7 @@ def host():
     allocation, a stream synchronization, a whole small op."""
     from nmsbench.variants._cuda import Scratch, host_count
 
-    fn = hf.CUDA_MODULE.get("ballot_mask_kernel", torch.float32, dev)  # n = 0: the kernel returns at once
+    fn = hf.CUDA_MODULE.get("decisive_mask_kernel", torch.float32, dev)  # n = 0: the kernel returns at once
     buf = torch.zeros(64, device=dev)
     few = (buf, None, 0, 0, np.float64(0.5), buf)
     many = few + (buf, buf, 0, 0, buf, buf, buf, np.float64(0.5), 0)

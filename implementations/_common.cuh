@@ -91,32 +91,84 @@ __device__ __forceinline__ int count_above_in_slice(int n, int warp, int lane, u
     return above;
 }
 
+// The IoU test of hard_fused, the same decision as `overlaps` (double(iou) > threshold)
+// but mostly without the division and the conversion to double: in float, inter > union
+// * hi decides "above" and inter < union * lo decides "not above" whenever hi and lo are
+// the threshold widened by 2^-20 outward, since the product and the quotient each round
+// by at most 2^-24 (relative): only pairs within ~2^-21 of the threshold (and unions
+// outside [1e-30, 1e30], where a product could leave the normal range) take the exact
+// path. Off (hi = inf, lo = 0: neither test fires) unless 1e-6 < threshold < 1. float64
+// boxes always take the exact path.
+struct IouThreshold {
+    double exact;
+    float lo, hi;
+    __device__ __forceinline__ explicit IouThreshold(double t) : exact(t) {
+        const bool on = t > 1e-6 && t < 1.0;
+        lo = on ? __double2float_rd(t * (1.0 - 0x1p-20)) : 0.0f;
+        hi = on ? __double2float_ru(t * (1.0 + 0x1p-20)) : __int_as_float(0x7f800000);
+    }
+};
+
+__device__ __forceinline__ bool iou_above(float inter, float uni, const IouThreshold& t) {
+    if (uni >= 1e-30f && uni <= 1e30f) {
+        if (inter > uni * t.hi) return true;
+        if (inter < uni * t.lo) return false;
+    }
+    return double(inter / uni) > t.exact;
+}
+__device__ __forceinline__ bool iou_above(double inter, double uni, const IouThreshold& t) {
+    return inter / uni > t.exact;
+}
+
+// overlaps(a, b, t.exact), with the boxes' areas given ((x2 - x1) * (y2 - y1), as box_iou).
+template <typename A>
+__device__ __forceinline__ bool overlaps_decisive(const Box<A>& a, A area_a, const Box<A>& b, A area_b,
+                                                  const IouThreshold& t) {
+    const A w = min(a.x2, b.x2) - max(a.x1, b.x1);
+    const A h = min(a.y2, b.y2) - max(a.y1, b.y1);
+    if (w > 0 && h > 0) {
+        const A inter = w * h;
+        return iou_above(inter, area_a + area_b - inter, t);
+    }
+    return false;
+}
+
+template <typename A>
+__device__ __forceinline__ A box_area(const Box<A>& b) { return (b.x2 - b.x1) * (b.y2 - b.y1); }
+
 // The suppression mask of the bitmask families, over boxes in rank order: row i, word w,
 // bit k is 1 iff box i suppresses box w * 32 + k (same label, IoU above the threshold, and
 // w * 32 + k > i). Rows are written from box i's own word i / 32 on; earlier words are
 // never written, and no reader may read them. One warp per row, a ballot per word; the
 // block's BALLOT_WARPS rows share their candidates through shared memory, 32 * BALLOT_WARPS
 // at a time (one global load per thread and chunk). Launch blocks(n, BALLOT_WARPS) blocks
-// of 32 * BALLOT_WARPS threads. Used by bitmask_two_phase and hard_fused.
+// of 32 * BALLOT_WARPS threads. ballot_mask_kernel (bitmask_two_phase, the seed's test per
+// pair) and hard_fused's decisive_mask_kernel (areas in shared memory, overlaps_decisive).
 #define BALLOT_WARPS 8
 
-template <typename T>
-__global__ void ballot_mask_kernel(const T* sorted_boxes, const long long* sorted_labels, int n, int words,
-                                   double iou_threshold, unsigned int* mask) {
+template <typename T, bool DECISIVE>
+__device__ __forceinline__ void ballot_mask_rows(const T* sorted_boxes, const long long* sorted_labels, int n, int words,
+                                                 double iou_threshold, unsigned int* mask) {
     typedef typename Arith<T>::type A;
     __shared__ Box<A> chunk_boxes[32 * BALLOT_WARPS];
+    __shared__ A chunk_areas[32 * BALLOT_WARPS];
     __shared__ long long chunk_labels[32 * BALLOT_WARPS];
+    const IouThreshold threshold(iou_threshold);
+    const bool has_labels = sorted_labels != nullptr;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int first_row = blockIdx.x * BALLOT_WARPS, i = first_row + warp;
     const bool active = i < n;  // the same for all 32 lanes: whole warps
     const Box<A> box_i = active ? load_box(sorted_boxes, i) : Box<A>{0, 0, 0, 0};
-    const long long label_i = active && sorted_labels != nullptr ? sorted_labels[i] : 0;
+    const A area_i = box_area(box_i);
+    const long long label_i = active && has_labels ? sorted_labels[i] : 0;
     for (int chunk = first_row / 32 * 32; chunk < n; chunk += 32 * BALLOT_WARPS) {
         __syncthreads();  // the previous chunk is used up before it is replaced
         const int t = chunk + threadIdx.x;
         if (t < n) {
-            chunk_boxes[threadIdx.x] = load_box(sorted_boxes, t);
-            chunk_labels[threadIdx.x] = sorted_labels != nullptr ? sorted_labels[t] : 0;
+            const Box<A> b = load_box(sorted_boxes, t);
+            chunk_boxes[threadIdx.x] = b;
+            if (DECISIVE) chunk_areas[threadIdx.x] = box_area(b);
+            chunk_labels[threadIdx.x] = has_labels ? sorted_labels[t] : 0;
         }
         __syncthreads();
         if (!active) continue;
@@ -125,12 +177,19 @@ __global__ void ballot_mask_kernel(const T* sorted_boxes, const long long* sorte
             if (word >= words) break;
             if (word < i / 32) continue;
             const int j = word * 32 + lane, slot = w * 32 + lane;
-            const bool vote = j > i && j < n && chunk_labels[slot] == label_i &&
-                              overlaps(box_i, chunk_boxes[slot], iou_threshold);
+            bool vote = j > i && j < n && (!has_labels || chunk_labels[slot] == label_i);
+            if (DECISIVE) vote = vote && overlaps_decisive(box_i, area_i, chunk_boxes[slot], chunk_areas[slot], threshold);
+            else vote = vote && overlaps(box_i, chunk_boxes[slot], iou_threshold);
             const unsigned int bits = __ballot_sync(0xffffffffu, vote);
             if (lane == 0) mask[(long long)i * words + word] = bits;
         }
     }
+}
+
+template <typename T>
+__global__ void ballot_mask_kernel(const T* sorted_boxes, const long long* sorted_labels, int n, int words,
+                                   double iou_threshold, unsigned int* mask) {
+    ballot_mask_rows<T, false>(sorted_boxes, sorted_labels, n, words, iou_threshold, mask);
 }
 
 // Warp reductions, the result in every lane: one redux instruction from sm_80 on.

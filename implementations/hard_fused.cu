@@ -110,6 +110,7 @@ __global__ void small_nms_kernel(const T* boxes, const T* scores, const long lon
     __shared__ int partial_rank[RANK_SPLIT][SMALL_MAX];
     __shared__ int input_index[SMALL_MAX];
     __shared__ Box<A> box[SMALL_MAX];
+    __shared__ A area[SMALL_MAX];
     __shared__ long long label[SMALL_MAX];
     __shared__ unsigned int mask[SMALL_MAX][SMALL_WORDS + 1];  // an odd row stride: no bank conflicts
     __shared__ int kept_count;
@@ -130,20 +131,24 @@ __global__ void small_nms_kernel(const T* boxes, const T* scores, const long lon
         int rank = 0;
         for (int part = 0; part < RANK_SPLIT; ++part) rank += partial_rank[part][j];
         input_index[rank] = j;
-        box[rank] = load_box(boxes, j);
+        const Box<A> b = load_box(boxes, j);
+        box[rank] = b;
+        area[rank] = box_area(b);
         label[rank] = labels != nullptr ? labels[j] : 0;
     }
     __syncthreads();
+    const IouThreshold threshold(iou_threshold);
     const int words = (n + 31) / 32;
     for (int task = tid; task < n * words; task += blockDim.x) {
         const int w = task / n, i = task % n;  // consecutive threads: consecutive rows, one word
         if (w < i / 32) continue;
         const Box<A> box_i = box[i];
+        const A area_i = area[i];
         const long long label_i = label[i];
         unsigned int bits = 0u;
         const int first = max(i + 1, w * 32), last = min(n, w * 32 + 32);
         for (int j = first; j < last; ++j)
-            if (label[j] == label_i && overlaps(box_i, box[j], iou_threshold)) bits |= 1u << (j - w * 32);
+            if (label[j] == label_i && overlaps_decisive(box_i, area_i, box[j], area[j], threshold)) bits |= 1u << (j - w * 32);
         mask[i][w] = bits;
     }
     __syncthreads();
@@ -156,7 +161,12 @@ __global__ void small_nms_kernel(const T* boxes, const T* scores, const long lon
 }
 
 // ---------------------------------------------------------------- N > SMALL_MAX
-// The suppression mask: _common.cuh's ballot_mask_kernel.
+// The suppression mask: _common.cuh's ballot mask with the decisive IoU test.
+template <typename T>
+__global__ void decisive_mask_kernel(const T* sorted_boxes, const long long* sorted_labels, int n, int words,
+                                     double iou_threshold, unsigned int* mask) {
+    ballot_mask_rows<T, true>(sorted_boxes, sorted_labels, n, words, iou_threshold, mask);
+}
 
 // Resolve for words <= 32 (N <= 1024). A warp resolving straight from global memory pays
 // one memory latency per word (its loads for the next word cannot start earlier), so the
@@ -233,6 +243,7 @@ __global__ void __launch_bounds__(MID_THREADS) mid_nms_kernel(
     Box<A>* box = reinterpret_cast<Box<A>*>(staged);         // phase 2: ranked boxes
     long long* label = reinterpret_cast<long long*>(box + n);  // phase 2: ranked labels
     unsigned long long* key = reinterpret_cast<unsigned long long*>(label + n);  // phase 1: score keys
+    A* area = reinterpret_cast<A*>(key);  // phase 2: ranked areas (the keys are dead by then)
     __shared__ int kept_count;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int words = (n + 31) / 32;
@@ -253,16 +264,21 @@ __global__ void __launch_bounds__(MID_THREADS) mid_nms_kernel(
     grid_barrier(barrier, barrier + 1);
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const A* from = reinterpret_cast<const A*>(sorted_boxes + i);
-        box[i] = Box<A>{__ldcg(from), __ldcg(from + 1), __ldcg(from + 2), __ldcg(from + 3)};
+        const Box<A> b = {__ldcg(from), __ldcg(from + 1), __ldcg(from + 2), __ldcg(from + 3)};
+        box[i] = b;
+        area[i] = box_area(b);
         label[i] = __ldcg(sorted_labels + i);
     }
     __syncthreads();
     if (j < n) {  // mask row j, from its own word on
+        const IouThreshold threshold(iou_threshold);
         const Box<A> box_j = box[j];
+        const A area_j = area[j];
         const long long label_j = label[j];
         for (int word = j / 32; word < words; ++word) {
             const int other = word * 32 + lane;
-            const bool vote = other > j && other < n && label[other] == label_j && overlaps(box_j, box[other], iou_threshold);
+            const bool vote = other > j && other < n && label[other] == label_j &&
+                              overlaps_decisive(box_j, area_j, box[other], area[other], threshold);
             const unsigned int bits = __ballot_sync(0xffffffffu, vote);
             if (lane == 0) mask[(long long)j * words + word] = bits;
         }

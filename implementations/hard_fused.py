@@ -138,7 +138,7 @@ def hard_fused_cpu(boxes, scores, *, iou_threshold, labels=None):
 
 # ------------------------------------------------------------------ CUDA
 
-CUDA_MODULE = CudaModule("hard_fused.cu", templates=("small_nms_kernel", "ballot_mask_kernel", "mid_nms_kernel"),
+CUDA_MODULE = CudaModule("hard_fused.cu", templates=("small_nms_kernel", "decisive_mask_kernel", "mid_nms_kernel"),
                          plain=("staged_resolve_kernel", "block_resolve_kernel"))
 SMALL_MAX, SMALL_THREADS = 256, 1024  # as #defined in hard_fused.cu
 COUNTING_RANK_MAX = 4096  # above: torch.sort (the counting rank is O(N^2))
@@ -260,7 +260,7 @@ def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False):
                 sorted_boxes = boxes.index_select(0, order)
                 sorted_labels = None if labels is None else labels.index_select(0, order)
             mask = np.uint64(base + 8 * (n + 1))
-            launch(CUDA_MODULE.get("ballot_mask_kernel", boxes.dtype, device), (blocks(n, BALLOT_WARPS),),
+            launch(CUDA_MODULE.get("decisive_mask_kernel", boxes.dtype, device), (blocks(n, BALLOT_WARPS),),
                    (32 * BALLOT_WARPS,), (sorted_boxes, sorted_labels, n, words, threshold, mask))
             if words <= 32 and staged_resolve_fits(n, device):
                 launch(CUDA_MODULE.get("staged_resolve_kernel", None, device), (1,), (STAGED_THREADS,),

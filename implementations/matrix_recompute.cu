@@ -53,9 +53,6 @@ __device__ __forceinline__ A iou_with_areas(const Box<A>& a, A area_a, const Box
     return A(0);
 }
 
-template <typename A>
-__device__ __forceinline__ A box_area(const Box<A>& b) { return (b.x2 - b.x1) * (b.y2 - b.y1); }
-
 // What a parent contributes besides its IoU: gaussian cmax^2, linear 1 - cmax.
 __device__ __forceinline__ double parent_constant(double cmax, int linear) {
     return linear ? 1.0 - cmax : cmax * cmax;

@@ -140,7 +140,7 @@ def test_hard_fused_kernels_fit_their_block_sizes_in_the_register_file():
     for entry, used in re.findall(r"Compiling entry function '(\w+)'.*?Used (\d+) registers", log, flags=re.S):
         registers[entry] = max(registers.get(entry, 0), int(used))
     threads = {"small_nms_kernel": hard_fused.SMALL_THREADS, "block_resolve_kernel": hard_fused.RESOLVE_THREADS,
-               "ballot_mask_kernel": 32 * hard_fused.BALLOT_WARPS, "staged_resolve_kernel": hard_fused.STAGED_THREADS,
+               "decisive_mask_kernel": 32 * hard_fused.BALLOT_WARPS, "staged_resolve_kernel": hard_fused.STAGED_THREADS,
                "mid_nms_kernel": hard_fused.MID_THREADS}
     checked = 0
     for entry, used in registers.items():
