@@ -19,7 +19,7 @@ ALL = ["allpairs", "bitmask_classic", "bitmask_two_phase", "hard_fused", "matrix
 # hard_fused has a path per size range: one launch (<= 256), warp resolve (<= 1024),
 # block resolve (> 1024), torch.sort ranking (> 4096); its padded form runs too.
 # matrix_recompute's four paths are forced one by one at each size below.
-SIZES = {"hard_fused": (31, 64, 100, 257, 1000, 1500, 4500), "matrix_recompute": (31, 64, 100, 1000, 1025)}
+SIZES = {"hard_fused": (31, 64, 100, 257, 1000, 1500, 4500), "matrix_recompute": (31, 64, 100, 1000, 1025, 3000)}
 SELECTED = sys.argv[1:] or ALL
 # SANITIZE_SIZES=31,1025 runs those sizes only (racecheck is slow: split it over processes)
 if os.environ.get("SANITIZE_SIZES"):
@@ -42,6 +42,9 @@ for name in KERNEL_IMPLS:
                         full = {"kernel": "gaussian", "sigma": 0.5, "score_threshold": 0.05, **params}
                         for path in ("single", "cooperative", "counting", "sort"):
                             if path == "single" and n > mr.single_block_capacity(dtype):
+                                continue
+                            if path == "cooperative" and (n > mr.COOPERATIVE_MAX_N or mr.cooperative_grid(
+                                    n, dtype, boxes.boxes.device, boxes.labels is not None) == 0):
                                 continue
                             for padded in (False, True):
                                 mr.matrix_recompute_cuda_path(boxes.boxes, boxes.scores, boxes.labels, full["kernel"],

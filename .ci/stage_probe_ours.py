@@ -121,6 +121,8 @@ def matrix():
             for path in ("single", "cooperative", "counting"):
                 if path == "single" and n > mr.single_block_capacity(b.dtype):
                     continue
+                if path == "cooperative" and mr.cooperative_grid(n, b.dtype, b.device) == 0:
+                    continue
                 if path != "cooperative":  # eager only (not captured in graphs)
                     line[path] = gpu_us(lambda: mr.matrix_recompute_cuda_path(b, s, None, "gaussian", 0.5, 0.05, True,
                                                                               path=path))

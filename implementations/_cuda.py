@@ -352,4 +352,25 @@ def blocks(n: int, per_block: int) -> int:
 # Dynamic shared memory a block may use without opting in to more (every CUDA GPU has 48 KiB).
 MAX_SHARED_BYTES = 48 * 1024
 
+_shared_limits: dict[tuple[int, int], int] = {}  # (kernel pointer, device index) -> dynamic shared bytes it may use
+
+
+def opted_in_shared_limit(kernel, device: torch.device) -> int:
+    """Opt ``kernel`` (a loaded ``Function``) in to the device's shared-memory limit (once)
+    and return the dynamic shared bytes it may then use: the limit less its static shared
+    memory (the driver refuses more); without opt-in, the default 48 KiB less it."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    limit = _shared_limits.get((kernel.ptr, index))
+    if limit is None:
+        from cupy_backends.cuda.api import driver
+
+        static = driver.funcGetAttribute(driver.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, kernel.ptr)
+        limit = torch.cuda.get_device_properties(index).shared_memory_per_block_optin - static
+        try:
+            driver.funcSetAttribute(kernel.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, limit)
+        except driver.CUDADriverError:
+            limit = MAX_SHARED_BYTES - static
+        _shared_limits[kernel.ptr, index] = limit
+    return limit
+
 BALLOT_WARPS = 8  # rows per block of _common.cuh's ballot_mask_kernel, as #defined there

@@ -234,7 +234,7 @@ extern "C" __global__ void __launch_bounds__(STAGED_THREADS) staged_resolve_kern
 // Dynamic shared memory: the larger of block 0's staged resolve (staged_shared_bytes) and
 // the first two phases' n keys, n boxes and n labels (mid_shared_bytes in hard_fused.py).
 template <typename T>
-__global__ void __launch_bounds__(MID_THREADS) mid_nms_kernel(
+__global__ void __launch_bounds__(MID_THREADS, 1) mid_nms_kernel(
         const T* boxes, const T* scores, const long long* labels, int n, double iou_threshold,
         long long* order, Box<typename Arith<T>::type>* sorted_boxes, long long* sorted_labels, unsigned int* mask,
         unsigned int* barrier, long long* keep, long long* count_out, long long* host_count) {

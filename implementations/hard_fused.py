@@ -58,8 +58,8 @@ from nmsbench.boxes import NMSResult, PaddedNMSResult
 from nmsbench.registry import register
 
 from ._cpu import JIT, sorted_inputs
-from ._cuda import (BALLOT_WARPS, CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, blocks, grid_barrier_state, host_count, on_torch_stream,
-                    rank_by_score, rank_scratch_words)
+from ._cuda import (BALLOT_WARPS, CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, blocks, grid_barrier_state, host_count,
+                    on_torch_stream, opted_in_shared_limit, rank_by_score, rank_scratch_words)
 
 SUMMARY_CPU = "numba: blocks of rank order tested against all kept boxes in parallel (SIMD), then resolved in-block"
 SUMMARY_CUDA = ("CUDA: one launch for N <= 256 (one block) and for eager calls to 1024 (cooperative); else rank, "
@@ -154,34 +154,12 @@ def staged_shared_bytes(n: int) -> int:
     return ((n * stride + 1) & ~1) * 4 + 8 * n
 
 
-_shared_limit: dict[tuple[str, int], int] = {}  # (kernel, device index) -> dynamic shared bytes it may use
-
-
-def _opted_in_shared_limit(kernel, name: str, device: torch.device) -> int:
-    """Opt ``kernel`` in to the device's shared-memory limit (once) and return the dynamic
-    shared bytes it may then use: the limit less its static shared memory (the driver
-    refuses more); without opt-in, the default 48 KiB less it."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    limit = _shared_limit.get((name, index))
-    if limit is None:
-        from cupy_backends.cuda.api import driver
-
-        static = driver.funcGetAttribute(driver.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, kernel.ptr)
-        limit = torch.cuda.get_device_properties(index).shared_memory_per_block_optin - static
-        try:
-            driver.funcSetAttribute(kernel.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, limit)
-        except driver.CUDADriverError:
-            limit = MAX_SHARED_BYTES - static
-        _shared_limit[name, index] = limit
-    return limit
-
-
 def staged_resolve_fits(n: int, device: torch.device) -> bool:
     """Whether the staged resolve's shared memory fits one block on ``device`` (140 KiB at
     N = 1024: above the default 48 KiB, so the kernel is opted in; a GPU with less takes
     the block resolve instead)."""
     kernel = CUDA_MODULE.get("staged_resolve_kernel", None, device)
-    return staged_shared_bytes(n) <= _opted_in_shared_limit(kernel, "staged_resolve_kernel", device)
+    return staged_shared_bytes(n) <= opted_in_shared_limit(kernel, device)
 
 
 def mid_shared_bytes(n: int, dtype: torch.dtype) -> int:
@@ -206,7 +184,7 @@ def mid_grid(n: int, dtype: torch.dtype, device: torch.device) -> int:
         kernel = CUDA_MODULE.get("mid_nms_kernel", dtype, device)
         shared = mid_shared_bytes(MID_MAX, dtype)
         resident = 0
-        if shared <= _opted_in_shared_limit(kernel, f"mid_nms_kernel<{dtype}>", device):
+        if shared <= opted_in_shared_limit(kernel, device):
             per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, MID_THREADS, shared)
             resident = per_sm * torch.cuda.get_device_properties(index).multi_processor_count
         _mid_blocks[dtype, index] = resident

@@ -69,6 +69,69 @@ __device__ __forceinline__ double decay_step(double candidate, double constant, 
     return candidate;
 }
 
+// The float shortcuts of both passes. Each skips a parent whose exact step provably
+// changes nothing, and takes the exact step otherwise, so results stay bit for bit those
+// of the plain loops (and the CPU's); float64 boxes always take the exact steps.
+//
+// Pass 1, a child's running max IoU with its parents. A parent with inter < union *
+// best * (1 - 1e-5) has an IoU below best after rounding (each float product rounds by at
+// most 2^-24), so the division is skipped: after the first large IoU most parents are.
+// Only where the product is a normal float of a finite union (else the division runs).
+template <typename A> struct MaxIou;
+template <> struct MaxIou<float> {
+    float best = 0.0f, skip_below = 0.0f;  // skip_below: best * (1 - 1e-5)
+    __device__ __forceinline__ void add(const Box<float>& parent, float parent_area, const Box<float>& me, float my_area) {
+        const float w = min(parent.x2, me.x2) - max(parent.x1, me.x1);
+        const float h = min(parent.y2, me.y2) - max(parent.y1, me.y1);
+        if (!(w > 0.0f && h > 0.0f)) return;
+        const float inter = w * h;
+        const float uni = parent_area + my_area - inter;  // iou_with_areas's order
+        const float bound = uni * skip_below;
+        if (bound >= 1e-30f && uni <= 1e30f && inter < bound) return;
+        best = max(best, inter / uni);
+        skip_below = best * (1.0f - 1e-5f);
+    }
+};
+template <> struct MaxIou<double> {
+    double best = 0.0;
+    __device__ __forceinline__ void add(const Box<double>& parent, double parent_area, const Box<double>& me, double my_area) {
+        best = max(best, iou_with_areas(parent, parent_area, me, my_area));
+    }
+};
+
+// A parent's constant in float for pass 2's shortcut: gaussian float(cmax^2), linear
+// float(1 / (1 - cmax)) (0 when 1 - cmax == 0: decay_step skips that parent anyway).
+__device__ __forceinline__ float quick_constant(double constant, int linear) {
+    return linear ? (constant != 0.0 ? float(1.0 / constant) : 0.0f) : float(constant);
+}
+
+// Pass 2, a child's minimum candidate decay over its parents (iou > 0 only, as decay_step
+// says). `quick` is float(candidate). Gaussian: the float value c - iou^2 is within
+// 3 * 2^-24 of the double one (all values in [-1, 1]), so one >= quick + 2^-20 cannot
+// lower the minimum. Linear: (1 - iou) * float(1 / c) is within ~4 * 2^-24 relative of
+// (1 - iou) / c, so one >= quick * (1 + 2^-20) cannot either (only while quick is a
+// normal float). Everything else takes decay_step in double.
+template <typename A> struct MinDecay;
+template <> struct MinDecay<float> {
+    double candidate;
+    float quick;
+    __device__ __forceinline__ explicit MinDecay(int linear) : candidate(linear ? 1.0 : 0.0), quick(linear ? 1.0f : 0.0f) {}
+    __device__ __forceinline__ void add(float iou, double constant, float constant_f, int linear) {
+        if (linear ? quick >= 1e-30f && (1.0f - iou) * constant_f >= quick * (1.0f + 0x1p-20f)
+                   : constant_f - iou * iou >= quick + 0x1p-20f)
+            return;
+        candidate = decay_step(candidate, constant, double(iou), linear);
+        quick = float(candidate);
+    }
+};
+template <> struct MinDecay<double> {
+    double candidate;
+    __device__ __forceinline__ explicit MinDecay(int linear) : candidate(linear ? 1.0 : 0.0) {}
+    __device__ __forceinline__ void add(double iou, double constant, float, int linear) {
+        candidate = decay_step(candidate, constant, iou, linear);
+    }
+};
+
 template <typename A>
 __device__ __forceinline__ A final_score(A score, double smallest, int linear, double sigma) {
     const double decay = linear ? smallest : exp(smallest / sigma);
@@ -97,7 +160,8 @@ __device__ __forceinline__ void atomic_max_nonnegative(double* p, double v) {
 
 // Shared memory, n boxes (A = float, or double for float64 input): ranked boxes Box<A>,
 // labels (long long), keys / parent constants / final keys (8 bytes), areas (A),
-// scores then final scores (A), input indices (int): n * (6 sizeof(A) + 20) bytes.
+// scores then final scores (A), input indices (int), float parent constants (float):
+// n * (6 sizeof(A) + 24) bytes.
 // One thread per box (blockDim.x >= n, a multiple of 32). Every phase ends at a barrier
 // before any thread reads what another wrote in it; inactive threads (t >= n) reach
 // every barrier.
@@ -114,6 +178,7 @@ __global__ void __launch_bounds__(SB_MAX_THREADS) single_block_kernel(
     A* sarea = (A*)(skey + n);
     A* sfinal = sarea + n;  // scores by rank, then final scores
     int* sorder = (int*)(sfinal + n);
+    float* squick = (float*)(sorder + n);
     const bool has_labels = labels != nullptr;
 
     // 1. load (input order) and rank by counting: a strict total order, so a permutation
@@ -145,17 +210,20 @@ __global__ void __launch_bounds__(SB_MAX_THREADS) single_block_kernel(
     // 2. cmax: thread t owns rank t; its parents are ranks 0 .. t-1
     const int r = t;
     Box<A> me = {A(0), A(0), A(0), A(0)};
-    A my_area = A(0), cmax = A(0);
+    A my_area = A(0);
     long long my_label = 0;
     if (active) {
         me = sbox[r];
         my_area = sarea[r];
         my_label = slabel[r];
+        MaxIou<A> cmax;
         for (int i = 0; i < r; ++i) {
             if (has_labels && slabel[i] != my_label) continue;
-            cmax = max(cmax, iou_with_areas(sbox[i], sarea[i], me, my_area));
+            cmax.add(sbox[i], sarea[i], me, my_area);
         }
-        sconstant[r] = parent_constant(double(cmax), linear);
+        const double constant = parent_constant(double(cmax.best), linear);
+        sconstant[r] = constant;
+        squick[r] = quick_constant(constant, linear);
     }
     __syncthreads();
 
@@ -163,13 +231,13 @@ __global__ void __launch_bounds__(SB_MAX_THREADS) single_block_kernel(
     bool kept = false;
     A final = A(0);
     if (active) {
-        double candidate = linear ? 1.0 : 0.0;
+        MinDecay<A> decay(linear);
         for (int i = 0; i < r; ++i) {
             if (has_labels && slabel[i] != my_label) continue;
             const A iou = iou_with_areas(sbox[i], sarea[i], me, my_area);
-            if (iou > A(0)) candidate = decay_step(candidate, sconstant[i], double(iou), linear);  // see decay_step
+            if (iou > A(0)) decay.add(iou, sconstant[i], squick[i], linear);  // see decay_step
         }
-        final = final_score(sfinal[r], candidate, linear, sigma);
+        final = final_score(sfinal[r], decay.candidate, linear, sigma);
         kept = final >= A(score_threshold);
     }
     __syncthreads();  // every read of sconstant (= skey) before it is overwritten
@@ -282,7 +350,8 @@ __global__ void __launch_bounds__(CHILDREN) cmax_kernel(const typename Arith<T>:
     const int last_child = min(n, (chunk + 1) * CHILDREN) - 1;
     const int begin = s * segment, end = min(begin + segment, last_child);
     Box<A> me = {A(0), A(0), A(0), A(0)};
-    A my_area = A(0), best = A(0);
+    A my_area = A(0);
+    MaxIou<A> best;
     long long my_label = 0;
     if (active) {
         me = ((const Box<A>*)sbox)[j];
@@ -299,11 +368,11 @@ __global__ void __launch_bounds__(CHILDREN) cmax_kernel(const typename Arith<T>:
         const int limit = active ? min(min(PTILE, end - base), j - base) : 0;
         for (int k = 0; k < limit; ++k) {
             if (slabel != nullptr && parent_label[k] != my_label) continue;
-            best = max(best, iou_with_areas(parent_box[k], parent_area[k], me, my_area));
+            best.add(parent_box[k], parent_area[k], me, my_area);
         }
         __syncthreads();  // the tile's reads before the next tile's loads
     }
-    if (active && best > A(0)) atomic_max_nonnegative(cmax + j, best);
+    if (active && best.best > A(0)) atomic_max_nonnegative(cmax + j, best.best);
 }
 
 // Pass 2, the same grid and tiles. Each thread's minimum candidate combines into acc[j]
@@ -323,6 +392,7 @@ __global__ void __launch_bounds__(CHILDREN) decay_kernel(
     __shared__ A parent_area[PTILE];
     __shared__ long long parent_label[PTILE];
     __shared__ double parent_constant_[PTILE];
+    __shared__ float parent_quick[PTILE];
     __shared__ bool last_block;
     const int chunk = gridDim.y - 1 - blockIdx.y, s = blockIdx.x, t = threadIdx.x;
     const int live = live_segments(chunk, n, segment);
@@ -340,12 +410,14 @@ __global__ void __launch_bounds__(CHILDREN) decay_kernel(
         if (slabel != nullptr) my_label = slabel[j];
     }
     const double initial = linear ? 1.0 : 0.0;
-    double candidate = initial;
+    MinDecay<A> decay(linear);
     for (int base = begin; base < end; base += PTILE) {
         if (t < PTILE && base + t < end) {
             parent_box[t] = ((const Box<A>*)sbox)[base + t];
             parent_area[t] = sarea[base + t];
-            parent_constant_[t] = parent_constant(double(cmax[base + t]), linear);
+            const double constant = parent_constant(double(cmax[base + t]), linear);
+            parent_constant_[t] = constant;
+            parent_quick[t] = quick_constant(constant, linear);
             if (slabel != nullptr) parent_label[t] = slabel[base + t];
         }
         __syncthreads();
@@ -353,10 +425,11 @@ __global__ void __launch_bounds__(CHILDREN) decay_kernel(
         for (int k = 0; k < limit; ++k) {
             if (slabel != nullptr && parent_label[k] != my_label) continue;
             const A iou = iou_with_areas(parent_box[k], parent_area[k], me, my_area);
-            if (iou > A(0)) candidate = decay_step(candidate, parent_constant_[k], double(iou), linear);
+            if (iou > A(0)) decay.add(iou, parent_constant_[k], parent_quick[k], linear);
         }
         __syncthreads();
     }
+    const double candidate = decay.candidate;
     double smallest = candidate;
     if (live > 1) {
         if (active && candidate < initial) atomicMin(acc + j, ordered_key(candidate));
@@ -459,18 +532,23 @@ __global__ void finalize_kernel(const typename Arith<T>::type* sorted_final, con
 
 // --------------------------------------------------------------------------- N mid: one launch
 // One cooperative launch (cuLaunchCooperativeKernel: every block resident at once, or the
-// launch is refused) of MID_THREADS-thread blocks, a warp per box in each phase (lanes
-// split the other boxes, then a warp reduction), grid barriers between the phases:
-//   1. rank by counting over the n score keys (shared memory, every block its own copy)
-//      and write the ranked boxes, areas, labels and scores;
-//   2. cmax of child r: the max IoU with its parents (ranks < r), as a parent constant;
-//   3. the decay of child r: the min over its parents, then its final score, written by
-//      input index (-inf: not kept);
-//   4. select: each box's place by counting over the n final keys (shared memory again).
-// The parents' data is read with plain loads, which the barrier makes safe (as after
-// cooperative groups' grid.sync()), and every SM's L1 serves its warps' repeated reads.
+// launch is refused), a warp per box in each phase (lanes split the other boxes, then a
+// warp reduction), grid barriers between the phases:
+//   1. rank by counting over the n score keys and write the ranked boxes, areas, labels
+//      and scores (and the order) to global memory;
+//   2. every block copies all n ranked boxes, areas and labels into its shared memory;
+//      cmax of child r: the max IoU with its parents (ranks < r), as a parent constant;
+//   3. every block copies the n constants; the decay of child r: the min over its
+//      parents, then its final score, written by input index (-inf: not kept);
+//   4. select: each box's place by counting over the n final keys.
+// Every loop over the other boxes reads shared memory: read from global (L2), a warp's
+// loop would wait one memory latency per step. In phases 2 and 3 child r's work grows
+// with r, so warp k takes children k / 2 and n - 1 - k / 2 in turn (each block gets
+// both ends). What other blocks wrote is read after a grid barrier, from L2 (__ldcg).
 // Maxima and minima are exact, so the result does not depend on the lanes' order.
-#define MID_THREADS 256
+// Blocks of 256 to 1024 threads (the host picks); dynamic shared memory as
+// cooperative_shared_bytes in matrix_recompute.py lays it out.
+#define MID_MAX_THREADS 1024
 
 template <typename A>
 __device__ __forceinline__ A warp_max_nonnegative(A v) {
@@ -482,16 +560,24 @@ __device__ __forceinline__ double warp_min(double v) {
     return v;
 }
 
+// The child that the k-th warp task of phases 2 and 3 takes: 0, n - 1, 1, n - 2, ...
+__device__ __forceinline__ int balanced_child(int k, int n) { return (k & 1) ? n - 1 - (k >> 1) : (k >> 1); }
+
 template <typename T>
-__global__ void __launch_bounds__(MID_THREADS) cooperative_kernel(
+__global__ void __launch_bounds__(MID_MAX_THREADS) cooperative_kernel(
     const T* boxes, const T* scores, const void* labels, int wide_labels, int n, int linear, double sigma,
     double score_threshold, long long* order, typename Arith<T>::type* sbox, typename Arith<T>::type* sarea,
     long long* slabel, typename Arith<T>::type* sscore, double* constant, typename Arith<T>::type* final_by_input,
     unsigned int* barrier, long long* keep, T* out_scores, long long* count, long long* host_count) {
     typedef typename Arith<T>::type A;
-    extern __shared__ unsigned long long key[];  // n score keys (phase 1), then n final keys (phase 4)
-    const Box<A>* ranked = (const Box<A>*)sbox;
+    extern __shared__ __align__(16) unsigned char shared[];
+    Box<A>* box = (Box<A>*)shared;                                  // phases 2-3: ranked boxes
+    unsigned long long* key = (unsigned long long*)(box + n);       // phase 1: score keys; phase 4: final keys
+    double* parent = (double*)key;                                  // phase 3: parent constants
     const bool has_labels = labels != nullptr;
+    long long* label = (long long*)(key + n);                       // phases 2-3: ranked labels (if any)
+    A* area = (A*)(label + (has_labels ? n : 0));                   // phases 2-3: ranked areas
+    float* quick = (float*)(area + n);                              // phase 3: float parent constants
     const int lane = threadIdx.x % 32, warps = gridDim.x * (blockDim.x / 32);
     const int first_warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
 
@@ -515,36 +601,50 @@ __global__ void __launch_bounds__(MID_THREADS) cooperative_kernel(
     grid_barrier(barrier, barrier + 1);
 
     // 2. cmax of child r over its parents, kept as the parent constant
-    for (int r = first_warp; r < n; r += warps) {
-        const Box<A> me = ranked[r];
-        const A my_area = sarea[r];
-        const long long my_label = has_labels ? slabel[r] : 0;
-        A best = A(0);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const A* from = sbox + 4 * (long long)i;
+        box[i] = Box<A>{__ldcg(from), __ldcg(from + 1), __ldcg(from + 2), __ldcg(from + 3)};
+        area[i] = __ldcg(sarea + i);
+        if (has_labels) label[i] = __ldcg(slabel + i);
+    }
+    __syncthreads();
+    for (int k = first_warp; k < n; k += warps) {
+        const int r = balanced_child(k, n);
+        const Box<A> me = box[r];
+        const A my_area = area[r];
+        const long long my_label = has_labels ? label[r] : 0;
+        MaxIou<A> best;
         for (int i = lane; i < r; i += 32) {
-            if (has_labels && slabel[i] != my_label) continue;
-            best = max(best, iou_with_areas(ranked[i], sarea[i], me, my_area));
+            if (has_labels && label[i] != my_label) continue;
+            best.add(box[i], area[i], me, my_area);
         }
-        best = warp_max_nonnegative(best);
-        if (lane == 0) constant[r] = parent_constant(double(best), linear);
+        const A cmax = warp_max_nonnegative(best.best);
+        if (lane == 0) constant[r] = parent_constant(double(cmax), linear);
     }
     grid_barrier(barrier, barrier + 1);
 
     // 3. decay of child r and its final score, by input index
-    for (int r = first_warp; r < n; r += warps) {
-        const Box<A> me = ranked[r];
-        const A my_area = sarea[r];
-        const long long my_label = has_labels ? slabel[r] : 0;
-        const double initial = linear ? 1.0 : 0.0;
-        double candidate = initial;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const double c = __ldcg(constant + i);
+        parent[i] = c;
+        quick[i] = quick_constant(c, linear);
+    }
+    __syncthreads();
+    for (int k = first_warp; k < n; k += warps) {
+        const int r = balanced_child(k, n);
+        const Box<A> me = box[r];
+        const A my_area = area[r];
+        const long long my_label = has_labels ? label[r] : 0;
+        MinDecay<A> decay(linear);
         for (int i = lane; i < r; i += 32) {
-            if (has_labels && slabel[i] != my_label) continue;
-            const A iou = iou_with_areas(ranked[i], sarea[i], me, my_area);
-            if (iou > A(0)) candidate = decay_step(candidate, constant[i], double(iou), linear);  // see decay_step
+            if (has_labels && label[i] != my_label) continue;
+            const A iou = iou_with_areas(box[i], area[i], me, my_area);
+            if (iou > A(0)) decay.add(iou, parent[i], quick[i], linear);  // see decay_step
         }
-        candidate = warp_min(candidate);
+        const double candidate = warp_min(decay.candidate);
         if (lane == 0) {
-            const A final = final_score(sscore[r], candidate, linear, sigma);
-            final_by_input[order[r]] = final >= A(score_threshold) ? final : negative_infinity(A(0));
+            const A final = final_score(__ldcg(sscore + r), candidate, linear, sigma);
+            final_by_input[__ldcg(order + r)] = final >= A(score_threshold) ? final : negative_infinity(A(0));
         }
     }
     grid_barrier(barrier, barrier + 1);
@@ -553,7 +653,7 @@ __global__ void __launch_bounds__(MID_THREADS) cooperative_kernel(
     // input index (key 0, under every kept key): a permutation, so every slot is written
     const A none = negative_infinity(A(0));
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const A final = final_by_input[i];
+        const A final = __ldcg(final_by_input + i);
         key[i] = final != none ? score_key(final) : 0ull;
     }
     __syncthreads();
@@ -571,7 +671,7 @@ __global__ void __launch_bounds__(MID_THREADS) cooperative_kernel(
         if (lane == 0) {
             const bool kept = key_j != 0ull;
             keep[above] = kept ? (long long)j : -1ll;
-            store_value(out_scores, above, kept ? final_by_input[j] : A(0));
+            store_value(out_scores, above, kept ? __ldcg(final_by_input + j) : A(0));
             if ((!kept && above == kept_above) || (kept && above == n - 1)) {  // one writer (see single_block_kernel)
                 const long long c = kept ? (long long)n : (long long)kept_above;
                 *count = c;

@@ -55,7 +55,7 @@ from nmsbench.registry import register
 
 from ._cpu import sorted_inputs
 from ._cuda import (CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, Scratch, blocks, grid_barrier_state, host_count,
-                    on_torch_stream)
+                    on_torch_stream, opted_in_shared_limit)
 from .matrix_fused import decay_factors, max_iou_with_parents
 
 
@@ -86,7 +86,7 @@ CUDA_MODULE = CudaModule(
     templates=("single_block_kernel", "rank_kernel", "gather_kernel", "cmax_kernel", "decay_kernel", "select_kernel",
                "finalize_kernel", "cooperative_kernel"),
 )
-CHILDREN, PTILE, SEL_WARPS, SB_MAX_THREADS, MID_THREADS = 128, 64, 8, 1024, 256  # as #defined in matrix_recompute.cu
+CHILDREN, PTILE, SEL_WARPS, SB_MAX_THREADS, MID_MAX_THREADS = 128, 64, 8, 1024, 1024  # as #defined in matrix_recompute.cu
 TARGET_SEGMENTS = 32  # parent segments per child chunk (the pass kernels' grid x)
 # The single-block path up to here (a tuning choice: one SM's throughput against more
 # launches; measured on the H200, results/PERFLOG.md). At most single_block_capacity(dtype).
@@ -96,10 +96,9 @@ TARGET_SEGMENTS = 32  # parent segments per child chunk (the pass kernels' grid 
 SINGLE_BLOCK_MAX_N = 160
 PADDED_SINGLE_BLOCK_MAX_N = 128
 COUNTING_MAX_N = 8192  # rank and select by counting up to here, torch.sort above
-# Eager calls above the single-block path and up to here: one cooperative launch (wall
-# 86-92 vs 103-108 us at 1024, level at 2048, slower at 4096). Its shared memory is one
-# 8-byte key per box.
-COOPERATIVE_MAX_N = 2048
+# Eager calls above the single-block path and up to here: one cooperative launch, where
+# the device holds its grid at once with its shared memory (cooperative_shared_bytes).
+COOPERATIVE_MAX_N = 4096
 
 
 def arith_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -109,7 +108,7 @@ def arith_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def single_block_shared_bytes(n: int, dtype: torch.dtype) -> int:
     """single_block_kernel's dynamic shared memory for n boxes (layout in the .cu file)."""
-    return n * (6 * arith_dtype(dtype).itemsize + 20)
+    return n * (6 * arith_dtype(dtype).itemsize + 24)
 
 
 def single_block_capacity(dtype: torch.dtype) -> int:
@@ -118,37 +117,52 @@ def single_block_capacity(dtype: torch.dtype) -> int:
     return min(SB_MAX_THREADS, fits // 32 * 32)
 
 
-def choose_path(n: int, dtype: torch.dtype, padded: bool = True, device: torch.device | None = None) -> str:
+def cooperative_shared_bytes(n: int, dtype: torch.dtype, labels: bool) -> int:
+    """cooperative_kernel's dynamic shared memory: every block holds all n ranked boxes,
+    areas, labels (if any), an 8-byte key / parent constant and a float constant each."""
+    a = arith_dtype(dtype).itemsize
+    return n * (5 * a + 12 + (8 if labels else 0))
+
+
+def cooperative_threads(n: int) -> int:
+    """cooperative_kernel's block size at n (a warp per box; ~one block per SM at 4096)."""
+    return 256 if n <= 1024 else 512 if n <= 2048 else 1024
+
+
+def choose_path(n: int, dtype: torch.dtype, padded: bool = True, device: torch.device | None = None,
+                labels: bool = False) -> str:
     """The CUDA path for ``n`` boxes: "single" (one block), "cooperative" (one launch over
     the GPU; eager calls on ``device`` only, where it holds the grid at once), "counting"
     or "sort" (four or more launches)."""
     if n <= min(PADDED_SINGLE_BLOCK_MAX_N if padded else SINGLE_BLOCK_MAX_N, single_block_capacity(dtype)):
         return "single"
-    if not padded and n <= COOPERATIVE_MAX_N and device is not None and cooperative_grid(n, dtype, device) > 0:
+    if not padded and n <= COOPERATIVE_MAX_N and device is not None and cooperative_grid(n, dtype, device, labels) > 0:
         return "cooperative"
     return "counting" if n <= COUNTING_MAX_N else "sort"
 
 
-_resident: dict[tuple[torch.dtype, int, int], int] = {}  # (dtype, device index, shared bytes) -> blocks held at once
+_resident: dict[tuple[torch.dtype, int, int, int], int] = {}  # (dtype, device, threads, shared step) -> blocks at once
+SHARED_STEP = 8192  # occupancy is asked once per step of shared memory (rounded up: never more blocks than fit)
 
 
-def cooperative_grid(n: int, dtype: torch.dtype, device: torch.device) -> int:
-    """Blocks for cooperative_kernel at ``n`` (a warp per box), or 0 where the device cannot
-    hold them all at once (with n keys of shared memory each). On every eager call's path:
-    the occupancy and the device's SM count are asked once per shared-memory step."""
+def cooperative_grid(n: int, dtype: torch.dtype, device: torch.device, labels: bool = False) -> int:
+    """Blocks of ``cooperative_threads(n)`` for cooperative_kernel at ``n`` (a warp per
+    box), or 0 where the device cannot hold them all at once with their shared memory.
+    On every eager call's path: the device is asked once per (block size, shared step)."""
     index = device.index if device.index is not None else torch.cuda.current_device()
-    shared = 8 * max(n, 1024)  # one occupancy query per 1024-box step of shared memory
-    shared = -(-shared // 8192) * 8192
-    resident = _resident.get((dtype, index, shared))
+    threads, shared = cooperative_threads(n), cooperative_shared_bytes(n, dtype, labels)
+    step = -(-shared // SHARED_STEP) * SHARED_STEP
+    resident = _resident.get((dtype, index, threads, step))
     if resident is None:
         from cupy_backends.cuda.api import driver
 
         kernel = CUDA_MODULE.get("cooperative_kernel", dtype, device)
+        limit = opted_in_shared_limit(kernel, device)
         per_sm = 0
-        if shared <= MAX_SHARED_BYTES:
-            per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, MID_THREADS, shared)
-        resident = _resident[dtype, index, shared] = per_sm * torch.cuda.get_device_properties(index).multi_processor_count
-    needed = blocks(n, MID_THREADS // 32)
+        if shared <= limit:
+            per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, threads, min(step, limit))
+        resident = _resident[dtype, index, threads, step] = per_sm * torch.cuda.get_device_properties(index).multi_processor_count
+    needed = blocks(n, threads // 32)
     return needed if needed <= resident else 0
 
 
@@ -157,13 +171,31 @@ def segment_length(n: int) -> int:
     return PTILE * max(1, -(-n // (PTILE * TARGET_SEGMENTS)))
 
 
-def _outputs(n: int, dtype: torch.dtype, device: torch.device, scratch_words: int = 0):
-    """keep (n,) int64, scores (n,) dtype and count (0-d int64), then ``scratch_words``
-    int64 words for the kernels: one allocation. Returns the three and the scratch's address."""
-    words = -(-n * dtype.itemsize // 8)
-    memory = torch.empty(n + words + 1 + scratch_words, dtype=torch.int64, device=device)
-    outputs = memory[:n], memory[n : n + words].view(dtype)[:n], memory[n + words]
-    return (*outputs, memory.data_ptr() + 8 * (n + words + 1))
+class _Outputs:
+    """keep (n,) int64, scores (n,) dtype and the count (int64), then ``scratch_words``
+    int64 words for the kernels: one allocation. The kernels get addresses; the result's
+    tensors are views made once the op knows its count (every view costs the host)."""
+
+    __slots__ = ("memory", "n", "dtype", "keep", "scores", "count", "scratch")
+
+    def __init__(self, n: int, dtype: torch.dtype, device: torch.device, scratch_words: int = 0):
+        words = -(-n * dtype.itemsize // 8)
+        self.memory = torch.empty(n + words + 1 + scratch_words, dtype=torch.int64, device=device)
+        self.n, self.dtype = n, dtype
+        base = self.memory.data_ptr()
+        self.keep, self.scores = np.uint64(base), np.uint64(base + 8 * n)
+        self.count, self.scratch = np.uint64(base + 8 * (n + words)), base + 8 * (n + words + 1)
+
+    def result(self, kept: int) -> NMSResult:
+        """The first ``kept`` boxes and scores."""
+        start = 8 * self.n // self.dtype.itemsize
+        return NMSResult(self.memory[:kept], self.memory.view(self.dtype)[start : start + kept])
+
+    def padded(self) -> PaddedNMSResult:
+        """keep and scores padded to n, and the count on the device."""
+        n, start = self.n, 8 * self.n // self.dtype.itemsize
+        words = -(-n * self.dtype.itemsize // 8)
+        return PaddedNMSResult(self.memory[:n], self.memory[n + words], self.memory.view(self.dtype)[start : start + n])
 
 
 @functools.lru_cache(maxsize=256)
@@ -184,14 +216,16 @@ def cooperative_scratch(n: int, dtype: torch.dtype, labels: bool) -> dict[str, t
 def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_threshold, padded, path=None):
     """The CUDA backend with the path chosen by ``choose_path`` or forced (tests)."""
     n, device, dtype = boxes.shape[0], boxes.device, boxes.dtype
-    path = (path or choose_path(n, dtype, padded, device)) if n > 0 else None
+    path = (path or choose_path(n, dtype, padded, device, labels is not None)) if n > 0 else None
     layout = cooperative_scratch(n, dtype, labels is not None) if path == "cooperative" else None
     scratch_words = 0 if layout is None else sum(-(-size // 8) for _, size in layout.values())
-    keep, out_scores, count, scratch = _outputs(n, dtype, device, scratch_words)
+    outputs = _Outputs(n, dtype, device, scratch_words)
+    keep, out_scores, count = outputs.keep, outputs.scores, outputs.count
     if n == 0:
         if padded:
-            count.zero_()
-        return PaddedNMSResult(keep, count, out_scores) if padded else NMSResult(keep, out_scores)
+            outputs.memory.zero_()
+            return outputs.padded()
+        return outputs.result(0)
     boxes, scores = boxes.contiguous(), scores.contiguous()  # kernels take pointers: grad or not
     wide = 1
     if labels is not None:
@@ -215,7 +249,7 @@ def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_thres
             )
         elif path == "cooperative":
             _launch_cooperative(launch, boxes, scores, labels, wide, n, linear, sigma, threshold, keep, out_scores, count,
-                                host_address, scratch, layout)
+                                host_address, outputs.scratch, layout)
         else:
             arith = arith_dtype(dtype)
             chunks, segment = blocks(n, CHILDREN), segment_length(n)
@@ -262,31 +296,30 @@ def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_thres
                     (final_sorted, index_sorted, n, count, keep, out_scores, host_address),
                 )
     if padded:
-        return PaddedNMSResult(keep, count, out_scores)
-    kept = host.wait(device)
-    return NMSResult(keep[:kept], out_scores[:kept])
+        return outputs.padded()
+    return outputs.result(host.wait(device))
 
 
 def _launch_cooperative(launch, boxes, scores, labels, wide, n, linear, sigma, threshold, keep, out_scores, count,
                         host_address, scratch, layout):
     """cooperative_kernel, its scratch at address ``scratch`` as ``layout`` places it."""
     dtype, device = boxes.dtype, boxes.device
-    grid = cooperative_grid(n, dtype, device)
+    grid = cooperative_grid(n, dtype, device, labels is not None)
     if grid == 0:
         raise ValueError(f"this GPU cannot hold cooperative_kernel's grid for {n} boxes at once")
     at = {name: np.uint64(scratch + offset) for name, (offset, _) in layout.items()}
-    launch(CUDA_MODULE.get("cooperative_kernel", dtype, device), (grid,), (MID_THREADS,),
+    launch(CUDA_MODULE.get("cooperative_kernel", dtype, device), (grid,), (cooperative_threads(n),),
            (boxes, scores, labels, wide, n, linear, sigma, threshold, at["order"], at["sbox"], at["sarea"],
             None if labels is None else at["slabel"], at["sscore"], at["constant"], at["final"],
             grid_barrier_state(device), keep, out_scores, count, host_address),
-           shared_mem=8 * n, cooperative=True)
+           shared_mem=cooperative_shared_bytes(n, dtype, labels is not None), cooperative=True)
 
 
 @register(
     name="matrix_recompute", family="matrix", devices=("cuda",), requires=("cupy",), params=MATRIX_PARAMS,
     dtypes=CUDA_DTYPES, host_sync=True, graph_safe=True,
     summary="CUDA: IoUs recomputed in both passes, O(N) memory; one launch for small N (one block) and for eager "
-            "calls to 2048 (cooperative, the whole GPU)",
+            "calls to 4096 (cooperative, the whole GPU)",
 )
 def matrix_recompute_cuda(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold, padded=False):
     return matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_threshold, padded)

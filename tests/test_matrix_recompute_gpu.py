@@ -30,11 +30,11 @@ SCENARIOS = list(datasets.SYNTHETIC) + ["ties"]
 DEFAULTS = dict(kernel="gaussian", sigma=0.5, score_threshold=0.05)
 
 
-def paths(n: int, dtype: torch.dtype) -> list[str]:
+def paths(n: int, dtype: torch.dtype, labels: bool = True) -> list[str]:
     """Every path that can take n boxes (the single block only up to its capacity, the
-    cooperative launch up to COOPERATIVE_MAX_N)."""
+    cooperative launch up to COOPERATIVE_MAX_N where its grid fits this GPU)."""
     out = ["counting", "sort"]
-    if n <= mr.COOPERATIVE_MAX_N:
+    if n <= mr.COOPERATIVE_MAX_N and mr.cooperative_grid(n, dtype, torch.device("cuda"), labels) > 0:
         out.insert(0, "cooperative")
     if n <= mr.single_block_capacity(dtype):
         out.insert(0, "single")
@@ -76,7 +76,7 @@ def test_every_path_equals_cpu_backend_and_naive(scenario, classes, dtype):
         cpu = cpu_run(reference_input)
         naive = cpu_run(bs.to("cuda"), "matrix_naive") if dtype != torch.float16 else None
         on_gpu = bs.to("cuda")
-        for path in paths(n, dtype):
+        for path in paths(n, dtype, bs.labels is not None):
             got = cuda_run(on_gpu, path)
             assert got.scores.dtype == dtype
             assert_same_result(NAME, cpu, got, dtype)
@@ -194,8 +194,9 @@ def test_eager_calls_take_the_cooperative_path_between_the_single_block_and_its_
         assert mr.choose_path(n, torch.float32, False, device) == "cooperative"
         assert mr.choose_path(n, torch.float32, True, device) == "counting"
     assert mr.choose_path(mr.COOPERATIVE_MAX_N + 1, torch.float32, False, device) == "counting"
-    for dtype in (torch.float32, torch.float16, torch.float64):  # its grid fits wherever a test forces it
-        assert mr.cooperative_grid(4096, dtype, device) > 0
+    for dtype in (torch.float32, torch.float16, torch.float64):  # its grid fits to COOPERATIVE_MAX_N on an H200
+        assert mr.cooperative_grid(mr.COOPERATIVE_MAX_N, dtype, device) > 0
+        assert mr.cooperative_grid(mr.COOPERATIVE_MAX_N, dtype, device, labels=dtype != torch.float64) > 0
 
 
 def test_n_131072_runs_and_agrees_with_the_cpu_backend():
