@@ -349,16 +349,29 @@ extern "C" __global__ void __launch_bounds__(RESOLVE_THREADS) block_resolve_kern
             }
         }
         __syncthreads();  // the round's decisions before anyone uses them
-        const int m = kept_in_round;
-        for (int w = first + ROUND_WORDS + tid; w < words; w += blockDim.x) {
-            unsigned int bits = 0u;
-            int t = 0;
-            for (; t + 16 <= m; t += 16) {  // 16 independent loads in flight
+        // OR the round's m kept rows into the words past the round: `group` threads per
+        // word (a power of two, within a warp, at most m) each load every group-th row,
+        // 16 loads in flight, then OR by shuffles: the memory latencies in a row are
+        // ~m / (16 group) instead of m / 16 when the words left are fewer than threads.
+        const int m = kept_in_round, past = first + ROUND_WORDS, left = words - past;
+        if (left > 0 && m > 0) {  // block-uniform
+            int group = 1;
+            while (group < 32 && group < m && 2 * group * left <= (int)blockDim.x) group *= 2;
+            const int sub = tid % group, per_pass = blockDim.x / group;
+            for (int done = 0; done < left; done += per_pass) {  // the same trip count in every thread
+                const int w = past + done + tid / group;
+                unsigned int bits = 0u;
+                if (w < words) {
+                    int t = sub;
+                    for (; t + 15 * group < m; t += 16 * group) {
 #pragma unroll
-                for (int u = 0; u < 16; ++u) bits |= mask[(long long)kept_rows[t + u] * words + w];
+                        for (int u = 0; u < 16; ++u) bits |= mask[(long long)kept_rows[t + u * group] * words + w];
+                    }
+                    for (; t < m; t += group) bits |= mask[(long long)kept_rows[t] * words + w];
+                }
+                for (int offset = group / 2; offset > 0; offset /= 2) bits |= __shfl_xor_sync(0xffffffffu, bits, offset);
+                if (w < words && sub == 0) removed[w] |= bits;
             }
-            for (; t < m; ++t) bits |= mask[(long long)kept_rows[t] * words + w];
-            removed[w] |= bits;
         }
         __syncthreads();  // the bitmap complete (and kept_rows free) before the next round
     }
