@@ -75,7 +75,14 @@ def hard_stages(b, s, n):
 
     def mask_stage():
         with on_torch_stream(dev) as launch:
-            launch(hf.CUDA_MODULE.get("decisive_mask_kernel", b.dtype, dev), (blocks(n, hf.BALLOT_WARPS),), (32 * hf.BALLOT_WARPS,),
+            launch(hf.CUDA_MODULE.get("tile_mask_kernel", b.dtype, dev), (blocks(words, hf.TILE_WARPS), words),
+                   (32 * hf.TILE_WARPS,), (ranked.sorted_boxes, None, n, words, th, mask))
+
+    def seed_mask_stage():  # bitmask_two_phase's ballot mask (the same mask), for comparison
+        from nmsbench.variants import bitmask_two_phase as b2
+
+        with on_torch_stream(dev) as launch:
+            launch(b2.CUDA_MODULE.get("ballot_mask_kernel", b.dtype, dev), (blocks(n, 8),), (256,),
                    (ranked.sorted_boxes, None, n, words, th, mask))
 
     def resolve():
@@ -91,6 +98,7 @@ def hard_stages(b, s, n):
     if n <= hf.COUNTING_RANK_MAX:
         stages["rank(count)"] = gpu_us(rank)
     stages["rank(sort)"] = gpu_us(sort_rank)
+    stages["mask(seed)"] = gpu_us(seed_mask_stage)
     stages["mask"] = gpu_us(mask_stage)
     stages["resolve"] = gpu_us(resolve)
     return stages, int(out[n])
@@ -206,7 +214,7 @@ def host():
     allocation, a stream synchronization, a whole small op."""
     from nmsbench.variants._cuda import Scratch, host_count
 
-    fn = hf.CUDA_MODULE.get("decisive_mask_kernel", torch.float32, dev)  # n = 0: the kernel returns at once
+    fn = hf.CUDA_MODULE.get("tile_mask_kernel", torch.float32, dev)  # n = 0: the kernel returns at once
     buf = torch.zeros(64, device=dev)
     few = (buf, None, 0, 0, np.float64(0.5), buf)
     many = few + (buf, buf, 0, 0, buf, buf, buf, np.float64(0.5), 0)

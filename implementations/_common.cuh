@@ -142,33 +142,27 @@ __device__ __forceinline__ A box_area(const Box<A>& b) { return (b.x2 - b.x1) * 
 // never written, and no reader may read them. One warp per row, a ballot per word; the
 // block's BALLOT_WARPS rows share their candidates through shared memory, 32 * BALLOT_WARPS
 // at a time (one global load per thread and chunk). Launch blocks(n, BALLOT_WARPS) blocks
-// of 32 * BALLOT_WARPS threads. ballot_mask_kernel (bitmask_two_phase, the seed's test per
-// pair) and hard_fused's decisive_mask_kernel (areas in shared memory, overlaps_decisive).
+// of 32 * BALLOT_WARPS threads. Used by bitmask_two_phase (the seed's kernel);
+// hard_fused.cu's tile_mask_kernel writes the same mask.
 #define BALLOT_WARPS 8
 
-template <typename T, bool DECISIVE>
-__device__ __forceinline__ void ballot_mask_rows(const T* sorted_boxes, const long long* sorted_labels, int n, int words,
-                                                 double iou_threshold, unsigned int* mask) {
+template <typename T>
+__global__ void ballot_mask_kernel(const T* sorted_boxes, const long long* sorted_labels, int n, int words,
+                                   double iou_threshold, unsigned int* mask) {
     typedef typename Arith<T>::type A;
     __shared__ Box<A> chunk_boxes[32 * BALLOT_WARPS];
-    __shared__ A chunk_areas[32 * BALLOT_WARPS];
     __shared__ long long chunk_labels[32 * BALLOT_WARPS];
-    const IouThreshold threshold(iou_threshold);
-    const bool has_labels = sorted_labels != nullptr;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int first_row = blockIdx.x * BALLOT_WARPS, i = first_row + warp;
     const bool active = i < n;  // the same for all 32 lanes: whole warps
     const Box<A> box_i = active ? load_box(sorted_boxes, i) : Box<A>{0, 0, 0, 0};
-    const A area_i = box_area(box_i);
-    const long long label_i = active && has_labels ? sorted_labels[i] : 0;
+    const long long label_i = active && sorted_labels != nullptr ? sorted_labels[i] : 0;
     for (int chunk = first_row / 32 * 32; chunk < n; chunk += 32 * BALLOT_WARPS) {
         __syncthreads();  // the previous chunk is used up before it is replaced
         const int t = chunk + threadIdx.x;
         if (t < n) {
-            const Box<A> b = load_box(sorted_boxes, t);
-            chunk_boxes[threadIdx.x] = b;
-            if (DECISIVE) chunk_areas[threadIdx.x] = box_area(b);
-            chunk_labels[threadIdx.x] = has_labels ? sorted_labels[t] : 0;
+            chunk_boxes[threadIdx.x] = load_box(sorted_boxes, t);
+            chunk_labels[threadIdx.x] = sorted_labels != nullptr ? sorted_labels[t] : 0;
         }
         __syncthreads();
         if (!active) continue;
@@ -177,19 +171,12 @@ __device__ __forceinline__ void ballot_mask_rows(const T* sorted_boxes, const lo
             if (word >= words) break;
             if (word < i / 32) continue;
             const int j = word * 32 + lane, slot = w * 32 + lane;
-            bool vote = j > i && j < n && (!has_labels || chunk_labels[slot] == label_i);
-            if (DECISIVE) vote = vote && overlaps_decisive(box_i, area_i, chunk_boxes[slot], chunk_areas[slot], threshold);
-            else vote = vote && overlaps(box_i, chunk_boxes[slot], iou_threshold);
+            const bool vote = j > i && j < n && chunk_labels[slot] == label_i &&
+                              overlaps(box_i, chunk_boxes[slot], iou_threshold);
             const unsigned int bits = __ballot_sync(0xffffffffu, vote);
             if (lane == 0) mask[(long long)i * words + word] = bits;
         }
     }
-}
-
-template <typename T>
-__global__ void ballot_mask_kernel(const T* sorted_boxes, const long long* sorted_labels, int n, int words,
-                                   double iou_threshold, unsigned int* mask) {
-    ballot_mask_rows<T, false>(sorted_boxes, sorted_labels, n, words, iou_threshold, mask);
 }
 
 // Warp reductions, the result in every lane: one redux instruction from sm_80 on.

@@ -161,11 +161,51 @@ __global__ void small_nms_kernel(const T* boxes, const T* scores, const long lon
 }
 
 // ---------------------------------------------------------------- N > SMALL_MAX
-// The suppression mask: _common.cuh's ballot mask with the decisive IoU test.
+// The suppression mask (as _common.cuh's ballot_mask_kernel defines it) by 32 x 32 tiles:
+// block (x, y) takes row word y (its 32 boxes in shared memory) against column words
+// x * TILE_WARPS ... (one per warp, lane k holding column box k in registers). A warp
+// walks its tile's 32 rows, a ballot each, and lane k keeps row k's word: per pair one
+// shared-memory broadcast and the decisive IoU test, no barrier in the loop, and each
+// column box is loaded once per 32 rows. Tiles left of the diagonal are not written.
+// grid (ceil(words / TILE_WARPS), words), block 32 * TILE_WARPS.
+#define TILE_WARPS 8
+
 template <typename T>
-__global__ void decisive_mask_kernel(const T* sorted_boxes, const long long* sorted_labels, int n, int words,
-                                     double iou_threshold, unsigned int* mask) {
-    ballot_mask_rows<T, true>(sorted_boxes, sorted_labels, n, words, iou_threshold, mask);
+__global__ void __launch_bounds__(32 * TILE_WARPS) tile_mask_kernel(const T* sorted_boxes, const long long* sorted_labels,
+                                                                    int n, int words, double iou_threshold,
+                                                                    unsigned int* mask) {
+    typedef typename Arith<T>::type A;
+    __shared__ Box<A> row_box[32];
+    __shared__ A row_area[32];
+    __shared__ long long row_label[32];
+    const int row_word = blockIdx.y, first_column_word = blockIdx.x * TILE_WARPS;
+    if (first_column_word + TILE_WARPS - 1 < row_word) return;  // block-uniform, before the barrier
+    const bool has_labels = sorted_labels != nullptr;
+    const int lane = threadIdx.x % 32, first_row = row_word * 32, rows = min(32, n - first_row);
+    if (threadIdx.x < rows) {
+        const Box<A> b = load_box(sorted_boxes, first_row + threadIdx.x);
+        row_box[threadIdx.x] = b;
+        row_area[threadIdx.x] = box_area(b);
+        row_label[threadIdx.x] = has_labels ? sorted_labels[first_row + threadIdx.x] : 0;
+    }
+    __syncthreads();
+    const int column_word = first_column_word + threadIdx.x / 32;
+    if (column_word < row_word || column_word >= words) return;  // warp-uniform
+    const int j = column_word * 32 + lane;
+    const bool column = j < n;
+    const Box<A> box_j = column ? load_box(sorted_boxes, j) : Box<A>{0, 0, 0, 0};
+    const A area_j = box_area(box_j);
+    const long long label_j = column && has_labels ? sorted_labels[j] : 0;
+    const IouThreshold threshold(iou_threshold);
+    unsigned int my_row_word = 0u;
+#pragma unroll 4
+    for (int k = 0; k < rows; ++k) {
+        const bool vote = column && j > first_row + k && (!has_labels || row_label[k] == label_j) &&
+                          overlaps_decisive(row_box[k], row_area[k], box_j, area_j, threshold);
+        const unsigned int bits = __ballot_sync(0xffffffffu, vote);
+        if (lane == k) my_row_word = bits;
+    }
+    if (lane < rows) mask[(long long)(first_row + lane) * words + column_word] = my_row_word;
 }
 
 // Resolve for words <= 32 (N <= 1024). A warp resolving straight from global memory pays
@@ -294,7 +334,7 @@ __global__ void __launch_bounds__(MID_THREADS, 1) mid_nms_kernel(
 // previous round), so a kept box's effect on the round's later words is a warp OR and
 // needs no barrier. Then the whole block ORs the round's kept rows into the bitmap past
 // the round: one pair of __syncthreads() per ROUND_WORDS words instead of per word.
-extern "C" __global__ void __launch_bounds__(RESOLVE_THREADS) block_resolve_kernel(const unsigned int* mask, const long long* order, int n, int words,
+extern "C" __global__ void __launch_bounds__(RESOLVE_THREADS, 1) block_resolve_kernel(const unsigned int* mask, const long long* order, int n, int words,
                                                 long long* keep, long long* count_out, long long* host_count) {
     extern __shared__ unsigned int removed[];
     __shared__ int kept_rows[32 * ROUND_WORDS];
@@ -351,8 +391,8 @@ extern "C" __global__ void __launch_bounds__(RESOLVE_THREADS) block_resolve_kern
         __syncthreads();  // the round's decisions before anyone uses them
         // OR the round's m kept rows into the words past the round: `group` threads per
         // word (a power of two, within a warp, at most m) each load every group-th row,
-        // 16 loads in flight, then OR by shuffles: the memory latencies in a row are
-        // ~m / (16 group) instead of m / 16 when the words left are fewer than threads.
+        // 16 predicated loads in flight, then OR by shuffles: ~m / (16 group) memory
+        // latencies in a row (a loop over the loads would wait for each in turn).
         const int m = kept_in_round, past = first + ROUND_WORDS, left = words - past;
         if (left > 0 && m > 0) {  // block-uniform
             int group = 1;
@@ -362,12 +402,13 @@ extern "C" __global__ void __launch_bounds__(RESOLVE_THREADS) block_resolve_kern
                 const int w = past + done + tid / group;
                 unsigned int bits = 0u;
                 if (w < words) {
-                    int t = sub;
-                    for (; t + 15 * group < m; t += 16 * group) {
+                    for (int t = sub; t < m; t += 16 * group) {
 #pragma unroll
-                        for (int u = 0; u < 16; ++u) bits |= mask[(long long)kept_rows[t + u * group] * words + w];
+                        for (int u = 0; u < 16; ++u) {  // predicated, independent: all in flight
+                            const int k = t + u * group;
+                            if (k < m) bits |= mask[(long long)kept_rows[k] * words + w];
+                        }
                     }
-                    for (; t < m; t += group) bits |= mask[(long long)kept_rows[t] * words + w];
                 }
                 for (int offset = group / 2; offset > 0; offset /= 2) bits |= __shfl_xor_sync(0xffffffffu, bits, offset);
                 if (w < words && sub == 0) removed[w] |= bits;

@@ -58,7 +58,7 @@ from nmsbench.boxes import NMSResult, PaddedNMSResult
 from nmsbench.registry import register
 
 from ._cpu import JIT, sorted_inputs
-from ._cuda import (BALLOT_WARPS, CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, blocks, grid_barrier_state, host_count,
+from ._cuda import (CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, blocks, grid_barrier_state, host_count,
                     on_torch_stream, opted_in_shared_limit, rank_by_score, rank_scratch_words)
 
 SUMMARY_CPU = "numba: blocks of rank order tested against all kept boxes in parallel (SIMD), then resolved in-block"
@@ -138,9 +138,9 @@ def hard_fused_cpu(boxes, scores, *, iou_threshold, labels=None):
 
 # ------------------------------------------------------------------ CUDA
 
-CUDA_MODULE = CudaModule("hard_fused.cu", templates=("small_nms_kernel", "decisive_mask_kernel", "mid_nms_kernel"),
+CUDA_MODULE = CudaModule("hard_fused.cu", templates=("small_nms_kernel", "tile_mask_kernel", "mid_nms_kernel"),
                          plain=("staged_resolve_kernel", "block_resolve_kernel"))
-SMALL_MAX, SMALL_THREADS = 256, 1024  # as #defined in hard_fused.cu
+SMALL_MAX, SMALL_THREADS, TILE_WARPS = 256, 1024, 8  # as #defined in hard_fused.cu
 COUNTING_RANK_MAX = 4096  # above: torch.sort (the counting rank is O(N^2))
 RESOLVE_THREADS, STAGED_THREADS, MID_THREADS = 512, 1024, 1024  # as #defined in hard_fused.cu
 MID_MAX = 1024  # the one-launch cooperative path: SMALL_MAX < N <= MID_MAX (eager calls only)
@@ -238,8 +238,8 @@ def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False):
                 sorted_boxes = boxes.index_select(0, order)
                 sorted_labels = None if labels is None else labels.index_select(0, order)
             mask = np.uint64(base + 8 * (n + 1))
-            launch(CUDA_MODULE.get("decisive_mask_kernel", boxes.dtype, device), (blocks(n, BALLOT_WARPS),),
-                   (32 * BALLOT_WARPS,), (sorted_boxes, sorted_labels, n, words, threshold, mask))
+            launch(CUDA_MODULE.get("tile_mask_kernel", boxes.dtype, device), (blocks(words, TILE_WARPS), words),
+                   (32 * TILE_WARPS,), (sorted_boxes, sorted_labels, n, words, threshold, mask))
             if words <= 32 and staged_resolve_fits(n, device):
                 launch(CUDA_MODULE.get("staged_resolve_kernel", None, device), (1,), (STAGED_THREADS,),
                        (mask, order, n, words, *outputs), shared_mem=staged_shared_bytes(n))

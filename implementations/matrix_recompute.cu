@@ -160,8 +160,7 @@ __device__ __forceinline__ void atomic_max_nonnegative(double* p, double v) {
 
 // Shared memory, n boxes (A = float, or double for float64 input): ranked boxes Box<A>,
 // labels (long long), keys / parent constants / final keys (8 bytes), areas (A),
-// scores then final scores (A), input indices (int), float parent constants (float):
-// n * (6 sizeof(A) + 24) bytes.
+// scores then final scores (A), input indices (int): n * (6 sizeof(A) + 20) bytes.
 // One thread per box (blockDim.x >= n, a multiple of 32). Every phase ends at a barrier
 // before any thread reads what another wrote in it; inactive threads (t >= n) reach
 // every barrier.
@@ -178,7 +177,6 @@ __global__ void __launch_bounds__(SB_MAX_THREADS) single_block_kernel(
     A* sarea = (A*)(skey + n);
     A* sfinal = sarea + n;  // scores by rank, then final scores
     int* sorder = (int*)(sfinal + n);
-    float* squick = (float*)(sorder + n);
     const bool has_labels = labels != nullptr;
 
     // 1. load (input order) and rank by counting: a strict total order, so a permutation
@@ -216,14 +214,12 @@ __global__ void __launch_bounds__(SB_MAX_THREADS) single_block_kernel(
         me = sbox[r];
         my_area = sarea[r];
         my_label = slabel[r];
-        MaxIou<A> cmax;
+        A cmax = A(0);  // plain loops: one thread's chain, where a shortcut's tests cost more than they save
         for (int i = 0; i < r; ++i) {
             if (has_labels && slabel[i] != my_label) continue;
-            cmax.add(sbox[i], sarea[i], me, my_area);
+            cmax = max(cmax, iou_with_areas(sbox[i], sarea[i], me, my_area));
         }
-        const double constant = parent_constant(double(cmax.best), linear);
-        sconstant[r] = constant;
-        squick[r] = quick_constant(constant, linear);
+        sconstant[r] = parent_constant(double(cmax), linear);
     }
     __syncthreads();
 
@@ -231,13 +227,13 @@ __global__ void __launch_bounds__(SB_MAX_THREADS) single_block_kernel(
     bool kept = false;
     A final = A(0);
     if (active) {
-        MinDecay<A> decay(linear);
+        double candidate = linear ? 1.0 : 0.0;
         for (int i = 0; i < r; ++i) {
             if (has_labels && slabel[i] != my_label) continue;
             const A iou = iou_with_areas(sbox[i], sarea[i], me, my_area);
-            if (iou > A(0)) decay.add(iou, sconstant[i], squick[i], linear);  // see decay_step
+            if (iou > A(0)) candidate = decay_step(candidate, sconstant[i], double(iou), linear);  // see decay_step
         }
-        final = final_score(sfinal[r], decay.candidate, linear, sigma);
+        final = final_score(sfinal[r], candidate, linear, sigma);
         kept = final >= A(score_threshold);
     }
     __syncthreads();  // every read of sconstant (= skey) before it is overwritten

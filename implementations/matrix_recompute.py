@@ -108,7 +108,7 @@ def arith_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def single_block_shared_bytes(n: int, dtype: torch.dtype) -> int:
     """single_block_kernel's dynamic shared memory for n boxes (layout in the .cu file)."""
-    return n * (6 * arith_dtype(dtype).itemsize + 24)
+    return n * (6 * arith_dtype(dtype).itemsize + 20)
 
 
 def single_block_capacity(dtype: torch.dtype) -> int:
