@@ -122,7 +122,7 @@ def hard():
 
 def matrix():
     for scenario in ("clustered", "uniform"):
-        for n in (64, 128, 192, 256, 384, 512, 1024, 2048, 4096):
+        for n in (64, 128, 192, 256, 384, 512, 1024, 2048, 4096, 8192):
             bs = datasets.generate(scenario, n, seed=0).to("cuda")
             b, s = bs.boxes, bs.scores
             line = {}

@@ -110,25 +110,26 @@ __device__ __forceinline__ float quick_constant(double constant, int linear) {
 // 3 * 2^-24 of the double one (all values in [-1, 1]), so one >= quick + 2^-20 cannot
 // lower the minimum. Linear: (1 - iou) * float(1 / c) is within ~4 * 2^-24 relative of
 // (1 - iou) / c, so one >= quick * (1 + 2^-20) cannot either (only while quick is a
-// normal float). Everything else takes decay_step in double.
+// normal float). Everything else takes decay_step in double, reading the parent's
+// double constant only then (the cooperative kernel keeps those in global memory).
 template <typename A> struct MinDecay;
 template <> struct MinDecay<float> {
     double candidate;
     float quick;
     __device__ __forceinline__ explicit MinDecay(int linear) : candidate(linear ? 1.0 : 0.0), quick(linear ? 1.0f : 0.0f) {}
-    __device__ __forceinline__ void add(float iou, double constant, float constant_f, int linear) {
+    __device__ __forceinline__ void add(float iou, const double* constant, float constant_f, int linear) {
         if (linear ? quick >= 1e-30f && (1.0f - iou) * constant_f >= quick * (1.0f + 0x1p-20f)
                    : constant_f - iou * iou >= quick + 0x1p-20f)
             return;
-        candidate = decay_step(candidate, constant, double(iou), linear);
+        candidate = decay_step(candidate, *constant, double(iou), linear);
         quick = float(candidate);
     }
 };
 template <> struct MinDecay<double> {
     double candidate;
     __device__ __forceinline__ explicit MinDecay(int linear) : candidate(linear ? 1.0 : 0.0) {}
-    __device__ __forceinline__ void add(double iou, double constant, float, int linear) {
-        candidate = decay_step(candidate, constant, iou, linear);
+    __device__ __forceinline__ void add(double iou, const double* constant, float, int linear) {
+        candidate = decay_step(candidate, *constant, iou, linear);
     }
 };
 
@@ -421,7 +422,7 @@ __global__ void __launch_bounds__(CHILDREN) decay_kernel(
         for (int k = 0; k < limit; ++k) {
             if (slabel != nullptr && parent_label[k] != my_label) continue;
             const A iou = iou_with_areas(parent_box[k], parent_area[k], me, my_area);
-            if (iou > A(0)) decay.add(iou, parent_constant_[k], parent_quick[k], linear);
+            if (iou > A(0)) decay.add(iou, parent_constant_ + k, parent_quick[k], linear);
         }
         __syncthreads();
     }
@@ -534,7 +535,7 @@ __global__ void finalize_kernel(const typename Arith<T>::type* sorted_final, con
 //      and scores (and the order) to global memory;
 //   2. every block copies all n ranked boxes, areas and labels into its shared memory;
 //      cmax of child r: the max IoU with its parents (ranks < r), as a parent constant;
-//   3. every block copies the n constants; the decay of child r: the min over its
+//   3. every block makes the n float constants; the decay of child r: the min over its
 //      parents, then its final score, written by input index (-inf: not kept);
 //   4. select: each box's place by counting over the n final keys.
 // Every loop over the other boxes reads shared memory: read from global (L2), a warp's
@@ -567,11 +568,10 @@ __global__ void __launch_bounds__(MID_MAX_THREADS) cooperative_kernel(
     unsigned int* barrier, long long* keep, T* out_scores, long long* count, long long* host_count) {
     typedef typename Arith<T>::type A;
     extern __shared__ __align__(16) unsigned char shared[];
-    Box<A>* box = (Box<A>*)shared;                                  // phases 2-3: ranked boxes
-    unsigned long long* key = (unsigned long long*)(box + n);       // phase 1: score keys; phase 4: final keys
-    double* parent = (double*)key;                                  // phase 3: parent constants
+    unsigned long long* key = (unsigned long long*)shared;          // phase 1: score keys; phase 4: final keys
+    Box<A>* box = (Box<A>*)shared;                                  // phases 2-3: ranked boxes (over the keys)
     const bool has_labels = labels != nullptr;
-    long long* label = (long long*)(key + n);                       // phases 2-3: ranked labels (if any)
+    long long* label = (long long*)(box + n);                       // phases 2-3: ranked labels (if any)
     A* area = (A*)(label + (has_labels ? n : 0));                   // phases 2-3: ranked areas
     float* quick = (float*)(area + n);                              // phase 3: float parent constants
     const int lane = threadIdx.x % 32, warps = gridDim.x * (blockDim.x / 32);
@@ -619,12 +619,9 @@ __global__ void __launch_bounds__(MID_MAX_THREADS) cooperative_kernel(
     }
     grid_barrier(barrier, barrier + 1);
 
-    // 3. decay of child r and its final score, by input index
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const double c = __ldcg(constant + i);
-        parent[i] = c;
-        quick[i] = quick_constant(c, linear);
-    }
+    // 3. decay of child r and its final score, by input index (the double constants stay
+    // in global memory: MinDecay reads one only when its float shortcut cannot decide)
+    for (int i = threadIdx.x; i < n; i += blockDim.x) quick[i] = quick_constant(__ldcg(constant + i), linear);
     __syncthreads();
     for (int k = first_warp; k < n; k += warps) {
         const int r = balanced_child(k, n);
@@ -635,7 +632,7 @@ __global__ void __launch_bounds__(MID_MAX_THREADS) cooperative_kernel(
         for (int i = lane; i < r; i += 32) {
             if (has_labels && label[i] != my_label) continue;
             const A iou = iou_with_areas(box[i], area[i], me, my_area);
-            if (iou > A(0)) decay.add(iou, parent[i], quick[i], linear);  // see decay_step
+            if (iou > A(0)) decay.add(iou, constant + i, quick[i], linear);  // see decay_step
         }
         const double candidate = warp_min(decay.candidate);
         if (lane == 0) {

@@ -193,10 +193,14 @@ def test_eager_calls_take_the_cooperative_path_between_the_single_block_and_its_
     for n in (first, 1000, mr.COOPERATIVE_MAX_N):
         assert mr.choose_path(n, torch.float32, False, device) == "cooperative"
         assert mr.choose_path(n, torch.float32, True, device) == "counting"
-    assert mr.choose_path(mr.COOPERATIVE_MAX_N + 1, torch.float32, False, device) == "counting"
-    for dtype in (torch.float32, torch.float16, torch.float64):  # its grid fits to COOPERATIVE_MAX_N on an H200
+    assert mr.choose_path(mr.COOPERATIVE_MAX_N + 1, torch.float32, False, device) != "cooperative"
+    # its shared memory (every ranked box in every block) fits an H200 to 8192 float32 boxes
+    # without labels, 4096 with labels or in float64 (the tests force it wherever it fits)
+    for dtype in (torch.float32, torch.float16):
         assert mr.cooperative_grid(mr.COOPERATIVE_MAX_N, dtype, device) > 0
-        assert mr.cooperative_grid(mr.COOPERATIVE_MAX_N, dtype, device, labels=dtype != torch.float64) > 0
+        assert mr.cooperative_grid(4096, dtype, device, labels=True) > 0
+    assert mr.cooperative_grid(4096, torch.float64, device) > 0
+    assert mr.choose_path(mr.COOPERATIVE_MAX_N, torch.float32, False, device, labels=True) == "counting"
 
 
 def test_n_131072_runs_and_agrees_with_the_cpu_backend():
