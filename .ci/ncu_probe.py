@@ -4,7 +4,7 @@ one launch of each kernel per case. Run on the device:
 
     ncu --clock-control none --profile-from-start off --section SpeedOfLight \
         --section Occupancy --section WarpStateStats --section LaunchStats \
-        python3 .ci/ncu_probe.py [hard] [matrix]
+        python3 .ci/ncu_probe.py [hard] [matrix] [hard_big] [matrix_coop]
 """
 import sys
 
@@ -26,6 +26,11 @@ if "matrix" in which:
         cases.append(("matrix_recompute", scenario, 8192, True))
         cases.append(("matrix_recompute", scenario, 1024, False))  # the cooperative launch
         cases.append(("matrix_recompute", scenario, 2048, False))
+
+if "hard_big" in which:  # the tile mask and the block resolve at large N
+    cases += [("hard_fused", "clustered", 32768, True), ("hard_fused", "uniform", 8192, True)]
+if "matrix_coop" in which:  # the cooperative launch from 4096 on (1024-thread blocks)
+    cases += [("matrix_recompute", "clustered", 4096, False), ("matrix_recompute", "clustered", 8192, False)]
 
 for name, scenario, n, padded in cases:
     bs = datasets.generate(scenario, n, seed=0).to(dev)
