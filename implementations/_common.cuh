@@ -136,6 +136,26 @@ __device__ __forceinline__ bool overlaps_decisive(const Box<A>& a, A area_a, con
 template <typename A>
 __device__ __forceinline__ A box_area(const Box<A>& b) { return (b.x2 - b.x1) * (b.y2 - b.y1); }
 
+// The quick rejection of pairs that cannot overlap. A box with x2 <= x1 or y2 <= y1, or
+// a NaN coordinate, has IoU 0 or NaN with every box; quick_box turns it into one that
+// fails every comparison of may_overlap (and keeps every other box as it is). For two
+// quick boxes may_overlap is false only where box_iou is 0 or NaN (w <= 0 or h <= 0, or
+// a NaN), so code that acts on IoU > 0 alone may test it first: four comparisons instead
+// of the IoU's arithmetic for most pairs, and the exact IoU, from the same (real) boxes,
+// for the rest.
+__device__ __forceinline__ float infinity(float) { return __int_as_float(0x7f800000); }
+__device__ __forceinline__ double infinity(double) { return __longlong_as_double(0x7ff0000000000000ll); }
+
+template <typename A>
+__device__ __forceinline__ Box<A> quick_box(const Box<A>& b) {
+    const A inf = infinity(A(0));
+    return (b.x2 > b.x1 && b.y2 > b.y1) ? b : Box<A>{inf, inf, -inf, -inf};
+}
+template <typename A>
+__device__ __forceinline__ bool may_overlap(const Box<A>& a, const Box<A>& b) {
+    return a.x2 > b.x1 && b.x2 > a.x1 && a.y2 > b.y1 && b.y2 > a.y1;
+}
+
 // The suppression mask of the bitmask families, over boxes in rank order: row i, word w,
 // bit k is 1 iff box i suppresses box w * 32 + k (same label, IoU above the threshold, and
 // w * 32 + k > i). Rows are written from box i's own word i / 32 on; earlier words are

@@ -165,8 +165,9 @@ __global__ void small_nms_kernel(const T* boxes, const T* scores, const long lon
 // block (x, y) takes row word y (its 32 boxes in shared memory) against column words
 // x * TILE_WARPS ... (one per warp, lane k holding column box k in registers). A warp
 // walks its tile's 32 rows, a ballot each, and lane k keeps row k's word: per pair one
-// shared-memory broadcast and the decisive IoU test, no barrier in the loop, and each
-// column box is loaded once per 32 rows. Tiles left of the diagonal are not written.
+// shared-memory broadcast and the quick rejection (four comparisons; the decisive IoU
+// test for pairs that may overlap), no barrier in the loop, and each column box is
+// loaded once per 32 rows. Tiles left of the diagonal are not written.
 // grid (ceil(words / TILE_WARPS), words), block 32 * TILE_WARPS.
 #define TILE_WARPS 8
 
@@ -181,10 +182,13 @@ __global__ void __launch_bounds__(32 * TILE_WARPS) tile_mask_kernel(const T* sor
     const int row_word = blockIdx.y, first_column_word = blockIdx.x * TILE_WARPS;
     if (first_column_word + TILE_WARPS - 1 < row_word) return;  // block-uniform, before the barrier
     const bool has_labels = sorted_labels != nullptr;
+    // With a threshold >= 0 only pairs with IoU > 0 vote: the quick rejection decides most
+    // (a negative threshold, which the public API refuses, takes the exact test for all).
+    const bool quick = iou_threshold >= 0.0;
     const int lane = threadIdx.x % 32, first_row = row_word * 32, rows = min(32, n - first_row);
     if (threadIdx.x < rows) {
         const Box<A> b = load_box(sorted_boxes, first_row + threadIdx.x);
-        row_box[threadIdx.x] = b;
+        row_box[threadIdx.x] = quick ? quick_box(b) : b;
         row_area[threadIdx.x] = box_area(b);
         row_label[threadIdx.x] = has_labels ? sorted_labels[first_row + threadIdx.x] : 0;
     }
@@ -193,15 +197,18 @@ __global__ void __launch_bounds__(32 * TILE_WARPS) tile_mask_kernel(const T* sor
     if (column_word < row_word || column_word >= words) return;  // warp-uniform
     const int j = column_word * 32 + lane;
     const bool column = j < n;
-    const Box<A> box_j = column ? load_box(sorted_boxes, j) : Box<A>{0, 0, 0, 0};
-    const A area_j = box_area(box_j);
+    const Box<A> real_j = column ? load_box(sorted_boxes, j) : Box<A>{0, 0, 0, 0};
+    const Box<A> box_j = quick ? quick_box(real_j) : real_j;
+    const A area_j = box_area(real_j);
     const long long label_j = column && has_labels ? sorted_labels[j] : 0;
     const IouThreshold threshold(iou_threshold);
     unsigned int my_row_word = 0u;
 #pragma unroll 4
     for (int k = 0; k < rows; ++k) {
-        const bool vote = column && j > first_row + k && (!has_labels || row_label[k] == label_j) &&
-                          overlaps_decisive(row_box[k], row_area[k], box_j, area_j, threshold);
+        const Box<A> box_i = row_box[k];
+        const bool vote = (!quick || may_overlap(box_i, box_j)) && column && j > first_row + k &&
+                          (!has_labels || row_label[k] == label_j) &&
+                          overlaps_decisive(box_i, row_area[k], box_j, area_j, threshold);
         const unsigned int bits = __ballot_sync(0xffffffffu, vote);
         if (lane == k) my_row_word = bits;
     }

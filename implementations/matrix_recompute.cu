@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(SB_MAX_THREADS) single_block_kernel(
     if (active) {
         int rank = 0;
         for (int i = 0; i < n; ++i) rank += ranks_above(skey[i], i, key, t);
-        sbox[rank] = box;
+        sbox[rank] = quick_box(box);  // see may_overlap: the passes act on IoU > 0 alone
         slabel[rank] = label;
         sarea[rank] = box_area(box);
         sfinal[rank] = score;
@@ -217,7 +217,7 @@ __global__ void __launch_bounds__(SB_MAX_THREADS) single_block_kernel(
         my_label = slabel[r];
         A cmax = A(0);  // plain loops: one thread's chain, where a shortcut's tests cost more than they save
         for (int i = 0; i < r; ++i) {
-            if (has_labels && slabel[i] != my_label) continue;
+            if (!may_overlap(sbox[i], me) || (has_labels && slabel[i] != my_label)) continue;
             cmax = max(cmax, iou_with_areas(sbox[i], sarea[i], me, my_area));
         }
         sconstant[r] = parent_constant(double(cmax), linear);
@@ -230,7 +230,7 @@ __global__ void __launch_bounds__(SB_MAX_THREADS) single_block_kernel(
     if (active) {
         double candidate = linear ? 1.0 : 0.0;
         for (int i = 0; i < r; ++i) {
-            if (has_labels && slabel[i] != my_label) continue;
+            if (!may_overlap(sbox[i], me) || (has_labels && slabel[i] != my_label)) continue;
             const A iou = iou_with_areas(sbox[i], sarea[i], me, my_area);
             if (iou > A(0)) candidate = decay_step(candidate, sconstant[i], double(iou), linear);  // see decay_step
         }
@@ -275,7 +275,7 @@ __device__ __forceinline__ void write_ranked(const T* boxes, const T* scores, co
                                              unsigned long long* acc) {
     typedef typename Arith<T>::type A;
     const Box<A> b = load_box(boxes, j);
-    ((Box<A>*)sbox)[rank] = b;
+    ((Box<A>*)sbox)[rank] = quick_box(b);  // see may_overlap: the passes act on IoU > 0 alone
     sarea[rank] = box_area(b);
     sscore[rank] = load_value(scores, j);
     if (labels != nullptr) slabel[rank] = load_label(labels, j, wide_labels);
@@ -364,7 +364,7 @@ __global__ void __launch_bounds__(CHILDREN) cmax_kernel(const typename Arith<T>:
         __syncthreads();
         const int limit = active ? min(min(PTILE, end - base), j - base) : 0;
         for (int k = 0; k < limit; ++k) {
-            if (slabel != nullptr && parent_label[k] != my_label) continue;
+            if (!may_overlap(parent_box[k], me) || (slabel != nullptr && parent_label[k] != my_label)) continue;
             best.add(parent_box[k], parent_area[k], me, my_area);
         }
         __syncthreads();  // the tile's reads before the next tile's loads
@@ -420,7 +420,7 @@ __global__ void __launch_bounds__(CHILDREN) decay_kernel(
         __syncthreads();
         const int limit = active ? min(min(PTILE, end - base), j - base) : 0;
         for (int k = 0; k < limit; ++k) {
-            if (slabel != nullptr && parent_label[k] != my_label) continue;
+            if (!may_overlap(parent_box[k], me) || (slabel != nullptr && parent_label[k] != my_label)) continue;
             const A iou = iou_with_areas(parent_box[k], parent_area[k], me, my_area);
             if (iou > A(0)) decay.add(iou, parent_constant_ + k, parent_quick[k], linear);
         }
@@ -588,7 +588,7 @@ __global__ void __launch_bounds__(MID_MAX_THREADS) cooperative_kernel(
         if (lane == 0) {
             const Box<A> b = load_box(boxes, j);
             order[above] = j;
-            ((Box<A>*)sbox)[above] = b;
+            ((Box<A>*)sbox)[above] = quick_box(b);  // see may_overlap: the passes act on IoU > 0 alone
             sarea[above] = box_area(b);
             sscore[above] = load_value(scores, j);
             if (has_labels) slabel[above] = load_label(labels, j, wide_labels);
@@ -611,7 +611,7 @@ __global__ void __launch_bounds__(MID_MAX_THREADS) cooperative_kernel(
         const long long my_label = has_labels ? label[r] : 0;
         MaxIou<A> best;
         for (int i = lane; i < r; i += 32) {
-            if (has_labels && label[i] != my_label) continue;
+            if (!may_overlap(box[i], me) || (has_labels && label[i] != my_label)) continue;
             best.add(box[i], area[i], me, my_area);
         }
         const A cmax = warp_max_nonnegative(best.best);
@@ -630,7 +630,7 @@ __global__ void __launch_bounds__(MID_MAX_THREADS) cooperative_kernel(
         const long long my_label = has_labels ? label[r] : 0;
         MinDecay<A> decay(linear);
         for (int i = lane; i < r; i += 32) {
-            if (has_labels && label[i] != my_label) continue;
+            if (!may_overlap(box[i], me) || (has_labels && label[i] != my_label)) continue;
             const A iou = iou_with_areas(box[i], area[i], me, my_area);
             if (iou > A(0)) decay.add(iou, constant + i, quick[i], linear);  // see decay_step
         }

@@ -178,6 +178,41 @@ def test_subnormal_scores_and_coordinates_equal_the_cpu(name):
     assert_same_result(name, cpu, gpu)  # hard and all-pairs: index for index
 
 
+def grid_boxes(n: int, seed: int) -> BoxSet:
+    """Boxes on a coarse integer grid: shared and touching edges (w == 0 exactly), zero
+    width or height, exact duplicates, pairs whose IoU is exactly 0.5 or a few ulps from
+    it, and score ties: where the quick rejection and the decisive IoU test must give the
+    exact test's answer."""
+    generator = torch.Generator().manual_seed(seed)
+    xy = torch.randint(0, 12, (n, 2), generator=generator).float()
+    wh = torch.randint(0, 5, (n, 2), generator=generator).float()  # 0: empty boxes
+    boxes = torch.cat([xy, xy + wh], 1)
+    near = torch.rand(n, generator=generator) < 0.2  # widths nudged by an ulp or two: IoUs at 0.5 +- ulps
+    nudge = torch.randint(-2, 3, (n,), generator=generator).float() * torch.finfo(torch.float32).eps
+    boxes[near, 2] = boxes[near, 2] * (1 + nudge[near]) + 0.0
+    boxes[:, 2] = torch.maximum(boxes[:, 2], boxes[:, 0])
+    duplicate = torch.rand(n, generator=generator) < 0.1
+    boxes[duplicate] = boxes[0].clone()
+    scores = torch.randint(0, 8, (n,), generator=generator).float() / 8
+    return BoxSet(boxes, scores, None)
+
+
+@pytest.mark.parametrize("n", [300, 1500, 5000])
+def test_grid_boxes_with_touching_edges_empty_boxes_and_iou_ties(n):
+    """hard_fused (every path: one launch, mask tiles, block resolve) and matrix_recompute
+    on boxes where most pairs touch, share an edge or sit at IoU 0.5 exactly: the same
+    answer as the CPU backends (and torchvision for the hard family)."""
+    import torchvision
+
+    case = grid_boxes(n, seed=n)
+    for name in ("hard_fused", "matrix_recompute"):
+        params = {"score_threshold": 0.0} if IMPLS[name].family == "matrix" else {}
+        cpu, gpu = run(name, case, **params), run(name, case.to("cuda"), **params)
+        assert_same_result(name, cpu, gpu)
+    expected = torchvision.ops.nms(case.boxes, case.scores, 0.5)
+    assert torch.equal(run("hard_fused", case.to("cuda")).keep.cpu(), expected)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
 @pytest.mark.parametrize("n", [1, 127, 128, 129, 1000, 8192])
 def test_rank_by_score_equals_a_stable_descending_sort(n, dtype):
