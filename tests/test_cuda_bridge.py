@@ -120,22 +120,25 @@ def test_cuda_backends_are_listed_with_a_reason_when_unavailable():
             assert not row["available"] and row["reason"] in ("no CUDA device", "cupy not installed")
 
 
-def test_hard_fused_kernels_fit_their_block_sizes_in_the_register_file():
-    """A kernel whose registers x threads exceed the 64K-register file fails to launch
-    (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES): caught here with ptxas' report, without a GPU."""
-    import re
-
+def ptxas_report(module: _cuda.CudaModule) -> str:
+    """ptxas' verbose report (registers, spills) of every kernel of ``module`` for sm_90,
+    compiled by NVRTC as the bridge does: no GPU needed."""
     from cupy.cuda import nvrtc
 
-    module = hard_fused.CUDA_MODULE
     program = nvrtc.createProgram(module.source(), module.cu_file, [], [])
     try:
         for expression in module.expressions:
             nvrtc.addNameExpression(program, expression)
         nvrtc.compileProgram(program, [*_cuda.NVRTC_OPTIONS, "-arch=sm_90", "--ptxas-options=-v"])
-        log = nvrtc.getProgramLog(program)
+        return nvrtc.getProgramLog(program)
     finally:
         nvrtc.destroyProgram(program)
+
+
+def test_hard_fused_kernels_fit_their_block_sizes_in_the_register_file():
+    """A kernel whose registers x threads exceed the 64K-register file fails to launch
+    (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES): caught here with ptxas' report, without a GPU."""
+    log = ptxas_report(hard_fused.CUDA_MODULE)
     registers = {}
     for entry, used in re.findall(r"Compiling entry function '(\w+)'.*?Used (\d+) registers", log, flags=re.S):
         registers[entry] = max(registers.get(entry, 0), int(used))
@@ -156,18 +159,7 @@ def test_our_kernels_do_not_spill_registers(module):
     """ptxas picks a register budget from __launch_bounds__ (without a minimum of blocks it
     may aim at two blocks per SM, and spill: block_resolve_kernel went from 100 registers
     to 64 plus 120 bytes of spills, twice as slow on the H200). Checked without a GPU."""
-    import re
-
-    from cupy.cuda import nvrtc
-
-    program = nvrtc.createProgram(module.source(), module.cu_file, [], [])
-    try:
-        for expression in module.expressions:
-            nvrtc.addNameExpression(program, expression)
-        nvrtc.compileProgram(program, [*_cuda.NVRTC_OPTIONS, "-arch=sm_90", "--ptxas-options=-v"])
-        log = nvrtc.getProgramLog(program)
-    finally:
-        nvrtc.destroyProgram(program)
+    log = ptxas_report(module)
     spills = re.findall(r"Compiling entry function '(\w+)'.*?(\d+) bytes spill stores", log, flags=re.S)
     assert len(spills) >= len(module.expressions)
     assert [entry for entry, stored in spills if int(stored)] == []
