@@ -91,6 +91,10 @@ __device__ __forceinline__ int count_above_in_slice(int n, int warp, int lane, u
     return above;
 }
 
+// +inf in each arithmetic type.
+__device__ __forceinline__ float infinity(float) { return __int_as_float(0x7f800000); }
+__device__ __forceinline__ double infinity(double) { return __longlong_as_double(0x7ff0000000000000ll); }
+
 // The IoU test of hard_fused, the same decision as `overlaps` (double(iou) > threshold)
 // but mostly without the division and the conversion to double: in float, inter > union
 // * hi decides "above" and inter < union * lo decides "not above" whenever hi and lo are
@@ -105,7 +109,7 @@ struct IouThreshold {
     __device__ __forceinline__ explicit IouThreshold(double t) : exact(t) {
         const bool on = t > 1e-6 && t < 1.0;
         lo = on ? __double2float_rd(t * (1.0 - 0x1p-20)) : 0.0f;
-        hi = on ? __double2float_ru(t * (1.0 + 0x1p-20)) : __int_as_float(0x7f800000);
+        hi = on ? __double2float_ru(t * (1.0 + 0x1p-20)) : infinity(0.0f);
     }
 };
 
@@ -143,8 +147,6 @@ __device__ __forceinline__ A box_area(const Box<A>& b) { return (b.x2 - b.x1) * 
 // a NaN), so code that acts on IoU > 0 alone may test it first: four comparisons instead
 // of the IoU's arithmetic for most pairs, and the exact IoU, from the same (real) boxes,
 // for the rest.
-__device__ __forceinline__ float infinity(float) { return __int_as_float(0x7f800000); }
-__device__ __forceinline__ double infinity(double) { return __longlong_as_double(0x7ff0000000000000ll); }
 
 template <typename A>
 __device__ __forceinline__ Box<A> quick_box(const Box<A>& b) {

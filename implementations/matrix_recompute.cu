@@ -38,9 +38,6 @@ __device__ __forceinline__ void store_value(unsigned short* p, long long i, floa
     p[i] = h;
 }
 
-__device__ __forceinline__ float negative_infinity(float) { return __int_as_float(0xff800000); }
-__device__ __forceinline__ double negative_infinity(double) { return __longlong_as_double((long long)0xfff0000000000000ull); }
-
 // IoU with the areas precomputed ((x2 - x1) * (y2 - y1), the same rounding as box_iou).
 template <typename A>
 __device__ __forceinline__ A iou_with_areas(const Box<A>& a, A area_a, const Box<A>& b, A area_b) {
@@ -445,7 +442,7 @@ __global__ void __launch_bounds__(CHILDREN) decay_kernel(
     if (active) {
         const A final = final_score(sscore[j], smallest, linear, sigma);
         kept = final >= A(score_threshold);
-        final_by_input[order[j]] = kept ? final : negative_infinity(A(0));
+        final_by_input[order[j]] = kept ? final : -infinity(A(0));
     }
     if (count != nullptr) {  // the whole block is here
         const unsigned int voters = __ballot_sync(0xffffffffu, kept);
@@ -462,7 +459,7 @@ __global__ void select_kernel(const typename Arith<T>::type* final_by_input, int
                               long long* count, long long* host_count) {
     typedef typename Arith<T>::type A;
     __shared__ int slice_position[SEL_WARPS][32], slice_kept[SEL_WARPS][32];
-    const A none = negative_infinity(A(0));
+    const A none = -infinity(A(0));
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int j = blockIdx.x * 32 + lane;
     const A final_j = j < n ? final_by_input[j] : none;
@@ -637,14 +634,14 @@ __global__ void __launch_bounds__(MID_MAX_THREADS) cooperative_kernel(
         const double candidate = warp_min(decay.candidate);
         if (lane == 0) {
             const A final = final_score(__ldcg(sscore + r), candidate, linear, sigma);
-            final_by_input[__ldcg(order + r)] = final >= A(score_threshold) ? final : negative_infinity(A(0));
+            final_by_input[__ldcg(order + r)] = final >= A(score_threshold) ? final : -infinity(A(0));
         }
     }
     grid_barrier(barrier, barrier + 1);
 
     // 4. select: kept boxes by final score (ties: lower input index), then the others by
     // input index (key 0, under every kept key): a permutation, so every slot is written
-    const A none = negative_infinity(A(0));
+    const A none = -infinity(A(0));
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const A final = __ldcg(final_by_input + i);
         key[i] = final != none ? score_key(final) : 0ull;
