@@ -188,26 +188,27 @@ class _Outputs:
     int64 words for the kernels: one allocation. The kernels get addresses; the result's
     tensors are views made once the op knows its count (every view costs the host)."""
 
-    __slots__ = ("memory", "n", "dtype", "keep", "scores", "count", "scratch")
+    __slots__ = ("memory", "n", "dtype", "count_word", "keep", "scores", "count", "scratch")
 
     def __init__(self, n: int, dtype: torch.dtype, device: torch.device, scratch_words: int = 0):
-        words = -(-n * dtype.itemsize // 8)
-        self.memory = torch.empty(n + words + 1 + scratch_words, dtype=torch.int64, device=device)
+        self.count_word = n + -(-n * dtype.itemsize // 8)  # past keep and the scores
+        self.memory = torch.empty(self.count_word + 1 + scratch_words, dtype=torch.int64, device=device)
         self.n, self.dtype = n, dtype
         base = self.memory.data_ptr()
         self.keep, self.scores = np.uint64(base), np.uint64(base + 8 * n)
-        self.count, self.scratch = np.uint64(base + 8 * (n + words)), base + 8 * (n + words + 1)
+        self.count, self.scratch = np.uint64(base + 8 * self.count_word), base + 8 * (self.count_word + 1)
+
+    def _scores(self, count: int) -> torch.Tensor:
+        start = 8 * self.n // self.dtype.itemsize  # the scores start at byte 8 n
+        return self.memory.view(self.dtype)[start : start + count]
 
     def result(self, kept: int) -> NMSResult:
         """The first ``kept`` boxes and scores."""
-        start = 8 * self.n // self.dtype.itemsize
-        return NMSResult(self.memory[:kept], self.memory.view(self.dtype)[start : start + kept])
+        return NMSResult(self.memory[:kept], self._scores(kept))
 
     def padded(self) -> PaddedNMSResult:
         """keep and scores padded to n, and the count on the device."""
-        n, start = self.n, 8 * self.n // self.dtype.itemsize
-        words = -(-n * self.dtype.itemsize // 8)
-        return PaddedNMSResult(self.memory[:n], self.memory[n + words], self.memory.view(self.dtype)[start : start + n])
+        return PaddedNMSResult(self.memory[: self.n], self.memory[self.count_word], self._scores(self.n))
 
 
 @functools.lru_cache(maxsize=256)
