@@ -557,6 +557,20 @@ __device__ __forceinline__ double warp_min(double v) {
 // The child that the k-th warp task of phases 2 and 3 takes: 0, n - 1, 1, n - 2, ...
 __device__ __forceinline__ int balanced_child(int k, int n) { return (k & 1) ? n - 1 - (k >> 1) : (k >> 1); }
 
+// Phases 2 and 3: visit(i, child box, child area) for child r's parents i < r that this
+// lane takes (i = lane, lane + 32, ...) and that may overlap it, with its label if any.
+template <typename A, typename Visit>
+__device__ __forceinline__ void visit_parents(int r, int lane, const Box<A>* box, const A* area, const long long* label,
+                                              Visit visit) {
+    const Box<A> me = box[r];
+    const A my_area = area[r];
+    const long long my_label = label != nullptr ? label[r] : 0;
+    for (int i = lane; i < r; i += 32) {
+        if (!may_overlap(box[i], me) || (label != nullptr && label[i] != my_label)) continue;
+        visit(i, me, my_area);
+    }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(MID_MAX_THREADS) cooperative_kernel(
     const T* boxes, const T* scores, const void* labels, int wide_labels, int n, int linear, double sigma,
@@ -603,14 +617,9 @@ __global__ void __launch_bounds__(MID_MAX_THREADS) cooperative_kernel(
     __syncthreads();
     for (int k = first_warp; k < n; k += warps) {
         const int r = balanced_child(k, n);
-        const Box<A> me = box[r];
-        const A my_area = area[r];
-        const long long my_label = has_labels ? label[r] : 0;
         MaxIou<A> best;
-        for (int i = lane; i < r; i += 32) {
-            if (!may_overlap(box[i], me) || (has_labels && label[i] != my_label)) continue;
-            best.add(box[i], area[i], me, my_area);
-        }
+        visit_parents(r, lane, box, area, has_labels ? label : nullptr,
+                      [&](int i, const Box<A>& me, A my_area) { best.add(box[i], area[i], me, my_area); });
         const A cmax = warp_max_nonnegative(best.best);
         if (lane == 0) constant[r] = parent_constant(double(cmax), linear);
     }
@@ -622,15 +631,11 @@ __global__ void __launch_bounds__(MID_MAX_THREADS) cooperative_kernel(
     __syncthreads();
     for (int k = first_warp; k < n; k += warps) {
         const int r = balanced_child(k, n);
-        const Box<A> me = box[r];
-        const A my_area = area[r];
-        const long long my_label = has_labels ? label[r] : 0;
         MinDecay<A> decay(linear);
-        for (int i = lane; i < r; i += 32) {
-            if (!may_overlap(box[i], me) || (has_labels && label[i] != my_label)) continue;
+        visit_parents(r, lane, box, area, has_labels ? label : nullptr, [&](int i, const Box<A>& me, A my_area) {
             const A iou = iou_with_areas(box[i], area[i], me, my_area);
             if (iou > A(0)) decay.add(iou, constant + i, quick[i], linear);  // see decay_step
-        }
+        });
         const double candidate = warp_min(decay.candidate);
         if (lane == 0) {
             const A final = final_score(__ldcg(sscore + r), candidate, linear, sigma);
