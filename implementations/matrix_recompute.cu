@@ -537,8 +537,8 @@ __global__ void finalize_kernel(const typename Arith<T>::type* sorted_final, con
 //   4. select: each box's place by counting over the n final keys.
 // Every loop over the other boxes reads shared memory: read from global (L2), a warp's
 // loop would wait one memory latency per step. In phases 2 and 3 child r's work grows
-// with r, so warp k takes children k / 2 and n - 1 - k / 2 in turn (each block gets
-// both ends). What other blocks wrote is read after a grid barrier, from L2 (__ldcg).
+// with r, so a warp takes children t and n - 1 - t together, and the host sizes the grid
+// so every warp has as many boxes as the others. What other blocks wrote is read after a grid barrier, from L2 (__ldcg).
 // Maxima and minima are exact, so the result does not depend on the lanes' order.
 // Blocks of 256 to 1024 threads (the host picks); dynamic shared memory as
 // cooperative_shared_bytes in matrix_recompute.py lays it out.
@@ -554,20 +554,36 @@ __device__ __forceinline__ double warp_min(double v) {
     return v;
 }
 
-// The child that the k-th warp task of phases 2 and 3 takes: 0, n - 1, 1, n - 2, ...
+// The child of task k in phases 2 and 3: 0, n - 1, 1, n - 2, ... A warp takes tasks 2 t
+// and 2 t + 1 together, so every warp's two children have about n parents in all (dealt
+// one task per warp, odd warps took the long ends: 2.5x the even warps' work at 8192).
 __device__ __forceinline__ int balanced_child(int k, int n) { return (k & 1) ? n - 1 - (k >> 1) : (k >> 1); }
 
 // Phases 2 and 3: visit(i, child box, child area) for child r's parents i < r that this
 // lane takes (i = lane, lane + 32, ...) and that may overlap it, with its label if any.
+// Lanes first mark their parents that may overlap, 32 at a time (a bit each), then visit
+// only the marked: the exact work then runs as often as the busiest lane has parents to
+// visit, where visiting inside the first loop made the whole warp walk it for every group
+// of 32 parents in which any lane had one (4 groups in 5 at N = 8192, clustered).
 template <typename A, typename Visit>
 __device__ __forceinline__ void visit_parents(int r, int lane, const Box<A>* box, const A* area, const long long* label,
                                               Visit visit) {
     const Box<A> me = box[r];
     const A my_area = area[r];
     const long long my_label = label != nullptr ? label[r] : 0;
-    for (int i = lane; i < r; i += 32) {
-        if (!may_overlap(box[i], me) || (label != nullptr && label[i] != my_label)) continue;
-        visit(i, me, my_area);
+    for (int base = 0; base < r; base += 32 * 32) {
+        unsigned int marked = 0u;  // bit w: parent base + 32 w + lane
+        const int groups = min(32, (r - base + 31) / 32);
+#pragma unroll 4
+        for (int w = 0; w < groups; ++w) {
+            const int i = base + 32 * w + lane;
+            if ((i < r) & may_overlap(box[min(i, r)], me)) marked |= 1u << w;
+        }
+        while (marked != 0u) {
+            const int i = base + 32 * (__ffs(marked) - 1) + lane;
+            marked &= marked - 1u;
+            if (label == nullptr || label[i] == my_label) visit(i, me, my_area);
+        }
     }
 }
 
@@ -615,7 +631,7 @@ __global__ void __launch_bounds__(MID_MAX_THREADS) cooperative_kernel(
         if (has_labels) label[i] = __ldcg(slabel + i);
     }
     __syncthreads();
-    for (int k = first_warp; k < n; k += warps) {
+    for (int t = first_warp; 2 * t < n; t += warps) for (int k = 2 * t; k < min(2 * t + 2, n); ++k) {
         const int r = balanced_child(k, n);
         MaxIou<A> best;
         visit_parents(r, lane, box, area, has_labels ? label : nullptr,
@@ -629,7 +645,7 @@ __global__ void __launch_bounds__(MID_MAX_THREADS) cooperative_kernel(
     // in global memory: MinDecay reads one only when its float shortcut cannot decide)
     for (int i = threadIdx.x; i < n; i += blockDim.x) quick[i] = quick_constant(__ldcg(constant + i), linear);
     __syncthreads();
-    for (int k = first_warp; k < n; k += warps) {
+    for (int t = first_warp; 2 * t < n; t += warps) for (int k = 2 * t; k < min(2 * t + 2, n); ++k) {
         const int r = balanced_child(k, n);
         MinDecay<A> decay(linear);
         visit_parents(r, lane, box, area, has_labels ? label : nullptr, [&](int i, const Box<A>& me, A my_area) {

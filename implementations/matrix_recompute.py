@@ -158,9 +158,10 @@ SHARED_STEP = 8192  # occupancy is asked once per step of shared memory (rounded
 
 
 def cooperative_grid(n: int, dtype: torch.dtype, device: torch.device, labels: bool = False) -> int:
-    """Blocks of ``cooperative_threads(n)`` for cooperative_kernel at ``n``: a warp per box,
-    or as many blocks as the device holds at once with their shared memory (the warps then
-    take several boxes each); 0 where not even one fits. On every eager call's path: the
+    """Blocks of ``cooperative_threads(n)`` for cooperative_kernel at ``n``: a warp per box;
+    where the device cannot hold that many at once with their shared memory, the fewest
+    blocks that need as many rounds as the resident ones (the warps then take equally many
+    boxes each: 128 blocks, 2 boxes a warp, at 8192 on 132 SMs); 0 where not even one fits. On every eager call's path: the
     device is asked once per (block size, shared step)."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     threads, shared = cooperative_threads(n), cooperative_shared_bytes(n, dtype, labels)
@@ -175,7 +176,12 @@ def cooperative_grid(n: int, dtype: torch.dtype, device: torch.device, labels: b
         if shared <= limit:
             per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, threads, min(step, limit))
         resident = _resident[dtype, index, threads, step] = per_sm * torch.cuda.get_device_properties(index).multi_processor_count
-    return min(blocks(n, threads // 32), resident)  # the kernel's loops stride over the grid's warps
+    needed = blocks(n, threads // 32)
+    if needed <= resident:
+        return needed
+    # The warps stride over the boxes: as few blocks as take the same number of rounds, so
+    # every warp has as many boxes (and pairs of children) as the others.
+    return 0 if resident == 0 else -(-needed // -(-needed // resident))
 
 
 def segment_length(n: int) -> int:
