@@ -4,7 +4,7 @@ one launch of each kernel per case. Run on the device:
 
     ncu --clock-control none --profile-from-start off --section SpeedOfLight \
         --section Occupancy --section WarpStateStats --section LaunchStats \
-        python3 .ci/ncu_probe.py [hard] [matrix] [hard_big] [matrix_coop]
+        python3 .ci/ncu_probe.py [hard] [matrix] [hard_small] [hard_big] [matrix_coop]
 """
 import sys
 
@@ -27,6 +27,9 @@ if "matrix" in which:
         cases.append(("matrix_recompute", scenario, 1024, False))  # the cooperative launch
         cases.append(("matrix_recompute", scenario, 2048, False))
 
+if "hard_small" in which:  # the one-block kernel, the cooperative mid kernel, the block resolve at 8192
+    cases += [("hard_fused", "clustered", 256, False), ("hard_fused", "clustered", 1024, False),
+              ("hard_fused", "clustered", 8192, True)]
 if "hard_big" in which:  # the tile mask and the block resolve at large N
     cases += [("hard_fused", "clustered", 32768, True), ("hard_fused", "uniform", 8192, True)]
 if "matrix_coop" in which:  # the cooperative launch from 4096 on (1024-thread blocks)

@@ -55,6 +55,20 @@ def wall_us(f, reps=200):
     return best
 
 
+def events_us(f, reps=50):
+    """Median GPU time between CUDA events recorded before and after one eager call."""
+    f()
+    times = []
+    for _ in range(reps):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        f()
+        stop.record()
+        stop.synchronize()
+        times.append(1000 * start.elapsed_time(stop))
+    return float(np.median(times))
+
+
 def hard_stages(b, s, n):
     words = (n + 31) // 32
     out = torch.empty(n + 1, dtype=torch.int64, device=dev)
@@ -95,7 +109,7 @@ def hard_stages(b, s, n):
                 launch(hf.CUDA_MODULE.get("block_resolve_kernel", None, dev), (1,), (hf.RESOLVE_THREADS,),
                        (mask, order, n, words, *outputs), shared_mem=words * 4)
 
-    if n <= hf.COUNTING_RANK_MAX:
+    if n <= 8192:  # the counting rank where it may win
         stages["rank(count)"] = gpu_us(rank)
     stages["rank(sort)"] = gpu_us(sort_rank)
     stages["mask(seed)"] = gpu_us(seed_mask_stage)
@@ -114,6 +128,10 @@ def hard():
                     "wall": wall_us(lambda: hf.hard_fused_cuda(b, s, iou_threshold=0.5), reps),
                     "graph": gpu_us(lambda: hf.hard_fused_cuda(b, s, iou_threshold=0.5, padded=True))}
             kept = None
+            if hf.SMALL_MAX < n <= hf.MID_MAX:  # eager without the cooperative launch: rank, mask, resolve
+                mid_max, hf.MID_MAX = hf.MID_MAX, 0
+                line["wall3"] = wall_us(lambda: hf.hard_fused_cuda(b, s, iou_threshold=0.5), reps)
+                hf.MID_MAX = mid_max
             if n > hf.SMALL_MAX:
                 stages, kept = hard_stages(b, s, n)
                 line.update(stages)
@@ -136,6 +154,9 @@ def matrix():
                                                                               path=path))
                 line[path + "_wall"] = wall_us(
                     lambda: mr.matrix_recompute_cuda_path(b, s, None, "gaussian", 0.5, 0.05, False, path=path))
+                if path == "cooperative":  # GPU time from the launch to the kernel's end (CUDA events)
+                    line[path + "_events"] = events_us(
+                        lambda: mr.matrix_recompute_cuda_path(b, s, None, "gaussian", 0.5, 0.05, False, path=path))
             for other in ("matrix_fused", "matrix_naive"):  # side by side, same input
                 line[other + "_wall"] = wall_us(lambda: nmsbench.run_nms(other, b, s, 0.5, kernel="gaussian", sigma=0.5,
                                                                          score_threshold=0.05), 50)
@@ -148,7 +169,8 @@ def matrix_stages(b, s, n, path):
     from nmsbench.variants._cuda import Scratch
 
     dtype, arith = b.dtype, mr.arith_dtype(b.dtype)
-    keep, out_scores, count, _ = mr._outputs(n, dtype, dev)
+    outputs = mr._Outputs(n, dtype, dev)
+    keep, out_scores, count = outputs.keep, outputs.scores, outputs.count
     chunks, segment = blocks(n, mr.CHILDREN), mr.segment_length(n)
     segments = max(1, -(-(n - 1) // segment))
     scratch = Scratch(dev, order=(n, torch.int64), sbox=(4 * n, arith), sarea=(n, arith), sscore=(n, arith),
@@ -160,7 +182,7 @@ def matrix_stages(b, s, n, path):
     def rank():
         with on_torch_stream(dev) as launch:
             if path == "counting":
-                launch(get("rank_kernel"), (blocks(n, 32),), (256,),
+                launch(get("rank_kernel"), (blocks(n, 32),), (32 * mr.RANK_WARPS,),
                        (b, s, None, 1, n, order, scratch.sbox, scratch.sarea, None, scratch.sscore, scratch.cmax,
                         scratch.acc, scratch.done, chunks, None))
             else:
@@ -236,7 +258,7 @@ def profile():
     import pstats
 
     for name, n in (("hard_fused", 64), ("hard_fused", 1024), ("hard_fused", 4096), ("matrix_recompute", 64),
-                    ("matrix_recompute", 1024)):
+                    ("matrix_recompute", 1024), ("matrix_recompute", 4096)):
         bs = datasets.generate("clustered", n, seed=0).to("cuda")
         op = (lambda: hf.hard_fused_cuda(bs.boxes, bs.scores, iou_threshold=0.5)) if name == "hard_fused" else (
             lambda: mr.matrix_recompute_cuda(bs.boxes, bs.scores, iou_threshold=0.5, kernel="gaussian", sigma=0.5,

@@ -73,14 +73,17 @@ __device__ __forceinline__ bool ranks_above(unsigned long long key_i, int i, uns
 // one per lane, and each of its COUNT_WARPS warps counts over a slice of the N others.
 #define COUNT_BOXES 32
 #define COUNT_WARPS 8
+// rank.cu and matrix_recompute's rank_kernel: 32 warps, slices of N / 32. Each step of a
+// slice waits on a shuffle, so the count is latency-bound: 8 warps took 16.5 us at N = 4096.
+#define RANK_WARPS 32
 
-// Counts, in every lane of the warp, the items i of warp `warp`'s slice of [0, n) that
+// Counts, in every lane of the warp, the items i of warp `warp`'s slice (of WARPS) of [0, n) that
 // rank above the lane's own (key_j, j), with key(i) the key of item i. The warp loads 32
 // keys at a time, one per lane (coalesced), and broadcasts them with shuffles: one
 // memory latency per 32 items. The whole warp must call it (same bounds in every lane).
-template <typename Key>
+template <int WARPS, typename Key>
 __device__ __forceinline__ int count_above_in_slice(int n, int warp, int lane, unsigned long long key_j, int j, Key key) {
-    const int slice = (n + COUNT_WARPS - 1) / COUNT_WARPS;
+    const int slice = (n + WARPS - 1) / WARPS;
     const int begin = warp * slice, end = min(n, begin + slice);
     int above = 0;
     for (int base = begin; base < end; base += 32) {

@@ -244,7 +244,7 @@ class Scratch:
 
 
 RANK_MODULE = CudaModule("rank.cu", templates=("rank_by_score_kernel",))
-COUNT_BOXES, COUNT_WARPS = 32, 8  # as #defined in _common.cuh
+COUNT_BOXES, COUNT_WARPS, RANK_WARPS = 32, 8, 32  # as #defined in _common.cuh
 
 
 def _box_words(n: int, dtype: torch.dtype) -> int:
@@ -301,7 +301,7 @@ def rank_by_score(launch, boxes: torch.Tensor, scores: torch.Tensor, labels: tor
     if labels is not None:
         labels = labels.to(torch.int64).contiguous()
     launch(
-        RANK_MODULE.get("rank_by_score_kernel", dtype, device), (blocks(n, COUNT_BOXES),), (32 * COUNT_WARPS,),
+        RANK_MODULE.get("rank_by_score_kernel", dtype, device), (blocks(n, COUNT_BOXES),), (32 * RANK_WARPS,),
         (boxes.contiguous(), scores.contiguous(), labels, n, order, scratch.sorted_boxes, scratch.sorted_scores,
          scratch.sorted_labels),
     )

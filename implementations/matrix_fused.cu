@@ -207,7 +207,7 @@ __global__ void select_kernel(const typename Store<T>::type* final_by_input, int
     // never NaN, and no other float maps to 0), so they never count as above one.
     const auto key = [&](int i) { const S f = final_by_input[i]; return f >= threshold ? score_key(f) : 0ull; };
     int count = 0;
-    if (__any_sync(0xffffffffu, keep_j)) count = count_above_in_slice(n, warp, lane, keep_j ? key(j) : 0ull, j, key);
+    if (__any_sync(0xffffffffu, keep_j)) count = count_above_in_slice<COUNT_WARPS>(n, warp, lane, keep_j ? key(j) : 0ull, j, key);
     slice_count[warp][lane] = count;
     __syncthreads();
     if (warp != 0) return;

@@ -286,23 +286,23 @@ __device__ __forceinline__ void reset_counters(int* done, int chunks, long long*
     if (g == 0 && count != nullptr) *count = 0;
 }
 
-// grid: ceil(n / 32), block 256 (8 warps, each counting over a slice of the n scores)
+// grid: ceil(n / 32), block 32 * RANK_WARPS (each warp counting over a slice of the n scores)
 template <typename T>
 __global__ void rank_kernel(const T* boxes, const T* scores, const void* labels, int wide_labels, int n,
                             long long* order, typename Arith<T>::type* sbox, typename Arith<T>::type* sarea,
                             long long* slabel, typename Arith<T>::type* sscore, typename Arith<T>::type* cmax,
                             unsigned long long* acc, int* done, int chunks, long long* count) {
     typedef typename Arith<T>::type A;
-    __shared__ int slice_count[COUNT_WARPS][COUNT_BOXES];
+    __shared__ int slice_count[RANK_WARPS][COUNT_BOXES];
     reset_counters(done, chunks, count);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int j = blockIdx.x * COUNT_BOXES + lane;
     const unsigned long long key_j = j < n ? score_key(A(load_value(scores, j))) : 0ull;
-    slice_count[warp][lane] = count_above_in_slice(n, warp, lane, key_j, j, [&](int i) { return score_key(A(load_value(scores, i))); });
+    slice_count[warp][lane] = count_above_in_slice<RANK_WARPS>(n, warp, lane, key_j, j, [&](int i) { return score_key(A(load_value(scores, i))); });
     __syncthreads();
     if (warp != 0 || j >= n) return;
     int rank = 0;
-    for (int w = 0; w < COUNT_WARPS; ++w) rank += slice_count[w][lane];
+    for (int w = 0; w < RANK_WARPS; ++w) rank += slice_count[w][lane];
     order[rank] = j;
     write_ranked(boxes, scores, labels, wide_labels, j, rank, sbox, sarea, slabel, sscore, cmax, acc);
 }
@@ -323,6 +323,18 @@ __global__ void gather_kernel(const T* boxes, const T* scores, const void* label
 __device__ __forceinline__ int live_segments(int chunk, int n, int segment) {
     const int last_child = min(n, (chunk + 1) * CHILDREN) - 1;  // parents: ranks < last_child
     return max(1, (last_child + segment - 1) / segment);
+}
+
+// The pass kernels' tile of parents: bit k set where parent k < limit may overlap `me`.
+// Marking first and visiting the marked after keeps the exact work to the lanes that
+// have it: visited in the marking loop, one lane's overlapping parent made its whole warp
+// walk the exact step (see cooperative_kernel's visit_parents).
+template <typename A>
+__device__ __forceinline__ unsigned long long mark_overlapping(const Box<A>* parent_box, int limit, const Box<A>& me) {
+    unsigned long long marked = 0ull;
+#pragma unroll 8
+    for (int k = 0; k < limit; ++k) marked |= (unsigned long long)may_overlap(parent_box[k], me) << k;
+    return marked;
 }
 
 // Pass 1. grid (segments, chunks), the longest chunks first; block CHILDREN. Thread t
@@ -360,9 +372,9 @@ __global__ void __launch_bounds__(CHILDREN) cmax_kernel(const typename Arith<T>:
         }
         __syncthreads();
         const int limit = active ? min(min(PTILE, end - base), j - base) : 0;
-        for (int k = 0; k < limit; ++k) {
-            if (!may_overlap(parent_box[k], me) || (slabel != nullptr && parent_label[k] != my_label)) continue;
-            best.add(parent_box[k], parent_area[k], me, my_area);
+        for (unsigned long long marked = mark_overlapping(parent_box, limit, me); marked != 0ull; marked &= marked - 1ull) {
+            const int k = __ffsll(marked) - 1;
+            if (slabel == nullptr || parent_label[k] == my_label) best.add(parent_box[k], parent_area[k], me, my_area);
         }
         __syncthreads();  // the tile's reads before the next tile's loads
     }
@@ -416,8 +428,9 @@ __global__ void __launch_bounds__(CHILDREN) decay_kernel(
         }
         __syncthreads();
         const int limit = active ? min(min(PTILE, end - base), j - base) : 0;
-        for (int k = 0; k < limit; ++k) {
-            if (!may_overlap(parent_box[k], me) || (slabel != nullptr && parent_label[k] != my_label)) continue;
+        for (unsigned long long marked = mark_overlapping(parent_box, limit, me); marked != 0ull; marked &= marked - 1ull) {
+            const int k = __ffsll(marked) - 1;
+            if (slabel != nullptr && parent_label[k] != my_label) continue;
             const A iou = iou_with_areas(parent_box[k], parent_area[k], me, my_area);
             if (iou > A(0)) decay.add(iou, parent_constant_ + k, parent_quick[k], linear);
         }
@@ -554,6 +567,28 @@ __device__ __forceinline__ double warp_min(double v) {
     return v;
 }
 
+// Phases 1 and 4 count, for each box, the boxes that rank above it. With float scores
+// (float16 and float32 inputs) the 32-bit score key and the index fit one 64-bit integer
+// whose order is "ranks above" (ties by lower index), so the inner loop makes one
+// comparison instead of two and a tie test; double scores keep ranks_above.
+template <typename A> struct Ranking;
+template <> struct Ranking<float> {
+    static __device__ __forceinline__ unsigned long long key(unsigned long long score_key, int i) {
+        return (score_key << 32) | (0xffffffffu - unsigned(i));
+    }
+    static __device__ __forceinline__ bool above(unsigned long long key_i, int, unsigned long long key_j, int) {
+        return key_i > key_j;
+    }
+    static __device__ __forceinline__ bool has_score(unsigned long long key) { return (key >> 32) != 0ull; }
+};
+template <> struct Ranking<double> {
+    static __device__ __forceinline__ unsigned long long key(unsigned long long score_key, int) { return score_key; }
+    static __device__ __forceinline__ bool above(unsigned long long key_i, int i, unsigned long long key_j, int j) {
+        return ranks_above(key_i, i, key_j, j);
+    }
+    static __device__ __forceinline__ bool has_score(unsigned long long key) { return key != 0ull; }
+};
+
 // The child of task k in phases 2 and 3: 0, n - 1, 1, n - 2, ... A warp takes tasks 2 t
 // and 2 t + 1 together, so every warp's two children have about n parents in all (dealt
 // one task per warp, odd warps took the long ends: 2.5x the even warps' work at 8192).
@@ -605,12 +640,13 @@ __global__ void __launch_bounds__(MID_MAX_THREADS) cooperative_kernel(
     const int first_warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
 
     // 1. rank
-    for (int i = threadIdx.x; i < n; i += blockDim.x) key[i] = score_key(A(load_value(scores, i)));
+    for (int i = threadIdx.x; i < n; i += blockDim.x) key[i] = Ranking<A>::key(score_key(A(load_value(scores, i))), i);
     __syncthreads();
     for (int j = first_warp; j < n; j += warps) {
         const unsigned long long key_j = key[j];
         int above = 0;
-        for (int i = lane; i < n; i += 32) above += ranks_above(key[i], i, key_j, j);
+#pragma unroll 4
+        for (int i = lane; i < n; i += 32) above += Ranking<A>::above(key[i], i, key_j, j);
         above = warp_sum(above);
         if (lane == 0) {
             const Box<A> b = load_box(boxes, j);
@@ -661,26 +697,28 @@ __global__ void __launch_bounds__(MID_MAX_THREADS) cooperative_kernel(
     grid_barrier(barrier, barrier + 1);
 
     // 4. select: kept boxes by final score (ties: lower input index), then the others by
-    // input index (key 0, under every kept key): a permutation, so every slot is written
+    // input index (keys without a score, under every kept key): a permutation, so every
+    // slot is written
     const A none = -infinity(A(0));
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const A final = __ldcg(final_by_input + i);
-        key[i] = final != none ? score_key(final) : 0ull;
+        key[i] = Ranking<A>::key(final != none ? score_key(final) : 0ull, i);
     }
     __syncthreads();
     for (int j = first_warp; j < n; j += warps) {
         const unsigned long long key_j = key[j];
         int above = 0, kept_above = 0;
+#pragma unroll 4
         for (int i = lane; i < n; i += 32) {
             const unsigned long long k = key[i];
-            const bool a = ranks_above(k, i, key_j, j);
+            const bool a = Ranking<A>::above(k, i, key_j, j);
             above += a;
-            kept_above += a && k != 0ull;
+            kept_above += a & Ranking<A>::has_score(k);
         }
         above = warp_sum(above);
         kept_above = warp_sum(kept_above);
         if (lane == 0) {
-            const bool kept = key_j != 0ull;
+            const bool kept = Ranking<A>::has_score(key_j);
             keep[above] = kept ? (long long)j : -1ll;
             store_value(out_scores, above, kept ? __ldcg(final_by_input + j) : A(0));
             if ((!kept && above == kept_above) || (kept && above == n - 1)) {  // one writer (see single_block_kernel)

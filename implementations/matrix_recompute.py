@@ -64,8 +64,8 @@ from nmsbench.families import MATRIX_PARAMS
 from nmsbench.registry import register
 
 from ._cpu import sorted_inputs
-from ._cuda import (CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, Scratch, blocks, grid_barrier_state, host_count,
-                    on_torch_stream, opted_in_shared_limit)
+from ._cuda import (COUNT_BOXES, CUDA_DTYPES, MAX_SHARED_BYTES, RANK_WARPS, CudaModule, Scratch, blocks, grid_barrier_state,
+                    host_count, on_torch_stream, opted_in_shared_limit)
 from .matrix_fused import decay_factors, max_iou_with_parents
 
 
@@ -282,7 +282,7 @@ def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_thres
             if path == "counting":
                 order = scratch.order
                 launch(
-                    CUDA_MODULE.get("rank_kernel", dtype, device), (blocks(n, 32),), (256,),
+                    CUDA_MODULE.get("rank_kernel", dtype, device), (blocks(n, COUNT_BOXES),), (32 * RANK_WARPS,),
                     (boxes, scores, labels, wide, n, order, scratch.sbox, scratch.sarea, slabel, scratch.sscore,
                      scratch.cmax, scratch.acc, scratch.done, chunks, None),
                 )
