@@ -100,11 +100,13 @@ CHILDREN, PTILE, SEL_WARPS, SB_MAX_THREADS, MID_MAX_THREADS = 128, 64, 8, 1024, 
 TARGET_SEGMENTS = 32  # parent segments per child chunk (the pass kernels' grid x)
 # The single-block path up to here (a tuning choice: one SM's throughput against more
 # launches; measured on the H200, results/PERFLOG.md). At most single_block_capacity(dtype).
-# Eager calls: up to 160 boxes, then the cooperative launch (wall 73 vs 92 us at 192);
-# padded (graph) calls: up to 128, then the multi-block launches, which a graph replays
-# without host costs (GPU time 26 vs 28 us at 128, 28 vs 63 at 256).
-SINGLE_BLOCK_MAX_N = 160
-PADDED_SINGLE_BLOCK_MAX_N = 128
+# Eager calls: up to 96 boxes, then the cooperative launch (six same-day probes, wall,
+# clustered: the single block 53-82 vs 55-84 us at 64, 70-95 vs 58-84 at 128);
+# padded (graph) calls: up to 32, then the multi-block launches, which a graph replays
+# without host costs (GPU time, clustered / uniform: 20.7 / 11.3 vs 16.2 / 11.5 us at 64,
+# 34.5 / 22.2 vs 18.3 / 13.6 at 128, once their rank counts over 32 warps).
+SINGLE_BLOCK_MAX_N = 96
+PADDED_SINGLE_BLOCK_MAX_N = 32
 COUNTING_MAX_N = 8192  # rank and select by counting up to here, torch.sort above
 # Eager calls above the single-block path and up to here: one cooperative launch, where
 # the device holds its grid at once with its shared memory (cooperative_shared_bytes).
