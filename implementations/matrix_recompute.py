@@ -178,12 +178,18 @@ def cooperative_grid(n: int, dtype: torch.dtype, device: torch.device, labels: b
         if shared <= limit:
             per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, threads, min(step, limit))
         resident = _resident[dtype, index, threads, step] = per_sm * torch.cuda.get_device_properties(index).multi_processor_count
-    needed = blocks(n, threads // 32)
-    if needed <= resident:
-        return needed
-    # The warps stride over the boxes: as few blocks as take the same number of rounds, so
-    # every warp has as many boxes (and pairs of children) as the others.
-    return 0 if resident == 0 else -(-needed // -(-needed // resident))
+    return balanced_grid(blocks(n, threads // 32), resident)
+
+
+def balanced_grid(needed: int, resident: int) -> int:
+    """Blocks for a cooperative launch that wants ``needed`` but may have at most
+    ``resident`` (0: none fits, so 0). Above that the warps stride over the boxes: as few
+    blocks as take the same number of rounds as ``resident`` would, so every warp gets as
+    many boxes (and pairs of children) as the others, give or take the last round."""
+    if needed <= resident or resident == 0:
+        return needed if resident > 0 else 0
+    rounds = -(-needed // resident)
+    return -(-needed // rounds)
 
 
 def segment_length(n: int) -> int:
