@@ -19,8 +19,8 @@ CUDA (matrix_recompute.cu), four paths by N:
   computes cmax, decays, final scores, and selects and orders the kept boxes by counting;
   it writes keep / scores padded to N and the count (into pinned host memory too, so the
   host waits once: ``HostCount``). One allocation, one launch, one synchronization. The
-  block is one SM, whose FP32 throughput bounds it (~2 * N^2 / 2 IoUs): past ~150 boxes
-  the launches over the whole GPU are faster.
+  block is one SM, and its threads' loops are long chains: on the H200 the launches over
+  the whole GPU are faster from ~100 boxes (eager) and from 64 (in a graph).
 - N <= ``COOPERATIVE_MAX_N``, eager calls, where the device holds the grid with its
   shared memory: ONE cooperative launch (every block resident at once), the same four
   phases as the single block but over the whole GPU, a warp per box in each (rank, cmax,
@@ -28,14 +28,18 @@ CUDA (matrix_recompute.cu), four paths by N:
   copies all ranked boxes, areas and labels into its shared memory after the first
   barrier (its loops read there, not L2: 1024 boxes 91 -> 69 us `wall` on the H200), so
   it takes 24 bytes per box for float32 without labels (8192 boxes) and 32 with labels
-  (up to ~7000); float64 to ~5000. Children are dealt 0, n - 1, 1, n - 2, ... so each
-  block gets both ends of the triangle. At these sizes the four launches, their
-  allocations and the host work around them were most of the op on the H200 host.
+  (up to ~7000); float64 to ~5000. A warp takes children t and n - 1 - t together (about
+  n parents in all), and the grid is sized so every warp has as many boxes as the others.
+  The rank and select phases compare one 64-bit key (score key, then index) for float
+  scores. At these sizes the four launches, their allocations and the host work around
+  them were most of the op on the H200 host.
 - In every path the passes skip the pairs that cannot overlap by four comparisons (the
-  ranked boxes are stored as ``quick_box``-es), and float shortcuts (``MaxIou``,
-  ``MinDecay``) skip the division or the double step where it provably changes nothing:
-  bit-exact, but measured neutral (shortcuts) and 10-70 % slower (the comparisons as
-  NVRTC compiled them at 5a83452) on the H200; see results/PERFLOG.md.
+  ranked boxes are stored as ``quick_box``-es, compared with bitwise ``&``: NVRTC branched
+  after each ``&&``). The multi-block passes mark those pairs first and visit only the
+  marked: a lane's overlapping parent visited in the marking loop made its whole warp
+  walk the exact step (80 % of the steps at 8192, clustered). Float shortcuts
+  (``MaxIou``, ``MinDecay``) skip the division or the double step where it provably
+  changes nothing (bit-exact). See results/PERFLOG.md.
 - N <= ``COUNTING_MAX_N``: rank by counting (rank_kernel), pass 1 (cmax_kernel), pass 2
   (decay_kernel), select by counting (select_kernel): four launches, no host sync but the
   final count. Pass kernels: grid (parent segment, child chunk of 128); a thread owns one
