@@ -55,20 +55,6 @@ def wall_us(f, reps=200):
     return best
 
 
-def events_us(f, reps=50):
-    """Median GPU time between CUDA events recorded before and after one eager call."""
-    f()
-    times = []
-    for _ in range(reps):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        f()
-        stop.record()
-        stop.synchronize()
-        times.append(1000 * start.elapsed_time(stop))
-    return float(np.median(times))
-
-
 def hard_stages(b, s, n):
     words = (n + 31) // 32
     out = torch.empty(n + 1, dtype=torch.int64, device=dev)
@@ -154,9 +140,6 @@ def matrix():
                                                                               path=path))
                 line[path + "_wall"] = wall_us(
                     lambda: mr.matrix_recompute_cuda_path(b, s, None, "gaussian", 0.5, 0.05, False, path=path))
-                if path == "cooperative":  # GPU time from the launch to the kernel's end (CUDA events)
-                    line[path + "_events"] = events_us(
-                        lambda: mr.matrix_recompute_cuda_path(b, s, None, "gaussian", 0.5, 0.05, False, path=path))
             for other in ("matrix_fused", "matrix_naive"):  # side by side, same input
                 line[other + "_wall"] = wall_us(lambda: nmsbench.run_nms(other, b, s, 0.5, kernel="gaussian", sigma=0.5,
                                                                          score_threshold=0.05), 50)

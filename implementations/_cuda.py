@@ -373,4 +373,5 @@ def opted_in_shared_limit(kernel, device: torch.device) -> int:
         _shared_limits[kernel.ptr, index] = limit
     return limit
 
+
 BALLOT_WARPS = 8  # rows per block of _common.cuh's ballot_mask_kernel, as #defined there

@@ -551,7 +551,8 @@ __global__ void finalize_kernel(const typename Arith<T>::type* sorted_final, con
 // Every loop over the other boxes reads shared memory: read from global (L2), a warp's
 // loop would wait one memory latency per step. In phases 2 and 3 child r's work grows
 // with r, so a warp takes children t and n - 1 - t together, and the host sizes the grid
-// so every warp has as many boxes as the others. What other blocks wrote is read after a grid barrier, from L2 (__ldcg).
+// so every warp has as many boxes as the others. What other blocks wrote is read after a
+// grid barrier, from L2 (__ldcg).
 // Maxima and minima are exact, so the result does not depend on the lanes' order.
 // Blocks of 256 to 1024 threads (the host picks); dynamic shared memory as
 // cooperative_shared_bytes in matrix_recompute.py lays it out.

@@ -167,8 +167,9 @@ def cooperative_grid(n: int, dtype: torch.dtype, device: torch.device, labels: b
     """Blocks of ``cooperative_threads(n)`` for cooperative_kernel at ``n``: a warp per box;
     where the device cannot hold that many at once with their shared memory, the fewest
     blocks that need as many rounds as the resident ones (the warps then take equally many
-    boxes each: 128 blocks, 2 boxes a warp, at 8192 on 132 SMs); 0 where not even one fits. On every eager call's path: the
-    device is asked once per (block size, shared step)."""
+    boxes each: 128 blocks, 2 boxes a warp, at 8192 on 132 SMs); 0 where not even one
+    fits. On every eager call's path: the device is asked once per (block size, shared
+    step)."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     threads, shared = cooperative_threads(n), cooperative_shared_bytes(n, dtype, labels)
     step = -(-shared // SHARED_STEP) * SHARED_STEP
