@@ -92,8 +92,10 @@ def hard_stages(b, s, n):
                 launch(hf.CUDA_MODULE.get("staged_resolve_kernel", None, dev), (1,), (hf.STAGED_THREADS,),
                        (mask, order, n, words, *outputs), shared_mem=hf.staged_shared_bytes(n))
             else:
-                launch(hf.CUDA_MODULE.get("block_resolve_kernel", None, dev), (1,), (hf.RESOLVE_THREADS,),
-                       (mask, order, n, words, *outputs), shared_mem=words * 4)
+                kernel = hf.CUDA_MODULE.get("block_resolve_kernel", None, dev)
+                hf.opted_in_shared_limit(kernel, dev)
+                launch(kernel, (1,), (hf.RESOLVE_THREADS,), (mask, order, n, words, *outputs),
+                       shared_mem=hf.block_resolve_shared_bytes(words))
 
     if n <= 8192:  # the counting rank where it may win
         stages["rank(count)"] = gpu_us(rank)

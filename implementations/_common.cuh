@@ -77,19 +77,41 @@ __device__ __forceinline__ bool ranks_above(unsigned long long key_i, int i, uns
 // slice waits on a shuffle, so the count is latency-bound: 8 warps took 16.5 us at N = 4096.
 #define RANK_WARPS 32
 
+// The narrowest unsigned integer that holds score_key of arithmetic type A: float keys
+// fit 32 bits, so a counting rank shuffles half as much (one shuffle per item, not two).
+template <typename A> struct ScoreKey { typedef unsigned long long type; };
+template <> struct ScoreKey<float> { typedef unsigned int type; };
+
 // Counts, in every lane of the warp, the items i of warp `warp`'s slice (of WARPS) of [0, n) that
-// rank above the lane's own (key_j, j), with key(i) the key of item i. The warp loads 32
-// keys at a time, one per lane (coalesced), and broadcasts them with shuffles: one
-// memory latency per 32 items. The whole warp must call it (same bounds in every lane).
-template <int WARPS, typename Key>
-__device__ __forceinline__ int count_above_in_slice(int n, int warp, int lane, unsigned long long key_j, int j, Key key) {
+// rank above the lane's own (key_j, j), with key(i) the key of item i (of key_j's type K).
+// The warp loads 32 keys at a time, one per lane (coalesced), and broadcasts them with
+// shuffles; the next 32 keys' load is in flight meanwhile. One warp shuffle per item (two
+// for a 64-bit K) is the cost: the SM's shuffle throughput bounds a counting rank. The
+// whole warp must call it, with the same n and warp in every lane and j = (the same) + lane.
+template <int WARPS, typename K, typename Key>
+__device__ __forceinline__ int count_above_in_slice(int n, int warp, int lane, K key_j, int j, Key key) {
     const int slice = (n + WARPS - 1) / WARPS;
     const int begin = warp * slice, end = min(n, begin + slice);
     int above = 0;
+    K next = begin + lane < end ? K(key(begin + lane)) : K(0);
     for (int base = begin; base < end; base += 32) {
-        const unsigned long long mine = base + lane < end ? key(base + lane) : 0ull;
-        const int count = min(32, end - base);
-        for (int k = 0; k < count; ++k) above += ranks_above(__shfl_sync(0xffffffffu, mine, k), base + k, key_j, j);
+        const K mine = next;
+        next = base + 32 + lane < end ? K(key(base + 32 + lane)) : K(0);
+        // Whole batches before or after every lane's j (the warp's j are j - lane ... +
+        // 31) take one comparison per item (ties rank above j only from before it); the
+        // rest, both. The conditions are warp-uniform: the shuffles need the whole warp.
+        if (end - base >= 32 && base + 32 <= j - lane) {
+#pragma unroll
+            for (int k = 0; k < 32; ++k) above += __shfl_sync(0xffffffffu, mine, k) >= key_j;
+        } else if (end - base >= 32 && base > j - lane + 31) {
+#pragma unroll
+            for (int k = 0; k < 32; ++k) above += __shfl_sync(0xffffffffu, mine, k) > key_j;
+        } else {
+            for (int k = 0; k < end - base; ++k) {
+                const K key_i = __shfl_sync(0xffffffffu, mine, k);
+                above += key_i > key_j || (key_i == key_j && base + k < j);
+            }
+        }
     }
     return above;
 }

@@ -9,7 +9,7 @@
 #define SMALL_THREADS 1024
 #define SMALL_WORDS (SMALL_MAX / 32)
 #define ROUND_WORDS 8     // words the deciding warp resolves per block-wide round
-#define RESOLVE_THREADS 512  // threads of the block resolve (its deciding warp holds 36 mask words in registers)
+#define RESOLVE_THREADS 512  // threads of the block resolve: one deciding warp, the rest stage and OR
 
 __device__ __forceinline__ unsigned int valid_bits(int n, int word) {
     const int valid = n - word * 32;
@@ -359,103 +359,139 @@ __global__ void __launch_bounds__(MID_THREADS, 1) mid_nms_kernel(
     resolve_from_shared(mask, order, n, words, staged, &kept_count, keep, count_out, host_count);
 }
 
-// Resolve for words > 32: one block. The "removed" bitmap is in shared memory. Per round,
-// warp 0 decides ROUND_WORDS words in registers: lane k holds, for each word g of the
-// round, row (word g's box k)'s bits in words g ... of the round (prefetched during the
-// previous round), so a kept box's effect on the round's later words is a warp OR and
-// needs no barrier. Then the whole block ORs the round's kept rows into the bitmap past
-// the round: one pair of __syncthreads() per ROUND_WORDS words instead of per word.
-extern "C" __global__ void __launch_bounds__(RESOLVE_THREADS, 1) block_resolve_kernel(const unsigned int* mask, const long long* order, int n, int words,
-                                                long long* keep, long long* count_out, long long* host_count) {
-    extern __shared__ unsigned int removed[];
-    __shared__ int kept_rows[32 * ROUND_WORDS];
-    __shared__ int kept_in_round, kept_total;
-    const int tid = threadIdx.x, lane = tid % 32;
-    const bool decider = tid < 32;
-    for (int w = tid; w < words; w += blockDim.x) removed[w] = 0u;
-    unsigned int rows[ROUND_WORDS][ROUND_WORDS];  // [g][h], h >= g: row of word g's lane box, word h
-    long long indices[ROUND_WORDS];                // input index of word g's lane box
-    if (decider) {
+// Resolve for words > 32: one block, in rounds of ROUND_WORDS words (ROUND_BOXES boxes).
+// The "removed" bitmap is in shared memory. Warp 0 decides the round's words one after
+// another; lane k holds box k of the word, and a kept box's effect on the round's later
+// words is a warp OR (no barrier). The rest of the block works a round ahead and a round
+// behind it, so the deciding warp never waits for global memory: while round r is
+// decided, the other warps copy round r + 1's mask rows (at its own words and the next
+// round's) and input indices into shared memory, and OR round r - 1's kept rows into the
+// bitmap past round r. Round r - 1's effect on round r itself is ORed by the deciding
+// warp from the staged rows when round r - 1 ends (the staged rows reach one round
+// further for that). One __syncthreads() per round. (H200 clock64 trace of the previous
+// design, which ORed and prefetched between two barriers: 40 % of a round was the OR
+// and ~10 % issuing the prefetch.)
+#define ROUND_BOXES (32 * ROUND_WORDS)
+#define STAGE_WORDS (2 * ROUND_WORDS)  // a staged row: the round's words, then the next round's
+#define STAGE_STRIDE (STAGE_WORDS + 1)  // odd: a warp reading one word of 32 rows hits 32 banks
+
+// Block-wide copy of round `round`'s rows (words round * ROUND_WORDS ... + STAGE_WORDS) and
+// input indices into `rows` and `indices`, by threads [first_thread, blockDim.x). Row
+// words before the row's own word were never written by the mask kernel, so they are not
+// read: they and everything past n or past the last word are staged as 0.
+__device__ __forceinline__ void stage_round(const unsigned int* mask, const long long* order, int n, int words,
+                                            int round, unsigned int* rows, long long* indices, int first_thread) {
+    const int first_row = round * ROUND_BOXES, first_word = round * ROUND_WORDS;
+    const int helpers = blockDim.x - first_thread, t = threadIdx.x - first_thread;
+    for (int v = t; v < ROUND_BOXES * STAGE_WORDS; v += helpers) {
+        const int i = v / STAGE_WORDS, c = v % STAGE_WORDS, row = first_row + i, word = first_word + c;
+        rows[i * STAGE_STRIDE + c] = row < n && word < words && c >= i / 32 ? mask[(long long)row * words + word] : 0u;
+    }
+    for (int i = t; i < ROUND_BOXES; i += helpers) indices[i] = first_row + i < n ? order[first_row + i] : 0;
+}
+
+// OR the m rows kept_rows[0, m) into removed[w] for words w in [past, words), by threads
+// [first_thread, blockDim.x). One thread per word, 16 loads in flight; with many kept
+// rows and fewer words left than half the threads, `group` threads per word (a power of
+// two within a warp) each take every group-th row, 16 predicated loads in flight, and OR
+// by shuffles: ~m / (16 group) memory latencies in a row instead of ~m / 16 (H200 probe:
+// uniform 4096 resolve 120 -> 88 us; with few kept rows the plain loop was as fast).
+__device__ __forceinline__ void or_kept_rows(const unsigned int* mask, int words, const int* kept_rows, int m, int past,
+                                             unsigned int* removed, int first_thread) {
+    const int helpers = blockDim.x - first_thread, t = threadIdx.x - first_thread, left = words - past;
+    if (m == 0 || left <= 0) return;  // uniform over the helpers
+    if (m >= 32 && 2 * left <= helpers) {
+        int group = 2;
+        while (group < 32 && 2 * group * left <= helpers) group *= 2;
+        const int sub = t % group, w = past + t / group;  // one pass: group * left <= helpers
+        unsigned int bits = 0u;
+        if (w < words) {
+            for (int s = sub; s < m; s += 16 * group) {
 #pragma unroll
-        for (int g = 0; g < ROUND_WORDS; ++g) {
-            const long long row = g * 32 + lane;
-            indices[g] = row < n ? order[row] : 0;
+                for (int u = 0; u < 16; ++u) {  // predicated, independent: all in flight
+                    const int k = s + u * group;
+                    if (k < m) bits |= mask[(long long)kept_rows[k] * words + w];
+                }
+            }
+        }
+        // first_thread is a multiple of 32, so a group never straddles a warp
+        for (int offset = group / 2; offset > 0; offset /= 2) bits |= __shfl_xor_sync(0xffffffffu, bits, offset);
+        if (w < words && sub == 0) removed[w] |= bits;
+    } else {
+        for (int w = past + t; w < words; w += helpers) {
+            unsigned int bits = 0u;
+            int k = 0;
+            for (; k + 16 <= m; k += 16) {  // 16 independent loads in flight
 #pragma unroll
-            for (int h = g; h < ROUND_WORDS; ++h) rows[g][h] = row < n && h < words ? mask[row * words + h] : 0u;
+                for (int u = 0; u < 16; ++u) bits |= mask[(long long)kept_rows[k + u] * words + w];
+            }
+            for (; k < m; ++k) bits |= mask[(long long)kept_rows[k] * words + w];
+            removed[w] |= bits;
         }
     }
-    int count = 0;
+}
+
+// Dynamic shared memory (block_resolve_shared_bytes in hard_fused.py): input indices
+// [2][ROUND_BOXES] (long long), staged rows [2][ROUND_BOXES][STAGE_STRIDE], kept rows
+// [2][ROUND_BOXES] (int), then the bitmap [words]; two of each by round parity.
+extern "C" __global__ void __launch_bounds__(RESOLVE_THREADS, 1) block_resolve_kernel(const unsigned int* mask, const long long* order, int n, int words,
+                                                long long* keep, long long* count_out, long long* host_count) {
+    extern __shared__ __align__(16) unsigned char resolve_shared[];
+    long long* staged_index = reinterpret_cast<long long*>(resolve_shared);
+    unsigned int* staged_rows = reinterpret_cast<unsigned int*>(staged_index + 2 * ROUND_BOXES);
+    int* kept_rows = reinterpret_cast<int*>(staged_rows + 2 * ROUND_BOXES * STAGE_STRIDE);
+    unsigned int* removed = reinterpret_cast<unsigned int*>(kept_rows + 2 * ROUND_BOXES);
+    __shared__ int kept_in_round[2], kept_total;
+    const int tid = threadIdx.x, lane = tid % 32;
+    for (int w = tid; w < words; w += blockDim.x) removed[w] = 0u;
+    if (tid == 0) kept_in_round[1] = 0;  // "round -1" kept nothing
+    stage_round(mask, order, n, words, 0, staged_rows, staged_index, 0);
     __syncthreads();
-    for (int first = 0; first < words; first += ROUND_WORDS) {
-        if (decider) {
+    int count = 0;               // the deciding warp's: boxes kept so far
+    unsigned int from_last = 0u;  // the deciding warp's: lane h < ROUND_WORDS, round r - 1's kept rows at round r's word h
+    for (int round = 0, first = 0; first < words; ++round, first += ROUND_WORDS) {
+        const int parity = round & 1;
+        const unsigned int* rows = staged_rows + parity * ROUND_BOXES * STAGE_STRIDE;
+        int* kept_now = kept_rows + parity * ROUND_BOXES;
+        if (tid < 32) {
             unsigned int carry[ROUND_WORDS];
 #pragma unroll
-            for (int h = 0; h < ROUND_WORDS; ++h) carry[h] = first + h < words ? removed[first + h] : 0u;
+            for (int h = 0; h < ROUND_WORDS; ++h)
+                carry[h] = (first + h < words ? removed[first + h] : 0u) | __shfl_sync(0xffffffffu, from_last, h);
             int in_round = 0;
 #pragma unroll
             for (int g = 0; g < ROUND_WORDS; ++g) {
                 const int word = first + g;
                 if (word < words) {  // the same in every lane
-                    const unsigned int kept = decide_word(~carry[g] & valid_bits(n, word), rows[g][g]);
+                    const unsigned int* row = rows + (g * 32 + lane) * STAGE_STRIDE;
+                    const unsigned int kept = decide_word(~carry[g] & valid_bits(n, word), row[g]);
                     const bool mine = kept & (1u << lane);
                     if (kept != 0u) {  // the same in every lane
 #pragma unroll
-                        for (int h = g + 1; h < ROUND_WORDS; ++h) carry[h] |= warp_or(mine ? rows[g][h] : 0u);
+                        for (int h = g + 1; h < ROUND_WORDS; ++h) carry[h] |= warp_or(mine ? row[h] : 0u);
                     }
-                    const int row = word * 32 + lane;
-                    if (mine) kept_rows[in_round + __popc(kept & ((1u << lane) - 1u))] = row;
+                    if (mine) kept_now[in_round + __popc(kept & ((1u << lane) - 1u))] = word * 32 + lane;
                     in_round += __popc(kept);
-                    count = write_kept(kept, lane, count, indices[g], keep);
+                    count = write_kept(kept, lane, count, staged_index[parity * ROUND_BOXES + g * 32 + lane], keep);
                 }
             }
-            if (lane == 0) kept_in_round = in_round;
-            const int next = first + ROUND_WORDS;  // prefetch the next round's rows
-#pragma unroll
-            for (int g = 0; g < ROUND_WORDS; ++g) {
-                const long long row = (long long)(next + g) * 32 + lane;
-                indices[g] = row < n ? order[row] : 0;
-#pragma unroll
-                for (int h = g; h < ROUND_WORDS; ++h)
-                    rows[g][h] = row < n && next + h < words ? mask[row * words + next + h] : 0u;
-            }
-        }
-        __syncthreads();  // the round's decisions before anyone uses them
-        // OR the round's m kept rows into the words past the round. One thread per word,
-        // 16 loads in flight; with many kept rows and fewer words left than half the
-        // threads, `group` threads per word (a power of two within a warp) each take every
-        // group-th row, 16 predicated loads in flight, and OR by shuffles: ~m / (16 group)
-        // memory latencies in a row instead of ~m / 16 (H200 probe: uniform 4096 resolve
-        // 120 -> 88 us; with few kept rows the plain loop was as fast or faster).
-        const int m = kept_in_round, past = first + ROUND_WORDS, left = words - past;
-        if (m >= 32 && 2 * left <= (int)blockDim.x) {  // block-uniform
-            int group = 2;
-            while (group < 32 && 2 * group * left <= (int)blockDim.x) group *= 2;
-            const int sub = tid % group, w = past + tid / group;  // one pass: group * left <= blockDim
-            unsigned int bits = 0u;
-            if (w < words) {
-                for (int t = sub; t < m; t += 16 * group) {
-#pragma unroll
-                    for (int u = 0; u < 16; ++u) {  // predicated, independent: all in flight
-                        const int k = t + u * group;
-                        if (k < m) bits |= mask[(long long)kept_rows[k] * words + w];
-                    }
-                }
-            }
-            for (int offset = group / 2; offset > 0; offset /= 2) bits |= __shfl_xor_sync(0xffffffffu, bits, offset);
-            if (w < words && sub == 0) removed[w] |= bits;
+            __syncwarp();  // kept_now written, read across lanes next
+            // This round's kept rows at the next round's words: lane h % 8 takes word h,
+            // lanes h, h + 8, h + 16, h + 24 every 4th kept row.
+            unsigned int next = 0u;
+            for (int k = lane / ROUND_WORDS; k < in_round; k += 32 / ROUND_WORDS)
+                next |= rows[(kept_now[k] - first * 32) * STAGE_STRIDE + ROUND_WORDS + lane % ROUND_WORDS];
+            for (int offset = ROUND_WORDS; offset < 32; offset *= 2) next |= __shfl_xor_sync(0xffffffffu, next, offset);
+            from_last = next;
+            if (lane == 0) kept_in_round[parity] = in_round;
         } else {
-            for (int w = past + tid; w < words; w += blockDim.x) {
-                unsigned int bits = 0u;
-                int t = 0;
-                for (; t + 16 <= m; t += 16) {  // 16 independent loads in flight
-#pragma unroll
-                    for (int u = 0; u < 16; ++u) bits |= mask[(long long)kept_rows[t + u] * words + w];
-                }
-                for (; t < m; ++t) bits |= mask[(long long)kept_rows[t] * words + w];
-                removed[w] |= bits;
-            }
+            if (first + ROUND_WORDS < words)
+                stage_round(mask, order, n, words, round + 1, staged_rows + (1 - parity) * ROUND_BOXES * STAGE_STRIDE,
+                            staged_index + (1 - parity) * ROUND_BOXES, 32);
+            or_kept_rows(mask, words, kept_rows + (1 - parity) * ROUND_BOXES, kept_in_round[1 - parity],
+                         first + ROUND_WORDS, removed, 32);
         }
-        __syncthreads();  // the bitmap complete (and kept_rows free) before the next round
+        __syncthreads();  // round decided, round + 1 staged, the bitmap past it up to date with round - 1
     }
     if (tid == 0) kept_total = count;
     __syncthreads();

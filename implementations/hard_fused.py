@@ -150,9 +150,17 @@ CUDA_MODULE = CudaModule("hard_fused.cu", templates=("small_nms_kernel", "tile_m
                          plain=("staged_resolve_kernel", "block_resolve_kernel"))
 SMALL_MAX, SMALL_THREADS, TILE_WARPS = 256, 1024, 8  # as #defined in hard_fused.cu
 COUNTING_RANK_MAX = 8192  # above: torch.sort (the counting rank is O(N^2); H200: 34.5 vs 57 us at 8192)
-RESOLVE_THREADS, STAGED_THREADS, MID_THREADS = 512, 1024, 1024  # as #defined in hard_fused.cu
+RESOLVE_THREADS, STAGED_THREADS, MID_THREADS, ROUND_WORDS = 512, 1024, 1024, 8  # as #defined in hard_fused.cu
 MID_MAX = 1024  # the one-launch cooperative path: SMALL_MAX < N <= MID_MAX (eager calls only)
 MAX_WORDS = MAX_SHARED_BYTES // 4  # the block resolve's bitmap lives in shared memory
+
+
+def block_resolve_shared_bytes(words: int) -> int:
+    """block_resolve_kernel's dynamic shared memory (laid out in hard_fused.cu): two
+    rounds' input indices (8 bytes), staged rows (2 x ROUND_WORDS words at an odd stride)
+    and kept rows (4 bytes) of 32 x ROUND_WORDS boxes each, then the bitmap (4 bytes a word)."""
+    round_boxes = 32 * ROUND_WORDS
+    return 2 * round_boxes * (8 + 4 * (2 * ROUND_WORDS + 1) + 4) + 4 * words
 
 
 def staged_shared_bytes(n: int) -> int:
@@ -252,8 +260,12 @@ def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False):
                 launch(CUDA_MODULE.get("staged_resolve_kernel", None, device), (1,), (STAGED_THREADS,),
                        (mask, order, n, words, *outputs), shared_mem=staged_shared_bytes(n))
             else:
-                launch(CUDA_MODULE.get("block_resolve_kernel", None, device), (1,), (RESOLVE_THREADS,),
-                       (mask, order, n, words, *outputs), shared_mem=words * 4)
+                resolve = CUDA_MODULE.get("block_resolve_kernel", None, device)
+                shared = block_resolve_shared_bytes(words)
+                if shared > opted_in_shared_limit(resolve, device):
+                    raise ValueError(f"hard_fused: N = {n} needs {shared} bytes of shared memory in one block for its "
+                                     f"resolve; this GPU gives {opted_in_shared_limit(resolve, device)}")
+                launch(resolve, (1,), (RESOLVE_THREADS,), (mask, order, n, words, *outputs), shared_mem=shared)
     if padded:
         return PaddedNMSResult(memory[:n], memory[n])
     return NMSResult(memory[: host.wait(device)])

@@ -297,8 +297,9 @@ __global__ void rank_kernel(const T* boxes, const T* scores, const void* labels,
     reset_counters(done, chunks, count);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int j = blockIdx.x * COUNT_BOXES + lane;
-    const unsigned long long key_j = j < n ? score_key(A(load_value(scores, j))) : 0ull;
-    slice_count[warp][lane] = count_above_in_slice<RANK_WARPS>(n, warp, lane, key_j, j, [&](int i) { return score_key(A(load_value(scores, i))); });
+    typedef typename ScoreKey<A>::type K;
+    const auto key_of = [&](int i) { return K(score_key(A(load_value(scores, i)))); };
+    slice_count[warp][lane] = count_above_in_slice<RANK_WARPS>(n, warp, lane, j < n ? key_of(j) : K(0), j, key_of);
     __syncthreads();
     if (warp != 0 || j >= n) return;
     int rank = 0;

@@ -17,8 +17,9 @@ __global__ void rank_by_score_kernel(const T* boxes, const T* scores, const long
     __shared__ int slice_count[RANK_WARPS][COUNT_BOXES];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int j = blockIdx.x * COUNT_BOXES + lane;
-    const unsigned long long key_j = j < n ? score_key(A(load_value(scores, j))) : 0ull;
-    const int count = count_above_in_slice<RANK_WARPS>(n, warp, lane, key_j, j, [&](int i) { return score_key(A(load_value(scores, i))); });
+    typedef typename ScoreKey<A>::type K;
+    const auto key_of = [&](int i) { return K(score_key(A(load_value(scores, i)))); };
+    const int count = count_above_in_slice<RANK_WARPS>(n, warp, lane, j < n ? key_of(j) : K(0), j, key_of);
     slice_count[warp][lane] = count;
     __syncthreads();
     if (warp != 0 || j >= n) return;

@@ -293,3 +293,22 @@ def test_hard_fused_one_launch_mid_path_equals_the_cpu_and_the_padded_path(n):
             torch.cuda.current_stream().wait_stream(stream)
             for keep in eager:
                 assert torch.equal(keep.cpu(), cpu) and torch.equal(keep, padded)
+
+
+@pytest.mark.parametrize("n", [1025, 2080, 2304, 2305, 6000, 12289])
+def test_hard_fused_block_resolve_rounds_equal_the_cpu(n):
+    """The block resolve (N > 1024) decides 256 boxes a round while the other warps stage
+    the next round and OR the last one's kept rows: sizes that end a round exactly, one
+    box past it, mid-word and mid-round, scenes where a round keeps almost all its boxes
+    (uniform: the grouped OR) or few (clustered, chains of suppression), score ties and
+    labels, eager and padded, against the CPU backend; then 20 identical repeats."""
+    for scenario in ("clustered", "uniform", "chain", "ties"):
+        for classes in (1, 3):
+            boxes = box_set(scenario, n, classes)
+            expected = run("hard_fused", boxes).keep
+            gpu_boxes = boxes.to("cuda")
+            assert torch.equal(run("hard_fused", gpu_boxes).keep.cpu(), expected), (scenario, classes)
+            assert torch.equal(run("hard_fused", gpu_boxes, padded=True).trimmed().keep.cpu(), expected)
+    first = run("hard_fused", gpu_boxes).keep
+    for _ in range(20):
+        assert torch.equal(run("hard_fused", gpu_boxes).keep, first)
