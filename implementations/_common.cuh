@@ -107,7 +107,7 @@ __device__ __forceinline__ int count_above_in_slice(int n, int warp, int lane, K
 #pragma unroll
             for (int k = 0; k < 32; ++k) above += __shfl_sync(0xffffffffu, mine, k) > key_j;
         } else {
-            for (int k = 0; k < end - base; ++k) {
+            for (int k = 0; k < min(32, end - base); ++k) {
                 const K key_i = __shfl_sync(0xffffffffu, mine, k);
                 above += key_i > key_j || (key_i == key_j && base + k < j);
             }

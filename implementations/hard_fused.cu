@@ -374,6 +374,7 @@ __global__ void __launch_bounds__(MID_THREADS, 1) mid_nms_kernel(
 #define ROUND_BOXES (32 * ROUND_WORDS)
 #define STAGE_WORDS (2 * ROUND_WORDS)  // a staged row: the round's words, then the next round's
 #define STAGE_STRIDE (STAGE_WORDS + 1)  // odd: a warp reading one word of 32 rows hits 32 banks
+#define STAGE_UNROLL 16  // loads in flight per thread when staging (one batch with 480 threads)
 
 // Block-wide copy of round `round`'s rows (words round * ROUND_WORDS ... + STAGE_WORDS) and
 // input indices into `rows` and `indices`, by threads [first_thread, blockDim.x). Row
@@ -383,9 +384,20 @@ __device__ __forceinline__ void stage_round(const unsigned int* mask, const long
                                             int round, unsigned int* rows, long long* indices, int first_thread) {
     const int first_row = round * ROUND_BOXES, first_word = round * ROUND_WORDS;
     const int helpers = blockDim.x - first_thread, t = threadIdx.x - first_thread;
-    for (int v = t; v < ROUND_BOXES * STAGE_WORDS; v += helpers) {
-        const int i = v / STAGE_WORDS, c = v % STAGE_WORDS, row = first_row + i, word = first_word + c;
-        rows[i * STAGE_STRIDE + c] = row < n && word < words && c >= i / 32 ? mask[(long long)row * words + word] : 0u;
+    for (int first_v = t; first_v < ROUND_BOXES * STAGE_WORDS; first_v += STAGE_UNROLL * helpers) {
+        unsigned int value[STAGE_UNROLL];  // every load in flight before the first store
+#pragma unroll
+        for (int u = 0; u < STAGE_UNROLL; ++u) {
+            const int v = first_v + u * helpers;
+            const int i = v / STAGE_WORDS, c = v % STAGE_WORDS, row = first_row + i, word = first_word + c;
+            value[u] = v < ROUND_BOXES * STAGE_WORDS && row < n && word < words && c >= i / 32
+                           ? mask[(long long)row * words + word] : 0u;
+        }
+#pragma unroll
+        for (int u = 0; u < STAGE_UNROLL; ++u) {
+            const int v = first_v + u * helpers;
+            if (v < ROUND_BOXES * STAGE_WORDS) rows[(v / STAGE_WORDS) * STAGE_STRIDE + v % STAGE_WORDS] = value[u];
+        }
     }
     for (int i = t; i < ROUND_BOXES; i += helpers) indices[i] = first_row + i < n ? order[first_row + i] : 0;
 }
@@ -421,9 +433,9 @@ __device__ __forceinline__ void or_kept_rows(const unsigned int* mask, int words
         for (int w = past + t; w < words; w += helpers) {
             unsigned int bits = 0u;
             int k = 0;
-            for (; k + 16 <= m; k += 16) {  // 16 independent loads in flight
+            for (; k + 32 <= m; k += 32) {  // 32 independent loads in flight
 #pragma unroll
-                for (int u = 0; u < 16; ++u) bits |= mask[(long long)kept_rows[k + u] * words + w];
+                for (int u = 0; u < 32; ++u) bits |= mask[(long long)kept_rows[k + u] * words + w];
             }
             for (; k < m; ++k) bits |= mask[(long long)kept_rows[k] * words + w];
             removed[w] |= bits;
@@ -448,41 +460,48 @@ extern "C" __global__ void __launch_bounds__(RESOLVE_THREADS, 1) block_resolve_k
     stage_round(mask, order, n, words, 0, staged_rows, staged_index, 0);
     __syncthreads();
     int count = 0;               // the deciding warp's: boxes kept so far
-    unsigned int from_last = 0u;  // the deciding warp's: lane h < ROUND_WORDS, round r - 1's kept rows at round r's word h
+    unsigned int from_last[ROUND_WORDS];  // the deciding warp's: round r - 1's kept rows at round r's words
+#pragma unroll
+    for (int h = 0; h < ROUND_WORDS; ++h) from_last[h] = 0u;
     for (int round = 0, first = 0; first < words; ++round, first += ROUND_WORDS) {
         const int parity = round & 1;
         const unsigned int* rows = staged_rows + parity * ROUND_BOXES * STAGE_STRIDE;
         int* kept_now = kept_rows + parity * ROUND_BOXES;
         if (tid < 32) {
-            unsigned int carry[ROUND_WORDS];
+            unsigned int own[ROUND_WORDS][ROUND_WORDS];  // [g][h], h >= g: word g's lane box's row at word h
 #pragma unroll
-            for (int h = 0; h < ROUND_WORDS; ++h)
-                carry[h] = (first + h < words ? removed[first + h] : 0u) | __shfl_sync(0xffffffffu, from_last, h);
+            for (int g = 0; g < ROUND_WORDS; ++g)
+#pragma unroll
+                for (int h = g; h < ROUND_WORDS; ++h) own[g][h] = rows[(g * 32 + lane) * STAGE_STRIDE + h];
+            unsigned int carry[ROUND_WORDS], next[ROUND_WORDS];  // next: this lane's kept row at the next round
+#pragma unroll
+            for (int h = 0; h < ROUND_WORDS; ++h) {
+                carry[h] = (first + h < words ? removed[first + h] : 0u) | from_last[h];
+                next[h] = 0u;
+            }
             int in_round = 0;
 #pragma unroll
             for (int g = 0; g < ROUND_WORDS; ++g) {
                 const int word = first + g;
                 if (word < words) {  // the same in every lane
-                    const unsigned int* row = rows + (g * 32 + lane) * STAGE_STRIDE;
-                    const unsigned int kept = decide_word(~carry[g] & valid_bits(n, word), row[g]);
+                    const unsigned int kept = decide_word(~carry[g] & valid_bits(n, word), own[g][g]);
                     const bool mine = kept & (1u << lane);
                     if (kept != 0u) {  // the same in every lane
 #pragma unroll
-                        for (int h = g + 1; h < ROUND_WORDS; ++h) carry[h] |= warp_or(mine ? row[h] : 0u);
+                        for (int h = g + 1; h < ROUND_WORDS; ++h) carry[h] |= warp_or(mine ? own[g][h] : 0u);
                     }
-                    if (mine) kept_now[in_round + __popc(kept & ((1u << lane) - 1u))] = word * 32 + lane;
+                    if (mine) {  // off the deciding chain: needed when the round ends
+                        kept_now[in_round + __popc(kept & ((1u << lane) - 1u))] = word * 32 + lane;
+#pragma unroll
+                        for (int h = 0; h < ROUND_WORDS; ++h)
+                            next[h] |= rows[(g * 32 + lane) * STAGE_STRIDE + ROUND_WORDS + h];
+                    }
                     in_round += __popc(kept);
                     count = write_kept(kept, lane, count, staged_index[parity * ROUND_BOXES + g * 32 + lane], keep);
                 }
             }
-            __syncwarp();  // kept_now written, read across lanes next
-            // This round's kept rows at the next round's words: lane h % 8 takes word h,
-            // lanes h, h + 8, h + 16, h + 24 every 4th kept row.
-            unsigned int next = 0u;
-            for (int k = lane / ROUND_WORDS; k < in_round; k += 32 / ROUND_WORDS)
-                next |= rows[(kept_now[k] - first * 32) * STAGE_STRIDE + ROUND_WORDS + lane % ROUND_WORDS];
-            for (int offset = ROUND_WORDS; offset < 32; offset *= 2) next |= __shfl_xor_sync(0xffffffffu, next, offset);
-            from_last = next;
+#pragma unroll
+            for (int h = 0; h < ROUND_WORDS; ++h) from_last[h] = warp_or(next[h]);
             if (lane == 0) kept_in_round[parity] = in_round;
         } else {
             if (first + ROUND_WORDS < words)
