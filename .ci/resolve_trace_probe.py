@@ -35,8 +35,8 @@ def traced_source(text: str) -> str:
     swap("            if (lane == 0) kept_in_round[parity] = in_round;\n",
          "            if (lane == 0) kept_in_round[parity] = in_round;\n            STAMP(9);\n"
          "            if (tid == 0) resolve_trace[(first / ROUND_WORDS) * 16 + 12] = in_round;\n")
-    swap("                         first + ROUND_WORDS, removed, 32);\n",
-         "                         first + ROUND_WORDS, removed, 32);\n"
+    swap("                                         first + ROUND_WORDS, removed, helper);\n",
+         "                                         first + ROUND_WORDS, removed, helper);\n"
          "            if (tid == 32) resolve_trace[(first / ROUND_WORDS) * 16 + 11] = clock64();\n")
     swap("        __syncthreads();  // round decided, round + 1 staged, the bitmap past it up to date with round - 1\n    }\n",
          "        __syncthreads();  // round decided, round + 1 staged, the bitmap past it up to date with round - 1\n        STAMP(10);\n    }\n"

@@ -374,43 +374,49 @@ __global__ void __launch_bounds__(MID_THREADS, 1) mid_nms_kernel(
 #define ROUND_BOXES (32 * ROUND_WORDS)
 #define STAGE_WORDS (2 * ROUND_WORDS)  // a staged row: the round's words, then the next round's
 #define STAGE_STRIDE (STAGE_WORDS + 1)  // odd: a warp reading one word of 32 rows hits 32 banks
-#define STAGE_UNROLL 16  // loads in flight per thread when staging (one batch with 480 threads)
+// The other warps work beside the deciding warp 0, but not those that share its scheduler
+// (warps 4, 8, 12): their address arithmetic took issue slots from its chain (H200 clock64
+// trace: ~800 instead of ~540 cycles a word).
+#define HELPER_THREADS (RESOLVE_THREADS / 4 * 3)
 
 // Block-wide copy of round `round`'s rows (words round * ROUND_WORDS ... + STAGE_WORDS) and
-// input indices into `rows` and `indices`, by threads [first_thread, blockDim.x). Row
+// input indices into `rows` and `indices`, by THREADS threads (t: this one's place). Row
 // words before the row's own word were never written by the mask kernel, so they are not
 // read: they and everything past n or past the last word are staged as 0.
+template <int THREADS>
 __device__ __forceinline__ void stage_round(const unsigned int* mask, const long long* order, int n, int words,
-                                            int round, unsigned int* rows, long long* indices, int first_thread) {
+                                            int round, unsigned int* rows, long long* indices, int t) {
     const int first_row = round * ROUND_BOXES, first_word = round * ROUND_WORDS;
-    const int helpers = blockDim.x - first_thread, t = threadIdx.x - first_thread;
-    for (int first_v = t; first_v < ROUND_BOXES * STAGE_WORDS; first_v += STAGE_UNROLL * helpers) {
-        unsigned int value[STAGE_UNROLL];  // every load in flight before the first store
+    constexpr int unroll = (ROUND_BOXES * STAGE_WORDS + THREADS - 1) / THREADS;  // one batch
+    {
+        const int first_v = t;
+        unsigned int value[unroll];  // every load in flight before the first store
 #pragma unroll
-        for (int u = 0; u < STAGE_UNROLL; ++u) {
-            const int v = first_v + u * helpers;
+        for (int u = 0; u < unroll; ++u) {
+            const int v = first_v + u * THREADS;
             const int i = v / STAGE_WORDS, c = v % STAGE_WORDS, row = first_row + i, word = first_word + c;
             value[u] = v < ROUND_BOXES * STAGE_WORDS && row < n && word < words && c >= i / 32
                            ? mask[(long long)row * words + word] : 0u;
         }
 #pragma unroll
-        for (int u = 0; u < STAGE_UNROLL; ++u) {
-            const int v = first_v + u * helpers;
+        for (int u = 0; u < unroll; ++u) {
+            const int v = first_v + u * THREADS;
             if (v < ROUND_BOXES * STAGE_WORDS) rows[(v / STAGE_WORDS) * STAGE_STRIDE + v % STAGE_WORDS] = value[u];
         }
     }
-    for (int i = t; i < ROUND_BOXES; i += helpers) indices[i] = first_row + i < n ? order[first_row + i] : 0;
+    for (int i = t; i < ROUND_BOXES; i += THREADS) indices[i] = first_row + i < n ? order[first_row + i] : 0;
 }
 
 // OR the m rows kept_rows[0, m) into removed[w] for words w in [past, words), by threads
-// [first_thread, blockDim.x). One thread per word, 16 loads in flight; with many kept
+// THREADS threads (t: this one's place, warps whole). One thread per word, 16 loads in flight; with many kept
 // rows and fewer words left than half the threads, `group` threads per word (a power of
 // two within a warp) each take every group-th row, 16 predicated loads in flight, and OR
 // by shuffles: ~m / (16 group) memory latencies in a row instead of ~m / 16 (H200 probe:
 // uniform 4096 resolve 120 -> 88 us; with few kept rows the plain loop was as fast).
+template <int THREADS>
 __device__ __forceinline__ void or_kept_rows(const unsigned int* mask, int words, const int* kept_rows, int m, int past,
-                                             unsigned int* removed, int first_thread) {
-    const int helpers = blockDim.x - first_thread, t = threadIdx.x - first_thread, left = words - past;
+                                             unsigned int* removed, int t) {
+    const int helpers = THREADS, left = words - past;
     if (m == 0 || left <= 0) return;  // uniform over the helpers
     if (m >= 32 && 2 * left <= helpers) {
         int group = 2;
@@ -426,7 +432,7 @@ __device__ __forceinline__ void or_kept_rows(const unsigned int* mask, int words
                 }
             }
         }
-        // first_thread is a multiple of 32, so a group never straddles a warp
+        // t - lane is a multiple of 32, so a group never straddles a warp
         for (int offset = group / 2; offset > 0; offset /= 2) bits |= __shfl_xor_sync(0xffffffffu, bits, offset);
         if (w < words && sub == 0) removed[w] |= bits;
     } else {
@@ -454,10 +460,10 @@ extern "C" __global__ void __launch_bounds__(RESOLVE_THREADS, 1) block_resolve_k
     int* kept_rows = reinterpret_cast<int*>(staged_rows + 2 * ROUND_BOXES * STAGE_STRIDE);
     unsigned int* removed = reinterpret_cast<unsigned int*>(kept_rows + 2 * ROUND_BOXES);
     __shared__ int kept_in_round[2], kept_total;
-    const int tid = threadIdx.x, lane = tid % 32;
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     for (int w = tid; w < words; w += blockDim.x) removed[w] = 0u;
     if (tid == 0) kept_in_round[1] = 0;  // "round -1" kept nothing
-    stage_round(mask, order, n, words, 0, staged_rows, staged_index, 0);
+    stage_round<RESOLVE_THREADS>(mask, order, n, words, 0, staged_rows, staged_index, tid);
     __syncthreads();
     int count = 0;               // the deciding warp's: boxes kept so far
     unsigned int from_last[ROUND_WORDS];  // the deciding warp's: round r - 1's kept rows at round r's words
@@ -503,12 +509,13 @@ extern "C" __global__ void __launch_bounds__(RESOLVE_THREADS, 1) block_resolve_k
 #pragma unroll
             for (int h = 0; h < ROUND_WORDS; ++h) from_last[h] = warp_or(next[h]);
             if (lane == 0) kept_in_round[parity] = in_round;
-        } else {
+        } else if (warp % 4 != 0) {  // not on the deciding warp's scheduler (warp i runs on scheduler i % 4)
+            const int helper = (warp - 1 - warp / 4) * 32 + lane;  // 0 ... HELPER_THREADS - 1
             if (first + ROUND_WORDS < words)
-                stage_round(mask, order, n, words, round + 1, staged_rows + (1 - parity) * ROUND_BOXES * STAGE_STRIDE,
-                            staged_index + (1 - parity) * ROUND_BOXES, 32);
-            or_kept_rows(mask, words, kept_rows + (1 - parity) * ROUND_BOXES, kept_in_round[1 - parity],
-                         first + ROUND_WORDS, removed, 32);
+                stage_round<HELPER_THREADS>(mask, order, n, words, round + 1, staged_rows + (1 - parity) * ROUND_BOXES * STAGE_STRIDE,
+                            staged_index + (1 - parity) * ROUND_BOXES, helper);
+            or_kept_rows<HELPER_THREADS>(mask, words, kept_rows + (1 - parity) * ROUND_BOXES, kept_in_round[1 - parity],
+                                         first + ROUND_WORDS, removed, helper);
         }
         __syncthreads();  // round decided, round + 1 staged, the bitmap past it up to date with round - 1
     }
