@@ -1,8 +1,8 @@
 """Where hard_fused's block resolve spends its rounds: a copy of hard_fused.cu with clock64()
 stamps in block_resolve_kernel (thread 0, the deciding warp's lane 0), compiled here and
 run on the real mask of the sweep's scenes. Prints, per N and scene, the mean cycles of
-each part of a round: the decider's words, its OR of the round's kept rows into the next
-round's words, the wait at the round's barrier (the decider is thread 0: the time until
+each part of a round: the decider's words, its round's end (the kept boxes written out,
+their rows ORed into the next round's words), the wait at the round's barrier (the decider is thread 0: the time until
 the other warps, which stage the next round and OR the last, arrived) and when those
 warps were done, counted from the round's start.
 Run on the device: python3 .ci/resolve_trace_probe.py"""
@@ -30,8 +30,8 @@ def traced_source(text: str) -> str:
     swap("    for (int round = 0, first = 0; first < words; ++round, first += ROUND_WORDS) {\n",
          "    if (tid == 0) { unsigned long long g; asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(g)); resolve_trace[128 * 16] = g; resolve_trace[128 * 16 + 1] = clock64(); }\n"
          "    for (int round = 0, first = 0; first < words; ++round, first += ROUND_WORDS) {\n        STAMP(0);\n")
-    swap("                    count = write_kept(kept, lane, count, staged_index[parity * ROUND_BOXES + g * 32 + lane], keep);\n                }\n",
-         "                    count = write_kept(kept, lane, count, staged_index[parity * ROUND_BOXES + g * 32 + lane], keep);\n                }\n                STAMP(1 + g);\n")
+    swap("carry[h] |= warp_or(mine ? own[g][h] : 0u);\n                    }\n                }\n",
+         "carry[h] |= warp_or(mine ? own[g][h] : 0u);\n                    }\n                }\n                STAMP(1 + g);\n")
     swap("            if (lane == 0) kept_in_round[parity] = in_round;\n",
          "            if (lane == 0) kept_in_round[parity] = in_round;\n            STAMP(9);\n"
          "            if (tid == 0) resolve_trace[(first / ROUND_WORDS) * 16 + 12] = in_round;\n")
@@ -77,7 +77,7 @@ def main():
             r = t[: rounds * 16].reshape(rounds, 16)
             steps = np.diff(r[:, :11], axis=1)  # 10 intervals: 8 words, next-round carry, barrier
             helpers_done = r[:, 11] - r[:, 0]  # from the round's start (same SM clock)
-            names = [f"w{g}" for g in range(8)] + ["next_carry", "barrier"]
+            names = [f"w{g}" for g in range(8)] + ["round_end", "barrier"]
             mean = steps.mean(axis=0)
             kept = r[:, 12]
             print(f"{scenario} {n}: resolve {ns / 1e3:.1f} us ({ghz:.2f} GHz), {rounds} rounds, "

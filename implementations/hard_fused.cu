@@ -479,33 +479,49 @@ extern "C" __global__ void __launch_bounds__(RESOLVE_THREADS, 1) block_resolve_k
             for (int g = 0; g < ROUND_WORDS; ++g)
 #pragma unroll
                 for (int h = g; h < ROUND_WORDS; ++h) own[g][h] = rows[(g * 32 + lane) * STAGE_STRIDE + h];
-            unsigned int carry[ROUND_WORDS], next[ROUND_WORDS];  // next: this lane's kept row at the next round
+            unsigned int carry[ROUND_WORDS], kept_word[ROUND_WORDS];
 #pragma unroll
             for (int h = 0; h < ROUND_WORDS; ++h) {
                 carry[h] = (first + h < words ? removed[first + h] : 0u) | from_last[h];
-                next[h] = 0u;
+                kept_word[h] = 0u;
             }
-            int in_round = 0;
+            // The deciding chain: word after word, nothing else in it (what it does not
+            // need waits for the round's end: a shared-memory load on its way stalls it).
 #pragma unroll
             for (int g = 0; g < ROUND_WORDS; ++g) {
                 const int word = first + g;
                 if (word < words) {  // the same in every lane
                     const unsigned int kept = decide_word(~carry[g] & valid_bits(n, word), own[g][g]);
-                    const bool mine = kept & (1u << lane);
+                    kept_word[g] = kept;
                     if (kept != 0u) {  // the same in every lane
+                        const bool mine = kept & (1u << lane);
 #pragma unroll
                         for (int h = g + 1; h < ROUND_WORDS; ++h) carry[h] |= warp_or(mine ? own[g][h] : 0u);
                     }
-                    if (mine) {  // off the deciding chain: needed when the round ends
-                        kept_now[in_round + __popc(kept & ((1u << lane) - 1u))] = word * 32 + lane;
-#pragma unroll
-                        for (int h = 0; h < ROUND_WORDS; ++h)
-                            next[h] |= rows[(g * 32 + lane) * STAGE_STRIDE + ROUND_WORDS + h];
-                    }
-                    in_round += __popc(kept);
-                    count = write_kept(kept, lane, count, staged_index[parity * ROUND_BOXES + g * 32 + lane], keep);
                 }
             }
+            // The round's end: its kept boxes' input indices to keep, their rows to
+            // kept_now (for the other warps' OR next round) and their rows' bits at the
+            // next round's words into from_last. Loads first, unconditional (in bounds).
+            unsigned int next[ROUND_WORDS];
+#pragma unroll
+            for (int h = 0; h < ROUND_WORDS; ++h) next[h] = 0u;
+            int in_round = 0;
+#pragma unroll
+            for (int g = 0; g < ROUND_WORDS; ++g) {
+                const int box = g * 32 + lane;
+                const bool mine = (kept_word[g] >> lane) & 1u;
+                const long long index = staged_index[parity * ROUND_BOXES + box];
+#pragma unroll
+                for (int h = 0; h < ROUND_WORDS; ++h) next[h] |= mine ? rows[box * STAGE_STRIDE + ROUND_WORDS + h] : 0u;
+                const int place = in_round + __popc(kept_word[g] & ((1u << lane) - 1u));
+                if (mine) {
+                    kept_now[place] = first * 32 + box;
+                    keep[count + place] = index;
+                }
+                in_round += __popc(kept_word[g]);
+            }
+            count += in_round;
 #pragma unroll
             for (int h = 0; h < ROUND_WORDS; ++h) from_last[h] = warp_or(next[h]);
             if (lane == 0) kept_in_round[parity] = in_round;
