@@ -466,9 +466,7 @@ extern "C" __global__ void __launch_bounds__(RESOLVE_THREADS, 1) block_resolve_k
     stage_round<RESOLVE_THREADS>(mask, order, n, words, 0, staged_rows, staged_index, tid);
     __syncthreads();
     int count = 0;               // the deciding warp's: boxes kept so far
-    unsigned int from_last[ROUND_WORDS];  // the deciding warp's: round r - 1's kept rows at round r's words
-#pragma unroll
-    for (int h = 0; h < ROUND_WORDS; ++h) from_last[h] = 0u;
+    unsigned int from_last = 0u;  // the deciding warp's: lane h, round r - 1's kept rows at round r's word h
     for (int round = 0, first = 0; first < words; ++round, first += ROUND_WORDS) {
         const int parity = round & 1;
         const unsigned int* rows = staged_rows + parity * ROUND_BOXES * STAGE_STRIDE;
@@ -482,7 +480,7 @@ extern "C" __global__ void __launch_bounds__(RESOLVE_THREADS, 1) block_resolve_k
             unsigned int carry[ROUND_WORDS], kept_word[ROUND_WORDS];
 #pragma unroll
             for (int h = 0; h < ROUND_WORDS; ++h) {
-                carry[h] = (first + h < words ? removed[first + h] : 0u) | from_last[h];
+                carry[h] = (first + h < words ? removed[first + h] : 0u) | __shfl_sync(0xffffffffu, from_last, h);
                 kept_word[h] = 0u;
             }
             // The deciding chain: word after word, nothing else in it (what it does not
@@ -500,30 +498,26 @@ extern "C" __global__ void __launch_bounds__(RESOLVE_THREADS, 1) block_resolve_k
                     }
                 }
             }
-            // The round's end: its kept boxes' input indices to keep, their rows to
-            // kept_now (for the other warps' OR next round) and their rows' bits at the
-            // next round's words into from_last. Loads first, unconditional (in bounds).
-            unsigned int next[ROUND_WORDS];
-#pragma unroll
-            for (int h = 0; h < ROUND_WORDS; ++h) next[h] = 0u;
+            // The round's end, from the list of its kept rows (clustered scenes keep ~20
+            // boxes a round): the list in kept_now (the other warps OR it next round),
+            // the kept boxes' input indices to keep, and their rows' bits at the next
+            // round's words into from_last (lane h % 8 ORs word h of every 4th kept row).
             int in_round = 0;
 #pragma unroll
             for (int g = 0; g < ROUND_WORDS; ++g) {
-                const int box = g * 32 + lane;
-                const bool mine = (kept_word[g] >> lane) & 1u;
-                const long long index = staged_index[parity * ROUND_BOXES + box];
-#pragma unroll
-                for (int h = 0; h < ROUND_WORDS; ++h) next[h] |= mine ? rows[box * STAGE_STRIDE + ROUND_WORDS + h] : 0u;
-                const int place = in_round + __popc(kept_word[g] & ((1u << lane) - 1u));
-                if (mine) {
-                    kept_now[place] = first * 32 + box;
-                    keep[count + place] = index;
-                }
+                if ((kept_word[g] >> lane) & 1u)
+                    kept_now[in_round + __popc(kept_word[g] & ((1u << lane) - 1u))] = (first + g) * 32 + lane;
                 in_round += __popc(kept_word[g]);
             }
+            __syncwarp();
+            for (int k = lane; k < in_round; k += 32)
+                keep[count + k] = staged_index[parity * ROUND_BOXES + kept_now[k] - first * 32];
             count += in_round;
-#pragma unroll
-            for (int h = 0; h < ROUND_WORDS; ++h) from_last[h] = warp_or(next[h]);
+            unsigned int next = 0u;
+            for (int k = lane / ROUND_WORDS; k < in_round; k += 32 / ROUND_WORDS)
+                next |= rows[(kept_now[k] - first * 32) * STAGE_STRIDE + ROUND_WORDS + lane % ROUND_WORDS];
+            for (int offset = ROUND_WORDS; offset < 32; offset *= 2) next |= __shfl_xor_sync(0xffffffffu, next, offset);
+            from_last = next;  // lane h (and h + 8, ...): the next round's word h
             if (lane == 0) kept_in_round[parity] = in_round;
         } else if (warp % 4 != 0) {  // not on the deciding warp's scheduler (warp i runs on scheduler i % 4)
             const int helper = (warp - 1 - warp / 4) * 32 + lane;  // 0 ... HELPER_THREADS - 1
