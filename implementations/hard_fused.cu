@@ -9,7 +9,7 @@
 #define SMALL_THREADS 1024
 #define SMALL_WORDS (SMALL_MAX / 32)
 #define ROUND_WORDS 8     // words the deciding warp resolves per block-wide round
-#define RESOLVE_THREADS 512  // threads of the block resolve: one deciding warp, the rest stage and OR
+#define RESOLVE_THREADS 512  // the block resolve: one deciding warp, 12 that stage and OR (128 registers each)
 
 __device__ __forceinline__ unsigned int valid_bits(int n, int word) {
     const int valid = n - word * 32;
@@ -368,15 +368,19 @@ __global__ void __launch_bounds__(MID_THREADS, 1) mid_nms_kernel(
 // round's) and input indices into shared memory, and OR round r - 1's kept rows into the
 // bitmap past round r. Round r - 1's effect on round r itself is ORed by the deciding
 // warp from the staged rows when round r - 1 ends (the staged rows reach one round
-// further for that). One __syncthreads() per round. (H200 clock64 trace of the previous
-// design, which ORed and prefetched between two barriers: 40 % of a round was the OR
-// and ~10 % issuing the prefetch.)
+// further for that). One __syncthreads() per round. The deciding warp's chain is the
+// resolve's time, so inside the round it only decides; the kept boxes' indices, the list
+// of kept rows and their bits at the next round wait for the round's end. H200 clock64
+// trace (.ci/resolve_trace_probe.py), N = 8192 clustered: the design before, which ORed
+// and prefetched between two barriers, took 7,600 cycles a round (40 % the OR, 10 %
+// issuing the prefetch); this one 5,600 (~460 a word, ~1,500 the round's end).
 #define ROUND_BOXES (32 * ROUND_WORDS)
 #define STAGE_WORDS (2 * ROUND_WORDS)  // a staged row: the round's words, then the next round's
 #define STAGE_STRIDE (STAGE_WORDS + 1)  // odd: a warp reading one word of 32 rows hits 32 banks
 // The other warps work beside the deciding warp 0, but not those that share its scheduler
-// (warps 4, 8, 12): their address arithmetic took issue slots from its chain (H200 clock64
-// trace: ~800 instead of ~540 cycles a word).
+// (warps 4, 8, 12: warp i issues from scheduler i % 4), whose instructions took issue
+// slots from its chain (H200 clock64 trace, N = 8192 clustered: 7,500 -> 6,200 cycles a
+// round).
 #define HELPER_THREADS (RESOLVE_THREADS / 4 * 3)
 
 // Block-wide copy of round `round`'s rows (words round * ROUND_WORDS ... + STAGE_WORDS) and
@@ -387,32 +391,29 @@ template <int THREADS>
 __device__ __forceinline__ void stage_round(const unsigned int* mask, const long long* order, int n, int words,
                                             int round, unsigned int* rows, long long* indices, int t) {
     const int first_row = round * ROUND_BOXES, first_word = round * ROUND_WORDS;
-    constexpr int unroll = (ROUND_BOXES * STAGE_WORDS + THREADS - 1) / THREADS;  // one batch
-    {
-        const int first_v = t;
-        unsigned int value[unroll];  // every load in flight before the first store
+    constexpr int values = ROUND_BOXES * STAGE_WORDS, unroll = (values + THREADS - 1) / THREADS;
+    unsigned int value[unroll];  // every load in flight before the first store
 #pragma unroll
-        for (int u = 0; u < unroll; ++u) {
-            const int v = first_v + u * THREADS;
-            const int i = v / STAGE_WORDS, c = v % STAGE_WORDS, row = first_row + i, word = first_word + c;
-            value[u] = v < ROUND_BOXES * STAGE_WORDS && row < n && word < words && c >= i / 32
-                           ? mask[(long long)row * words + word] : 0u;
-        }
+    for (int u = 0; u < unroll; ++u) {
+        const int v = t + u * THREADS;  // consecutive threads, consecutive words of a row
+        const int i = v / STAGE_WORDS, c = v % STAGE_WORDS, row = first_row + i, word = first_word + c;
+        value[u] = v < values && row < n && word < words && c >= i / 32 ? mask[(long long)row * words + word] : 0u;
+    }
 #pragma unroll
-        for (int u = 0; u < unroll; ++u) {
-            const int v = first_v + u * THREADS;
-            if (v < ROUND_BOXES * STAGE_WORDS) rows[(v / STAGE_WORDS) * STAGE_STRIDE + v % STAGE_WORDS] = value[u];
-        }
+    for (int u = 0; u < unroll; ++u) {
+        const int v = t + u * THREADS;
+        if (v < values) rows[(v / STAGE_WORDS) * STAGE_STRIDE + v % STAGE_WORDS] = value[u];
     }
     for (int i = t; i < ROUND_BOXES; i += THREADS) indices[i] = first_row + i < n ? order[first_row + i] : 0;
 }
 
-// OR the m rows kept_rows[0, m) into removed[w] for words w in [past, words), by threads
-// THREADS threads (t: this one's place, warps whole). One thread per word, 16 loads in flight; with many kept
-// rows and fewer words left than half the threads, `group` threads per word (a power of
-// two within a warp) each take every group-th row, 16 predicated loads in flight, and OR
-// by shuffles: ~m / (16 group) memory latencies in a row instead of ~m / 16 (H200 probe:
-// uniform 4096 resolve 120 -> 88 us; with few kept rows the plain loop was as fast).
+// OR the m rows kept_rows[0, m) into removed[w] for words w in [past, words), by THREADS
+// threads (t: this one's place; whole warps). One thread per word, 32 loads in flight;
+// with many kept rows and fewer words left than half the threads, `group` threads per
+// word (a power of two within a warp) each take every group-th row, 16 predicated loads
+// in flight, and OR by shuffles: ~m / (16 group) memory latencies in a row instead of
+// ~m / 32 (H200 probe: uniform 4096 resolve 120 -> 88 us, when this ran between two
+// barriers; with few kept rows the plain loop was as fast).
 template <int THREADS>
 __device__ __forceinline__ void or_kept_rows(const unsigned int* mask, int words, const int* kept_rows, int m, int past,
                                              unsigned int* removed, int t) {
