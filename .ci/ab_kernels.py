@@ -1,6 +1,7 @@
 """Side by side in one process: hard_fused's block resolve and the counting rank of the
 working tree against a baseline's, on the same inputs; GPU time (CUDA events over 20
-back-to-back launches, best of 5) and whether both give the same output.
+back-to-back launches, best of 5) and whether both give the same output. The resolve is
+timed alone and right after the mask kernel (less the mask's own time), as in the op.
 
 Make the baseline here first (it travels with the tree, untracked), e.g.
     mkdir -p .ci/baseline && for f in _common.cuh hard_fused.cu rank.cu; do
@@ -66,8 +67,13 @@ def main():
                         outputs[name] = out.clone()
                     line["rank_same"] = bool(torch.equal(outputs["old"], outputs["new"]))
                 mask = torch.empty((n, words), dtype=torch.int32, device=dev)
-                launch(hf.CUDA_MODULE.get("tile_mask_kernel", b.dtype, dev), (blocks(words, hf.TILE_WARPS), words),
-                       (32 * hf.TILE_WARPS,), (ranked.sorted_boxes, None, n, words, np.float64(0.5), mask))
+
+                def mask_kernel():
+                    launch(hf.CUDA_MODULE.get("tile_mask_kernel", b.dtype, dev), (blocks(words, hf.TILE_WARPS), words),
+                           (32 * hf.TILE_WARPS,), (ranked.sorted_boxes, None, n, words, np.float64(0.5), mask))
+
+                mask_kernel()
+                line["mask"] = gpu_us(mask_kernel)
                 kept = {}
                 for name, module, shared in (("old", old_hard, words * 4),
                                              ("new", hf.CUDA_MODULE, hf.block_resolve_shared_bytes(words))):
@@ -80,6 +86,8 @@ def main():
                                (mask, order, n, words, out, np.uint64(out.data_ptr() + 8 * n), None), shared_mem=shared)
 
                     line[f"resolve_{name}"] = gpu_us(resolve)
+                    # as in the op: right after the mask kernel (at 32768 the mask is past L2)
+                    line[f"after_mask_{name}"] = gpu_us(lambda resolve=resolve: (mask_kernel(), resolve())) - line["mask"]
                     kept[name] = out[: int(out[n])].clone()
                 line["resolve_same"] = bool(torch.equal(kept["old"], kept["new"]))
                 line["kept"] = kept["new"].numel()

@@ -383,29 +383,49 @@ __global__ void __launch_bounds__(MID_THREADS, 1) mid_nms_kernel(
 // round).
 #define HELPER_THREADS (RESOLVE_THREADS / 4 * 3)
 
-// Block-wide copy of round `round`'s rows (words round * ROUND_WORDS ... + STAGE_WORDS) and
-// input indices into `rows` and `indices`, by THREADS threads (t: this one's place). Row
-// words before the row's own word were never written by the mask kernel, so they are not
-// read: they and everything past n or past the last word are staged as 0.
+// Round `round`'s staged rows (words round * ROUND_WORDS ... + STAGE_WORDS) and input
+// indices, copied by THREADS threads (t: this one's place) in two steps: load_round's
+// loads are all in flight before its caller does anything else (the other warps OR the
+// last round's kept rows meanwhile: their loads and these then share one memory latency,
+// which at N = 32768 comes from HBM), and store_round puts them into shared memory. Row
+// words before the row's own word were never written by the mask kernel, so they are
+// not read: they and everything past n or past the last word are staged as 0.
 template <int THREADS>
-__device__ __forceinline__ void stage_round(const unsigned int* mask, const long long* order, int n, int words,
-                                            int round, unsigned int* rows, long long* indices, int t) {
-    const int first_row = round * ROUND_BOXES, first_word = round * ROUND_WORDS;
-    constexpr int values = ROUND_BOXES * STAGE_WORDS, unroll = (values + THREADS - 1) / THREADS;
-    unsigned int value[unroll];  // every load in flight before the first store
+struct StagedRound {
+    static constexpr int values = ROUND_BOXES * STAGE_WORDS, unroll = (values + THREADS - 1) / THREADS;
+    static constexpr int index_unroll = (ROUND_BOXES + THREADS - 1) / THREADS;
+    unsigned int value[unroll];
+    long long index[index_unroll];
+
+    __device__ __forceinline__ void load(const unsigned int* mask, const long long* order, int n, int words, int round,
+                                         int t) {
+        const int first_row = round * ROUND_BOXES, first_word = round * ROUND_WORDS;
 #pragma unroll
-    for (int u = 0; u < unroll; ++u) {
-        const int v = t + u * THREADS;  // consecutive threads, consecutive words of a row
-        const int i = v / STAGE_WORDS, c = v % STAGE_WORDS, row = first_row + i, word = first_word + c;
-        value[u] = v < values && row < n && word < words && c >= i / 32 ? mask[(long long)row * words + word] : 0u;
-    }
+        for (int u = 0; u < unroll; ++u) {
+            const int v = t + u * THREADS;  // consecutive threads, consecutive words of a row
+            const int i = v / STAGE_WORDS, c = v % STAGE_WORDS, row = first_row + i, word = first_word + c;
+            value[u] = v < values && row < n && word < words && c >= i / 32 ? mask[(long long)row * words + word] : 0u;
+        }
 #pragma unroll
-    for (int u = 0; u < unroll; ++u) {
-        const int v = t + u * THREADS;
-        if (v < values) rows[(v / STAGE_WORDS) * STAGE_STRIDE + v % STAGE_WORDS] = value[u];
+        for (int u = 0; u < index_unroll; ++u) {
+            const int i = t + u * THREADS;
+            index[u] = i < ROUND_BOXES && first_row + i < n ? order[first_row + i] : 0;
+        }
     }
-    for (int i = t; i < ROUND_BOXES; i += THREADS) indices[i] = first_row + i < n ? order[first_row + i] : 0;
-}
+
+    __device__ __forceinline__ void store(unsigned int* rows, long long* indices, int t) const {
+#pragma unroll
+        for (int u = 0; u < unroll; ++u) {
+            const int v = t + u * THREADS;
+            if (v < values) rows[(v / STAGE_WORDS) * STAGE_STRIDE + v % STAGE_WORDS] = value[u];
+        }
+#pragma unroll
+        for (int u = 0; u < index_unroll; ++u) {
+            const int i = t + u * THREADS;
+            if (i < ROUND_BOXES) indices[i] = index[u];
+        }
+    }
+};
 
 // OR the m rows kept_rows[0, m) into removed[w] for words w in [past, words), by THREADS
 // threads (t: this one's place; whole warps). One thread per word, 32 loads in flight;
@@ -464,7 +484,11 @@ extern "C" __global__ void __launch_bounds__(RESOLVE_THREADS, 1) block_resolve_k
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     for (int w = tid; w < words; w += blockDim.x) removed[w] = 0u;
     if (tid == 0) kept_in_round[1] = 0;  // "round -1" kept nothing
-    stage_round<RESOLVE_THREADS>(mask, order, n, words, 0, staged_rows, staged_index, tid);
+    {
+        StagedRound<RESOLVE_THREADS> first_round;
+        first_round.load(mask, order, n, words, 0, tid);
+        first_round.store(staged_rows, staged_index, tid);
+    }
     __syncthreads();
     int count = 0;               // the deciding warp's: boxes kept so far
     unsigned int from_last = 0u;  // the deciding warp's: lane h, round r - 1's kept rows at round r's word h
@@ -522,11 +546,14 @@ extern "C" __global__ void __launch_bounds__(RESOLVE_THREADS, 1) block_resolve_k
             if (lane == 0) kept_in_round[parity] = in_round;
         } else if (warp % 4 != 0) {  // not on the deciding warp's scheduler (warp i runs on scheduler i % 4)
             const int helper = (warp - 1 - warp / 4) * 32 + lane;  // 0 ... HELPER_THREADS - 1
-            if (first + ROUND_WORDS < words)
-                stage_round<HELPER_THREADS>(mask, order, n, words, round + 1, staged_rows + (1 - parity) * ROUND_BOXES * STAGE_STRIDE,
-                            staged_index + (1 - parity) * ROUND_BOXES, helper);
+            const bool stage = first + ROUND_WORDS < words;  // block-uniform
+            StagedRound<HELPER_THREADS> next_round;
+            if (stage) next_round.load(mask, order, n, words, round + 1, helper);
             or_kept_rows<HELPER_THREADS>(mask, words, kept_rows + (1 - parity) * ROUND_BOXES, kept_in_round[1 - parity],
                                          first + ROUND_WORDS, removed, helper);
+            if (stage)
+                next_round.store(staged_rows + (1 - parity) * ROUND_BOXES * STAGE_STRIDE,
+                                 staged_index + (1 - parity) * ROUND_BOXES, helper);
         }
         __syncthreads();  // round decided, round + 1 staged, the bitmap past it up to date with round - 1
     }
