@@ -372,7 +372,7 @@ __global__ void __launch_bounds__(MID_THREADS, 1) mid_nms_kernel(
 // resolve's time, so inside the round it only decides; the kept boxes' indices, the list
 // of kept rows and their bits at the next round wait for the round's end. H200 clock64
 // trace (.ci/resolve_trace_probe.py), N = 8192 clustered: the design before, which ORed
-// and prefetched between two barriers, took 7,600 cycles a round (40 % the OR, 10 %
+// and prefetched between two barriers, took 7,600 cycles a round (32 % the OR, 10 %
 // issuing the prefetch); this one 5,600 (~460 a word, ~1,500 the round's end).
 #define ROUND_BOXES (32 * ROUND_WORDS)
 #define STAGE_WORDS (2 * ROUND_WORDS)  // a staged row: the round's words, then the next round's

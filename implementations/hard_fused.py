@@ -41,8 +41,9 @@ labels. Where torchvision spends its time decides the design:
   memory, 12 other warps (none on its scheduler) copy round r + 1's mask rows into shared
   memory and OR round r - 1's kept rows into the bitmap past round r, so the deciding
   warp never waits for global memory; round r - 1's effect on round r it ORs itself from
-  the staged rows. Rows of suppressed boxes are never read. (H200, clock64 trace and
-  stage probe: 8192 clustered 118 -> 89 us, 32768 clustered 512 -> 407 us.)
+  the staged rows. Rows of suppressed boxes are never read. (H200, the design before
+  against this one in one process, right after the mask kernel: 124 -> 87 us at 8192
+  clustered, 616 -> 491 us at 32768; .ci/ab_kernels.py, results/PERFLOG.md.)
 - Ranking: the counting kernel (``rank.cu``) up to N = 8192, ``torch.sort`` above (the
   counting rank is O(N^2)); the mask is never zero-filled (every word the resolve reads
   is written by the mask kernel).
