@@ -26,6 +26,15 @@ class BaselineModule(CudaModule):
         return (BASELINE / "_common.cuh").read_text() + (BASELINE / self.cu_file).read_text()
 
 
+def old_resolve_shared(words: int) -> int:
+    """The baseline block resolve's dynamic shared memory: the bitmap alone before the
+    pipelined rounds (33e90e5), their staging buffers too since (02059aa). Launching a
+    kernel with less than its layout needs reads and writes out of bounds."""
+    if "resolve_shared[]" in (BASELINE / "hard_fused.cu").read_text():
+        return hf.block_resolve_shared_bytes(words)
+    return 4 * words
+
+
 def gpu_us(launch_once, reps=20):
     launch_once()
     torch.cuda.synchronize()
@@ -75,7 +84,7 @@ def main():
                 mask_kernel()
                 line["mask"] = gpu_us(mask_kernel)
                 kept = {}
-                for name, module, shared in (("old", old_hard, words * 4),
+                for name, module, shared in (("old", old_hard, old_resolve_shared(words)),
                                              ("new", hf.CUDA_MODULE, hf.block_resolve_shared_bytes(words))):
                     kernel = module.get("block_resolve_kernel", None, dev)
                     opted_in_shared_limit(kernel, dev)
