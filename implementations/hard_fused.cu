@@ -384,10 +384,10 @@ __global__ void __launch_bounds__(MID_THREADS, 1) mid_nms_kernel(
 #define HELPER_THREADS (RESOLVE_THREADS / 4 * 3)
 
 // Round `round`'s staged rows (words round * ROUND_WORDS ... + STAGE_WORDS) and input
-// indices, copied by THREADS threads (t: this one's place) in two steps: load_round's
-// loads are all in flight before its caller does anything else (the other warps OR the
-// last round's kept rows meanwhile: their loads and these then share one memory latency,
-// which at N = 32768 comes from HBM), and store_round puts them into shared memory. Row
+// indices, copied by THREADS threads (t: this one's place) in two steps: load's loads
+// are all in flight before its caller does anything else (the other warps OR the last
+// round's kept rows meanwhile: their loads and these then share one memory latency,
+// which at N = 32768 comes from HBM), and store puts them into shared memory. Row
 // words before the row's own word were never written by the mask kernel, so they are
 // not read: they and everything past n or past the last word are staged as 0.
 template <int THREADS>
