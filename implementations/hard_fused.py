@@ -153,7 +153,7 @@ SMALL_MAX, SMALL_THREADS, TILE_WARPS = 256, 1024, 8  # as #defined in hard_fused
 COUNTING_RANK_MAX = 8192  # above: torch.sort (the counting rank is O(N^2); H200: 34.5 vs 57 us at 8192)
 RESOLVE_THREADS, STAGED_THREADS, MID_THREADS, ROUND_WORDS = 512, 1024, 1024, 8  # as #defined in hard_fused.cu
 MID_MAX = 1024  # the one-launch cooperative path: SMALL_MAX < N <= MID_MAX (eager calls only)
-MAX_WORDS = MAX_SHARED_BYTES // 4  # the block resolve's bitmap lives in shared memory
+MAX_WORDS = MAX_SHARED_BYTES // 4  # the block resolve's bitmap (N / 8 bytes, beside 40 KiB of staging) in shared memory
 
 
 def block_resolve_shared_bytes(words: int) -> int:
@@ -220,8 +220,8 @@ def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False):
         return PaddedNMSResult(out[:0], out[0]) if padded else NMSResult(out[:0])
     words = (n + 31) // 32
     if words > MAX_WORDS:
-        raise ValueError(f"hard_fused on cuda resolves in one block with N/8 bytes of shared memory; "
-                         f"N = {n} is above its limit of {MAX_WORDS * 32}")
+        raise ValueError(f"hard_fused on cuda resolves in one block with N/8 bytes of shared memory (and its "
+                         f"N x N/8-byte mask in GPU memory); N = {n} is above its limit of {MAX_WORDS * 32}")
     # One allocation: keep (padded to n), the count, then (n > SMALL_MAX) the n x words
     # int32 mask and the ranking's scratch (the cooperative kernel's, or rank_by_score's).
     small = n <= SMALL_MAX

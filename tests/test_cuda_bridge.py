@@ -178,3 +178,15 @@ def test_host_count_is_one_per_thread_and_device(monkeypatch):
     worker = threading.Thread(target=lambda: other.append(_cuda.host_count(torch.device("cuda", 0))))
     worker.start(), worker.join()
     assert other[0] is not first
+
+
+def test_hard_fused_block_resolve_fits_shared_memory_up_to_its_limit_and_refuses_more():
+    """The block resolve keeps two rounds of staged rows (~40 KiB) beside the N / 8-byte
+    bitmap: at the largest N hard_fused takes that is ~88 KiB, within what a block may opt
+    in to on every GPU from sm_80 (99 KiB on sm_86 and sm_89, 227 KiB on the H200). One
+    box more is refused before any CUDA call, with the limit in the message."""
+    assert hard_fused.block_resolve_shared_bytes(hard_fused.MAX_WORDS) <= 99 * 1024
+    assert hard_fused.block_resolve_shared_bytes(2) - hard_fused.block_resolve_shared_bytes(1) == 4
+    n = hard_fused.MAX_WORDS * 32 + 1
+    with pytest.raises(ValueError, match=f"above its limit of {n - 1}"):
+        hard_fused.hard_fused_cuda(torch.zeros((n, 4)), torch.zeros(n), iou_threshold=0.5)
