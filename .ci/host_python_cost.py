@@ -1,0 +1,76 @@
+"""The Python cost of one eager hard_fused / matrix_recompute call, without a GPU: every
+CUDA call is stubbed (kernels found, launches packing their arguments and returning,
+the count ready at once) and the tensors stay on the CPU, so what is timed is the
+wrapper's own host work: choosing the path, allocating, packing the arguments, building
+the result. Run anywhere: python3 .ci/host_python_cost.py"""
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import implementations._cuda as cuda  # noqa: E402
+import implementations.hard_fused as hf  # noqa: E402
+import implementations.matrix_recompute as mr  # noqa: E402
+
+
+class StubKernel:
+    ptr = 1
+
+
+class StubCount:
+    address = np.uint64(0)
+
+    def wait(self, device):
+        return 7
+
+
+class StubStream:
+    def __init__(self, device):
+        pass
+
+    def __enter__(self):
+        def launch(fn, grid, block, args, shared_mem=0, cooperative=False):
+            cuda.pack_arguments(args)  # the packing is host work of every real launch
+
+        return launch
+
+    def __exit__(self, *exc_info):
+        pass
+
+
+def stub_cuda():
+    barrier = torch.zeros(2, dtype=torch.int32)
+    cuda.CudaModule.get = lambda self, name, dtype, device: StubKernel()
+    for module in (mr, hf):
+        module.on_torch_stream = StubStream
+        module.host_count = lambda device: StubCount()
+        module.grid_barrier_state = lambda device: barrier
+        module.opted_in_shared_limit = lambda kernel, device: 227 * 1024
+    mr.cooperative_grid = lambda n, dtype, device, labels=False: cuda.blocks(n, mr.cooperative_threads(n) // 32)
+    hf.mid_grid = lambda n, dtype, device: cuda.blocks(n, hf.MID_THREADS // 32)
+
+
+def per_call_us(call, reps=20000):
+    call()
+    start = time.perf_counter()
+    for _ in range(reps):
+        call()
+    return 1e6 * (time.perf_counter() - start) / reps
+
+
+def main():
+    stub_cuda()
+    for n in (64, 512, 4096):
+        boxes, scores = torch.rand(n, 4), torch.rand(n)
+        matrix = per_call_us(lambda: mr.matrix_recompute_cuda(boxes, scores, iou_threshold=0.5, kernel="gaussian",
+                                                              sigma=2.0, score_threshold=0.05))
+        hard = per_call_us(lambda: hf.hard_fused_cuda(boxes, scores, iou_threshold=0.5))
+        print(f"N = {n}: matrix_recompute ({mr.choose_path(n, torch.float32, False, torch.device('cuda'))}) "
+              f"{matrix:.1f} us, hard_fused {hard:.1f} us of Python per eager call", flush=True)
+
+
+if __name__ == "__main__":
+    main()
