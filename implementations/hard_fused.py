@@ -262,10 +262,10 @@ def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False):
                        (mask, order, n, words, *outputs), shared_mem=staged_shared_bytes(n))
             else:
                 resolve = CUDA_MODULE.get("block_resolve_kernel", None, device)
-                shared = block_resolve_shared_bytes(words)
-                if shared > opted_in_shared_limit(resolve, device):
+                shared, limit = block_resolve_shared_bytes(words), opted_in_shared_limit(resolve, device)
+                if shared > limit:
                     raise ValueError(f"hard_fused: N = {n} needs {shared} bytes of shared memory in one block for its "
-                                     f"resolve; this GPU gives {opted_in_shared_limit(resolve, device)}")
+                                     f"resolve; this GPU gives {limit}")
                 launch(resolve, (1,), (RESOLVE_THREADS,), (mask, order, n, words, *outputs), shared_mem=shared)
     if padded:
         return PaddedNMSResult(memory[:n], memory[n])
