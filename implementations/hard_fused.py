@@ -150,7 +150,7 @@ def hard_fused_cpu(boxes, scores, *, iou_threshold, labels=None):
 CUDA_MODULE = CudaModule("hard_fused.cu", templates=("small_nms_kernel", "tile_mask_kernel", "mid_nms_kernel"),
                          plain=("staged_resolve_kernel", "block_resolve_kernel"))
 SMALL_MAX, SMALL_THREADS, TILE_WARPS = 256, 1024, 8  # as #defined in hard_fused.cu
-COUNTING_RANK_MAX = 8192  # above: torch.sort (the counting rank is O(N^2); H200: 34.5 vs 57 us at 8192)
+COUNTING_RANK_MAX = 8192  # above: torch.sort (the counting rank is O(N^2); H200 at 8192: 14 vs 57 us, PERFLOG)
 RESOLVE_THREADS, STAGED_THREADS, MID_THREADS, ROUND_WORDS = 512, 1024, 1024, 8  # as #defined in hard_fused.cu
 MID_MAX = 1024  # the one-launch cooperative path: SMALL_MAX < N <= MID_MAX (eager calls only)
 MAX_WORDS = MAX_SHARED_BYTES // 4  # the block resolve's bitmap (N / 8 bytes, beside 40 KiB of staging) in shared memory
