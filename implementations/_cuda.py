@@ -46,6 +46,9 @@ class CudaModule:
         self.cu_file = cu_file
         self.expressions = [f"{name}<{t}>" for name in templates for t in SOURCE_TYPES.values()] + list(plain)
         self._loaded: dict[int, tuple[object, dict[str, object]]] = {}
+        # (name, dtype) -> expression: on every launch's path, so no string is formatted there
+        self._expression = {(name, dtype): f"{name}<{t}>" for name in templates for dtype, t in SOURCE_TYPES.items()}
+        self._expression.update({(name, None): name for name in plain})
 
     def source(self) -> str:
         """The code NVRTC compiles: ``_common.cuh`` followed by the ``.cu`` file."""
@@ -85,7 +88,10 @@ class CudaModule:
                 module = function.Module()
                 module.load(cubin)
                 loaded = self._loaded[index] = (module, {e: module.get_function(n) for e, n in names.items()})
-        return loaded[1][name if dtype is None else f"{name}<{SOURCE_TYPES[dtype]}>"]
+        expression = self._expression.get((name, dtype))
+        if expression is None:  # not a kernel of this file (or no such dtype): the loader's KeyError names it
+            expression = name if dtype is None else f"{name}<{SOURCE_TYPES[dtype]}>"
+        return loaded[1][expression]
 
 
 class on_torch_stream:  # noqa: N801 - used as a function: `with on_torch_stream(device) as launch:`
@@ -160,26 +166,46 @@ _launch_buffer = _LaunchBuffer()
 def pack_arguments(args) -> tuple[str, list]:
     """(struct codes, values) of kernel arguments: tensors and None as 8-byte pointers,
     Python ints (bool included) as int32, NumPy scalars as their own type."""
-    codes, values = [], []
-    for a in args:
+    types = tuple(map(type, args))
+    plan = _argument_plans.get(types)
+    if plan is None:
+        plan = _argument_plans[types] = _argument_plan(args)
+    codes, tensors, nones, ints = plan
+    values = list(args)
+    for i in tensors:
+        values[i] = values[i].data_ptr()
+    for i in nones:
+        values[i] = 0
+    for i in ints:
+        if not -(2**31) <= values[i] < 2**31:
+            raise OverflowError(f"kernel argument {values[i]} does not fit an int32")
+    return codes, values
+
+
+# Per signature (the arguments' types, position by position): the struct codes and which
+# positions are tensors, None and Python ints. Every launch site passes the same
+# signature call after call, so a launch looks its plan up instead of testing each type.
+_argument_plans: dict[tuple[type, ...], tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = {}
+
+
+def _argument_plan(args) -> tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    codes, tensors, nones, ints = [], [], [], []
+    for i, a in enumerate(args):
         code = _SCALAR_CODES.get(type(a))
         if code is not None:
             codes.append(code)
-            values.append(a)
         elif a is None:
             codes.append("Q")
-            values.append(0)
+            nones.append(i)
         elif isinstance(a, torch.Tensor):
             codes.append("Q")
-            values.append(a.data_ptr())
+            tensors.append(i)
         elif isinstance(a, (bool, int)):
-            if not -(2**31) <= a < 2**31:
-                raise OverflowError(f"kernel argument {a} does not fit an int32")
             codes.append("i")
-            values.append(int(a))
+            ints.append(i)
         else:
             raise TypeError(f"unsupported kernel argument type {type(a).__name__}")
-    return "".join(codes), values
+    return "".join(codes), tuple(tensors), tuple(nones), tuple(ints)
 
 
 def _launch(function_ptr: int, grid, block, args, shared_mem: int, stream: int, cooperative: bool = False) -> None:

@@ -59,6 +59,8 @@ itself sequentially. Work is O(N x kept) like torchvision's loop, but SIMD and p
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 from numba import njit, prange
@@ -156,6 +158,7 @@ MID_MAX = 1024  # the one-launch cooperative path: SMALL_MAX < N <= MID_MAX (eag
 MAX_WORDS = MAX_SHARED_BYTES // 4  # the block resolve's bitmap (N / 8 bytes, beside 40 KiB of staging) in shared memory
 
 
+@functools.lru_cache(maxsize=256)  # on every call's path
 def block_resolve_shared_bytes(words: int) -> int:
     """block_resolve_kernel's dynamic shared memory (laid out in hard_fused.cu): two
     rounds' input indices (8 bytes), staged rows (2 x ROUND_WORDS words at an odd stride)
@@ -164,6 +167,7 @@ def block_resolve_shared_bytes(words: int) -> int:
     return 2 * round_boxes * (8 + 4 * (2 * ROUND_WORDS + 1) + 4) + 4 * words
 
 
+@functools.lru_cache(maxsize=256)  # on every call's path
 def staged_shared_bytes(n: int) -> int:
     """staged_resolve_kernel's dynamic shared memory: the mask rows at an odd stride, then
     the input indices (8-byte aligned), as laid out in hard_fused.cu."""
@@ -179,6 +183,7 @@ def staged_resolve_fits(n: int, device: torch.device) -> bool:
     return staged_shared_bytes(n) <= opted_in_shared_limit(kernel, device)
 
 
+@functools.lru_cache(maxsize=256)  # on every call's path
 def mid_shared_bytes(n: int, dtype: torch.dtype) -> int:
     """mid_nms_kernel's dynamic shared memory: block 0's staged resolve, or the first
     phases' n score keys, ranked boxes and labels if more (as laid out in hard_fused.cu)."""

@@ -127,6 +127,7 @@ def single_block_shared_bytes(n: int, dtype: torch.dtype) -> int:
     return n * (6 * arith_dtype(dtype).itemsize + 20)
 
 
+@functools.lru_cache(maxsize=None)
 def single_block_capacity(dtype: torch.dtype) -> int:
     """The most boxes one block takes: one thread each, within 48 KiB of shared memory."""
     fits = MAX_SHARED_BYTES // single_block_shared_bytes(1, dtype)
@@ -152,11 +153,20 @@ def choose_path(n: int, dtype: torch.dtype, padded: bool = True, device: torch.d
     """The CUDA path for ``n`` boxes: "single" (one block), "cooperative" (one launch over
     the GPU; eager calls on ``device`` only, where it holds the grid at once), "counting"
     or "sort" (four or more launches)."""
+    return _path_and_grid(n, dtype, padded, device, labels)[0]
+
+
+def _path_and_grid(n: int, dtype: torch.dtype, padded: bool, device: torch.device | None,
+                   labels: bool) -> tuple[str, int]:
+    """``choose_path``'s path and, for "cooperative", its grid (0 otherwise): asked once
+    per call."""
     if n <= min(PADDED_SINGLE_BLOCK_MAX_N if padded else SINGLE_BLOCK_MAX_N, single_block_capacity(dtype)):
-        return "single"
-    if not padded and n <= COOPERATIVE_MAX_N and device is not None and cooperative_grid(n, dtype, device, labels) > 0:
-        return "cooperative"
-    return "counting" if n <= COUNTING_MAX_N else "sort"
+        return "single", 0
+    if not padded and n <= COOPERATIVE_MAX_N and device is not None:
+        grid = cooperative_grid(n, dtype, device, labels)
+        if grid > 0:
+            return "cooperative", grid
+    return ("counting" if n <= COUNTING_MAX_N else "sort"), 0
 
 
 _resident: dict[tuple[torch.dtype, int, int, int], int] = {}  # (dtype, device, threads, shared step) -> blocks at once
@@ -245,13 +255,30 @@ def cooperative_scratch(n: int, dtype: torch.dtype, labels: bool) -> dict[str, t
     return layout
 
 
+@functools.lru_cache(maxsize=256)
+def _cooperative_plan(n: int, dtype: torch.dtype, labels: bool) -> tuple[int, tuple[int, ...], int, int]:
+    """What every eager cooperative call at (n, dtype, labels) needs, computed once: its
+    scratch's 8-byte words, the byte offsets of the kernel's seven scratch arguments in
+    their order (order, sbox, sarea, slabel, sscore, constant, final), its block size and
+    its dynamic shared memory."""
+    layout = cooperative_scratch(n, dtype, labels)
+    words = sum(-(-size // 8) for _, size in layout.values())
+    offsets = tuple(layout[name][0] for name in ("order", "sbox", "sarea", "slabel", "sscore", "constant", "final"))
+    return words, offsets, cooperative_threads(n), cooperative_shared_bytes(n, dtype, labels)
+
+
 def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_threshold, padded, path=None):
     """The CUDA backend with the path chosen by ``choose_path`` or forced (tests)."""
     n, device, dtype = boxes.shape[0], boxes.device, boxes.dtype
-    path = (path or choose_path(n, dtype, padded, device, labels is not None)) if n > 0 else None
-    layout = cooperative_scratch(n, dtype, labels is not None) if path == "cooperative" else None
-    scratch_words = 0 if layout is None else sum(-(-size // 8) for _, size in layout.values())
-    outputs = _Outputs(n, dtype, device, scratch_words)
+    grid = 0  # the cooperative launch's, asked once
+    if n == 0:
+        path = None
+    elif path is None:
+        path, grid = _path_and_grid(n, dtype, padded, device, labels is not None)
+    elif path == "cooperative":  # forced (tests)
+        grid = cooperative_grid(n, dtype, device, labels is not None)
+    plan = _cooperative_plan(n, dtype, labels is not None) if path == "cooperative" else None
+    outputs = _Outputs(n, dtype, device, 0 if plan is None else plan[0])
     keep, out_scores, count = outputs.keep, outputs.scores, outputs.count
     if n == 0:
         if padded:
@@ -281,7 +308,7 @@ def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_thres
             )
         elif path == "cooperative":
             _launch_cooperative(launch, boxes, scores, labels, wide, n, linear, sigma, threshold, keep, out_scores, count,
-                                host_address, outputs.scratch, layout)
+                                host_address, outputs.scratch, grid, plan)
         else:
             arith = arith_dtype(dtype)
             chunks, segment = blocks(n, CHILDREN), segment_length(n)
@@ -333,18 +360,18 @@ def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_thres
 
 
 def _launch_cooperative(launch, boxes, scores, labels, wide, n, linear, sigma, threshold, keep, out_scores, count,
-                        host_address, scratch, layout):
-    """cooperative_kernel, its scratch at address ``scratch`` as ``layout`` places it."""
-    dtype, device = boxes.dtype, boxes.device
-    grid = cooperative_grid(n, dtype, device, labels is not None)
+                        host_address, scratch, grid, plan):
+    """cooperative_kernel on ``grid`` blocks, its scratch at address ``scratch`` as
+    ``_cooperative_plan``'s ``plan`` places it."""
     if grid == 0:
         raise ValueError(f"this GPU cannot hold cooperative_kernel's grid for {n} boxes at once")
-    at = {name: np.uint64(scratch + offset) for name, (offset, _) in layout.items()}
-    launch(CUDA_MODULE.get("cooperative_kernel", dtype, device), (grid,), (cooperative_threads(n),),
-           (boxes, scores, labels, wide, n, linear, sigma, threshold, at["order"], at["sbox"], at["sarea"],
-            None if labels is None else at["slabel"], at["sscore"], at["constant"], at["final"],
-            grid_barrier_state(device), keep, out_scores, count, host_address),
-           shared_mem=cooperative_shared_bytes(n, dtype, labels is not None), cooperative=True)
+    _, offsets, threads, shared = plan
+    order, sbox, sarea, slabel, sscore, constant, final = (np.uint64(scratch + offset) for offset in offsets)
+    launch(CUDA_MODULE.get("cooperative_kernel", boxes.dtype, boxes.device), (grid,), (threads,),
+           (boxes, scores, labels, wide, n, linear, sigma, threshold, order, sbox, sarea,
+            None if labels is None else slabel, sscore, constant, final,
+            grid_barrier_state(boxes.device), keep, out_scores, count, host_address),
+           shared_mem=shared, cooperative=True)
 
 
 @register(

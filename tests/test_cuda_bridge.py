@@ -190,3 +190,12 @@ def test_hard_fused_block_resolve_fits_shared_memory_up_to_its_limit_and_refuses
     n = hard_fused.MAX_WORDS * 32 + 1
     with pytest.raises(ValueError, match=f"above its limit of {n - 1}"):
         hard_fused.hard_fused_cuda(torch.zeros((n, 4)), torch.zeros(n), iou_threshold=0.5)
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.cu_file)
+def test_kernel_lookup_names_the_compiled_expressions(module):
+    """CudaModule.get finds a kernel by (name, dtype) in a table built once: every entry
+    names an expression NVRTC compiled, and every compiled expression has an entry."""
+    assert sorted(module._expression.values()) == sorted(module.expressions)
+    for (name, dtype), expression in module._expression.items():
+        assert expression == (name if dtype is None else f"{name}<{_cuda.SOURCE_TYPES[dtype]}>")

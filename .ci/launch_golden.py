@@ -1,0 +1,73 @@
+"""Without a GPU: every launch hard_fused and matrix_recompute make, recorded with the CUDA
+calls stubbed (kernel, grid, block, argument codes and values, device addresses made
+relative to their allocation, shared memory, cooperative or not) and their results, over
+468 inputs (sizes on every path, three dtypes, labels or not, padded or not). Prints a
+digest: a refactor of the host path that changes no launch keeps it.
+Usage: python3 .ci/launch_golden.py TREE OUT.json   (TREE: a checkout's root)"""
+import sys, hashlib, json
+sys.path.insert(0, sys.argv[1])
+import numpy as np, torch
+import implementations._cuda as cuda
+import implementations.hard_fused as hf
+import implementations.matrix_recompute as mr
+
+records = []
+allocs = []
+real_empty = torch.empty
+def tracking_empty(*a, **k):
+    k.pop("device", None)
+    t = real_empty(*a, **k)
+    allocs.append(t)
+    return t
+torch.empty = tracking_empty
+real_full = torch.full
+def rel(v):
+    for i, t in enumerate(allocs):
+        base = t.data_ptr(); size = t.numel() * t.element_size()
+        if base <= v < base + max(size, 1):
+            return f"a{i}+{v - base}"
+    return "ext" if v > 1 << 20 else v
+class K:
+    def __init__(self, name): self.name = name; self.ptr = 1
+cuda.CudaModule.get = lambda self, name, dtype, device: K(f"{self.cu_file}:{name}:{dtype}")
+class Count:
+    address = np.uint64(12345)
+    def wait(self, device): return 3
+class Stream:
+    def __init__(self, device): pass
+    def __enter__(self):
+        def launch(fn, grid, block, args, shared_mem=0, cooperative=False):
+            codes, values = cuda.pack_arguments(args)
+            records.append([fn.name, list(grid), list(block), codes, [str(rel(int(v))) if c == "Q" else str(int(v)) if c in "iI" else str(v) for c, v in zip(codes, values)], shared_mem, cooperative])
+        return launch
+    def __exit__(self, *e): pass
+barrier = torch.zeros(2, dtype=torch.int32)
+for m in (mr, hf):
+    m.on_torch_stream = Stream
+    m.host_count = lambda device: Count()
+    m.grid_barrier_state = lambda device: barrier
+    m.opted_in_shared_limit = lambda kernel, device: 227 * 1024
+cuda.on_torch_stream = Stream
+mr.cooperative_grid = lambda n, dtype, device, labels=False: mr.balanced_grid(cuda.blocks(n, mr.cooperative_threads(n) // 32), 132 * (1 if n > 2048 else 2))
+hf.mid_grid = lambda n, dtype, device: cuda.blocks(n, hf.MID_THREADS // 32)
+hf.staged_resolve_fits = lambda n, device: n <= 1024
+torch.sort = lambda t, descending=True, stable=True: torch.return_types.sort((t, torch.arange(t.shape[0])))
+out = []
+for n in (0, 1, 31, 64, 97, 257, 512, 1000, 1025, 4096, 8192, 8193, 20000):
+    for dtype in (torch.float32, torch.float64, torch.float16):
+        for labels in (None, torch.zeros(n, dtype=torch.int64), torch.zeros(n, dtype=torch.int32)):
+            for padded in (False, True):
+                b = torch.rand(n, 4).to(dtype); s = torch.rand(n).to(dtype)
+                for name, f in (("mr", lambda: mr.matrix_recompute_cuda(b, s, iou_threshold=0.5, labels=labels, kernel="gaussian", sigma=2.0, score_threshold=0.05, padded=padded)),
+                                ("hf", lambda: hf.hard_fused_cuda(b, s, iou_threshold=0.5, labels=labels, padded=padded))):
+                    allocs.clear(); records.clear()
+                    allocs.extend([b, s, barrier] + ([labels] if labels is not None else []))
+                    try:
+                        r = f()
+                        res = [type(r).__name__] + [None if x is None else [list(x.shape), str(x.dtype), str(rel(x.data_ptr()))] for x in r]
+                    except Exception as e:
+                        res = ["error", type(e).__name__, str(e)]
+                    out.append([name, n, str(dtype), labels is None or str(labels.dtype), padded, res, json.loads(json.dumps(records))])
+text = json.dumps(out, sort_keys=True)
+print(len(out), hashlib.sha1(text.encode()).hexdigest())
+open(sys.argv[2], "w").write(text)
