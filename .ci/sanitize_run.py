@@ -17,7 +17,7 @@ from nmsbench import datasets
 ALL = ["allpairs", "bitmask_classic", "bitmask_two_phase", "hard_fused", "matrix_fused", "matrix_recompute",
        "cupy_seed_kernels"]
 # hard_fused has a path per size range: one launch (<= 256), warp resolve (<= 1024),
-# block resolve (> 1024), torch.sort ranking (> 4096); its padded form runs too.
+# block resolve (> 1024), the merge rank (>= 4096); its padded form runs too.
 # matrix_recompute's four paths are forced one by one at each size below.
 SIZES = {"hard_fused": (31, 64, 100, 257, 1000, 1500, 4500), "matrix_recompute": (31, 64, 100, 1000, 1025, 3000)}
 SELECTED = sys.argv[1:] or ALL

@@ -269,8 +269,12 @@ class Scratch:
         return self.memory[offset : offset + count * dtype.itemsize].view(dtype)
 
 
-RANK_MODULE = CudaModule("rank.cu", templates=("rank_by_score_kernel",))
+RANK_MODULE = CudaModule("rank.cu", templates=("rank_by_score_kernel", "chunk_sort_kernel", "merge_rank_kernel"))
 COUNT_BOXES, COUNT_WARPS, RANK_WARPS = 32, 8, 32  # as #defined in _common.cuh
+MERGE_CHUNK, MERGE_LANES, MERGE_BLOCK = 256, 8, 256  # as #defined in rank.cu
+# From here up rank_by_score merges sorted chunks (two launches, O(N log N)) instead of
+# counting (one launch, O(N^2)); measured on the H200 (PERFLOG).
+MERGE_RANK_MIN = 4096
 
 
 def _box_words(n: int, dtype: torch.dtype) -> int:
@@ -278,47 +282,75 @@ def _box_words(n: int, dtype: torch.dtype) -> int:
     return -(-4 * n * dtype.itemsize // 8)
 
 
-def rank_scratch_words(n: int, dtype: torch.dtype, labels: bool) -> int:
+def _rank_method(n: int, method: str | None) -> str:
+    if method is None:
+        return "merge" if n >= MERGE_RANK_MIN else "counting"
+    if method not in ("counting", "merge"):
+        raise ValueError(f"rank_by_score: method must be 'counting' or 'merge', not {method!r}")
+    return method
+
+
+def _merge_words(n: int) -> int:
+    """8-byte words of the merge rank's chunks: a 64-bit key and an int32 index per slot,
+    the chunks padded to MERGE_CHUNK slots."""
+    slots = blocks(n, MERGE_CHUNK) * MERGE_CHUNK
+    return slots + slots // 2
+
+
+def rank_scratch_words(n: int, dtype: torch.dtype, labels: bool, method: str | None = None) -> int:
     """8-byte words that ``rank_by_score(..., into=address)`` writes at ``address``: the
-    order, the ranked boxes (input dtype) and the ranked labels."""
-    return n + _box_words(n, dtype) + (n if labels else 0)
+    order, the ranked boxes (input dtype), the ranked labels and, for the merge rank, its
+    sorted chunks."""
+    merge = _merge_words(n) if _rank_method(n, method) == "merge" else 0
+    return n + _box_words(n, dtype) + (n if labels else 0) + merge
 
 
 class _Ranked:
     """Addresses of rank_by_score's outputs in a caller's allocation (see ``into``)."""
 
-    __slots__ = ("sorted_boxes", "sorted_scores", "sorted_labels")
+    __slots__ = ("sorted_boxes", "sorted_scores", "sorted_labels", "chunk_keys", "chunk_index")
 
     def __init__(self, address: int, n: int, dtype: torch.dtype, labels: bool):
         boxes_at = address + 8 * n
+        labels_at = boxes_at + 8 * _box_words(n, dtype)
         self.sorted_boxes = np.uint64(boxes_at)
         self.sorted_scores = None
-        self.sorted_labels = np.uint64(boxes_at + 8 * _box_words(n, dtype)) if labels else None
+        self.sorted_labels = np.uint64(labels_at) if labels else None
+        keys_at = labels_at + (8 * n if labels else 0)
+        self.chunk_keys = np.uint64(keys_at)
+        self.chunk_index = np.uint64(keys_at + 8 * blocks(n, MERGE_CHUNK) * MERGE_CHUNK)
 
 
 def rank_by_score(launch, boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor | None,
-                  with_scores: bool = False, into: int | None = None):
-    """Rank the boxes on the device in one launch (rank.cu): descending score, ties by
-    lower input index, NaN first, as ``torch.sort(descending=True, stable=True)`` does.
+                  with_scores: bool = False, into: int | None = None, method: str | None = None):
+    """Rank the boxes on the device: descending score, ties by lower input index, NaN
+    first, as ``torch.sort(descending=True, stable=True)`` does. Below ``MERGE_RANK_MIN``
+    boxes one launch counts (rank.cu's rank_by_score_kernel); from there two launches sort
+    chunks and merge them (chunk_sort_kernel, merge_rank_kernel). ``method`` ("counting"
+    or "merge") forces one (tests, probes).
 
     Returns ``(order, ranked)``: ``order`` (int64 tensor, input index of each rank) and
     ``ranked`` (a ``Scratch``) with ``sorted_boxes``, ``sorted_labels`` (None when ``labels``
     is None) and, with ``with_scores``, ``sorted_scores``, all in rank order and in the
     input dtype.
     With ``into`` (a device address with ``rank_scratch_words`` 8-byte words the caller
-    owns; not with ``with_scores``) nothing is allocated: ``order`` is its address there
-    and ``ranked`` holds the others' addresses.
+    owns, for the same ``method``; not with ``with_scores``) nothing is allocated:
+    ``order`` is its address there and ``ranked`` holds the others' addresses.
     """
     n, device, dtype = boxes.shape[0], boxes.device, boxes.dtype
+    method = _rank_method(n, method)
+    chunks = blocks(n, MERGE_CHUNK)
     if into is not None:
         if with_scores:
             raise ValueError("rank_by_score: into= does not take with_scores")
         order, scratch = np.uint64(into), _Ranked(into, n, dtype, labels is not None)
     else:
         order = torch.empty(n, dtype=torch.int64, device=device)
+        slots = chunks * MERGE_CHUNK if method == "merge" else 0
         scratch = Scratch(
             device, sorted_boxes=(4 * n, dtype), sorted_scores=(n if with_scores else 0, dtype),
             sorted_labels=(0 if labels is None else n, torch.int64),
+            chunk_keys=(slots, torch.int64), chunk_index=(slots, torch.int32),
         )
         if not with_scores:
             scratch.sorted_scores = None
@@ -326,11 +358,16 @@ def rank_by_score(launch, boxes: torch.Tensor, scores: torch.Tensor, labels: tor
             scratch.sorted_labels = None
     if labels is not None:
         labels = labels.to(torch.int64).contiguous()
-    launch(
-        RANK_MODULE.get("rank_by_score_kernel", dtype, device), (blocks(n, COUNT_BOXES),), (32 * RANK_WARPS,),
-        (boxes.contiguous(), scores.contiguous(), labels, n, order, scratch.sorted_boxes, scratch.sorted_scores,
-         scratch.sorted_labels),
-    )
+    boxes, scores = boxes.contiguous(), scores.contiguous()
+    outputs = (order, scratch.sorted_boxes, scratch.sorted_scores, scratch.sorted_labels)
+    if method == "counting":
+        launch(RANK_MODULE.get("rank_by_score_kernel", dtype, device), (blocks(n, COUNT_BOXES),), (32 * RANK_WARPS,),
+               (boxes, scores, labels, n, *outputs))
+    else:
+        launch(RANK_MODULE.get("chunk_sort_kernel", dtype, device), (chunks,), (MERGE_CHUNK,),
+               (scores, n, scratch.chunk_keys, scratch.chunk_index))
+        launch(RANK_MODULE.get("merge_rank_kernel", dtype, device), (blocks(n * MERGE_LANES, MERGE_BLOCK),),
+               (MERGE_BLOCK,), (boxes, scores, labels, n, chunks, scratch.chunk_keys, scratch.chunk_index, *outputs))
     return order, scratch
 
 

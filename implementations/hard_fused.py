@@ -44,9 +44,11 @@ labels. Where torchvision spends its time decides the design:
   the staged rows. Rows of suppressed boxes are never read. (H200, the design before
   against this one in one process, right after the mask kernel: 124 -> 87 us at 8192
   clustered, 616 -> 491 us at 32768; .ci/ab_kernels.py, results/PERFLOG.md.)
-- Ranking: the counting kernel (``rank.cu``) up to N = 8192, ``torch.sort`` above (the
-  counting rank is O(N^2)); the mask is never zero-filled (every word the resolve reads
-  is written by the mask kernel).
+- Ranking: ``rank_by_score`` (``rank.cu``): one counting launch at small N, sorted chunks
+  merged by binary searches (two launches) at large N. torch.sort took ~200 us of host
+  time per call at N = 32768 (its memsets, copies and launches), with the GPU idle behind
+  it. The mask is never zero-filled (every word the resolve reads is written by the mask
+  kernel).
 
 ``padded=True`` (``graph_safe``) returns keep padded to N with -1 and the count on the
 device with no host synchronization, so the op can be captured in a CUDA graph.
@@ -152,7 +154,6 @@ def hard_fused_cpu(boxes, scores, *, iou_threshold, labels=None):
 CUDA_MODULE = CudaModule("hard_fused.cu", templates=("small_nms_kernel", "tile_mask_kernel", "mid_nms_kernel"),
                          plain=("staged_resolve_kernel", "block_resolve_kernel"))
 SMALL_MAX, SMALL_THREADS, TILE_WARPS = 256, 1024, 8  # as #defined in hard_fused.cu
-COUNTING_RANK_MAX = 8192  # above: torch.sort (the counting rank is O(N^2); H200 at 8192: 14 vs 57 us, PERFLOG)
 RESOLVE_THREADS, STAGED_THREADS, MID_THREADS, ROUND_WORDS = 512, 1024, 1024, 8  # as #defined in hard_fused.cu
 MID_MAX = 1024  # the one-launch cooperative path: SMALL_MAX < N <= MID_MAX (eager calls only)
 MAX_WORDS = MAX_SHARED_BYTES // 4  # the block resolve's bitmap (N / 8 bytes, beside 40 KiB of staging) in shared memory
@@ -234,7 +235,7 @@ def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False):
     mask_words = 0 if small else (n * words + 1) // 2
     if grid > 0:
         scratch_words = 2 * n + (4 * n if boxes.dtype == torch.float64 else 2 * n)  # order, labels, boxes
-    elif not small and n <= COUNTING_RANK_MAX:
+    elif not small:
         scratch_words = rank_scratch_words(n, boxes.dtype, labels is not None)
     else:
         scratch_words = 0
@@ -252,13 +253,8 @@ def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False):
         elif grid > 0:
             _launch_mid(launch, boxes, scores, labels, n, threshold, memory, grid, outputs)
         else:
-            if n <= COUNTING_RANK_MAX:
-                order, ranked = rank_by_score(launch, boxes, scores, labels, into=base + 8 * (n + 1 + mask_words))
-                sorted_boxes, sorted_labels = ranked.sorted_boxes, ranked.sorted_labels
-            else:
-                order = torch.sort(scores + 0.0, descending=True, stable=True).indices  # -0.0 ties with 0.0
-                sorted_boxes = boxes.index_select(0, order)
-                sorted_labels = None if labels is None else labels.index_select(0, order)
+            order, ranked = rank_by_score(launch, boxes, scores, labels, into=base + 8 * (n + 1 + mask_words))
+            sorted_boxes, sorted_labels = ranked.sorted_boxes, ranked.sorted_labels
             mask = np.uint64(base + 8 * (n + 1))
             launch(CUDA_MODULE.get("tile_mask_kernel", boxes.dtype, device), (blocks(words, TILE_WARPS), words),
                    (32 * TILE_WARPS,), (sorted_boxes, sorted_labels, n, words, threshold, mask))

@@ -213,27 +213,58 @@ def test_grid_boxes_with_touching_edges_empty_boxes_and_iou_ties(n):
     assert torch.equal(run("hard_fused", case.to("cuda")).keep.cpu(), expected)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
-@pytest.mark.parametrize("n", [1, 127, 128, 129, 1000, 8192])
-def test_rank_by_score_equals_a_stable_descending_sort(n, dtype):
-    """rank.cu, which every kernel backend ranks with, against torch.sort: scores with many
-    ties (and equal -0.0 / 0.0), labels carried along, input dtype kept."""
-    from nmsbench.variants._cuda import on_torch_stream, rank_by_score
-
+def rank_inputs(n: int, dtype: torch.dtype):
+    """Scores with many ties (and equal -0.0 / 0.0), a few NaN and infinities; boxes and
+    labels to carry along."""
     generator = torch.Generator().manual_seed(n)
     scores = (torch.randint(-3, 4, (n,), generator=generator) / 4.0).to(dtype)
     scores[scores == 0] = torch.where(torch.rand(int((scores == 0).sum()), generator=generator) < 0.5, -0.0, 0.0).to(dtype)
+    special = torch.randint(0, n, (min(n, 9),), generator=generator)
+    scores[special] = torch.tensor([float("nan"), float("inf"), -float("inf")] * 3, dtype=dtype)[: special.numel()]
     boxes = torch.rand((n, 4), generator=generator).to(dtype)
     labels = torch.randint(0, 5, (n,), generator=generator, dtype=torch.int32)
-    boxes, scores, labels = boxes.cuda(), scores.cuda(), labels.cuda()
+    return boxes.cuda(), scores.cuda(), labels.cuda()
+
+
+@pytest.mark.parametrize("method", ["counting", "merge"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
+@pytest.mark.parametrize("n", [1, 127, 128, 129, 255, 256, 257, 1000, 4096, 8192, 40000])
+def test_rank_by_score_equals_a_stable_descending_sort(n, dtype, method):
+    """rank.cu, which every kernel backend ranks with, against torch.sort, both methods
+    (one counting launch; sorted chunks of 256 merged): NaN first, ties by lower index,
+    -0.0 equal to 0.0, labels carried along, input dtype kept; sizes at chunk edges."""
+    from nmsbench.variants._cuda import on_torch_stream, rank_by_score
+
+    boxes, scores, labels = rank_inputs(n, dtype)
     with on_torch_stream(boxes.device) as launch:
-        order, ranked = rank_by_score(launch, boxes, scores, labels, with_scores=True)
+        order, ranked = rank_by_score(launch, boxes, scores, labels, with_scores=True, method=method)
     sorted_boxes, sorted_scores = ranked.tensor("sorted_boxes").view(n, 4), ranked.tensor("sorted_scores")
     sorted_labels = ranked.tensor("sorted_labels")
     expected = torch.sort(scores, descending=True, stable=True).indices
     assert order.dtype == torch.int64 and torch.equal(order, expected)
-    assert torch.equal(sorted_boxes, boxes[expected]) and torch.equal(sorted_scores, scores[expected])
+    assert torch.equal(sorted_boxes, boxes[expected]) and torch.equal(sorted_scores.nan_to_num(7), scores[expected].nan_to_num(7))
     assert torch.equal(sorted_labels, labels[expected].to(torch.int64))
+
+
+@pytest.mark.parametrize("method", ["counting", "merge"])
+@pytest.mark.parametrize("n", [257, 5000])
+def test_rank_by_score_into_a_callers_allocation(n, method):
+    """``into=``: the order, ranked boxes and labels (and the merge's chunks) land in the
+    caller's ``rank_scratch_words`` words, nothing past them is written, and 20 repeats
+    give the same order."""
+    from nmsbench.variants._cuda import on_torch_stream, rank_by_score, rank_scratch_words
+
+    boxes, scores, labels = rank_inputs(n, torch.float32)
+    words = rank_scratch_words(n, torch.float32, True, method=method)
+    memory = torch.full((words + 64,), -7, dtype=torch.int64, device="cuda")
+    expected = torch.sort(scores, descending=True, stable=True).indices
+    for _ in range(20):
+        with on_torch_stream(boxes.device) as launch:
+            rank_by_score(launch, boxes, scores, labels, into=memory.data_ptr(), method=method)
+        assert torch.equal(memory[:n], expected)
+        assert torch.equal(memory[n : 3 * n].view(torch.float32).view(n, 4), boxes[expected])
+        assert torch.equal(memory[3 * n : 4 * n], labels[expected].to(torch.int64))
+        assert bool((memory[words:] == -7).all())
 
 
 @pytest.mark.parametrize("name", KERNEL_IMPLS)
