@@ -269,10 +269,11 @@ class Scratch:
         return self.memory[offset : offset + count * dtype.itemsize].view(dtype)
 
 
-RANK_MODULE = CudaModule("rank.cu", templates=("rank_by_score_kernel", "chunk_sort_kernel", "merge_rank_kernel"))
+RANK_MODULE = CudaModule("rank.cu", templates=("rank_by_score_kernel", "chunk_sort_kernel", "group_merge_kernel",
+                                                  "merge_rank_kernel"))
 COUNT_BOXES, COUNT_WARPS, RANK_WARPS = 32, 8, 32  # as #defined in _common.cuh
-MERGE_CHUNK, MERGE_LANES, MERGE_BLOCK = 256, 8, 256  # as #defined in rank.cu
-# From here up rank_by_score merges sorted chunks (two launches, O(N log N)) instead of
+MERGE_CHUNK = 256  # as #defined in rank.cu
+# From here up rank_by_score merges sorted chunks (three launches, O(N log N)) instead of
 # counting (one launch, O(N^2)); measured on the H200 (PERFLOG).
 MERGE_RANK_MIN = 4096
 
@@ -290,25 +291,30 @@ def _rank_method(n: int, method: str | None) -> str:
     return method
 
 
-def _merge_words(n: int) -> int:
-    """8-byte words of the merge rank's chunks: a 64-bit key and an int32 index per slot,
-    the chunks padded to MERGE_CHUNK slots."""
-    slots = blocks(n, MERGE_CHUNK) * MERGE_CHUNK
-    return slots + slots // 2
+def _rank_key_words(dtype: torch.dtype) -> int:
+    """8-byte words of one rank key in rank.cu's merge: the score key and the index packed
+    in 64 bits for float scores, 16 bytes (a 64-bit key, an int32 index) for double."""
+    return 2 if dtype == torch.float64 else 1
+
+
+def _merge_words(n: int, dtype: torch.dtype) -> int:
+    """8-byte words of the merge rank's two key arrays (sorted chunks, sorted groups), the
+    chunks padded to MERGE_CHUNK slots."""
+    return 2 * blocks(n, MERGE_CHUNK) * MERGE_CHUNK * _rank_key_words(dtype)
 
 
 def rank_scratch_words(n: int, dtype: torch.dtype, labels: bool, method: str | None = None) -> int:
     """8-byte words that ``rank_by_score(..., into=address)`` writes at ``address``: the
     order, the ranked boxes (input dtype), the ranked labels and, for the merge rank, its
     sorted chunks."""
-    merge = _merge_words(n) if _rank_method(n, method) == "merge" else 0
+    merge = _merge_words(n, dtype) if _rank_method(n, method) == "merge" else 0
     return n + _box_words(n, dtype) + (n if labels else 0) + merge
 
 
 class _Ranked:
     """Addresses of rank_by_score's outputs in a caller's allocation (see ``into``)."""
 
-    __slots__ = ("sorted_boxes", "sorted_scores", "sorted_labels", "chunk_keys", "chunk_index")
+    __slots__ = ("sorted_boxes", "sorted_scores", "sorted_labels", "chunk_sorted", "group_sorted")
 
     def __init__(self, address: int, n: int, dtype: torch.dtype, labels: bool):
         boxes_at = address + 8 * n
@@ -317,8 +323,8 @@ class _Ranked:
         self.sorted_scores = None
         self.sorted_labels = np.uint64(labels_at) if labels else None
         keys_at = labels_at + (8 * n if labels else 0)
-        self.chunk_keys = np.uint64(keys_at)
-        self.chunk_index = np.uint64(keys_at + 8 * blocks(n, MERGE_CHUNK) * MERGE_CHUNK)
+        self.chunk_sorted = np.uint64(keys_at)
+        self.group_sorted = np.uint64(keys_at + 8 * _merge_words(n, dtype) // 2)
 
 
 def rank_by_score(launch, boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor | None,
@@ -326,7 +332,8 @@ def rank_by_score(launch, boxes: torch.Tensor, scores: torch.Tensor, labels: tor
     """Rank the boxes on the device: descending score, ties by lower input index, NaN
     first, as ``torch.sort(descending=True, stable=True)`` does. Below ``MERGE_RANK_MIN``
     boxes one launch counts (rank.cu's rank_by_score_kernel); from there two launches sort
-    chunks and merge them (chunk_sort_kernel, merge_rank_kernel). ``method`` ("counting"
+    chunks, then groups of chunks, and merge those (chunk_sort_kernel, group_merge_kernel,
+    merge_rank_kernel). ``method`` ("counting"
     or "merge") forces one (tests, probes).
 
     Returns ``(order, ranked)``: ``order`` (int64 tensor, input index of each rank) and
@@ -346,11 +353,11 @@ def rank_by_score(launch, boxes: torch.Tensor, scores: torch.Tensor, labels: tor
         order, scratch = np.uint64(into), _Ranked(into, n, dtype, labels is not None)
     else:
         order = torch.empty(n, dtype=torch.int64, device=device)
-        slots = chunks * MERGE_CHUNK if method == "merge" else 0
+        key_words = _merge_words(n, dtype) // 2 if method == "merge" else 0
         scratch = Scratch(
             device, sorted_boxes=(4 * n, dtype), sorted_scores=(n if with_scores else 0, dtype),
             sorted_labels=(0 if labels is None else n, torch.int64),
-            chunk_keys=(slots, torch.int64), chunk_index=(slots, torch.int32),
+            chunk_sorted=(key_words, torch.int64), group_sorted=(key_words, torch.int64),
         )
         if not with_scores:
             scratch.sorted_scores = None
@@ -364,10 +371,13 @@ def rank_by_score(launch, boxes: torch.Tensor, scores: torch.Tensor, labels: tor
         launch(RANK_MODULE.get("rank_by_score_kernel", dtype, device), (blocks(n, COUNT_BOXES),), (32 * RANK_WARPS,),
                (boxes, scores, labels, n, *outputs))
     else:
+        slots = chunks * MERGE_CHUNK
         launch(RANK_MODULE.get("chunk_sort_kernel", dtype, device), (chunks,), (MERGE_CHUNK,),
-               (scores, n, scratch.chunk_keys, scratch.chunk_index))
-        launch(RANK_MODULE.get("merge_rank_kernel", dtype, device), (blocks(n * MERGE_LANES, MERGE_BLOCK),),
-               (MERGE_BLOCK,), (boxes, scores, labels, n, chunks, scratch.chunk_keys, scratch.chunk_index, *outputs))
+               (scores, n, scratch.chunk_sorted))
+        launch(RANK_MODULE.get("group_merge_kernel", dtype, device), (chunks,), (MERGE_CHUNK,),
+               (slots, scratch.chunk_sorted, scratch.group_sorted))
+        launch(RANK_MODULE.get("merge_rank_kernel", dtype, device), (chunks,), (MERGE_CHUNK,),
+               (boxes, scores, labels, n, slots, scratch.group_sorted, *outputs))
     return order, scratch
 
 
