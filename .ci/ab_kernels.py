@@ -78,8 +78,7 @@ def main():
                 mask = torch.empty((n, words), dtype=torch.int32, device=dev)
 
                 def mask_kernel():
-                    launch(hf.CUDA_MODULE.get("tile_mask_kernel", b.dtype, dev), (blocks(words, hf.TILE_WARPS), words),
-                           (32 * hf.TILE_WARPS,), (ranked.sorted_boxes, None, n, words, np.float64(0.5), mask))
+                    hf.launch_tile_mask(launch, b.dtype, dev, ranked.sorted_boxes, None, n, np.float64(0.5), mask)
 
                 mask_kernel()
                 line["mask"] = gpu_us(mask_kernel)

@@ -62,8 +62,7 @@ def main():
             trace = torch.zeros(128 * 16 + 4, dtype=torch.int64, device=dev)
             with on_torch_stream(dev) as launch:
                 order, ranked = rank_by_score(launch, b, s, None)
-                launch(hf.CUDA_MODULE.get("tile_mask_kernel", b.dtype, dev), (blocks(words, hf.TILE_WARPS), words),
-                       (32 * hf.TILE_WARPS,), (ranked.sorted_boxes, None, n, words, np.float64(0.5), mask))
+                hf.launch_tile_mask(launch, b.dtype, dev, ranked.sorted_boxes, None, n, np.float64(0.5), mask)
                 hf.opted_in_shared_limit(module.get("block_resolve_kernel", None, dev), dev)
                 for _ in range(5):  # the last of 5 back-to-back runs (warm L2, as in the op)
                     launch(module.get("block_resolve_kernel", None, dev), (1,), (hf.RESOLVE_THREADS,),

@@ -75,8 +75,7 @@ def hard_stages(b, s, n):
 
     def mask_stage():
         with on_torch_stream(dev) as launch:
-            launch(hf.CUDA_MODULE.get("tile_mask_kernel", b.dtype, dev), (blocks(words, hf.TILE_WARPS), words),
-                   (32 * hf.TILE_WARPS,), (ranked.sorted_boxes, None, n, words, th, mask))
+            hf.launch_tile_mask(launch, b.dtype, dev, ranked.sorted_boxes, None, n, th, mask)
 
     def seed_mask_stage():  # bitmask_two_phase's ballot mask (the same mask), for comparison
         from nmsbench.variants import bitmask_two_phase as b2
