@@ -51,6 +51,14 @@ for name in KERNEL_IMPLS:
                                                               full["sigma"], full["score_threshold"], padded, path=path)
                         continue
                     nmsbench.run_nms(name, boxes.boxes, boxes.scores, 0.5, labels=boxes.labels, **params)
+    if name == "hard_fused":  # rank.cu's merge (every kernel backend's rank from 8193 boxes), at small sizes
+        from nmsbench.variants._cuda import on_torch_stream, rank_by_score
+
+        for n in (1, 300, 5000):
+            for dtype in (torch.float32, torch.float16, torch.float64):
+                boxes = datasets.generate("degenerate", n, seed=n, classes=3).to("cuda", dtype)
+                with on_torch_stream(boxes.boxes.device) as launch:
+                    rank_by_score(launch, boxes.boxes, boxes.scores, boxes.labels, with_scores=True, method="merge")
     torch.cuda.synchronize()
     print(name, "ran", flush=True)
 

@@ -162,29 +162,26 @@ __global__ void small_nms_kernel(const T* boxes, const T* scores, const long lon
 
 // ---------------------------------------------------------------- N > SMALL_MAX
 // The suppression mask (as _common.cuh's ballot_mask_kernel defines it) by 32 x 32 tiles:
-// block (x, y) takes row word y (its 32 boxes in shared memory) against TILE_WARPS *
-// tiles_per_warp column words from x * TILE_WARPS * tiles_per_warp on; warp w takes
-// column words w, w + TILE_WARPS, ... of those (interleaved, so the tiles left of the
-// diagonal, which are not written, fall on every warp alike), lane k holding column box
-// k in registers with the next tile's box already loading. Each lane first marks the rows
-// that may suppress its column (one shared-memory broadcast and the quick rejection, four
-// comparisons, per pair), then takes the decisive IoU test for its marked rows alone, and
-// a transpose by ballots gives lane k row k's word (skipped when the tile suppresses
-// nothing). No barrier in the loops; the row boxes are loaded once per block.
-// grid (ceil(words / (TILE_WARPS * tiles_per_warp)), words), block 32 * TILE_WARPS.
+// block (x, y) takes row word y (its 32 boxes in shared memory) against column words
+// x * TILE_WARPS ... (one per warp, lane k holding column box k in registers). Each lane
+// first marks the rows that may suppress its column (one shared-memory broadcast and the
+// quick rejection, four comparisons, per pair), then takes the decisive IoU test for its
+// marked rows alone, and a transpose by ballots gives lane k row k's word (skipped when
+// the tile suppresses nothing). No barrier in the loops, each column box loaded once per
+// 32 rows. Tiles left of the diagonal are not written.
+// grid (ceil(words / TILE_WARPS), words), block 32 * TILE_WARPS.
 #define TILE_WARPS 8
 
 template <typename T>
 __global__ void __launch_bounds__(32 * TILE_WARPS) tile_mask_kernel(const T* sorted_boxes, const long long* sorted_labels,
                                                                     int n, int words, double iou_threshold,
-                                                                    int tiles_per_warp, unsigned int* mask) {
+                                                                    unsigned int* mask) {
     typedef typename Arith<T>::type A;
     __shared__ Box<A> row_box[32];
     __shared__ A row_area[32];
     __shared__ long long row_label[32];
-    const int row_word = blockIdx.y, first_column_word = blockIdx.x * TILE_WARPS * tiles_per_warp;
-    const int end_word = min(words, first_column_word + TILE_WARPS * tiles_per_warp);
-    if (end_word <= row_word) return;  // block-uniform, before the barrier
+    const int row_word = blockIdx.y, first_column_word = blockIdx.x * TILE_WARPS;
+    if (first_column_word + TILE_WARPS - 1 < row_word) return;  // block-uniform, before the barrier
     const bool has_labels = sorted_labels != nullptr;
     // With a threshold >= 0 only pairs with IoU > 0 vote: the quick rejection decides most
     // (a negative threshold, which the public API refuses, takes the exact test for all).
@@ -202,55 +199,44 @@ __global__ void __launch_bounds__(32 * TILE_WARPS) tile_mask_kernel(const T* sor
         row_label[threadIdx.x] = 0;
     }
     __syncthreads();
-    int column_word = first_column_word + threadIdx.x / 32;
-    if (column_word < row_word) column_word += (row_word - column_word + TILE_WARPS - 1) / TILE_WARPS * TILE_WARPS;
-    if (column_word >= end_word) return;  // warp-uniform
+    const int column_word = first_column_word + threadIdx.x / 32;
+    if (column_word < row_word || column_word >= words) return;  // warp-uniform
+    const int j = column_word * 32 + lane;
+    const bool column = j < n;
+    const Box<A> real_j = column ? load_box(sorted_boxes, j) : Box<A>{0, 0, 0, 0};
+    const Box<A> box_j = quick ? quick_box(real_j) : real_j;
+    const A area_j = box_area(real_j);
+    const long long label_j = column && has_labels ? sorted_labels[j] : 0;
     const IouThreshold threshold(iou_threshold);
-    int j = column_word * 32 + lane;
-    Box<A> next_box = j < n ? load_box(sorted_boxes, j) : Box<A>{0, 0, 0, 0};
-    long long next_label = j < n && has_labels ? sorted_labels[j] : 0;
-    for (; column_word < end_word; column_word += TILE_WARPS) {
-        j = column_word * 32 + lane;
-        const bool column = j < n;
-        const Box<A> real_j = next_box;
-        const long long label_j = next_label;
-        const int next_j = j + 32 * TILE_WARPS;
-        if (column_word + TILE_WARPS < end_word) {  // warp-uniform; in flight while this tile is tested
-            next_box = next_j < n ? load_box(sorted_boxes, next_j) : Box<A>{0, 0, 0, 0};
-            next_label = next_j < n && has_labels ? sorted_labels[next_j] : 0;
-        }
-        const Box<A> box_j = quick ? quick_box(real_j) : real_j;
-        const A area_j = box_area(real_j);
-        // First the cheap test for all 32 rows, a bit per row (row k may suppress column j:
-        // k ranks above j and the boxes may overlap); then each lane takes the exact test for
-        // its own candidates only. One lane in a warp with a candidate made the whole warp
-        // walk the exact test for that row: at N = 32768 (clustered) 3 rows in 4 had one.
-        unsigned int candidates = 0u;
-        if (column) {
+    // First the cheap test for all 32 rows, a bit per row (row k may suppress column j:
+    // k ranks above j and the boxes may overlap); then each lane takes the exact test for
+    // its own candidates only. One lane in a warp with a candidate made the whole warp
+    // walk the exact test for that row: at N = 32768 (clustered) 3 rows in 4 had one.
+    unsigned int candidates = 0u;
+    if (column) {
 #pragma unroll 8
-            for (int k = 0; k < 32; ++k)
-                if (k < rows && (!quick || may_overlap(row_box[k], box_j))) candidates |= 1u << k;
-            const int above = j - first_row;  // rows k < above rank above j (all on tiles right of the diagonal)
-            if (above < 32) candidates &= (1u << above) - 1u;  // above >= 0: column_word >= row_word
-        }
-        unsigned int suppressed_by = 0u;  // bit k: row k suppresses column j
-        while (candidates != 0u) {
-            const int k = __ffs(candidates) - 1;
-            candidates &= candidates - 1u;
-            if ((!has_labels || row_label[k] == label_j) && overlaps_decisive(row_box[k], row_area[k], box_j, area_j, threshold))
-                suppressed_by |= 1u << k;
-        }
-        // Transpose: lane k keeps row k's word (bit l: column l). Most tiles have none.
-        unsigned int my_row_word = 0u;
-        if (__any_sync(0xffffffffu, suppressed_by != 0u)) {
-#pragma unroll
-            for (int k = 0; k < 32; ++k) {
-                const unsigned int bits = __ballot_sync(0xffffffffu, (suppressed_by >> k) & 1u);
-                if (lane == k) my_row_word = bits;
-            }
-        }
-        if (lane < rows) mask[(long long)(first_row + lane) * words + column_word] = my_row_word;
+        for (int k = 0; k < 32; ++k)
+            if (k < rows && (!quick || may_overlap(row_box[k], box_j))) candidates |= 1u << k;
+        const int above = j - first_row;  // rows k < above rank above j (all on tiles right of the diagonal)
+        if (above < 32) candidates &= (1u << above) - 1u;  // above >= 0: column_word >= row_word
     }
+    unsigned int suppressed_by = 0u;  // bit k: row k suppresses column j
+    while (candidates != 0u) {
+        const int k = __ffs(candidates) - 1;
+        candidates &= candidates - 1u;
+        if ((!has_labels || row_label[k] == label_j) && overlaps_decisive(row_box[k], row_area[k], box_j, area_j, threshold))
+            suppressed_by |= 1u << k;
+    }
+    // Transpose: lane k keeps row k's word (bit l: column l). Most tiles have none.
+    unsigned int my_row_word = 0u;
+    if (__any_sync(0xffffffffu, suppressed_by != 0u)) {
+#pragma unroll
+        for (int k = 0; k < 32; ++k) {
+            const unsigned int bits = __ballot_sync(0xffffffffu, (suppressed_by >> k) & 1u);
+            if (lane == k) my_row_word = bits;
+        }
+    }
+    if (lane < rows) mask[(long long)(first_row + lane) * words + column_word] = my_row_word;
 }
 
 // Resolve for words <= 32 (N <= 1024). A warp resolving straight from global memory pays

@@ -154,7 +154,6 @@ def hard_fused_cpu(boxes, scores, *, iou_threshold, labels=None):
 CUDA_MODULE = CudaModule("hard_fused.cu", templates=("small_nms_kernel", "tile_mask_kernel", "mid_nms_kernel"),
                          plain=("staged_resolve_kernel", "block_resolve_kernel"))
 SMALL_MAX, SMALL_THREADS, TILE_WARPS = 256, 1024, 8  # as #defined in hard_fused.cu
-TILES_PER_WARP = 4  # column tiles each warp of tile_mask_kernel takes (PERFLOG)
 RESOLVE_THREADS, STAGED_THREADS, MID_THREADS, ROUND_WORDS = 512, 1024, 1024, 8  # as #defined in hard_fused.cu
 MID_MAX = 1024  # the one-launch cooperative path: SMALL_MAX < N <= MID_MAX (eager calls only)
 MAX_WORDS = MAX_SHARED_BYTES // 4  # the block resolve's bitmap (N / 8 bytes, beside 40 KiB of staging) in shared memory
@@ -273,13 +272,12 @@ def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False):
     return NMSResult(memory[: host.wait(device)])
 
 
-def launch_tile_mask(launch, dtype, device, sorted_boxes, sorted_labels, n, threshold, mask,
-                     tiles_per_warp=TILES_PER_WARP):
+def launch_tile_mask(launch, dtype, device, sorted_boxes, sorted_labels, n, threshold, mask):
     """tile_mask_kernel: the n x words suppression mask (int32 words, row-major, at address
     ``mask``) of the ranked boxes, tiles on or right of the diagonal only."""
     words = (n + 31) // 32
-    launch(CUDA_MODULE.get("tile_mask_kernel", dtype, device), (blocks(words, TILE_WARPS * tiles_per_warp), words),
-           (32 * TILE_WARPS,), (sorted_boxes, sorted_labels, n, words, threshold, tiles_per_warp, mask))
+    launch(CUDA_MODULE.get("tile_mask_kernel", dtype, device), (blocks(words, TILE_WARPS), words),
+           (32 * TILE_WARPS,), (sorted_boxes, sorted_labels, n, words, threshold, mask))
 
 
 def _launch_mid(launch, boxes, scores, labels, n, threshold, memory, grid, outputs):
