@@ -1,9 +1,11 @@
 """Why an eager hard_fused call takes longer than its graph replay at large N: wall time
 as the sweep takes it (torch.utils.benchmark) and as a plain loop, the graph replay, the
 kernels' summed GPU time per call (torch.profiler) and where the host spends it
-(cProfile). Run on the device: python3 .ci/eager_gap_probe.py"""
+(cProfile). Run on the device: python3 .ci/eager_gap_probe.py [IMPL [N ...]]
+(IMPL hard_fused (default) or matrix_recompute; default sizes 8192 32768)."""
 import cProfile
 import pstats
+import sys
 import time
 
 import torch
@@ -12,6 +14,17 @@ from torch.profiler import ProfilerActivity, profile
 
 from nmsbench import datasets
 from nmsbench.variants import hard_fused as hf
+from nmsbench.variants import matrix_recompute as mr
+
+IMPL = sys.argv[1] if len(sys.argv) > 1 else "hard_fused"
+SIZES = [int(v) for v in sys.argv[2:]] or [8192, 32768]
+MATRIX = {"iou_threshold": 0.5, "kernel": "gaussian", "sigma": 0.5, "score_threshold": 0.05}
+
+
+def op(b, s, padded=False):
+    if IMPL == "matrix_recompute":
+        return mr.matrix_recompute_cuda(b, s, padded=padded, **MATRIX)
+    return hf.hard_fused_cuda(b, s, iou_threshold=0.5, padded=padded)
 
 
 def loop_us(f, reps):
@@ -25,22 +38,22 @@ def loop_us(f, reps):
 
 
 def main():
-    for n in (8192, 32768):
+    for n in SIZES:
         data = datasets.generate("clustered", n, seed=0).to("cuda")
         b, s = data.boxes, data.scores
 
         def eager():
-            return hf.hard_fused_cuda(b, s, iou_threshold=0.5)
+            return op(b, s)
 
         timer = benchmark.Timer(stmt="fn()", globals={"fn": eager}, num_threads=16).blocked_autorange(min_run_time=0.05)
         graph = torch.cuda.CUDAGraph()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            hf.hard_fused_cuda(b, s, iou_threshold=0.5, padded=True)
+            op(b, s, padded=True)
         torch.cuda.current_stream().wait_stream(side)
         with torch.cuda.graph(graph):
-            hf.hard_fused_cuda(b, s, iou_threshold=0.5, padded=True)
+            op(b, s, padded=True)
         print(f"n={n} timer_wall={timer.median * 1e6:.1f} loop_wall={loop_us(eager, 30):.1f} "
               f"graph={loop_us(graph.replay, 30):.1f}", flush=True)
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
