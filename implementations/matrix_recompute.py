@@ -48,9 +48,10 @@ CUDA (matrix_recompute.cu), four paths by N:
   same work and there are enough blocks; partial maxima / minima combine by atomics on
   order-preserving bit patterns (exact, hence deterministic), and the last block of each
   chunk writes the final scores.
-- larger N: torch.sort (stable, descending: ties by lower index, -0.0 == 0.0, like the CPU
-  backend) and a gather instead of the O(N^2) counting rank; the same passes; torch.sort of
-  the final scores (not kept: -inf) and finalize_kernel instead of the counting select.
+- larger N: ``rank_by_score``'s merge (sorted chunks merged, three launches, O(N log N);
+  the same order as the counting rank) and a gather instead of the O(N^2) counting rank;
+  the same passes; torch.sort of the final scores (not kept: -inf) and finalize_kernel
+  instead of the counting select.
 
 ``padded=True`` (graph safe): the same launches with no host synchronization at all; the
 count stays on the device (``PaddedNMSResult``).
@@ -69,7 +70,7 @@ from nmsbench.registry import register
 
 from ._cpu import sorted_inputs
 from ._cuda import (COUNT_BOXES, CUDA_DTYPES, MAX_SHARED_BYTES, RANK_WARPS, CudaModule, Scratch, blocks, grid_barrier_state,
-                    host_count, on_torch_stream, opted_in_shared_limit)
+                    host_count, on_torch_stream, opted_in_shared_limit, rank_by_score)
 from .matrix_fused import decay_factors, max_iou_with_parents
 
 
@@ -327,7 +328,7 @@ def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_thres
                      scratch.cmax, scratch.acc, scratch.done, chunks, None),
                 )
             else:
-                order = torch.sort(scores.detach(), descending=True, stable=True).indices
+                order, _ = rank_by_score(launch, boxes, scores, None)  # merging from 8193 boxes: no torch.sort
                 launch(
                     CUDA_MODULE.get("gather_kernel", dtype, device), (blocks(n, 256),), (256,),
                     (boxes, scores, labels, wide, n, order, scratch.sbox, scratch.sarea, slabel, scratch.sscore,

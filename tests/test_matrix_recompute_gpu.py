@@ -84,6 +84,21 @@ def test_every_path_equals_cpu_backend_and_naive(scenario, classes, dtype):
                 assert_close_to_naive(got, naive)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64], ids=str)
+def test_sort_path_ranks_by_merging_above_8192_and_equals_the_cpu_backend(dtype):
+    """Above 8192 boxes the sort path ranks with rank_by_score's merge (sorted chunks and
+    groups of 256 / 4096 boxes): score ties broken by index across chunk and group edges,
+    labels, eager and padded, against the CPU backend."""
+    for n in (8193, 20000):
+        for scenario in ("ties", "clustered"):
+            bs = box_set(scenario, n, 3).to("cpu", dtype)
+            cpu = cpu_run(bs if dtype != torch.float16 else bs.to("cpu", torch.float32))
+            got = cuda_run(bs.to("cuda"), "sort")
+            assert_same_result(NAME, cpu, got, dtype)
+            padded = cuda_run(bs.to("cuda"), "sort", padded=True).trimmed()
+            assert torch.equal(padded.keep, got.keep) and torch.equal(padded.scores, got.scores)
+
+
 @pytest.mark.parametrize("params", [
     dict(kernel="linear"), dict(sigma=2.0), dict(sigma=0.1, score_threshold=0.3),
     dict(kernel="linear", score_threshold=0.0), dict(kernel="linear", score_threshold=-1.0),
