@@ -1,0 +1,95 @@
+"""Where an eager call's time goes on the host, against its GPU time: each launch and the
+one synchronization are stamped with perf_counter (the module's functions wrapped), over
+200 calls, and the GPU time comes from the padded op's CUDA graph replays. Prints medians
+(µs): pre (call start to the first launch), launches (first launch start to last launch
+end), sync (the wait), post (after the wait to the return), total, and the graph time.
+Run on the device: python3 .ci/host_timeline_probe.py"""
+import statistics
+import time
+
+import torch
+
+from nmsbench import datasets
+from nmsbench.variants import _cuda
+from nmsbench.variants import hard_fused as hf
+from nmsbench.variants import matrix_recompute as mr
+
+STAMPS: list[tuple[str, int]] = []
+real_launch, real_wait = _cuda._launch, _cuda.HostCount.wait
+
+
+def stamped_launch(*args, **kwargs):
+    STAMPS.append(("launch", time.perf_counter_ns()))
+    real_launch(*args, **kwargs)
+    STAMPS.append(("launched", time.perf_counter_ns()))
+
+
+def stamped_wait(self, device):
+    STAMPS.append(("wait", time.perf_counter_ns()))
+    value = real_wait(self, device)
+    STAMPS.append(("waited", time.perf_counter_ns()))
+    return value
+
+
+_cuda._launch = stamped_launch
+_cuda.HostCount.wait = stamped_wait
+
+
+def graph_us(fn, calls=10, replays=20):
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return 1e3 * start.elapsed_time(end) / (calls * replays)
+
+
+def main():
+    cases = [("hard_fused", n) for n in (64, 512, 1024, 2048, 4096, 8192)] + \
+            [("matrix_recompute", n) for n in (64, 1024, 4096, 8192)]
+    for name, n in cases:
+        bs = datasets.generate("clustered", n, seed=0).to("cuda")
+        if name == "hard_fused":
+            def op(padded=False):
+                return hf.hard_fused_cuda(bs.boxes, bs.scores, iou_threshold=0.5, padded=padded)
+        else:
+            def op(padded=False):
+                return mr.matrix_recompute_cuda(bs.boxes, bs.scores, iou_threshold=0.5, kernel="gaussian", sigma=0.5,
+                                                score_threshold=0.05, padded=padded)
+        for _ in range(20):
+            op()
+        parts = {k: [] for k in ("pre", "launches", "sync", "post", "total")}
+        launches = 0
+        for _ in range(200):
+            STAMPS.clear()
+            t0 = time.perf_counter_ns()
+            op()
+            t1 = time.perf_counter_ns()
+            first = next(t for k, t in STAMPS if k == "launch")
+            last = [t for k, t in STAMPS if k == "launched"][-1]
+            wait = next(t for k, t in STAMPS if k == "wait")
+            waited = next(t for k, t in STAMPS if k == "waited")
+            launches = sum(1 for k, _ in STAMPS if k == "launch")
+            for key, value in (("pre", first - t0), ("launches", last - first), ("sync", waited - wait),
+                               ("post", t1 - waited), ("total", t1 - t0)):
+                parts[key].append(value / 1e3)
+        graph = graph_us(lambda: op(padded=True))
+        print(f"{name:16s} n={n:5d} launches={launches} "
+              + " ".join(f"{k}={statistics.median(v):6.1f}" for k, v in parts.items())
+              + f"  graph={graph:6.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
