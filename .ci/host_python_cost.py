@@ -63,7 +63,7 @@ def per_call_us(call, reps=20000):
 
 def main():
     stub_cuda()
-    for n in (64, 512, 4096):
+    for n in (64, 512, 1024, 4096, 8192):
         boxes, scores = torch.rand(n, 4), torch.rand(n)
         matrix = per_call_us(lambda: mr.matrix_recompute_cuda(boxes, scores, iou_threshold=0.5, kernel="gaussian",
                                                               sigma=2.0, score_threshold=0.05))

@@ -71,7 +71,7 @@ from nmsbench.boxes import NMSResult, PaddedNMSResult
 from nmsbench.registry import register
 
 from ._cpu import JIT, sorted_inputs
-from ._cuda import (CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, blocks, grid_barrier_state, host_count,
+from ._cuda import (CUDA_DTYPES, MAX_SHARED_BYTES, Address, CudaModule, blocks, grid_barrier_state, host_count,
                     on_torch_stream, opted_in_shared_limit, rank_by_score, rank_scratch_words)
 
 SUMMARY_CPU = "numba: blocks of rank order tested against all kept boxes in parallel (SIMD), then resolved in-block"
@@ -241,22 +241,23 @@ def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False):
         scratch_words = 0
     memory = torch.empty(n + 1 + mask_words + scratch_words, dtype=torch.int64, device=device)
     base = memory.data_ptr()
-    host = None if padded else host_count(device)
-    outputs = (np.uint64(base), np.uint64(base + 8 * n), None if host is None else host.address)
-    threshold = np.float64(iou_threshold)
     if labels is not None:
         labels = labels.to(torch.int64).contiguous()
     with on_torch_stream(device) as launch:
+        ranking = not small and grid == 0
+        if ranking:  # launched first: the host prepares the rest while the GPU ranks
+            order, ranked = rank_by_score(launch, boxes, scores, labels, into=base + 8 * (n + 1 + mask_words))
+        host = None if padded else host_count(device)
+        outputs = (Address(base), Address(base + 8 * n), None if host is None else host.address)
+        threshold = np.float64(iou_threshold)
         if small:
             launch(CUDA_MODULE.get("small_nms_kernel", boxes.dtype, device), (1,), (SMALL_THREADS,),
                    (boxes.contiguous(), scores.contiguous(), labels, n, threshold, *outputs))
         elif grid > 0:
             _launch_mid(launch, boxes, scores, labels, n, threshold, memory, grid, outputs)
         else:
-            order, ranked = rank_by_score(launch, boxes, scores, labels, into=base + 8 * (n + 1 + mask_words))
-            sorted_boxes, sorted_labels = ranked.sorted_boxes, ranked.sorted_labels
-            mask = np.uint64(base + 8 * (n + 1))
-            launch_tile_mask(launch, boxes.dtype, device, sorted_boxes, sorted_labels, n, threshold, mask)
+            mask = Address(base + 8 * (n + 1))
+            launch_tile_mask(launch, boxes.dtype, device, ranked.sorted_boxes, ranked.sorted_labels, n, threshold, mask)
             if words <= 32 and staged_resolve_fits(n, device):
                 launch(CUDA_MODULE.get("staged_resolve_kernel", None, device), (1,), (STAGED_THREADS,),
                        (mask, order, n, words, *outputs), shared_mem=staged_shared_bytes(n))
@@ -289,6 +290,6 @@ def _launch_mid(launch, boxes, scores, labels, n, threshold, memory, grid, outpu
     sorted_boxes = base + 16 * n  # 4 values per box in the arithmetic type (8-byte aligned)
     mask = memory.data_ptr() + 8 * (n + 1)
     launch(CUDA_MODULE.get("mid_nms_kernel", boxes.dtype, boxes.device), (grid,), (MID_THREADS,),
-           (boxes.contiguous(), scores.contiguous(), labels, n, threshold, np.uint64(order), np.uint64(sorted_boxes),
-            np.uint64(sorted_labels), np.uint64(mask), grid_barrier_state(boxes.device), *outputs),
+           (boxes.contiguous(), scores.contiguous(), labels, n, threshold, Address(order), Address(sorted_boxes),
+            Address(sorted_labels), Address(mask), grid_barrier_state(boxes.device), *outputs),
            shared_mem=mid_shared_bytes(n, boxes.dtype), cooperative=True)

@@ -69,8 +69,8 @@ from nmsbench.families import MATRIX_PARAMS
 from nmsbench.registry import register
 
 from ._cpu import sorted_inputs
-from ._cuda import (COUNT_BOXES, CUDA_DTYPES, MAX_SHARED_BYTES, RANK_WARPS, CudaModule, Scratch, blocks, grid_barrier_state,
-                    host_count, on_torch_stream, opted_in_shared_limit, rank_by_score)
+from ._cuda import (COUNT_BOXES, CUDA_DTYPES, MAX_SHARED_BYTES, RANK_WARPS, Address, CudaModule, Scratch, blocks,
+                    grid_barrier_state, host_count, on_torch_stream, opted_in_shared_limit, rank_by_score)
 from .matrix_fused import decay_factors, max_iou_with_parents
 
 
@@ -225,8 +225,8 @@ class _Outputs:
         self.memory = torch.empty(self.count_word + 1 + scratch_words, dtype=torch.int64, device=device)
         self.n, self.dtype = n, dtype
         base = self.memory.data_ptr()
-        self.keep, self.scores = np.uint64(base), np.uint64(base + 8 * n)
-        self.count, self.scratch = np.uint64(base + 8 * self.count_word), base + 8 * (self.count_word + 1)
+        self.keep, self.scores = Address(base), Address(base + 8 * n)
+        self.count, self.scratch = Address(base + 8 * self.count_word), base + 8 * (self.count_word + 1)
 
     def _scores(self, count: int) -> torch.Tensor:
         start = 8 * self.n // self.dtype.itemsize  # the scores start at byte 8 n
@@ -235,6 +235,14 @@ class _Outputs:
     def result(self, kept: int) -> NMSResult:
         """The first ``kept`` boxes and scores."""
         return NMSResult(self.memory[:kept], self._scores(kept))
+
+    def result_after(self, host, device: torch.device) -> NMSResult:
+        """``result`` once ``host`` (a ``HostCount``) has the count: the scores' typed view
+        is made before the wait, while the GPU works."""
+        typed = self.memory.view(self.dtype)
+        kept = host.wait(device)
+        start = 8 * self.n // self.dtype.itemsize  # the scores start at byte 8 n
+        return NMSResult(self.memory[:kept], typed[start : start + kept])
 
     def padded(self) -> PaddedNMSResult:
         """keep and scores padded to n, and the count on the device."""
@@ -357,7 +365,7 @@ def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_thres
                 )
     if padded:
         return outputs.padded()
-    return outputs.result(host.wait(device))
+    return outputs.result_after(host, device)
 
 
 def _launch_cooperative(launch, boxes, scores, labels, wide, n, linear, sigma, threshold, keep, out_scores, count,
@@ -367,7 +375,7 @@ def _launch_cooperative(launch, boxes, scores, labels, wide, n, linear, sigma, t
     if grid == 0:
         raise ValueError(f"this GPU cannot hold cooperative_kernel's grid for {n} boxes at once")
     _, offsets, threads, shared = plan
-    order, sbox, sarea, slabel, sscore, constant, final = (np.uint64(scratch + offset) for offset in offsets)
+    order, sbox, sarea, slabel, sscore, constant, final = (Address(scratch + offset) for offset in offsets)
     launch(CUDA_MODULE.get("cooperative_kernel", boxes.dtype, boxes.device), (grid,), (threads,),
            (boxes, scores, labels, wide, n, linear, sigma, threshold, order, sbox, sarea,
             None if labels is None else slabel, sscore, constant, final,

@@ -85,6 +85,13 @@ def test_kernel_arguments_pack_as_the_kernel_reads_them():
     assert buffer.pointer_array(codes) == buffer.pointer_array(codes)  # built once per layout
 
 
+def test_an_address_is_an_eight_byte_pointer_even_above_int32():
+    """``Address`` (the ops' device addresses) packs as a pointer ("Q"), not as the int32
+    a plain Python int becomes, and keeps its full 64-bit value."""
+    codes, values = _cuda.pack_arguments((_cuda.Address(2**40 + 8), 3, _cuda.Address(0)))
+    assert codes == "QiQ" and values == [2**40 + 8, 3, 0]
+
+
 def test_kernel_arguments_that_cannot_be_passed_are_refused():
     with pytest.raises(OverflowError, match="int32"):
         _cuda.pack_arguments((2**31,))
@@ -102,7 +109,7 @@ def test_scratch_buffers_are_aligned_disjoint_and_in_one_allocation():
     scratch = _cuda.Scratch(torch.device("cpu"), a=(3, torch.float32), b=(0, torch.int64), c=(100, torch.float64))
     base = scratch.memory.data_ptr()
     assert [int(scratch.a) - base, int(scratch.b) - base, int(scratch.c) - base] == [0, 256, 256]
-    assert all(isinstance(address, np.uint64) for address in (scratch.a, scratch.b, scratch.c))
+    assert all(isinstance(address, _cuda.Address) for address in (scratch.a, scratch.b, scratch.c))
     assert scratch.memory.numel() >= 256 + 800 and scratch.memory.dtype == torch.uint8
     scratch.tensor("c")[:] = 2.5
     assert scratch.tensor("c").dtype == torch.float64 and scratch.tensor("c").tolist() == [2.5] * 100
