@@ -187,6 +187,30 @@ def test_host_count_is_one_per_thread_and_device(monkeypatch):
     assert other[0] is not first
 
 
+@pytest.mark.parametrize("written", [True, False])
+def test_host_count_wait_synchronizes_whatever_it_read_and_unsets_the_count(monkeypatch, written):
+    """HostCount.wait reads the count until a kernel has written it (or its reads run
+    out), then synchronizes the stream all the same (completion and errors come from
+    there), returns the count as the synchronization left it and sets it back to -1."""
+    from cupy_backends.cuda.api import runtime
+
+    count = object.__new__(_cuda.HostCount)
+    count.value = np.array([-1], dtype=np.int64)
+    synchronized = []
+
+    def synchronize(stream):  # the stream's kernel finishes: the count is 42 by then
+        synchronized.append(stream)
+        count.value[0] = 42
+
+    if written:
+        count.value[0] = 42
+    monkeypatch.setattr(runtime, "streamSynchronize", synchronize)
+    monkeypatch.setattr(_cuda, "_current_stream", lambda device: (0, 1234))
+    monkeypatch.setattr(_cuda.HostCount, "SPIN_READS", 50)
+    assert count.wait(torch.device("cuda", 0)) == 42
+    assert synchronized == [1234] and count.value[0] == -1
+
+
 def test_hard_fused_block_resolve_fits_shared_memory_up_to_its_limit_and_refuses_more():
     """The block resolve keeps two rounds of staged rows (~40 KiB) beside the N / 8-byte
     bitmap: at the largest N hard_fused takes that is ~88 KiB, within what a block may opt
