@@ -6,7 +6,6 @@ kernels' summed GPU time per call (torch.profiler) and where the host spends it
 import cProfile
 import pstats
 import sys
-import time
 
 import torch
 import torch.utils.benchmark as benchmark
@@ -15,6 +14,7 @@ from torch.profiler import ProfilerActivity, profile
 from nmsbench import datasets
 from nmsbench.variants import hard_fused as hf
 from nmsbench.variants import matrix_recompute as mr
+from probe_timers import loop_us
 
 IMPL = sys.argv[1] if len(sys.argv) > 1 else "hard_fused"
 SIZES = [int(v) for v in sys.argv[2:]] or [8192, 32768]
@@ -25,16 +25,6 @@ def op(b, s, padded=False):
     if IMPL == "matrix_recompute":
         return mr.matrix_recompute_cuda(b, s, padded=padded, **MATRIX)
     return hf.hard_fused_cuda(b, s, iou_threshold=0.5, padded=padded)
-
-
-def loop_us(f, reps):
-    f()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(reps):
-        f()
-    torch.cuda.synchronize()
-    return 1e6 * (time.perf_counter() - t) / reps
 
 
 def main():

@@ -7,12 +7,11 @@ Run on the device: python3 .ci/host_timeline_probe.py"""
 import statistics
 import time
 
-import torch
-
 from nmsbench import datasets
 from nmsbench.variants import _cuda
 from nmsbench.variants import hard_fused as hf
 from nmsbench.variants import matrix_recompute as mr
+from probe_timers import graph_us
 
 STAMPS: list[tuple[str, int]] = []
 real_launch, real_wait = _cuda._launch, _cuda.HostCount.wait
@@ -33,27 +32,6 @@ def stamped_wait(self, device):
 
 _cuda._launch = stamped_launch
 _cuda.HostCount.wait = stamped_wait
-
-
-def graph_us(fn, calls=10, replays=20):
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return 1e3 * start.elapsed_time(end) / (calls * replays)
 
 
 def main():

@@ -4,55 +4,16 @@ Run on the device: python3 .ci/rank_probe.py [sizes...]
 Rank: GPU time per call from a CUDA graph of 20 calls (events around replays), and the
 eager wall of one call with its synchronization (median of a blocked_autorange)."""
 import sys
-import time
 
 import torch
-import torch.utils.benchmark as benchmark
 import torchvision
 
 from nmsbench import datasets
 from nmsbench.variants import _cuda
 from nmsbench.variants import hard_fused as hf
+from probe_timers import graph_us, loop_us, wall_us
 
 SIZES = [int(v) for v in sys.argv[1:]] or [1024, 2048, 4096, 8192, 16384, 32768, 131072]
-
-
-def graph_us(fn, calls=20, replays=20):
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return 1e3 * start.elapsed_time(end) / (calls * replays)
-
-
-def wall_us(fn):
-    def call():
-        fn()
-        torch.cuda.synchronize()
-    return benchmark.Timer(stmt="fn()", globals={"fn": call}, num_threads=16).blocked_autorange(min_run_time=0.1).median * 1e6
-
-
-def loop_us(fn, reps=50):
-    fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    torch.cuda.synchronize()
-    return 1e6 * (time.perf_counter() - t) / reps
 
 
 def main():

@@ -11,7 +11,7 @@ import torch
 
 from nmsbench import datasets
 from nmsbench.variants import hard_fused as hf
-from nmsbench.variants._cuda import HERE, CudaModule, blocks, on_torch_stream, rank_by_score
+from nmsbench.variants._cuda import HERE, CudaModule, on_torch_stream, rank_by_score
 
 SLOTS = 16  # per round: 0 start, 1..8 after word g, 9 after the prefetch, 10 after barrier 1, 11 after barrier 2, 12 kept
 

@@ -1,0 +1,49 @@
+"""Timers the device probes share (imported from .ci/, where a probe runs):
+- graph_us: GPU time of one call, from a CUDA graph of `calls` calls (events around
+  `replays` replays);
+- wall_us: one eager call with its synchronization, as the sweep's `wall` timer takes it
+  (torch.utils.benchmark, 16 threads, median of a blocked_autorange);
+- loop_us: a plain loop of eager calls, synchronized once at the end."""
+import time
+
+import torch
+import torch.utils.benchmark as benchmark
+
+
+def graph_us(fn, calls=20, replays=20):
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return 1e3 * start.elapsed_time(end) / (calls * replays)
+
+
+def wall_us(fn, min_run_time=0.1):
+    def call():
+        fn()
+        torch.cuda.synchronize()
+    timer = benchmark.Timer(stmt="fn()", globals={"fn": call}, num_threads=16)
+    return timer.blocked_autorange(min_run_time=min_run_time).median * 1e6
+
+
+def loop_us(fn, reps=50):
+    fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    torch.cuda.synchronize()
+    return 1e6 * (time.perf_counter() - start) / reps
