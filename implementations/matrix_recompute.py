@@ -112,7 +112,7 @@ TARGET_SEGMENTS = 32  # parent segments per child chunk (the pass kernels' grid 
 # 34.5 / 22.2 vs 18.3 / 13.6 at 128, once their rank counts over 32 warps).
 SINGLE_BLOCK_MAX_N = 96
 PADDED_SINGLE_BLOCK_MAX_N = 32
-COUNTING_MAX_N = 8192  # rank and select by counting up to here, torch.sort above
+COUNTING_MAX_N = 8192  # rank and select by counting up to here; above, the merge rank and a torch.sort select
 # Eager calls above the single-block path and up to here: one cooperative launch, where
 # the device holds its grid at once with its shared memory (cooperative_shared_bytes).
 COOPERATIVE_MAX_N = 8192
