@@ -243,3 +243,24 @@ def test_rank_method_is_counting_below_the_merge_size_and_refuses_unknown_names(
     assert _cuda.rank_scratch_words(n, torch.float32, False) == plain + 2 * slots
     with pytest.raises(ValueError, match="method must be"):
         _cuda.rank_by_score(None, torch.zeros((3, 4)), torch.zeros(3), None, method="bitonic")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
+@pytest.mark.parametrize("labels", [False, True])
+@pytest.mark.parametrize("n", [1, 255, 256, 257, 8192, 8193, 20000])
+def test_rank_layout_fits_the_words_a_caller_gives_it(n, dtype, labels):
+    """``rank_by_score(..., into=)`` writes the order, the ranked boxes and labels and (from
+    MERGE_RANK_MIN on) the merge's two key arrays one after another, 8-byte aligned, and all
+    of them within ``rank_scratch_words`` words: the key arrays hold MERGE_CHUNK-padded
+    slots of 8 bytes (float scores) or 16 (float64)."""
+    boxes_at, labels_at, chunk_at, group_at = _cuda._ranked_offsets(n, dtype, labels)
+    box_bytes = 4 * n * dtype.itemsize
+    assert boxes_at == 8 * n and all(offset % 8 == 0 for offset in (boxes_at, chunk_at, group_at))
+    assert labels_at == (-(-(boxes_at + box_bytes) // 8) * 8 if labels else -1)
+    assert chunk_at == (labels_at + 8 * n if labels else -(-(boxes_at + box_bytes) // 8) * 8)
+    slots = -(-n // _cuda.MERGE_CHUNK) * _cuda.MERGE_CHUNK
+    key_bytes = slots * (16 if dtype == torch.float64 else 8)
+    assert group_at == chunk_at + key_bytes
+    words = _cuda.rank_scratch_words(n, dtype, labels)
+    merging = n >= _cuda.MERGE_RANK_MIN
+    assert 8 * words == (group_at + key_bytes if merging else chunk_at)
