@@ -301,35 +301,33 @@ def _rank_method(n: int, method: str | None) -> str:
     return method
 
 
-def _rank_key_words(dtype: torch.dtype) -> int:
-    """8-byte words of one rank key in rank.cu's merge: the score key and the index packed
-    in 64 bits for float scores, 16 bytes (a 64-bit key, an int32 index) for double."""
-    return 2 if dtype == torch.float64 else 1
+def _key_array_words(n: int, dtype: torch.dtype) -> int:
+    """8-byte words of one of the merge rank's two key arrays (sorted chunks, sorted
+    groups), the chunks padded to MERGE_CHUNK slots: the score key and the index packed in
+    64 bits for float scores, 16 bytes (a 64-bit key, an int32 index) for double."""
+    return blocks(n, MERGE_CHUNK) * MERGE_CHUNK * (2 if dtype == torch.float64 else 1)
 
 
-def _merge_words(n: int, dtype: torch.dtype) -> int:
-    """8-byte words of the merge rank's two key arrays (sorted chunks, sorted groups), the
-    chunks padded to MERGE_CHUNK slots."""
-    return 2 * blocks(n, MERGE_CHUNK) * MERGE_CHUNK * _rank_key_words(dtype)
+@functools.lru_cache(maxsize=256)
+def _ranked_offsets(n: int, dtype: torch.dtype, labels: bool) -> tuple[int, int, int, int]:
+    """Byte offsets from ``into`` of the ranked boxes, the ranked labels (-1: none) and the
+    merge's two key arrays, as ``rank_by_score(..., into=)`` lays them out (the order
+    first, at 0)."""
+    boxes_at = 8 * n
+    labels_at = boxes_at + 8 * _box_words(n, dtype)
+    keys_at = labels_at + (8 * n if labels else 0)
+    return boxes_at, labels_at if labels else -1, keys_at, keys_at + 8 * _key_array_words(n, dtype)
 
 
 @functools.lru_cache(maxsize=256)
 def rank_scratch_words(n: int, dtype: torch.dtype, labels: bool, method: str | None = None) -> int:
     """8-byte words that ``rank_by_score(..., into=address)`` writes at ``address``: the
     order, the ranked boxes (input dtype), the ranked labels and, for the merge rank, its
-    sorted chunks."""
-    merge = _merge_words(n, dtype) if _rank_method(n, method) == "merge" else 0
-    return n + _box_words(n, dtype) + (n if labels else 0) + merge
-
-
-@functools.lru_cache(maxsize=256)
-def _ranked_offsets(n: int, dtype: torch.dtype, labels: bool) -> tuple[int, int, int, int]:
-    """Byte offsets from ``into`` of the ranked boxes, the ranked labels (-1: none) and the
-    merge's two key arrays, as ``rank_by_score(..., into=)`` lays them out."""
-    boxes_at = 8 * n
-    labels_at = boxes_at + 8 * _box_words(n, dtype)
-    keys_at = labels_at + (8 * n if labels else 0)
-    return boxes_at, labels_at if labels else -1, keys_at, keys_at + 8 * _merge_words(n, dtype) // 2
+    two key arrays (``_ranked_offsets``' layout)."""
+    _, _, chunk_at, group_at = _ranked_offsets(n, dtype, labels)
+    if _rank_method(n, method) == "merge":
+        return group_at // 8 + _key_array_words(n, dtype)
+    return chunk_at // 8
 
 
 class _Ranked:
@@ -350,10 +348,10 @@ def rank_by_score(launch, boxes: torch.Tensor, scores: torch.Tensor, labels: tor
                   with_scores: bool = False, into: int | None = None, method: str | None = None):
     """Rank the boxes on the device: descending score, ties by lower input index, NaN
     first, as ``torch.sort(descending=True, stable=True)`` does. Below ``MERGE_RANK_MIN``
-    boxes one launch counts (rank.cu's rank_by_score_kernel); from there two launches sort
-    chunks, then groups of chunks, and merge those (chunk_sort_kernel, group_merge_kernel,
-    merge_rank_kernel). ``method`` ("counting"
-    or "merge") forces one (tests, probes).
+    boxes one launch counts (rank.cu's rank_by_score_kernel); from there three launches
+    sort chunks, merge groups of chunks, and merge the groups (chunk_sort_kernel,
+    group_merge_kernel, merge_rank_kernel). ``method`` ("counting" or "merge") forces one
+    (tests, probes).
 
     Returns ``(order, ranked)``: ``order`` (int64 tensor, input index of each rank) and
     ``ranked`` (a ``Scratch``) with ``sorted_boxes``, ``sorted_labels`` (None when ``labels``
@@ -372,7 +370,7 @@ def rank_by_score(launch, boxes: torch.Tensor, scores: torch.Tensor, labels: tor
         order, scratch = Address(into), _Ranked(into, n, dtype, labels is not None)
     else:
         order = torch.empty(n, dtype=torch.int64, device=device)
-        key_words = _merge_words(n, dtype) // 2 if method == "merge" else 0
+        key_words = _key_array_words(n, dtype) if method == "merge" else 0
         scratch = Scratch(
             device, sorted_boxes=(4 * n, dtype), sorted_scores=(n if with_scores else 0, dtype),
             sorted_labels=(0 if labels is None else n, torch.int64),

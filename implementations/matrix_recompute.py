@@ -228,21 +228,21 @@ class _Outputs:
         self.keep, self.scores = Address(base), Address(base + 8 * n)
         self.count, self.scratch = Address(base + 8 * self.count_word), base + 8 * (self.count_word + 1)
 
-    def _scores(self, count: int) -> torch.Tensor:
+    def _scores(self, count: int, typed: torch.Tensor | None = None) -> torch.Tensor:
+        """The first ``count`` scores, from ``typed`` (``memory`` viewed as the scores'
+        dtype) when the caller made it already."""
         start = 8 * self.n // self.dtype.itemsize  # the scores start at byte 8 n
-        return self.memory.view(self.dtype)[start : start + count]
+        return (self.memory.view(self.dtype) if typed is None else typed)[start : start + count]
 
-    def result(self, kept: int) -> NMSResult:
+    def result(self, kept: int, typed: torch.Tensor | None = None) -> NMSResult:
         """The first ``kept`` boxes and scores."""
-        return NMSResult(self.memory[:kept], self._scores(kept))
+        return NMSResult(self.memory[:kept], self._scores(kept, typed))
 
     def result_after(self, host, device: torch.device) -> NMSResult:
         """``result`` once ``host`` (a ``HostCount``) has the count: the scores' typed view
         is made before the wait, while the GPU works."""
         typed = self.memory.view(self.dtype)
-        kept = host.wait(device)
-        start = 8 * self.n // self.dtype.itemsize  # the scores start at byte 8 n
-        return NMSResult(self.memory[:kept], typed[start : start + kept])
+        return self.result(host.wait(device), typed)
 
     def padded(self) -> PaddedNMSResult:
         """keep and scores padded to n, and the count on the device."""
