@@ -2,12 +2,12 @@
 // 8193 boxes) instead of torch.sort + index_select + a labels gather (each a launch and
 // ~15-45 us of host time; ~200 us for all of them at 32768 boxes).
 //
-// Up to 8192 boxes, counting: the rank of box j is the number of boxes that rank above it (ranks_above in
-// _common.cuh: a strict total order), so the ranks are a permutation and every output
-// slot is written exactly once. A block takes 32 boxes, one per lane; each of its
-// RANK_WARPS warps counts over a slice of all N scores (count_above_in_slice) and the
-// slices' counts are summed in shared memory. O(N^2) comparisons, spread over N * 32
-// threads, and the NMS that follows is O(N^2) anyway.
+// Up to 8192 boxes, counting: the rank of box j is the number of boxes that rank above
+// it (ranks_above in _common.cuh: a strict total order), so the ranks are a permutation
+// and every output slot is written exactly once. A block takes 32 boxes, one per lane;
+// each of its RANK_WARPS warps counts over a slice of all N scores (count_above_in_slice)
+// and the slices' counts are summed in shared memory. O(N^2) comparisons, spread over
+// N * 32 threads, and the NMS that follows is O(N^2) anyway.
 
 // sorted_scores and sorted_labels may be null (not needed / no labels).
 template <typename T>
