@@ -32,22 +32,30 @@ class K:
 cuda.CudaModule.get = lambda self, name, dtype, device: K(f"{self.cu_file}:{name}:{dtype}")
 class Count:
     address = np.uint64(12345)
-    def wait(self, device): return 3
+    def wait(self, device): return 1  # <= every n that waits
 class Stream:
     def __init__(self, device): pass
     def __enter__(self):
         def launch(fn, grid, block, args, shared_mem=0, cooperative=False):
             codes, values = cuda.pack_arguments(args)
             records.append([fn.name, list(grid), list(block), codes, [str(rel(int(v))) if c == "Q" else str(int(v)) if c in "iI" else str(v) for c, v in zip(codes, values)], shared_mem, cooperative])
+        launch.stream = 0
         return launch
     def __exit__(self, *e): pass
+def record_compiled(self, stream, *values):  # CompiledLaunch (newer trees): the same record
+    records.append([self.function.name, list(self.grid), list(self.block), self.codes, [str(rel(int(v))) if c == "Q" else str(int(v)) if c in "iI" else str(v) for c, v in zip(self.codes, values)], self.shared_mem, self.cooperative])
+if hasattr(cuda, "CompiledLaunch"):
+    cuda.CompiledLaunch.__call__ = record_compiled
 barrier = torch.zeros(2, dtype=torch.int32)
 for m in (mr, hf):
     m.on_torch_stream = Stream
     m.host_count = lambda device: Count()
     m.grid_barrier_state = lambda device: barrier
+    m.grid_barrier_address = lambda index, stream: barrier.data_ptr()
+    m._current_stream = lambda device: (0, 0)
     m.opted_in_shared_limit = lambda kernel, device: 227 * 1024
 cuda.on_torch_stream = Stream
+torch.cuda.current_device = lambda: 0
 mr.cooperative_grid = lambda n, dtype, device, labels=False: mr.balanced_grid(cuda.blocks(n, mr.cooperative_threads(n) // 32), 132 * (1 if n > 2048 else 2))
 hf.mid_grid = lambda n, dtype, device: cuda.blocks(n, hf.MID_THREADS // 32)
 hf.staged_resolve_fits = lambda n, device: n <= 1024

@@ -16,10 +16,11 @@ from nmsbench import datasets
 # Arguments pick what to run (default: everything), e.g. `cupy_seed_kernels` alone.
 ALL = ["allpairs", "bitmask_classic", "bitmask_two_phase", "hard_fused", "matrix_fused", "matrix_recompute",
        "cupy_seed_kernels"]
-# hard_fused has a path per size range: one launch (<= 256), warp resolve (<= 1024),
-# block resolve (> 1024), the merge rank (>= 4096); its padded form runs too.
+# hard_fused has a path per size range: one block (<= 160), one cooperative launch (eager,
+# <= 1024), the tile mask and the staged resolve (padded, <= 1024), the streamed resolve
+# (> 1024; the tile mask and the block resolve when forced); its padded form runs too.
 # matrix_recompute's four paths are forced one by one at each size below.
-SIZES = {"hard_fused": (31, 64, 100, 257, 1000, 1500, 4500), "matrix_recompute": (31, 64, 100, 1000, 1025, 3000)}
+SIZES = {"hard_fused": (31, 64, 100, 200, 257, 1000, 1500, 4500), "matrix_recompute": (31, 64, 100, 1000, 1025, 3000)}
 SELECTED = sys.argv[1:] or ALL
 # SANITIZE_SIZES=31,1025 runs those sizes only (racecheck is slow: split it over processes)
 if os.environ.get("SANITIZE_SIZES"):
@@ -51,6 +52,12 @@ for name in KERNEL_IMPLS:
                                                               full["sigma"], full["score_threshold"], padded, path=path)
                         continue
                     nmsbench.run_nms(name, boxes.boxes, boxes.scores, 0.5, labels=boxes.labels, **params)
+                    if name == "hard_fused" and n > 1024:  # the block resolve after the tile mask, forced
+                        from nmsbench.variants import hard_fused as hf
+
+                        limit, plans, hf.STREAMED_MAX_N, hf._plans = hf.STREAMED_MAX_N, hf._plans, 0, {}
+                        nmsbench.run_nms(name, boxes.boxes, boxes.scores, 0.5, labels=boxes.labels, **params)
+                        hf.STREAMED_MAX_N, hf._plans = limit, plans
     if name == "hard_fused":  # rank.cu's merge (every kernel backend's rank from 8193 boxes), at small sizes
         from nmsbench.variants._cuda import on_torch_stream, rank_by_score
 

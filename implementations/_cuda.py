@@ -116,6 +116,7 @@ class on_torch_stream:  # noqa: N801 - used as a function: `with on_torch_stream
         def launch(fn, grid, block, args, shared_mem: int = 0, cooperative: bool = False) -> None:
             _launch(fn.ptr, grid, block, args, shared_mem, stream, cooperative)
 
+        launch.stream = stream  # for CompiledLaunch-es made inside the block
         self.launch = launch
         self._context = None
         if torch.cuda.current_device() != index:
@@ -218,9 +219,32 @@ def _argument_plan(args) -> tuple[str, tuple[int, ...], tuple[int, ...], tuple[i
     return "".join(codes), tuple(tensors), tuple(nones), tuple(ints)
 
 
-def _launch(function_ptr: int, grid, block, args, shared_mem: int, stream: int, cooperative: bool = False) -> None:
-    from cupy_backends.cuda.api import driver  # cupy is optional: imported on first launch
+_driver = None  # cupy_backends' driver API, imported on the first launch (cupy is optional)
 
+
+def _driver_api():
+    global _driver
+    if _driver is None:
+        from cupy_backends.cuda.api import driver
+
+        _driver = driver
+    return _driver
+
+
+_runtime = None  # cupy_backends' runtime API, imported on the first wait
+
+
+def _runtime_api():
+    global _runtime
+    if _runtime is None:
+        from cupy_backends.cuda.api import runtime
+
+        _runtime = runtime
+    return _runtime
+
+
+def _launch(function_ptr: int, grid, block, args, shared_mem: int, stream: int, cooperative: bool = False) -> None:
+    driver = _driver or _driver_api()
     codes, values = pack_arguments(args)
     buffer = _launch_buffer
     pointers = buffer.pointer_array(codes)
@@ -233,6 +257,45 @@ def _launch(function_ptr: int, grid, block, args, shared_mem: int, stream: int, 
         driver.launchKernel(function_ptr, gx, gy, gz, bx, by, bz, shared_mem, stream, pointers, 0)
 
 
+class CompiledLaunch:
+    """One kernel's launch with its grid, block, shared memory and argument layout fixed,
+    prepared once for an op's per-call path: a call packs plain numbers (device addresses
+    as ints, 0 for a null pointer) with a precompiled ``struct`` and calls the driver on
+    ``stream``, from the kernel's device (``device_index``). ``launch``'s argument handling
+    (a type lookup per call, tensors' ``data_ptr``, a list) cost the H200 host ~3 µs of a
+    launch's ~8 (.ci/launch_cost_probe.py)."""
+
+    __slots__ = ("function", "grid", "block", "dims", "shared_mem", "cooperative", "codes", "device_index", "_pack")
+
+    def __init__(self, function, grid, block, codes: str, device_index: int, shared_mem: int = 0,
+                 cooperative: bool = False):
+        if struct.calcsize("@" + codes) > PARAM_BYTES:
+            raise ValueError(f"kernel arguments take {struct.calcsize('@' + codes)} bytes, above {PARAM_BYTES}")
+        self.function, self.grid, self.block = function, tuple(grid), tuple(block)
+        self.dims = (*grid, 1, 1)[:3] + (*block, 1, 1)[:3]
+        self.shared_mem, self.cooperative, self.codes, self.device_index = shared_mem, cooperative, codes, device_index
+        self._pack = struct.Struct("@" + codes).pack_into
+
+    def __call__(self, stream: int, *values) -> None:
+        buffer = _launch_buffer
+        self._pack(buffer.values, 0, *values)
+        if torch._C._cuda_getDevice() != self.device_index:  # the module is loaded in that device's context
+            import cupy
+
+            with cupy.cuda.Device(self.device_index):
+                self._driver_call(stream, buffer.pointer_array(self.codes))
+        else:
+            self._driver_call(stream, buffer.pointer_array(self.codes))
+
+    def _driver_call(self, stream: int, pointers: int) -> None:
+        driver = _driver or _driver_api()
+        gx, gy, gz, bx, by, bz = self.dims
+        if self.cooperative:  # every block resident at once, or the launch fails (never a silent hang)
+            driver.launchCooperativeKernel(self.function.ptr, gx, gy, gz, bx, by, bz, self.shared_mem, stream, pointers)
+        else:
+            driver.launchKernel(self.function.ptr, gx, gy, gz, bx, by, bz, self.shared_mem, stream, pointers, 0)
+
+
 _barriers: dict[tuple[int, int], torch.Tensor] = {}
 
 
@@ -241,10 +304,30 @@ def grid_barrier_state(device: torch.device) -> torch.Tensor:
     one pair per device and stream: launches on one stream run one after another, and each
     leaves `arrived` at 0 again, so they can share it (zeroed once)."""
     index, stream = _current_stream(device)
+    grid_barrier_address(index, stream)
+    return _barriers[index, stream]
+
+
+_counters: dict[tuple[int, int], torch.Tensor] = {}
+
+
+def stream_counters(index: int, stream: int, count: int) -> int:
+    """Address of ``count`` uint32 counters that a kernel on raw ``stream`` of device
+    ``index`` may count in, provided it leaves them at 0 (hard_fused's streamed resolve):
+    zeroed once, one set per device and stream, as launches on a stream run one after
+    another. A set grows (a new one, zeroed) when a launch needs more."""
+    counters = _counters.get((index, stream))
+    if counters is None or counters.numel() < count:
+        counters = _counters[index, stream] = torch.zeros(count, dtype=torch.int32, device=torch.device("cuda", index))
+    return counters.data_ptr()
+
+
+def grid_barrier_address(index: int, stream: int) -> int:
+    """``grid_barrier_state``'s address, for device ``index`` and raw ``stream``."""
     state = _barriers.get((index, stream))
     if state is None:
         state = _barriers[index, stream] = torch.zeros(2, dtype=torch.int32, device=torch.device("cuda", index))
-    return state
+    return state.data_ptr()
 
 
 def _current_stream(device: torch.device) -> tuple[int, int]:
@@ -363,7 +446,6 @@ def rank_by_score(launch, boxes: torch.Tensor, scores: torch.Tensor, labels: tor
     """
     n, device, dtype = boxes.shape[0], boxes.device, boxes.dtype
     method = _rank_method(n, method)
-    chunks = blocks(n, MERGE_CHUNK)
     if into is not None:
         if with_scores:
             raise ValueError("rank_by_score: into= does not take with_scores")
@@ -383,19 +465,57 @@ def rank_by_score(launch, boxes: torch.Tensor, scores: torch.Tensor, labels: tor
     if labels is not None:
         labels = labels.to(torch.int64).contiguous()
     boxes, scores = boxes.contiguous(), scores.contiguous()
-    outputs = (order, scratch.sorted_boxes, scratch.sorted_scores, scratch.sorted_labels)
-    if method == "counting":
-        launch(RANK_MODULE.get("rank_by_score_kernel", dtype, device), (blocks(n, COUNT_BOXES),), (32 * RANK_WARPS,),
-               (boxes, scores, labels, n, *outputs))
-    else:
-        slots = chunks * MERGE_CHUNK
-        launch(RANK_MODULE.get("chunk_sort_kernel", dtype, device), (chunks,), (MERGE_CHUNK,),
-               (scores, n, scratch.chunk_sorted))
-        launch(RANK_MODULE.get("group_merge_kernel", dtype, device), (chunks,), (MERGE_CHUNK,),
-               (slots, scratch.chunk_sorted, scratch.group_sorted))
-        launch(RANK_MODULE.get("merge_rank_kernel", dtype, device), (chunks,), (MERGE_CHUNK,),
-               (boxes, scores, labels, n, slots, scratch.group_sorted, *outputs))
+    rank_launches(n, dtype, method, device)(
+        launch.stream, boxes.data_ptr(), scores.data_ptr(), _address(labels), _address(order),
+        _address(scratch.sorted_boxes), _address(scratch.sorted_scores), _address(scratch.sorted_labels),
+        _address(scratch.chunk_sorted), _address(scratch.group_sorted))
     return order, scratch
+
+
+def _address(value) -> int:
+    """A launch argument's address: a tensor's data pointer, an address as is, None as 0."""
+    if value is None:
+        return 0
+    return value.data_ptr() if isinstance(value, torch.Tensor) else int(value)
+
+
+class RankLaunches:
+    """``rank_by_score``'s launches at one (n, dtype, method, device), prepared once
+    (``rank_launches``): a call takes the raw stream and the addresses of the inputs
+    (labels 0: none), the outputs (0: not wanted) and, for the merge, its two key arrays."""
+
+    __slots__ = ("n", "slots", "launches")
+
+    def __init__(self, n: int, dtype: torch.dtype, method: str, device: torch.device):
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        chunks = blocks(n, MERGE_CHUNK)
+        self.n, self.slots = n, chunks * MERGE_CHUNK
+        if method == "counting":
+            self.launches = (CompiledLaunch(RANK_MODULE.get("rank_by_score_kernel", dtype, device),
+                                            (blocks(n, COUNT_BOXES),), (32 * RANK_WARPS,), "QQQiQQQQ", index),)
+        else:
+            self.launches = tuple(
+                CompiledLaunch(RANK_MODULE.get(name, dtype, device), (chunks,), (MERGE_CHUNK,), codes, index)
+                for name, codes in (("chunk_sort_kernel", "QiQ"), ("group_merge_kernel", "iQQ"),
+                                    ("merge_rank_kernel", "QQQiiQQQQQ")))
+
+    def __call__(self, stream: int, boxes: int, scores: int, labels: int, order: int, sorted_boxes: int,
+                 sorted_scores: int, sorted_labels: int, chunk_sorted: int = 0, group_sorted: int = 0) -> None:
+        outputs = (order, sorted_boxes, sorted_scores, sorted_labels)
+        if len(self.launches) == 1:
+            self.launches[0](stream, boxes, scores, labels, self.n, *outputs)
+        else:
+            chunk_sort, group_merge, merge_rank = self.launches
+            chunk_sort(stream, scores, self.n, chunk_sorted)
+            group_merge(stream, self.slots, chunk_sorted, group_sorted)
+            merge_rank(stream, boxes, scores, labels, self.n, self.slots, group_sorted, *outputs)
+
+
+@functools.lru_cache(maxsize=256)
+def rank_launches(n: int, dtype: torch.dtype, method: str | None, device: torch.device) -> RankLaunches:
+    """The ``RankLaunches`` for n boxes of ``dtype`` on ``device`` (method None: by n, as
+    ``rank_by_score`` picks)."""
+    return RankLaunches(n, dtype, _rank_method(n, method), device)
 
 
 class HostCount:
@@ -421,13 +541,11 @@ class HostCount:
         host the driver's wait alone left the thread's next host work 2-3x slower after
         waits of 100 us or more (PERFLOG). The synchronization still decides: it waits for
         the kernels' completion and raises their errors, whatever the reads saw."""
-        from cupy_backends.cuda.api import runtime
-
         value = self.value
         for _ in range(self.SPIN_READS):
             if value[0] >= 0:
                 break
-        runtime.streamSynchronize(_current_stream(device)[1])
+        (_runtime or _runtime_api()).streamSynchronize(_current_stream(device)[1])
         count = int(value[0])
         value[0] = -1  # unset again for the next op
         return count

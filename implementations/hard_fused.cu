@@ -5,7 +5,7 @@
 // and, when host_count is not null, the count into mapped pinned host memory (the host
 // then learns it with one stream synchronization and no copy).
 
-#define SMALL_MAX 256     // the one-launch path: N <= SMALL_MAX
+#define SMALL_MAX 256     // the one-block kernel takes N <= SMALL_MAX (hard_fused.py: SMALL_PATH_MAX picks it)
 #define SMALL_THREADS 1024
 #define SMALL_WORDS (SMALL_MAX / 32)
 #define ROUND_WORDS 8     // words the deciding warp resolves per block-wide round
@@ -172,16 +172,17 @@ __global__ void small_nms_kernel(const T* boxes, const T* scores, const long lon
 // grid (ceil(words / TILE_WARPS), words), block 32 * TILE_WARPS.
 #define TILE_WARPS 8
 
-template <typename T>
-__global__ void __launch_bounds__(32 * TILE_WARPS) tile_mask_kernel(const T* sorted_boxes, const long long* sorted_labels,
-                                                                    int n, int words, double iou_threshold,
-                                                                    unsigned int* mask) {
+// Row word `row_word` against column words first_column_word ... + WARPS - 1, one per warp
+// of a WARPS-warp block (tile_mask_kernel's block, or a mask task of the streamed
+// resolve); row_box, row_area, row_label: the block's shared memory for the 32 row boxes.
+// The whole block calls it (one barrier inside), with first_column_word + WARPS - 1 >=
+// row_word; it returns without a barrier after its mask words are written.
+template <int WARPS, typename T>
+__device__ __forceinline__ void mask_tiles(const T* sorted_boxes, const long long* sorted_labels, int n, int words,
+                                           double iou_threshold, unsigned int* mask, int row_word,
+                                           int first_column_word, Box<typename Arith<T>::type>* row_box,
+                                           typename Arith<T>::type* row_area, long long* row_label) {
     typedef typename Arith<T>::type A;
-    __shared__ Box<A> row_box[32];
-    __shared__ A row_area[32];
-    __shared__ long long row_label[32];
-    const int row_word = blockIdx.y, first_column_word = blockIdx.x * TILE_WARPS;
-    if (first_column_word + TILE_WARPS - 1 < row_word) return;  // block-uniform, before the barrier
     const bool has_labels = sorted_labels != nullptr;
     // With a threshold >= 0 only pairs with IoU > 0 vote: the quick rejection decides most
     // (a negative threshold, which the public API refuses, takes the exact test for all).
@@ -237,6 +238,20 @@ __global__ void __launch_bounds__(32 * TILE_WARPS) tile_mask_kernel(const T* sor
         }
     }
     if (lane < rows) mask[(long long)(first_row + lane) * words + column_word] = my_row_word;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(32 * TILE_WARPS) tile_mask_kernel(const T* sorted_boxes, const long long* sorted_labels,
+                                                                    int n, int words, double iou_threshold,
+                                                                    unsigned int* mask) {
+    typedef typename Arith<T>::type A;
+    __shared__ Box<A> row_box[32];
+    __shared__ A row_area[32];
+    __shared__ long long row_label[32];
+    const int row_word = blockIdx.y, first_column_word = blockIdx.x * TILE_WARPS;
+    if (first_column_word + TILE_WARPS - 1 < row_word) return;  // block-uniform, before the barrier
+    mask_tiles<TILE_WARPS>(sorted_boxes, sorted_labels, n, words, iou_threshold, mask, row_word, first_column_word,
+                           row_box, row_area, row_label);
 }
 
 // Resolve for words <= 32 (N <= 1024). A warp resolving straight from global memory pays
@@ -383,6 +398,9 @@ __global__ void __launch_bounds__(MID_THREADS, 1) mid_nms_kernel(
 // round).
 #define HELPER_THREADS (RESOLVE_THREADS / 4 * 3)
 
+// The block resolve reads the mask from L2 (__ldcg): each word is read once, and in the
+// streamed resolve other blocks write it during the launch (an L1 line of a whole row can
+// hold the first words of the next row, not yet written).
 // Round `round`'s staged rows (words round * ROUND_WORDS ... + STAGE_WORDS) and input
 // indices, copied by THREADS threads (t: this one's place) in two steps: load's loads
 // are all in flight before its caller does anything else (the other warps OR the last
@@ -404,7 +422,7 @@ struct StagedRound {
         for (int u = 0; u < unroll; ++u) {
             const int v = t + u * THREADS;  // consecutive threads, consecutive words of a row
             const int i = v / STAGE_WORDS, c = v % STAGE_WORDS, row = first_row + i, word = first_word + c;
-            value[u] = v < values && row < n && word < words && c >= i / 32 ? mask[(long long)row * words + word] : 0u;
+            value[u] = v < values && row < n && word < words && c >= i / 32 ? __ldcg(mask + (long long)row * words + word) : 0u;
         }
 #pragma unroll
         for (int u = 0; u < index_unroll; ++u) {
@@ -449,7 +467,7 @@ __device__ __forceinline__ void or_kept_rows(const unsigned int* mask, int words
 #pragma unroll
                 for (int u = 0; u < 16; ++u) {  // predicated, independent: all in flight
                     const int k = s + u * group;
-                    if (k < m) bits |= mask[(long long)kept_rows[k] * words + w];
+                    if (k < m) bits |= __ldcg(mask + (long long)kept_rows[k] * words + w);
                 }
             }
         }
@@ -462,9 +480,9 @@ __device__ __forceinline__ void or_kept_rows(const unsigned int* mask, int words
             int k = 0;
             for (; k + 32 <= m; k += 32) {  // 32 independent loads in flight
 #pragma unroll
-                for (int u = 0; u < 32; ++u) bits |= mask[(long long)kept_rows[k + u] * words + w];
+                for (int u = 0; u < 32; ++u) bits |= __ldcg(mask + (long long)kept_rows[k + u] * words + w);
             }
-            for (; k < m; ++k) bits |= mask[(long long)kept_rows[k] * words + w];
+            for (; k < m; ++k) bits |= __ldcg(mask + (long long)kept_rows[k] * words + w);
             removed[w] |= bits;
         }
     }
@@ -473,8 +491,30 @@ __device__ __forceinline__ void or_kept_rows(const unsigned int* mask, int words
 // Dynamic shared memory (block_resolve_shared_bytes in hard_fused.py): input indices
 // [2][ROUND_BOXES] (long long), staged rows [2][ROUND_BOXES][STAGE_STRIDE], kept rows
 // [2][ROUND_BOXES] (int), then the bitmap [words]; two of each by round parity.
-extern "C" __global__ void __launch_bounds__(RESOLVE_THREADS, 1) block_resolve_kernel(const unsigned int* mask, const long long* order, int n, int words,
-                                                long long* keep, long long* count_out, long long* host_count) {
+// The streamed resolve's producers finish the mask by row words, in order; before a warp
+// of the resolving block stages a round's rows it waits until the round's row words are
+// whole: lane k polls row_done[first_word + k] until it counts `tasks` less the groups
+// left of the diagonal (STREAM_WARPS column words a task). The polling lanes' fence after
+// the count was seen, and the warp's __syncwarp, order the warp's later mask loads after
+// the producers' writes, which they fenced before counting (as grid_barrier does).
+#define STREAM_WARPS (RESOLVE_THREADS / 32)  // column words per mask task of the streamed resolve
+__device__ __forceinline__ void wait_for_row_words(const unsigned int* row_done, int first_word, int words) {
+    const int lane = threadIdx.x % 32, word = first_word + lane;
+    if (lane < ROUND_WORDS && word < words) {
+        const unsigned int whole = (words + STREAM_WARPS - 1) / STREAM_WARPS - word / STREAM_WARPS;
+        const volatile unsigned int* done = row_done + word;
+        while (*done < whole) __nanosleep(32);
+        __threadfence();
+    }
+    __syncwarp();
+}
+
+// The block resolve (one block of RESOLVE_THREADS), from the mask in global memory; with
+// row_done (the streamed resolve), each round's rows are waited for before they are
+// staged (wait_for_row_words), and row_done is zeroed once every row word was whole.
+__device__ __forceinline__ void resolve_in_rounds(const unsigned int* mask, const long long* order, int n, int words,
+                                                  unsigned int* row_done, long long* keep, long long* count_out,
+                                                  long long* host_count) {
     extern __shared__ __align__(16) unsigned char resolve_shared[];
     long long* staged_index = reinterpret_cast<long long*>(resolve_shared);
     unsigned int* staged_rows = reinterpret_cast<unsigned int*>(staged_index + 2 * ROUND_BOXES);
@@ -485,6 +525,7 @@ extern "C" __global__ void __launch_bounds__(RESOLVE_THREADS, 1) block_resolve_k
     for (int w = tid; w < words; w += blockDim.x) removed[w] = 0u;
     if (tid == 0) kept_in_round[1] = 0;  // "round -1" kept nothing
     {
+        if (row_done != nullptr) wait_for_row_words(row_done, 0, words);
         StagedRound<RESOLVE_THREADS> first_round;
         first_round.load(mask, order, n, words, 0, tid);
         first_round.store(staged_rows, staged_index, tid);
@@ -548,6 +589,7 @@ extern "C" __global__ void __launch_bounds__(RESOLVE_THREADS, 1) block_resolve_k
             const int helper = (warp - 1 - warp / 4) * 32 + lane;  // 0 ... HELPER_THREADS - 1
             const bool stage = first + ROUND_WORDS < words;  // block-uniform
             StagedRound<HELPER_THREADS> next_round;
+            if (stage && row_done != nullptr) wait_for_row_words(row_done, first + ROUND_WORDS, words);
             if (stage) next_round.load(mask, order, n, words, round + 1, helper);
             or_kept_rows<HELPER_THREADS>(mask, words, kept_rows + (1 - parity) * ROUND_BOXES, kept_in_round[1 - parity],
                                          first + ROUND_WORDS, removed, helper);
@@ -558,6 +600,52 @@ extern "C" __global__ void __launch_bounds__(RESOLVE_THREADS, 1) block_resolve_k
         __syncthreads();  // round decided, round + 1 staged, the bitmap past it up to date with round - 1
     }
     if (tid == 0) kept_total = count;
+    if (row_done != nullptr)  // every row word was waited for whole: no producer counts again
+        for (int w = tid; w < words; w += blockDim.x) row_done[w] = 0u;
     __syncthreads();
     finish(kept_total, n, keep, count_out, host_count);
+}
+
+extern "C" __global__ void __launch_bounds__(RESOLVE_THREADS, 1) block_resolve_kernel(const unsigned int* mask, const long long* order, int n, int words,
+                                                long long* keep, long long* count_out, long long* host_count) {
+    resolve_in_rounds(mask, order, n, words, nullptr, keep, count_out, host_count);
+}
+
+// ---------------------------------------------------------------- streamed: mask and resolve in one launch
+// The resolve cannot start before the mask rows of its first rounds exist, but it needs
+// the rest only later, and it is one block: the other SMs idle through it. So one launch
+// does both: block 0 resolves (resolve_in_rounds, waiting for each round's rows), the
+// other blocks make the mask, task t = (row word t / groups, column words STREAM_WARPS *
+// (t % groups) ...), dealt in row-major order (block b takes t = b - 1, b - 1 + producers,
+// ...), and count each finished task in row_done[row word]. The producers never wait, so
+// the launch makes progress whichever blocks are resident; block 0 waits only for them.
+// row_done: words counters, 0 at the launch (zeroed once, and by block 0 before it ends);
+// one per stream (_cuda.stream_counters), as launches on a stream run one after another.
+// Dynamic shared memory: block_resolve_shared_bytes (block 0's; the producers use none).
+template <typename T>
+__global__ void __launch_bounds__(RESOLVE_THREADS, 1) streamed_resolve_kernel(
+        const T* sorted_boxes, const long long* sorted_labels, int n, int words, double iou_threshold,
+        unsigned int* mask, unsigned int* row_done, const long long* order, long long* keep, long long* count_out,
+        long long* host_count) {
+    typedef typename Arith<T>::type A;
+    if (blockIdx.x == 0) {  // block-uniform
+        resolve_in_rounds(mask, order, n, words, row_done, keep, count_out, host_count);
+        return;
+    }
+    __shared__ Box<A> row_box[32];
+    __shared__ A row_area[32];
+    __shared__ long long row_label[32];
+    const int groups = (words + STREAM_WARPS - 1) / STREAM_WARPS, producers = gridDim.x - 1;
+    const long long tasks = (long long)words * groups;
+    for (long long t = blockIdx.x - 1; t < tasks; t += producers) {
+        const int row_word = int(t / groups), group = int(t % groups);
+        if ((group + 1) * STREAM_WARPS <= row_word) continue;  // left of the diagonal: no task (block-uniform)
+        mask_tiles<STREAM_WARPS>(sorted_boxes, sorted_labels, n, words, iou_threshold, mask, row_word,
+                                 group * STREAM_WARPS, row_box, row_area, row_label);
+        __syncthreads();  // every warp's words written; the row boxes free for the next task
+        if (threadIdx.x == 0) {
+            __threadfence();
+            atomicAdd(row_done + row_word, 1u);
+        }
+    }
 }

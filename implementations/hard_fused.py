@@ -4,12 +4,12 @@ Same indices as torchvision, index for index (ties by lower input index), any N,
 labels. Where torchvision spends its time decides the design:
 
 - **Small N is launches and host syncs** (sort, index_select, mask kernel, gather,
-  masked_select, each with host work). For N <= 256 one block of one launch does all of
+  masked_select, each with host work). For N <= 160 one block of one launch does all of
   it in shared memory: rank by counting, the suppression mask a (row, word) per thread, and the
   greedy resolve in one warp whose lane w holds "removed" word w. The host waits once:
   the kernel writes the count into mapped pinned memory (``_cuda.HostCount``), so no
   copy is launched.
-- **256 < N <= 1024, eager calls: one cooperative launch** (``mid_nms_kernel``, N / 32
+- **160 < N <= 1024, eager calls: one cooperative launch** (``mid_nms_kernel``, N / 32
   blocks of 32 warps): each block ranks its 32 boxes by counting over all N score keys
   in shared memory, a grid barrier, each block writes its 32 ballot-mask rows from all N
   ranked boxes in shared memory, a grid barrier, and block 0 resolves from shared memory. Three launches and two allocations
@@ -71,11 +71,12 @@ from nmsbench.boxes import NMSResult, PaddedNMSResult
 from nmsbench.registry import register
 
 from ._cpu import JIT, sorted_inputs
-from ._cuda import (CUDA_DTYPES, MAX_SHARED_BYTES, Address, CudaModule, blocks, grid_barrier_state, host_count,
-                    on_torch_stream, opted_in_shared_limit, rank_by_score, rank_scratch_words)
+from ._cuda import (CUDA_DTYPES, MAX_SHARED_BYTES, CompiledLaunch, CudaModule, _current_stream, _ranked_offsets, blocks,
+                    grid_barrier_address, host_count, opted_in_shared_limit, rank_launches, rank_scratch_words,
+                    stream_counters)
 
 SUMMARY_CPU = "numba: blocks of rank order tested against all kept boxes in parallel (SIMD), then resolved in-block"
-SUMMARY_CUDA = ("CUDA: one launch for N <= 256 (one block) and for eager calls to 1024 (cooperative); else rank, "
+SUMMARY_CUDA = ("CUDA: one launch for N <= 160 (one block) and for eager calls to 1024 (cooperative); else rank, "
                 "a mask of 32 x 32 tiles, and a resolve from shared memory (N <= 1024) "
                 "or in rounds of 256 boxes, one warp deciding while the block stages the next round and ORs the last; "
                 "padded graph-safe output")
@@ -151,11 +152,17 @@ def hard_fused_cpu(boxes, scores, *, iou_threshold, labels=None):
 
 # ------------------------------------------------------------------ CUDA
 
-CUDA_MODULE = CudaModule("hard_fused.cu", templates=("small_nms_kernel", "tile_mask_kernel", "mid_nms_kernel"),
+CUDA_MODULE = CudaModule("hard_fused.cu", templates=("small_nms_kernel", "tile_mask_kernel", "mid_nms_kernel",
+                                                     "streamed_resolve_kernel"),
                          plain=("staged_resolve_kernel", "block_resolve_kernel"))
 SMALL_MAX, SMALL_THREADS, TILE_WARPS = 256, 1024, 8  # as #defined in hard_fused.cu
 RESOLVE_THREADS, STAGED_THREADS, MID_THREADS, ROUND_WORDS = 512, 1024, 1024, 8  # as #defined in hard_fused.cu
-MID_MAX = 1024  # the one-launch cooperative path: SMALL_MAX < N <= MID_MAX (eager calls only)
+# The one-block path up to here (the kernel takes up to SMALL_MAX): from 192 boxes the
+# cooperative launch (eager) and the three kernels (padded) were faster on the H200
+# (.ci/small_path_probe.py, clustered / uniform: eager 49.5 / 45.5 against 45.5 / 44.9 µs
+# at 192, graph 18.5 / 15.2 against 13.2 / 11.0 µs; level at 160).
+SMALL_PATH_MAX = 160
+MID_MAX = 1024  # the one-launch cooperative path: SMALL_PATH_MAX < N <= MID_MAX (eager calls only)
 MAX_WORDS = MAX_SHARED_BYTES // 4  # the block resolve's bitmap (N / 8 bytes, beside 40 KiB of staging) in shared memory
 
 
@@ -215,6 +222,96 @@ def mid_grid(n: int, dtype: torch.dtype, device: torch.device) -> int:
     return needed if needed <= resident else 0
 
 
+# The kernels' arguments (struct codes): pointers "Q", ints "i", the IoU threshold "d".
+SMALL_CODES = "QQQidQQQ"  # boxes scores labels | n threshold | keep count host_count
+MID_CODES = "QQQid" + "Q" * 8  # ... | order sorted_boxes sorted_labels mask barrier | keep count host_count
+MASK_CODES = "QQiidQ"  # sorted_boxes sorted_labels | n words threshold | mask
+RESOLVE_CODES = "QQiiQQQ"  # mask order | n words | keep count host_count
+STREAMED_CODES = "QQiidQQQQQQ"  # sorted_boxes sorted_labels | n words threshold | mask row_done order | outputs
+# Above 1024 boxes (the block resolve's sizes) the mask and the resolve run in one launch
+# (streamed_resolve_kernel) up to here; above, the tile mask kernel and the block resolve.
+STREAMED_MAX_N = MAX_WORDS * 32
+
+
+class _Plan:
+    """Everything a call at one (n, dtype, labels or not, padded or not, device) needs,
+    prepared once (``_plan``): the path ("small", "mid" or "three": the rank, then the
+    tile mask and a resolve, or from 1025 boxes the streamed resolve, which makes the mask
+    too), its ``CompiledLaunch``-es and the layout of its one allocation: keep (n
+    words), the count, then (not small) the n x words int32 mask, then the ranking's
+    scratch (the mid kernel's order, labels and boxes, or ``rank_by_score``'s)."""
+
+    __slots__ = ("path", "n", "words", "memory_words", "mask_at", "scratch_at", "rank", "ranked_boxes_at",
+                 "ranked_labels_at", "chunk_keys_at", "group_keys_at", "launches", "streamed")
+
+    def __init__(self, n: int, dtype: torch.dtype, labels: bool, padded: bool, device: torch.device):
+        words = (n + 31) // 32
+        if words > MAX_WORDS:
+            raise ValueError(f"hard_fused on cuda resolves in one block with N/8 bytes of shared memory (and its "
+                             f"N x N/8-byte mask in GPU memory); N = {n} is above its limit of {MAX_WORDS * 32}")
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        small = n <= min(SMALL_PATH_MAX, SMALL_MAX)
+        grid = mid_grid(n, dtype, device) if not small and not padded and n <= MID_MAX else 0
+        self.path = "small" if small else "mid" if grid > 0 else "three"
+        self.n, self.words = n, words
+        mask_words = 0 if small else (n * words + 1) // 2
+        self.mask_at, self.scratch_at = 8 * (n + 1), 8 * (n + 1 + mask_words)
+        self.rank, self.streamed = None, False
+        if self.path == "small":
+            scratch_words = 0
+            self.launches = (CompiledLaunch(CUDA_MODULE.get("small_nms_kernel", dtype, device), (1,), (SMALL_THREADS,),
+                                            SMALL_CODES, index),)
+        elif self.path == "mid":
+            scratch_words = 2 * n + (4 * n if dtype == torch.float64 else 2 * n)  # order, labels, boxes
+            self.launches = (CompiledLaunch(CUDA_MODULE.get("mid_nms_kernel", dtype, device), (grid,), (MID_THREADS,),
+                                            MID_CODES, index, mid_shared_bytes(n, dtype), cooperative=True),)
+        else:
+            scratch_words = rank_scratch_words(n, dtype, labels)
+            self.rank = rank_launches(n, dtype, None, device)
+            # from base, as rank_by_score(..., into=base + scratch_at) lays them out (labels: -1 without)
+            boxes_at, labels_at, chunk_at, group_at = (self.scratch_at + at for at in _ranked_offsets(n, dtype, labels))
+            self.ranked_boxes_at, self.ranked_labels_at, self.chunk_keys_at, self.group_keys_at = \
+                boxes_at, labels_at, chunk_at, group_at
+            self.streamed = words > 32 and n <= STREAMED_MAX_N
+            self.launches = self._mask_and_resolve(n, words, dtype, device, index)
+        self.memory_words = n + 1 + mask_words + scratch_words
+
+    def _mask_and_resolve(self, n: int, words: int, dtype: torch.dtype, device: torch.device, index: int) -> tuple:
+        """The launches after the rank: the streamed resolve (mask and resolve in one), or
+        the tile mask and the staged resolve (words <= 32) or the block resolve."""
+        if words <= 32 and staged_resolve_fits(n, device):
+            resolve = CompiledLaunch(CUDA_MODULE.get("staged_resolve_kernel", None, device), (1,), (STAGED_THREADS,),
+                                     RESOLVE_CODES, index, staged_shared_bytes(n))
+        else:
+            kernel = (CUDA_MODULE.get("streamed_resolve_kernel", dtype, device) if self.streamed
+                      else CUDA_MODULE.get("block_resolve_kernel", None, device))
+            shared, limit = block_resolve_shared_bytes(words), opted_in_shared_limit(kernel, device)
+            if shared > limit:
+                raise ValueError(f"hard_fused: N = {n} needs {shared} bytes of shared memory in one block for its "
+                                 f"resolve; this GPU gives {limit}")
+            if self.streamed:  # a resolving block and a mask producer on every other SM (one block an SM fits)
+                grid = max(2, torch.cuda.get_device_properties(index).multi_processor_count)
+                return (CompiledLaunch(kernel, (grid,), (RESOLVE_THREADS,), STREAMED_CODES, index, shared),)
+            resolve = CompiledLaunch(kernel, (1,), (RESOLVE_THREADS,), RESOLVE_CODES, index, shared)
+        return (CompiledLaunch(CUDA_MODULE.get("tile_mask_kernel", dtype, device), (blocks(words, TILE_WARPS), words),
+                               (32 * TILE_WARPS,), MASK_CODES, index), resolve)
+
+
+_plans: dict[tuple, _Plan] = {}
+PLANS_KEPT = 4096  # plans are small, but a sweep over many sizes should not grow the cache forever
+
+
+def _plan(n: int, dtype: torch.dtype, labels: bool, padded: bool, device: torch.device) -> _Plan:
+    key = (n, dtype, labels, padded, device)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _Plan(n, dtype, labels, padded, device)
+        if len(_plans) >= PLANS_KEPT:
+            _plans.clear()
+        _plans[key] = plan
+    return plan
+
+
 @register(
     name="hard_fused", family="hard", devices=("cuda",), exact=True, requires=("cupy",), dtypes=CUDA_DTYPES,
     host_sync=True, graph_safe=True, summary=SUMMARY_CUDA,
@@ -224,72 +321,49 @@ def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False):
     if n == 0:
         out = torch.zeros(1, dtype=torch.int64, device=device)
         return PaddedNMSResult(out[:0], out[0]) if padded else NMSResult(out[:0])
-    words = (n + 31) // 32
-    if words > MAX_WORDS:
-        raise ValueError(f"hard_fused on cuda resolves in one block with N/8 bytes of shared memory (and its "
-                         f"N x N/8-byte mask in GPU memory); N = {n} is above its limit of {MAX_WORDS * 32}")
-    # One allocation: keep (padded to n), the count, then (n > SMALL_MAX) the n x words
-    # int32 mask and the ranking's scratch (the cooperative kernel's, or rank_by_score's).
-    small = n <= SMALL_MAX
-    grid = mid_grid(n, boxes.dtype, device) if not small and not padded and n <= MID_MAX else 0
-    mask_words = 0 if small else (n * words + 1) // 2
-    if grid > 0:
-        scratch_words = 2 * n + (4 * n if boxes.dtype == torch.float64 else 2 * n)  # order, labels, boxes
-    elif not small:
-        scratch_words = rank_scratch_words(n, boxes.dtype, labels is not None)
-    else:
-        scratch_words = 0
-    memory = torch.empty(n + 1 + mask_words + scratch_words, dtype=torch.int64, device=device)
+    plan = _plan(n, boxes.dtype, labels is not None, padded, device)
+    memory = torch.empty(plan.memory_words, dtype=torch.int64, device=device)
     base = memory.data_ptr()
+    labels_at = 0
     if labels is not None:
         labels = labels.to(torch.int64).contiguous()
-    with on_torch_stream(device) as launch:
-        ranking = not small and grid == 0
-        if ranking:  # launched first: the host prepares the rest while the GPU ranks
-            order, ranked = rank_by_score(launch, boxes, scores, labels, into=base + 8 * (n + 1 + mask_words))
-        host = None if padded else host_count(device)
-        outputs = (Address(base), Address(base + 8 * n), None if host is None else host.address)
-        threshold = np.float64(iou_threshold)
-        if small:
-            launch(CUDA_MODULE.get("small_nms_kernel", boxes.dtype, device), (1,), (SMALL_THREADS,),
-                   (boxes.contiguous(), scores.contiguous(), labels, n, threshold, *outputs))
-        elif grid > 0:
-            _launch_mid(launch, boxes, scores, labels, n, threshold, memory, grid, outputs)
-        else:
-            mask = Address(base + 8 * (n + 1))
-            launch_tile_mask(launch, boxes.dtype, device, ranked.sorted_boxes, ranked.sorted_labels, n, threshold, mask)
-            if words <= 32 and staged_resolve_fits(n, device):
-                launch(CUDA_MODULE.get("staged_resolve_kernel", None, device), (1,), (STAGED_THREADS,),
-                       (mask, order, n, words, *outputs), shared_mem=staged_shared_bytes(n))
-            else:
-                resolve = CUDA_MODULE.get("block_resolve_kernel", None, device)
-                shared, limit = block_resolve_shared_bytes(words), opted_in_shared_limit(resolve, device)
-                if shared > limit:
-                    raise ValueError(f"hard_fused: N = {n} needs {shared} bytes of shared memory in one block for its "
-                                     f"resolve; this GPU gives {limit}")
-                launch(resolve, (1,), (RESOLVE_THREADS,), (mask, order, n, words, *outputs), shared_mem=shared)
+        labels_at = labels.data_ptr()
+    boxes, scores = boxes.contiguous(), scores.contiguous()
+    index, stream = _current_stream(device)
+    if plan.path == "three":  # the rank launched first: the host prepares the rest while the GPU ranks
+        ranked_labels = base + plan.ranked_labels_at if labels is not None else 0
+        plan.rank(stream, boxes.data_ptr(), scores.data_ptr(), labels_at, base + plan.scratch_at,
+                  base + plan.ranked_boxes_at, 0, ranked_labels, base + plan.chunk_keys_at, base + plan.group_keys_at)
+    host = None if padded else host_count(device)
+    keep, count, host_at = base, base + 8 * n, 0 if host is None else host.address
+    threshold = float(iou_threshold)
+    if plan.path == "small":
+        plan.launches[0](stream, boxes.data_ptr(), scores.data_ptr(), labels_at, n, threshold, keep, count, host_at)
+    elif plan.path == "mid":
+        order = base + plan.scratch_at  # then the ranked labels, then the ranked boxes (the kernel's scratch)
+        plan.launches[0](stream, boxes.data_ptr(), scores.data_ptr(), labels_at, n, threshold, order,
+                         order + 16 * n, order + 8 * n, base + plan.mask_at, grid_barrier_address(index, stream),
+                         keep, count, host_at)
+    elif plan.streamed:
+        plan.launches[0](stream, base + plan.ranked_boxes_at, ranked_labels, n, plan.words, threshold,
+                         base + plan.mask_at, stream_counters(index, stream, MAX_WORDS), base + plan.scratch_at, keep,
+                         count, host_at)
+    else:
+        mask, resolve = plan.launches
+        mask(stream, base + plan.ranked_boxes_at, ranked_labels, n, plan.words, threshold, base + plan.mask_at)
+        resolve(stream, base + plan.mask_at, base + plan.scratch_at, n, plan.words, keep, count, host_at)
     if padded:
         return PaddedNMSResult(memory[:n], memory[n])
-    return NMSResult(memory[: host.wait(device)])
+    kept_keep = memory[:n]  # made while the GPU works; the wait's count only shortens it
+    kept = host.wait(device)
+    if not 0 <= kept <= n:  # resize_ would grow the view past the kept boxes
+        raise RuntimeError(f"hard_fused: the kernel reported {kept} kept boxes of {n}")
+    return NMSResult(kept_keep.resize_(kept))
 
 
 def launch_tile_mask(launch, dtype, device, sorted_boxes, sorted_labels, n, threshold, mask):
     """tile_mask_kernel: the n x words suppression mask (int32 words, row-major, at address
-    ``mask``) of the ranked boxes, tiles on or right of the diagonal only."""
+    ``mask``) of the ranked boxes, tiles on or right of the diagonal only (probes)."""
     words = (n + 31) // 32
     launch(CUDA_MODULE.get("tile_mask_kernel", dtype, device), (blocks(words, TILE_WARPS), words),
            (32 * TILE_WARPS,), (sorted_boxes, sorted_labels, n, words, threshold, mask))
-
-
-def _launch_mid(launch, boxes, scores, labels, n, threshold, memory, grid, outputs):
-    """mid_nms_kernel, its scratch (order, sorted boxes and labels) after the mask in
-    ``memory``, which the caller sized for it."""
-    words = (n + 31) // 32
-    base = memory.data_ptr() + 8 * (n + 1 + (n * words + 1) // 2)  # past keep, count and mask
-    order, sorted_labels = base, base + 8 * n
-    sorted_boxes = base + 16 * n  # 4 values per box in the arithmetic type (8-byte aligned)
-    mask = memory.data_ptr() + 8 * (n + 1)
-    launch(CUDA_MODULE.get("mid_nms_kernel", boxes.dtype, boxes.device), (grid,), (MID_THREADS,),
-           (boxes.contiguous(), scores.contiguous(), labels, n, threshold, Address(order), Address(sorted_boxes),
-            Address(sorted_labels), Address(mask), grid_barrier_state(boxes.device), *outputs),
-           shared_mem=mid_shared_bytes(n, boxes.dtype), cooperative=True)

@@ -69,8 +69,9 @@ from nmsbench.families import MATRIX_PARAMS
 from nmsbench.registry import register
 
 from ._cpu import sorted_inputs
-from ._cuda import (COUNT_BOXES, CUDA_DTYPES, MAX_SHARED_BYTES, RANK_WARPS, Address, CudaModule, Scratch, blocks,
-                    grid_barrier_state, host_count, on_torch_stream, opted_in_shared_limit, rank_by_score)
+from ._cuda import (COUNT_BOXES, CUDA_DTYPES, MAX_SHARED_BYTES, RANK_WARPS, Address, CompiledLaunch, CudaModule, Scratch,
+                    _current_stream, blocks, grid_barrier_address, host_count, on_torch_stream, opted_in_shared_limit,
+                    rank_by_score)
 from .matrix_fused import decay_factors, max_iou_with_parents
 
 
@@ -214,19 +215,20 @@ def segment_length(n: int) -> int:
 
 
 class _Outputs:
-    """keep (n,) int64, scores (n,) dtype and the count (int64), then ``scratch_words``
-    int64 words for the kernels: one allocation. The kernels get addresses; the result's
+    """The multi-launch paths' outputs: keep (n,) int64, scores (n,) dtype and the count
+    (int64), one allocation (``_OneLaunch`` lays its own out the same way, with the
+    cooperative kernel's scratch after the count). The kernels get addresses; the result's
     tensors are views made once the op knows its count (every view costs the host)."""
 
-    __slots__ = ("memory", "n", "dtype", "count_word", "keep", "scores", "count", "scratch")
+    __slots__ = ("memory", "n", "dtype", "count_word", "keep", "scores", "count")
 
-    def __init__(self, n: int, dtype: torch.dtype, device: torch.device, scratch_words: int = 0):
+    def __init__(self, n: int, dtype: torch.dtype, device: torch.device):
         self.count_word = n + -(-n * dtype.itemsize // 8)  # past keep and the scores
-        self.memory = torch.empty(self.count_word + 1 + scratch_words, dtype=torch.int64, device=device)
+        self.memory = torch.empty(self.count_word + 1, dtype=torch.int64, device=device)
         self.n, self.dtype = n, dtype
         base = self.memory.data_ptr()
         self.keep, self.scores = Address(base), Address(base + 8 * n)
-        self.count, self.scratch = Address(base + 8 * self.count_word), base + 8 * (self.count_word + 1)
+        self.count = Address(base + 8 * self.count_word)
 
     def _scores(self, count: int, typed: torch.Tensor | None = None) -> torch.Tensor:
         """The first ``count`` scores, from ``typed`` (``memory`` viewed as the scores'
@@ -276,18 +278,117 @@ def _cooperative_plan(n: int, dtype: torch.dtype, labels: bool) -> tuple[int, tu
     return words, offsets, cooperative_threads(n), cooperative_shared_bytes(n, dtype, labels)
 
 
+# The one-launch kernels' arguments (struct codes): pointers "Q", ints "i", doubles "d".
+SINGLE_BLOCK_CODES = "QQQiiiddQQQQ"  # boxes scores labels | wide n linear | sigma threshold | keep scores count host
+COOPERATIVE_CODES = "QQQiiidd" + "Q" * 12  # ... | order sbox sarea slabel sscore constant final barrier | outputs
+
+
+class _OneLaunch:
+    """A one-launch path ("single" or "cooperative") at one (n, dtype, labels or not,
+    device), prepared once: the kernel's ``CompiledLaunch``, the size of the allocation
+    (``_Outputs``' layout: keep, scores, the count, then the cooperative kernel's scratch)
+    and the scratch's offsets. ``run`` is a whole call; on the H200 host an eager call's
+    Python before its launch was ~20 µs, most of it re-deriving all this."""
+
+    __slots__ = ("path", "n", "dtype", "words", "count_word", "scores_start", "scratch_offsets", "launch")
+
+    def __init__(self, path: str, n: int, dtype: torch.dtype, labels: bool, device: torch.device, grid: int = 0):
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        self.path, self.n, self.dtype = path, n, dtype
+        self.count_word = n + -(-n * dtype.itemsize // 8)  # past keep and the scores
+        self.scores_start = 8 * n // dtype.itemsize  # the scores start at byte 8 n
+        if path == "single":
+            if n > single_block_capacity(dtype):
+                raise ValueError(f"the single-block path takes at most {single_block_capacity(dtype)} boxes, got {n}")
+            scratch_words, self.scratch_offsets = 0, ()
+            self.launch = CompiledLaunch(CUDA_MODULE.get("single_block_kernel", dtype, device), (1,),
+                                         (blocks(n, 32) * 32,), SINGLE_BLOCK_CODES, index,
+                                         single_block_shared_bytes(n, dtype))
+        elif path == "cooperative":
+            if grid == 0:
+                raise ValueError(f"this GPU cannot hold cooperative_kernel's grid for {n} boxes at once")
+            scratch_words, offsets, threads, shared = _cooperative_plan(n, dtype, labels)
+            self.scratch_offsets = tuple(8 * (self.count_word + 1) + offset for offset in offsets)
+            self.launch = CompiledLaunch(CUDA_MODULE.get("cooperative_kernel", dtype, device), (grid,), (threads,),
+                                         COOPERATIVE_CODES, index, shared, cooperative=True)
+        else:
+            raise ValueError(f"not a one-launch path: {path!r}")
+        self.words = self.count_word + 1 + scratch_words
+
+    def run(self, boxes, scores, labels, linear: bool, sigma: float, score_threshold: float, padded: bool):
+        """The op on this path: keep, scores and the count, as ``matrix_recompute_cuda_path``
+        returns them."""
+        n, device = self.n, boxes.device
+        memory = torch.empty(self.words, dtype=torch.int64, device=device)
+        base = memory.data_ptr()
+        keep, out_scores, count = base, base + 8 * n, base + 8 * self.count_word
+        boxes, scores = boxes.contiguous(), scores.contiguous()  # kernels take pointers: grad or not
+        labels_at, wide = 0, 1
+        if labels is not None:
+            if labels.dtype == torch.int32:
+                wide = 0
+            elif labels.dtype != torch.int64:
+                labels = labels.to(torch.int64)
+            labels = labels.contiguous()
+            labels_at = labels.data_ptr()
+        host = None if padded else host_count(device)
+        host_at = 0 if host is None else host.address
+        index, stream = _current_stream(device)
+        head = (boxes.data_ptr(), scores.data_ptr(), labels_at, wide, n, linear, sigma, score_threshold)
+        if self.path == "single":
+            self.launch(stream, *head, keep, out_scores, count, host_at)
+        else:
+            at = self.scratch_offsets  # from base: order, sbox, sarea, slabel, sscore, constant, final
+            self.launch(stream, *head, base + at[0], base + at[1], base + at[2], base + at[3] if labels is not None else 0,
+                        base + at[4], base + at[5], base + at[6], grid_barrier_address(index, stream), keep, out_scores,
+                        count, host_at)
+        typed = memory.view(self.dtype)
+        start = self.scores_start
+        if padded:
+            return PaddedNMSResult(memory[:n], memory[self.count_word], typed[start : start + n])
+        # the views are made while the GPU works; the wait's count only shortens them
+        kept_keep, kept_scores = memory[:n], typed[start : start + n]
+        kept = host.wait(device)
+        if not 0 <= kept <= n:  # resize_ would grow the views past the kept boxes
+            raise RuntimeError(f"matrix_recompute: the kernel reported {kept} kept boxes of {n}")
+        return NMSResult(kept_keep.resize_(kept), kept_scores.resize_(kept))
+
+
+_one_launch_plans: dict[tuple, _OneLaunch | None] = {}  # (n, dtype, labels, padded, device) -> plan; None: several launches
+PLANS_KEPT = 4096  # plans are small, but a sweep over many sizes should not grow the cache forever
+
+
+def _one_launch_plan(n: int, dtype: torch.dtype, labels: bool, padded: bool, device: torch.device):
+    """The cached ``_OneLaunch`` for a call with no forced path, or None where
+    ``choose_path`` picks a multi-launch path."""
+    key = (n, dtype, labels, padded, device)
+    plan = _one_launch_plans.get(key, False)
+    if plan is False:
+        path, grid = _path_and_grid(n, dtype, padded, device, labels)
+        plan = _OneLaunch(path, n, dtype, labels, device, grid) if path in ("single", "cooperative") else None
+        if len(_one_launch_plans) >= PLANS_KEPT:
+            _one_launch_plans.clear()
+        _one_launch_plans[key] = plan
+    return plan
+
+
 def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_threshold, padded, path=None):
     """The CUDA backend with the path chosen by ``choose_path`` or forced (tests)."""
     n, device, dtype = boxes.shape[0], boxes.device, boxes.dtype
-    grid = 0  # the cooperative launch's, asked once
-    if n == 0:
-        path = None
-    elif path is None:
-        path, grid = _path_and_grid(n, dtype, padded, device, labels is not None)
-    elif path == "cooperative":  # forced (tests)
-        grid = cooperative_grid(n, dtype, device, labels is not None)
-    plan = _cooperative_plan(n, dtype, labels is not None) if path == "cooperative" else None
-    outputs = _Outputs(n, dtype, device, 0 if plan is None else plan[0])
+    linear = kernel == "linear"
+    if n > 0:
+        if path is None:
+            plan = _one_launch_plan(n, dtype, labels is not None, padded, device)
+        elif path in ("single", "cooperative"):  # forced (tests)
+            grid = cooperative_grid(n, dtype, device, labels is not None) if path == "cooperative" else 0
+            plan = _OneLaunch(path, n, dtype, labels is not None, device, grid)
+        else:
+            plan = None
+        if plan is not None:
+            return plan.run(boxes, scores, labels, linear, float(sigma), float(score_threshold), padded)
+        if path is None:
+            path = choose_path(n, dtype, padded, device, labels is not None)
+    outputs = _Outputs(n, dtype, device)
     keep, out_scores, count = outputs.keep, outputs.scores, outputs.count
     if n == 0:
         if padded:
@@ -302,85 +403,57 @@ def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_thres
         elif labels.dtype != torch.int64:
             labels = labels.to(torch.int64)
         labels = labels.contiguous()
-    linear = kernel == "linear"
     host = None if padded else host_count(device)
     host_address = None if host is None else host.address
     sigma, threshold = np.float64(sigma), np.float64(score_threshold)
     with on_torch_stream(device) as launch:
-        if path == "single":
-            if n > single_block_capacity(dtype):
-                raise ValueError(f"the single-block path takes at most {single_block_capacity(dtype)} boxes, got {n}")
+        arith = arith_dtype(dtype)
+        chunks, segment = blocks(n, CHILDREN), segment_length(n)
+        segments = max(1, -(-(n - 1) // segment))
+        scratch = Scratch(
+            device, order=(n if path == "counting" else 0, torch.int64), sbox=(4 * n, arith), sarea=(n, arith),
+            slabel=(0 if labels is None else n, torch.int64), sscore=(n, arith), cmax=(n, arith),
+            acc=(n, torch.int64), done=(chunks, torch.int32), final=(n, arith),
+        )
+        slabel = None if labels is None else scratch.slabel
+        if path == "counting":
+            order = scratch.order
             launch(
-                CUDA_MODULE.get("single_block_kernel", dtype, device), (1,), (blocks(n, 32) * 32,),
-                (boxes, scores, labels, wide, n, linear, sigma, threshold, keep, out_scores, count, host_address),
-                single_block_shared_bytes(n, dtype),
+                CUDA_MODULE.get("rank_kernel", dtype, device), (blocks(n, COUNT_BOXES),), (32 * RANK_WARPS,),
+                (boxes, scores, labels, wide, n, order, scratch.sbox, scratch.sarea, slabel, scratch.sscore,
+                 scratch.cmax, scratch.acc, scratch.done, chunks, None),
             )
-        elif path == "cooperative":
-            _launch_cooperative(launch, boxes, scores, labels, wide, n, linear, sigma, threshold, keep, out_scores, count,
-                                host_address, outputs.scratch, grid, plan)
         else:
-            arith = arith_dtype(dtype)
-            chunks, segment = blocks(n, CHILDREN), segment_length(n)
-            segments = max(1, -(-(n - 1) // segment))
-            scratch = Scratch(
-                device, order=(n if path == "counting" else 0, torch.int64), sbox=(4 * n, arith), sarea=(n, arith),
-                slabel=(0 if labels is None else n, torch.int64), sscore=(n, arith), cmax=(n, arith),
-                acc=(n, torch.int64), done=(chunks, torch.int32), final=(n, arith),
-            )
-            slabel = None if labels is None else scratch.slabel
-            if path == "counting":
-                order = scratch.order
-                launch(
-                    CUDA_MODULE.get("rank_kernel", dtype, device), (blocks(n, COUNT_BOXES),), (32 * RANK_WARPS,),
-                    (boxes, scores, labels, wide, n, order, scratch.sbox, scratch.sarea, slabel, scratch.sscore,
-                     scratch.cmax, scratch.acc, scratch.done, chunks, None),
-                )
-            else:
-                order, _ = rank_by_score(launch, boxes, scores, None)  # merging from 8193 boxes: no torch.sort
-                launch(
-                    CUDA_MODULE.get("gather_kernel", dtype, device), (blocks(n, 256),), (256,),
-                    (boxes, scores, labels, wide, n, order, scratch.sbox, scratch.sarea, slabel, scratch.sscore,
-                     scratch.cmax, scratch.acc, scratch.done, chunks, count),
-                )
-            grid = (segments, chunks)
+            order, _ = rank_by_score(launch, boxes, scores, None)  # merging from 8193 boxes: no torch.sort
             launch(
-                CUDA_MODULE.get("cmax_kernel", dtype, device), grid, (CHILDREN,),
-                (scratch.sbox, scratch.sarea, slabel, n, segment, scratch.cmax),
+                CUDA_MODULE.get("gather_kernel", dtype, device), (blocks(n, 256),), (256,),
+                (boxes, scores, labels, wide, n, order, scratch.sbox, scratch.sarea, slabel, scratch.sscore,
+                 scratch.cmax, scratch.acc, scratch.done, chunks, count),
             )
+        grid = (segments, chunks)
+        launch(
+            CUDA_MODULE.get("cmax_kernel", dtype, device), grid, (CHILDREN,),
+            (scratch.sbox, scratch.sarea, slabel, n, segment, scratch.cmax),
+        )
+        launch(
+            CUDA_MODULE.get("decay_kernel", dtype, device), grid, (CHILDREN,),
+            (scratch.sbox, scratch.sarea, slabel, scratch.cmax, scratch.sscore, order, n, segment, linear, sigma,
+             threshold, scratch.acc, scratch.done, scratch.final, None if path == "counting" else count),
+        )
+        if path == "counting":
             launch(
-                CUDA_MODULE.get("decay_kernel", dtype, device), grid, (CHILDREN,),
-                (scratch.sbox, scratch.sarea, slabel, scratch.cmax, scratch.sscore, order, n, segment, linear, sigma,
-                 threshold, scratch.acc, scratch.done, scratch.final, None if path == "counting" else count),
+                CUDA_MODULE.get("select_kernel", dtype, device), (blocks(n, 32),), (32 * SEL_WARPS,),
+                (scratch.final, n, keep, out_scores, count, host_address),
             )
-            if path == "counting":
-                launch(
-                    CUDA_MODULE.get("select_kernel", dtype, device), (blocks(n, 32),), (32 * SEL_WARPS,),
-                    (scratch.final, n, keep, out_scores, count, host_address),
-                )
-            else:
-                final_sorted, index_sorted = torch.sort(scratch.tensor("final"), descending=True, stable=True)
-                launch(
-                    CUDA_MODULE.get("finalize_kernel", dtype, device), (blocks(n, 256),), (256,),
-                    (final_sorted, index_sorted, n, count, keep, out_scores, host_address),
-                )
+        else:
+            final_sorted, index_sorted = torch.sort(scratch.tensor("final"), descending=True, stable=True)
+            launch(
+                CUDA_MODULE.get("finalize_kernel", dtype, device), (blocks(n, 256),), (256,),
+                (final_sorted, index_sorted, n, count, keep, out_scores, host_address),
+            )
     if padded:
         return outputs.padded()
     return outputs.result_after(host, device)
-
-
-def _launch_cooperative(launch, boxes, scores, labels, wide, n, linear, sigma, threshold, keep, out_scores, count,
-                        host_address, scratch, grid, plan):
-    """cooperative_kernel on ``grid`` blocks, its scratch at address ``scratch`` as
-    ``_cooperative_plan``'s ``plan`` places it."""
-    if grid == 0:
-        raise ValueError(f"this GPU cannot hold cooperative_kernel's grid for {n} boxes at once")
-    _, offsets, threads, shared = plan
-    order, sbox, sarea, slabel, sscore, constant, final = (Address(scratch + offset) for offset in offsets)
-    launch(CUDA_MODULE.get("cooperative_kernel", boxes.dtype, boxes.device), (grid,), (threads,),
-           (boxes, scores, labels, wide, n, linear, sigma, threshold, order, sbox, sarea,
-            None if labels is None else slabel, sscore, constant, final,
-            grid_barrier_state(boxes.device), keep, out_scores, count, host_address),
-           shared_mem=shared, cooperative=True)
 
 
 @register(

@@ -302,9 +302,9 @@ def test_cuda_sweep_writes_both_timers():
     assert all(r["jaccard"] == 1.0 for r in ok if r["impl"] in EXACT_HARD and r["dtype"] == "float32")
 
 
-@pytest.mark.parametrize("n", [257, 300, 511, 777, 1000, 1024])
+@pytest.mark.parametrize("n", [161, 192, 256, 257, 300, 511, 777, 1000, 1024])
 def test_hard_fused_one_launch_mid_path_equals_the_cpu_and_the_padded_path(n):
-    """SMALL_MAX < N <= MID_MAX runs as one cooperative launch when not padded; it must
+    """SMALL_PATH_MAX < N <= MID_MAX runs as one cooperative launch when not padded; it must
     give the CPU backend's indices and the padded (three-kernel) path's, call after call,
     on torch's default stream and on another (the grid barrier's counters are per stream)."""
     from nmsbench.variants import hard_fused
@@ -326,13 +326,42 @@ def test_hard_fused_one_launch_mid_path_equals_the_cpu_and_the_padded_path(n):
                 assert torch.equal(keep.cpu(), cpu) and torch.equal(keep, padded)
 
 
+@pytest.mark.parametrize("n", [161, 200, 255, 256])
+def test_hard_fused_one_block_kernel_up_to_its_capacity_equals_the_cpu(n, monkeypatch):
+    """The one-block kernel takes up to SMALL_MAX boxes, past the SMALL_PATH_MAX the calls
+    use: forced there (eager and padded), it gives the CPU backend's indices, repeatably."""
+    from nmsbench.variants import hard_fused
+
+    monkeypatch.setattr(hard_fused, "SMALL_PATH_MAX", hard_fused.SMALL_MAX)
+    monkeypatch.setattr(hard_fused, "_plans", {})
+    assert hard_fused._plan(n, torch.float32, False, False, torch.device("cuda")).path == "small"
+    for scenario in ("clustered", "uniform", "ties", "chain"):
+        for classes in (1, 3):
+            boxes = box_set(scenario, n, classes)
+            cpu = run("hard_fused", boxes).keep
+            gpu_boxes = boxes.to("cuda")
+            eager = [run("hard_fused", gpu_boxes).keep for _ in range(3)]
+            padded = run("hard_fused", gpu_boxes, padded=True).trimmed().keep
+            for keep in eager + [padded]:
+                assert torch.equal(keep.cpu(), cpu), (scenario, classes)
+
+
 @pytest.mark.parametrize("n", [1025, 2080, 2304, 2305, 6000, 12289])
-def test_hard_fused_block_resolve_rounds_equal_the_cpu(n):
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "tile_mask_then_block_resolve"])
+def test_hard_fused_block_resolve_rounds_equal_the_cpu(n, streamed, monkeypatch):
     """The block resolve (N > 1024) decides 256 boxes a round while the other warps stage
     the next round and OR the last one's kept rows: sizes that end a round exactly, one
     box past it, mid-word and mid-round, scenes where a round keeps almost all its boxes
     (uniform: the grouped OR) or few (clustered, chains of suppression), score ties and
-    labels, eager and padded, against the CPU backend; then 20 identical repeats."""
+    labels, eager and padded, against the CPU backend; then 20 identical repeats. Both as
+    the streamed resolve (the other blocks make the mask meanwhile, by row words, and the
+    resolving block waits for each round's rows) and after the tile mask kernel."""
+    from nmsbench.variants import hard_fused
+
+    if not streamed:
+        monkeypatch.setattr(hard_fused, "STREAMED_MAX_N", 0)
+    monkeypatch.setattr(hard_fused, "_plans", {})
+    assert hard_fused._plan(n, torch.float32, False, False, torch.device("cuda")).streamed == streamed
     for scenario in ("clustered", "uniform", "chain", "ties"):
         for classes in (1, 3):
             boxes = box_set(scenario, n, classes)

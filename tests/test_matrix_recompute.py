@@ -127,9 +127,9 @@ def test_single_block_fits_in_shared_memory_and_paths():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64], ids=str)
 @pytest.mark.parametrize("n", [0, 1, 3, 5, 64])
 def test_outputs_layout_matches_the_addresses_the_kernels_get(n, dtype):
-    """The CUDA wrapper's one allocation, built on the CPU: keep, then the scores, then the
-    count, then the scratch, each view where its kernel address points."""
-    out = mr._Outputs(n, dtype, torch.device("cpu"), scratch_words=7)
+    """The multi-launch paths' one allocation, built on the CPU: keep, then the scores, then
+    the count, each view where its kernel address points."""
+    out = mr._Outputs(n, dtype, torch.device("cpu"))
     base = out.memory.data_ptr()
     keep, scores = torch.arange(n), torch.linspace(0, 1, n, dtype=dtype)
     padded = out.padded()
@@ -140,7 +140,7 @@ def test_outputs_layout_matches_the_addresses_the_kernels_get(n, dtype):
     if n > 0:  # an empty view has no address
         assert padded.keep.data_ptr() == int(out.keep) == base and padded.scores.data_ptr() == int(out.scores)
     assert padded.count.data_ptr() == int(out.count) and padded.count.dim() == 0
-    assert int(out.count) + 8 == out.scratch and out.scratch + 8 * 7 == base + out.memory.numel() * 8
+    assert int(out.count) + 8 == base + out.memory.numel() * 8  # the count is the last word
     assert int(out.scores) + n * dtype.itemsize <= int(out.count)  # the scores end before the count
     kept = out.result(n // 2)
     assert torch.equal(kept.keep, keep[: n // 2]) and torch.equal(kept.scores, scores[: n // 2])

@@ -1,0 +1,226 @@
+"""The eager host path of hard_fused and matrix_recompute, without a GPU: the driver and
+the kernels are stubbed (launches are recorded, the count comes from the test), tensors
+stay on the CPU. What is checked is the host's side of the contract: which kernel runs
+at which size, that ``CompiledLaunch`` hands the driver what the kernel reads, that every
+address a launch gets lies in the op's one allocation, and that the result is exactly the
+first ``count`` entries of it."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+import torch
+
+from nmsbench.variants import _cuda
+from nmsbench.variants import hard_fused as hf
+from nmsbench.variants import matrix_recompute as mr
+
+
+class FakeKernel:
+    made = 0
+
+    def __init__(self, name):
+        FakeKernel.made += 1
+        self.name, self.ptr = name, 1000 + FakeKernel.made  # one pointer per kernel
+
+
+class FakeDriver:
+    """Records each launch: (kernel pointer, grid and block dims, shared bytes, stream,
+    cooperative) and its arguments as the driver copies them at the call: the pointer
+    array and a snapshot of the parameter buffer it points into (the next launch reuses it)."""
+
+    def __init__(self):
+        self.launches = []
+
+    def _record(self, call, pointers):
+        buffer = _cuda._launch_buffer
+        self.launches.append((call, (pointers, buffer.address, ctypes.string_at(buffer.address, _cuda.PARAM_BYTES))))
+
+    def launchKernel(self, ptr, gx, gy, gz, bx, by, bz, shared, stream, pointers, extra):  # noqa: N802 (cupy's name)
+        self._record((ptr, gx, gy, gz, bx, by, bz, shared, stream, False), pointers)
+
+    def launchCooperativeKernel(self, ptr, gx, gy, gz, bx, by, bz, shared, stream, pointers):  # noqa: N802
+        self._record((ptr, gx, gy, gz, bx, by, bz, shared, stream, True), pointers)
+
+
+class FakeCount:
+    address = 77
+
+    def __init__(self):
+        self.count = 0
+
+    def wait(self, device):
+        return self.count
+
+
+READ = {"Q": ctypes.c_uint64, "i": ctypes.c_int32, "d": ctypes.c_double}
+
+
+def read_arguments(codes: str, recorded) -> list:
+    """The values the kernel would read: each argument where the pointer array points, in
+    the parameter buffer as it was at the launch."""
+    pointers, buffer_address, snapshot = recorded
+    addresses = (ctypes.c_void_p * len(codes)).from_address(pointers)
+    copy = ctypes.create_string_buffer(snapshot, len(snapshot))
+    return [READ[code].from_address(ctypes.addressof(copy) + address - buffer_address).value
+            for code, address in zip(codes, addresses)]
+
+
+@pytest.fixture
+def stubbed(monkeypatch):
+    """Kernels by name, a recording driver, one resident grid of every size, stream 5."""
+    driver, count = FakeDriver(), FakeCount()
+    kernels = {}
+    monkeypatch.setattr(_cuda.CudaModule, "get", lambda self, name, dtype, device: kernels.setdefault(
+        (name, dtype), FakeKernel(name)))
+    monkeypatch.setattr(_cuda, "_driver", driver)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: type("P", (), {"multi_processor_count": 132}))
+    allocations = []
+    real_empty = torch.empty
+
+    def empty(*args, **kwargs):
+        kwargs.pop("device", None)
+        tensor = real_empty(*args, **kwargs)
+        allocations.append(tensor)
+        return tensor
+
+    monkeypatch.setattr(torch, "empty", empty)
+    monkeypatch.setattr(hf, "stream_counters", lambda index, stream, count: 4343)
+    for module in (hf, mr):
+        monkeypatch.setattr(module, "_current_stream", lambda device: (0, 5))
+        monkeypatch.setattr(module, "host_count", lambda device: count)
+        monkeypatch.setattr(module, "grid_barrier_address", lambda index, stream: 4242)
+        monkeypatch.setattr(module, "opted_in_shared_limit", lambda kernel, device: 227 * 1024)
+    monkeypatch.setattr(hf, "mid_grid", lambda n, dtype, device: _cuda.blocks(n, hf.MID_THREADS // 32))
+    monkeypatch.setattr(hf, "staged_resolve_fits", lambda n, device: n <= 1024)
+    monkeypatch.setattr(mr, "cooperative_grid", lambda n, dtype, device, labels=False: _cuda.blocks(n, 8))
+    monkeypatch.setattr(hf, "_plans", {})
+    monkeypatch.setattr(mr, "_one_launch_plans", {})
+    _cuda.rank_launches.cache_clear()
+    yield driver, count, kernels, allocations
+    _cuda.rank_launches.cache_clear()
+
+
+def launched(driver, kernels) -> list[str]:
+    by_ptr = {kernel.ptr: name for (name, _), kernel in kernels.items()}
+    return [by_ptr[call[0]] for call, _ in driver.launches]
+
+
+def inside(address: int, tensor: torch.Tensor) -> bool:
+    base = tensor.data_ptr()
+    return base <= address < base + tensor.numel() * tensor.element_size()
+
+
+@pytest.mark.parametrize("n, padded, kernels", [
+    (1, False, ["small_nms_kernel"]),
+    (hf.SMALL_PATH_MAX, False, ["small_nms_kernel"]),
+    (hf.SMALL_PATH_MAX + 1, False, ["mid_nms_kernel"]),
+    (hf.SMALL_PATH_MAX + 1, True, ["rank_by_score_kernel", "tile_mask_kernel", "staged_resolve_kernel"]),
+    (1024, False, ["mid_nms_kernel"]),
+    (1025, False, ["rank_by_score_kernel", "streamed_resolve_kernel"]),
+    (1025, True, ["rank_by_score_kernel", "streamed_resolve_kernel"]),
+    (8193, False, ["chunk_sort_kernel", "group_merge_kernel", "merge_rank_kernel", "streamed_resolve_kernel"]),
+])
+def test_hard_fused_takes_its_kernels_by_size(stubbed, n, padded, kernels):
+    """One block up to SMALL_PATH_MAX (the kernel itself takes up to SMALL_MAX), one
+    cooperative launch for eager calls to MID_MAX, else rank (counting, or merging from
+    MERGE_RANK_MIN), then the tile mask and the staged resolve (to 1024 boxes) or the
+    streamed resolve (mask and resolve in one launch); every address a kernel gets but the
+    inputs, the pinned count, the barrier and the stream's counters lies in the op's one
+    allocation."""
+    driver, count, known, allocations = stubbed
+    boxes, scores = torch.rand(n, 4), torch.rand(n)
+    count.count = min(n, 3)
+    result = hf.hard_fused_cuda(boxes, scores, iou_threshold=0.5, padded=padded)
+    assert launched(driver, known) == kernels
+    assert hf.SMALL_PATH_MAX <= hf.SMALL_MAX
+    [memory] = allocations
+    plan = hf._plan(n, torch.float32, False, padded, torch.device("cpu"))
+    assert memory.numel() == plan.memory_words
+    for (call, pointers), name in zip(driver.launches, kernels):
+        assert call[8] == 5  # torch's current stream
+        launch = next(l for l in _launches_of(plan) if l.function is known[(name, l_dtype(name))])
+        for code, value in zip(launch.codes, read_arguments(launch.codes, pointers)):
+            if code == "Q" and value not in (0, 77, 4242, 4343, boxes.data_ptr(), scores.data_ptr()):
+                assert inside(value, memory), (name, value)
+    if padded:
+        assert result.keep.shape == (n,) and result.keep.data_ptr() == memory.data_ptr()
+    else:
+        assert result.keep.shape == (count.count,) and result.keep.data_ptr() == memory.data_ptr()
+
+
+def l_dtype(name: str):
+    return None if name in ("staged_resolve_kernel", "block_resolve_kernel") else torch.float32
+
+
+def _launches_of(plan) -> list:
+    return list(plan.launches) + (list(plan.rank.launches) if plan.rank is not None else [])
+
+
+def test_hard_fused_refuses_a_count_above_n(stubbed):
+    """A kernel that reported more kept boxes than there are is an error, not a view
+    grown past the kept entries."""
+    _, count, _, _ = stubbed
+    count.count = 5
+    with pytest.raises(RuntimeError, match="5 kept boxes of 4"):
+        hf.hard_fused_cuda(torch.rand(4, 4), torch.rand(4), iou_threshold=0.5)
+
+
+def test_compiled_launch_hands_the_driver_the_packed_arguments(stubbed):
+    """CompiledLaunch packs plain numbers in the kernel's C layout (each argument where
+    the pointer array points) and calls the driver with its grid, block, shared memory,
+    the stream and cooperative or not: what ``launch`` does from tensors and Addresses."""
+    driver, _, _, _ = stubbed
+    kernel = FakeKernel("k")
+    values = (2**40 + 8, 0, 7, -3, 0.1)
+    for cooperative in (False, True):
+        launch = _cuda.CompiledLaunch(kernel, (3, 2), (128,), "QQiid", 0, shared_mem=100, cooperative=cooperative)
+        launch(9, *values)
+        call, pointers = driver.launches[-1]
+        assert call == (kernel.ptr, 3, 2, 1, 128, 1, 1, 100, 9, cooperative)
+        assert read_arguments("QQiid", pointers) == list(values)
+    with pytest.raises(ValueError, match="above 4096"):
+        _cuda.CompiledLaunch(kernel, (1,), (1,), "Q" * 513, 0)
+
+
+@pytest.mark.parametrize("n, padded, path", [(1, False, "single"), (mr.SINGLE_BLOCK_MAX_N, False, "single"),
+                                             (mr.SINGLE_BLOCK_MAX_N + 1, False, "cooperative"),
+                                             (mr.PADDED_SINGLE_BLOCK_MAX_N, True, "single"),
+                                             (4096, False, "cooperative")])
+@pytest.mark.parametrize("labels", [None, "int32", "int64"])
+def test_matrix_recompute_one_launch_paths_place_everything_in_one_allocation(stubbed, n, padded, path, labels):
+    """The one-launch paths, prepared once per (n, dtype, labels, padded, device): the
+    kernel's output and scratch addresses are disjoint, 8-byte aligned and inside the one
+    allocation; the result is the first ``count`` keep entries and scores of it (padded:
+    all n and the count's word); the plan is reused by the next call."""
+    driver, count, known, allocations = stubbed
+    boxes, scores = torch.rand(n, 4), torch.rand(n)
+    label_tensor = None if labels is None else torch.zeros(n, dtype=getattr(torch, labels))
+    count.count = min(n, 2)
+    result = mr.matrix_recompute_cuda(boxes, scores, iou_threshold=0.5, labels=label_tensor, kernel="gaussian",
+                                      sigma=2.0, score_threshold=0.05, padded=padded)
+    plan = mr._one_launch_plans[(n, torch.float32, labels is not None, padded, torch.device("cpu"))]
+    assert plan.path == path and launched(driver, known) == [f"{path}_block_kernel" if path == "single"
+                                                              else "cooperative_kernel"]
+    [memory] = allocations
+    codes = plan.launch.codes
+    values = read_arguments(codes, driver.launches[0][1])
+    assert values[:2] == [boxes.data_ptr(), scores.data_ptr()]
+    assert values[2] == (0 if label_tensor is None else label_tensor.data_ptr())
+    assert values[3] == (0 if labels == "int32" else 1) and values[4] == n and values[6:8] == [2.0, 0.05]
+    addresses = [v for c, v in zip(codes[8:], values[8:]) if c == "Q" and v not in (0, 77, 4242)]
+    assert all(inside(a, memory) and (a - memory.data_ptr()) % 8 == 0 for a in addresses)
+    assert len(set(addresses)) == len(addresses)
+    keep_at = memory.data_ptr()
+    if padded:
+        assert result.keep.shape == (n,) and result.count.data_ptr() == keep_at + 8 * plan.count_word
+    else:
+        assert result.keep.shape == (count.count,) and result.scores.shape == (count.count,)
+    assert result.keep.data_ptr() == keep_at and result.scores.data_ptr() == keep_at + 8 * n
+    mr.matrix_recompute_cuda(boxes, scores, iou_threshold=0.5, labels=label_tensor, kernel="gaussian", sigma=2.0,
+                             score_threshold=0.05, padded=padded)
+    assert mr._one_launch_plans[(n, torch.float32, labels is not None, padded, torch.device("cpu"))] is plan
+    assert driver.launches[1][0] == driver.launches[0][0]
