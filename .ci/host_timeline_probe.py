@@ -2,7 +2,9 @@
 one synchronization are stamped with perf_counter (the module's functions wrapped), over
 200 calls, and the GPU time comes from the padded op's CUDA graph replays. Prints medians
 (µs): pre (call start to the first launch), launches (first launch start to last launch
-end), sync (the wait), post (after the wait to the return), total, and the graph time.
+end), between (to the wait), spin (HostCount.wait reading the count until the kernel set
+it), sync (its stream synchronization), post (after the wait to the return), total, and
+the graph time.
 Run on the device: python3 .ci/host_timeline_probe.py"""
 import statistics
 import time
@@ -30,8 +32,30 @@ def stamped_wait(self, device):
     return value
 
 
+real_compiled = _cuda.CompiledLaunch.__call__
+
+
+def stamped_compiled(self, stream, *values):
+    STAMPS.append(("launch", time.perf_counter_ns()))
+    real_compiled(self, stream, *values)
+    STAMPS.append(("launched", time.perf_counter_ns()))
+
+
+class StampedRuntime:
+    """The runtime API with its stream synchronization stamped (HostCount.wait's last step)."""
+
+    def __init__(self, runtime):
+        self.runtime = runtime
+
+    def streamSynchronize(self, stream):  # noqa: N802 (the runtime's name)
+        STAMPS.append(("synchronize", time.perf_counter_ns()))
+        self.runtime.streamSynchronize(stream)
+
+
 _cuda._launch = stamped_launch
+_cuda.CompiledLaunch.__call__ = stamped_compiled
 _cuda.HostCount.wait = stamped_wait
+_cuda._runtime = StampedRuntime(_cuda._runtime_api())
 
 
 def main():
@@ -48,7 +72,7 @@ def main():
                                                 score_threshold=0.05, padded=padded)
         for _ in range(20):
             op()
-        parts = {k: [] for k in ("pre", "launches", "sync", "post", "total")}
+        parts = {k: [] for k in ("pre", "launches", "between", "spin", "sync", "post", "total")}
         launches = 0
         for _ in range(200):
             STAMPS.clear()
@@ -58,9 +82,11 @@ def main():
             first = next(t for k, t in STAMPS if k == "launch")
             last = [t for k, t in STAMPS if k == "launched"][-1]
             wait = next(t for k, t in STAMPS if k == "wait")
+            synchronize = next(t for k, t in STAMPS if k == "synchronize")
             waited = next(t for k, t in STAMPS if k == "waited")
             launches = sum(1 for k, _ in STAMPS if k == "launch")
-            for key, value in (("pre", first - t0), ("launches", last - first), ("sync", waited - wait),
+            for key, value in (("pre", first - t0), ("launches", last - first), ("between", wait - last),
+                               ("spin", synchronize - wait), ("sync", waited - synchronize),
                                ("post", t1 - waited), ("total", t1 - t0)):
                 parts[key].append(value / 1e3)
         graph = graph_us(lambda: op(padded=True))

@@ -4,7 +4,7 @@ one launch of each kernel per case. Run on the device:
 
     ncu --clock-control none --profile-from-start off --section SpeedOfLight \
         --section Occupancy --section WarpStateStats --section LaunchStats \
-        python3 .ci/ncu_probe.py [hard] [matrix] [hard_small] [hard_big] [matrix_coop]
+        python3 .ci/ncu_probe.py [hard] [matrix] [hard_small] [hard_big] [matrix_coop] [mid]
 """
 import sys
 
@@ -32,6 +32,9 @@ if "hard_small" in which:  # the one-block kernel, the cooperative mid kernel, t
               ("hard_fused", "clustered", 8192, True)]
 if "hard_big" in which:  # the tile mask and the block resolve at large N
     cases += [("hard_fused", "clustered", 32768, True), ("hard_fused", "uniform", 8192, True)]
+if "mid" in which:  # matrix_recompute's cooperative launch at 1024 and 4096, the streamed resolve at 4096
+    cases += [("matrix_recompute", "clustered", 1024, False), ("matrix_recompute", "clustered", 4096, False),
+              ("hard_fused", "clustered", 4096, True), ("hard_fused", "uniform", 4096, True)]
 if "matrix_coop" in which:  # the cooperative launch from 4096 on (1024-thread blocks)
     cases += [("matrix_recompute", "clustered", 4096, False), ("matrix_recompute", "clustered", 8192, False)]
 

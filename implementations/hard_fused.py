@@ -230,7 +230,12 @@ RESOLVE_CODES = "QQiiQQQ"  # mask order | n words | keep count host_count
 STREAMED_CODES = "QQiidQQQQQQ"  # sorted_boxes sorted_labels | n words threshold | mask row_done order | outputs
 # Above 1024 boxes (the block resolve's sizes) the mask and the resolve run in one launch
 # (streamed_resolve_kernel) up to here; above, the tile mask kernel and the block resolve.
-STREAMED_MAX_N = MAX_WORDS * 32
+# Its mask tasks run at 16 warps an SM (the resolving block's registers allow one block an
+# SM), so where the mask is long against the resolve it is slower (.ci/streamed_probe.py,
+# H200, graph, clustered / uniform, streamed against not: 4096 59.9 / 103.7 against 67.8 /
+# 100.2 µs, 8192 130.8 / 216.0 against 147.3 / 226.1, 32768 1,290 / 1,044 against 1,145 /
+# 1,419).
+STREAMED_MAX_N = 8192
 
 
 class _Plan:
