@@ -122,13 +122,16 @@ def inside(address: int, tensor: torch.Tensor) -> bool:
     (1024, False, ["mid_nms_kernel"]),
     (1025, False, ["rank_by_score_kernel", "streamed_resolve_kernel"]),
     (1025, True, ["rank_by_score_kernel", "streamed_resolve_kernel"]),
-    (8193, False, ["chunk_sort_kernel", "group_merge_kernel", "merge_rank_kernel", "streamed_resolve_kernel"]),
+    (hf.STREAMED_MAX_N, False, ["rank_by_score_kernel", "streamed_resolve_kernel"]),
+    (hf.STREAMED_MAX_N + 1, False, ["chunk_sort_kernel", "group_merge_kernel", "merge_rank_kernel",
+                                    "tile_mask_kernel", "block_resolve_kernel"]),
 ])
 def test_hard_fused_takes_its_kernels_by_size(stubbed, n, padded, kernels):
     """One block up to SMALL_PATH_MAX (the kernel itself takes up to SMALL_MAX), one
     cooperative launch for eager calls to MID_MAX, else rank (counting, or merging from
-    MERGE_RANK_MIN), then the tile mask and the staged resolve (to 1024 boxes) or the
-    streamed resolve (mask and resolve in one launch); every address a kernel gets but the
+    MERGE_RANK_MIN), then the tile mask and the staged resolve (to 1024 boxes), the
+    streamed resolve (mask and resolve in one launch, to STREAMED_MAX_N) or the tile mask
+    and the block resolve; every address a kernel gets but the
     inputs, the pinned count, the barrier and the stream's counters lies in the op's one
     allocation."""
     driver, count, known, allocations = stubbed
