@@ -492,19 +492,35 @@ __device__ __forceinline__ void or_kept_rows(const unsigned int* mask, int words
 // [2][ROUND_BOXES] (long long), staged rows [2][ROUND_BOXES][STAGE_STRIDE], kept rows
 // [2][ROUND_BOXES] (int), then the bitmap [words]; two of each by round parity.
 // The streamed resolve's producers finish the mask by row words, in order; before a warp
-// of the resolving block stages a round's rows it waits until the round's row words are
-// whole: lane k polls row_done[first_word + k] until it counts `tasks` less the groups
-// left of the diagonal (STREAM_WARPS column words a task). The polling lanes' fence after
-// the count was seen, and the warp's __syncwarp, order the warp's later mask loads after
-// the producers' writes, which they fenced before counting (as grid_barrier does).
+// of the resolving block stages a round's rows it makes sure the round's row words are
+// whole: lane k reads row_done[first_word + k] with an acquire load until the row words
+// from first_word on are whole for the round (each counts `groups` tasks less those left
+// of the diagonal, STREAM_WARPS column words a task). The producers are mostly far ahead,
+// so one look covers up to 32 row words, four rounds: the warp keeps how far the mask is
+// known whole (`whole_to`) and looks again only past it. The acquire loads and the warp's
+// __syncwarp order its later mask loads after the producers' writes, which they fenced
+// before counting.
 #define STREAM_WARPS (RESOLVE_THREADS / 32)  // column words per mask task of the streamed resolve
-__device__ __forceinline__ void wait_for_row_words(const unsigned int* row_done, int first_word, int words) {
+__device__ __forceinline__ unsigned int load_acquire(const unsigned int* p) {
+    unsigned int v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void wait_for_row_words(const unsigned int* row_done, int first_word, int words,
+                                                   int& whole_to) {
+    const int needed = min(first_word + ROUND_WORDS, words);
+    if (whole_to >= needed) return;  // warp-uniform
     const int lane = threadIdx.x % 32, word = first_word + lane;
-    if (lane < ROUND_WORDS && word < words) {
-        const unsigned int whole = (words + STREAM_WARPS - 1) / STREAM_WARPS - word / STREAM_WARPS;
-        const volatile unsigned int* done = row_done + word;
-        while (*done < whole) __nanosleep(32);
-        __threadfence();
+    const unsigned int tasks = word < words ? (words + STREAM_WARPS - 1) / STREAM_WARPS - word / STREAM_WARPS : 0u;
+    while (true) {
+        const bool whole = word >= words || load_acquire(row_done + word) >= tasks;
+        const unsigned int missing = ~__ballot_sync(0xffffffffu, whole);
+        const int run = missing == 0u ? 32 : __ffs(missing) - 1;  // whole row words from first_word on
+        if (first_word + run >= needed) {
+            whole_to = min(first_word + run, words);
+            break;
+        }
+        __nanosleep(32);
     }
     __syncwarp();
 }
@@ -524,8 +540,9 @@ __device__ __forceinline__ void resolve_in_rounds(const unsigned int* mask, cons
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     for (int w = tid; w < words; w += blockDim.x) removed[w] = 0u;
     if (tid == 0) kept_in_round[1] = 0;  // "round -1" kept nothing
+    int whole_to = 0;  // this warp's: row words known whole (the streamed resolve)
     {
-        if (row_done != nullptr) wait_for_row_words(row_done, 0, words);
+        if (row_done != nullptr) wait_for_row_words(row_done, 0, words, whole_to);
         StagedRound<RESOLVE_THREADS> first_round;
         first_round.load(mask, order, n, words, 0, tid);
         first_round.store(staged_rows, staged_index, tid);
@@ -589,7 +606,7 @@ __device__ __forceinline__ void resolve_in_rounds(const unsigned int* mask, cons
             const int helper = (warp - 1 - warp / 4) * 32 + lane;  // 0 ... HELPER_THREADS - 1
             const bool stage = first + ROUND_WORDS < words;  // block-uniform
             StagedRound<HELPER_THREADS> next_round;
-            if (stage && row_done != nullptr) wait_for_row_words(row_done, first + ROUND_WORDS, words);
+            if (stage && row_done != nullptr) wait_for_row_words(row_done, first + ROUND_WORDS, words, whole_to);
             if (stage) next_round.load(mask, order, n, words, round + 1, helper);
             or_kept_rows<HELPER_THREADS>(mask, words, kept_rows + (1 - parity) * ROUND_BOXES, kept_in_round[1 - parity],
                                          first + ROUND_WORDS, removed, helper);

@@ -640,6 +640,12 @@ __global__ void __launch_bounds__(MID_MAX_THREADS) cooperative_kernel(
     float* quick = (float*)(area + n);                              // phase 3: float parent constants
     const int lane = threadIdx.x % 32, warps = gridDim.x * (blockDim.x / 32);
     const int first_warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    // Phases 2 and 3 have n / 2 tasks (pairs of children), often fewer than the warps: dealt
+    // block after block (task t to warp t / gridDim.x of block t % gridDim.x), every block
+    // gets its share; dealt by first_warp, the first half of the blocks took them all and
+    // the other SMs idled through both passes (ncu, 4096 clustered: 53 % of the samples at
+    // the grid barriers).
+    const int pass_warp = (threadIdx.x / 32) * gridDim.x + blockIdx.x;
 
     // 1. rank
     for (int i = threadIdx.x; i < n; i += blockDim.x) key[i] = Ranking<A>::key(score_key(A(load_value(scores, i))), i);
@@ -669,7 +675,7 @@ __global__ void __launch_bounds__(MID_MAX_THREADS) cooperative_kernel(
         if (has_labels) label[i] = __ldcg(slabel + i);
     }
     __syncthreads();
-    for (int t = first_warp; 2 * t < n; t += warps) for (int k = 2 * t; k < min(2 * t + 2, n); ++k) {
+    for (int t = pass_warp; 2 * t < n; t += warps) for (int k = 2 * t; k < min(2 * t + 2, n); ++k) {
         const int r = balanced_child(k, n);
         MaxIou<A> best;
         visit_parents(r, lane, box, area, has_labels ? label : nullptr,
@@ -683,7 +689,7 @@ __global__ void __launch_bounds__(MID_MAX_THREADS) cooperative_kernel(
     // in global memory: MinDecay reads one only when its float shortcut cannot decide)
     for (int i = threadIdx.x; i < n; i += blockDim.x) quick[i] = quick_constant(__ldcg(constant + i), linear);
     __syncthreads();
-    for (int t = first_warp; 2 * t < n; t += warps) for (int k = 2 * t; k < min(2 * t + 2, n); ++k) {
+    for (int t = pass_warp; 2 * t < n; t += warps) for (int k = 2 * t; k < min(2 * t + 2, n); ++k) {
         const int r = balanced_child(k, n);
         MinDecay<A> decay(linear);
         visit_parents(r, lane, box, area, has_labels ? label : nullptr, [&](int i, const Box<A>& me, A my_area) {
