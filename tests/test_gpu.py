@@ -358,8 +358,8 @@ def test_hard_fused_block_resolve_rounds_equal_the_cpu(n, streamed, monkeypatch)
     resolving block waits for each round's rows) and after the tile mask kernel."""
     from nmsbench.variants import hard_fused
 
-    if not streamed:
-        monkeypatch.setattr(hard_fused, "STREAMED_MAX_N", 0)
+    # the streamed kernel takes any N (calls use it up to STREAMED_MAX_N): tested past that too
+    monkeypatch.setattr(hard_fused, "STREAMED_MAX_N", hard_fused.MAX_WORDS * 32 if streamed else 0)
     monkeypatch.setattr(hard_fused, "_plans", {})
     assert hard_fused._plan(n, torch.float32, False, False, torch.device("cuda")).streamed == streamed
     for scenario in ("clustered", "uniform", "chain", "ties"):
