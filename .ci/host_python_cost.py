@@ -69,7 +69,7 @@ def stub_cuda():
         module.grid_barrier_address = lambda index, stream: barrier.data_ptr()
         module._current_stream = lambda device: (0, 0)
         module.opted_in_shared_limit = lambda kernel, device: 227 * 1024
-    mr.cooperative_grid = lambda n, dtype, device, labels=False: cuda.blocks(n, mr.cooperative_threads(n) // 32)
+    mr.cooperative_grid = lambda n, dtype, device, labels=False: cuda.blocks(n, mr.cooperative_threads(n, dtype) // 32)
     hf.mid_grid = lambda n, dtype, device: cuda.blocks(n, hf.MID_THREADS // 32)
 
 

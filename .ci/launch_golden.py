@@ -56,7 +56,7 @@ for m in (mr, hf):
     m.opted_in_shared_limit = lambda kernel, device: 227 * 1024
 cuda.on_torch_stream = Stream
 torch.cuda.current_device = lambda: 0
-mr.cooperative_grid = lambda n, dtype, device, labels=False: mr.balanced_grid(cuda.blocks(n, mr.cooperative_threads(n) // 32), 132 * (1 if n > 2048 else 2))
+mr.cooperative_grid = lambda n, dtype, device, labels=False: mr.balanced_grid(cuda.blocks(n, mr.cooperative_threads(n, dtype) // 32), 132 * (1 if n > 2048 else 2))
 hf.mid_grid = lambda n, dtype, device: cuda.blocks(n, hf.MID_THREADS // 32)
 hf.staged_resolve_fits = lambda n, device: n <= 1024
 torch.sort = lambda t, descending=True, stable=True: torch.return_types.sort((t, torch.arange(t.shape[0])))

@@ -109,24 +109,34 @@ __device__ __forceinline__ float quick_constant(double constant, int linear) {
 // (1 - iou) / c, so one >= quick * (1 + 2^-20) cannot either (only while quick is a
 // normal float). Everything else takes decay_step in double, reading the parent's
 // double constant only then (the cooperative kernel keeps those in global memory).
+// (`skips` is the shortcut, `step` the exact step: the cooperative kernel derives the
+// constant from the parent's cmax only when it steps.)
 template <typename A> struct MinDecay;
 template <> struct MinDecay<float> {
     double candidate;
     float quick;
     __device__ __forceinline__ explicit MinDecay(int linear) : candidate(linear ? 1.0 : 0.0), quick(linear ? 1.0f : 0.0f) {}
-    __device__ __forceinline__ void add(float iou, const double* constant, float constant_f, int linear) {
-        if (linear ? quick >= 1e-30f && (1.0f - iou) * constant_f >= quick * (1.0f + 0x1p-20f)
-                   : constant_f - iou * iou >= quick + 0x1p-20f)
-            return;
-        candidate = decay_step(candidate, *constant, double(iou), linear);
+    __device__ __forceinline__ bool skips(float iou, float constant_f, int linear) const {
+        return linear ? quick >= 1e-30f && (1.0f - iou) * constant_f >= quick * (1.0f + 0x1p-20f)
+                      : constant_f - iou * iou >= quick + 0x1p-20f;
+    }
+    __device__ __forceinline__ void step(float iou, double constant, int linear) {
+        candidate = decay_step(candidate, constant, double(iou), linear);
         quick = float(candidate);
+    }
+    __device__ __forceinline__ void add(float iou, const double* constant, float constant_f, int linear) {
+        if (!skips(iou, constant_f, linear)) step(iou, *constant, linear);
     }
 };
 template <> struct MinDecay<double> {
     double candidate;
     __device__ __forceinline__ explicit MinDecay(int linear) : candidate(linear ? 1.0 : 0.0) {}
+    __device__ __forceinline__ bool skips(double, float, int) const { return false; }
+    __device__ __forceinline__ void step(double iou, double constant, int linear) {
+        candidate = decay_step(candidate, constant, iou, linear);
+    }
     __device__ __forceinline__ void add(double iou, const double* constant, float, int linear) {
-        candidate = decay_step(candidate, *constant, iou, linear);
+        step(iou, *constant, linear);
     }
 };
 
@@ -540,24 +550,34 @@ __global__ void finalize_kernel(const typename Arith<T>::type* sorted_final, con
 
 // --------------------------------------------------------------------------- N mid: one launch
 // One cooperative launch (cuLaunchCooperativeKernel: every block resident at once, or the
-// launch is refused), a warp per box in each phase (lanes split the other boxes, then a
-// warp reduction), grid barriers between the phases:
+// launch is refused), warps over the boxes in each phase (lanes split the other boxes,
+// then a warp reduction), grid barriers between the phases:
 //   1. rank by counting over the n score keys and write the ranked boxes, areas, labels
-//      and scores (and the order) to global memory;
+//      and scores (and the order) to global memory, and set each rank's cmax (0) and
+//      decay accumulator (NO_CANDIDATE);
 //   2. every block copies all n ranked boxes, areas and labels into its shared memory;
-//      cmax of child r: the max IoU with its parents (ranks < r), as a parent constant;
-//   3. every block makes the n float constants; the decay of child r: the min over its
-//      parents, then its final score, written by input index (-inf: not kept);
-//   4. select: each box's place by counting over the n final keys.
+//      a task's share of child r's parents (ranks < r): their max IoU with r, combined
+//      into cmax[r] by atomic max;
+//   3. every block copies the n cmax values and makes the float constants; a task's share
+//      of child r's parents: the min candidate decay, combined into acc[r] by atomic min;
+//   4. every block makes the n final scores by input index (-inf: not kept) and their
+//      keys; select: each box's place by counting over the n final keys.
 // Every loop over the other boxes reads shared memory: read from global (L2), a warp's
-// loop would wait one memory latency per step. In phases 2 and 3 child r's work grows
-// with r, so a warp takes children t and n - 1 - t together, and the host sizes the grid
-// so every warp has as many boxes as the others. What other blocks wrote is read after a
-// grid barrier, from L2 (__ldcg).
-// Maxima and minima are exact, so the result does not depend on the lanes' order.
-// Blocks of 256 to 1024 threads (the host picks); dynamic shared memory as
+// loop would wait one memory latency per step. In phases 2 and 3 child r has r parents,
+// so children t and n - 1 - t make a pair (n - 1 parents in all) and each pair is two
+// tasks, half of those parents each: n tasks of about n / 2 parents, dealt block after
+// block. (One task a pair left half the warps idle at N <= 4096, and a child in a dense
+// cluster made its warp the one the grid barrier waited for.) What other blocks wrote is
+// read after a grid barrier, from L2 (__ldcg).
+// Maxima and minima are exact, so the result does not depend on the lanes' order, nor on
+// how the parents are split (the float shortcuts skip only steps that cannot change a
+// task's running max or min, hence not the combined one).
+// Blocks of 256 to 1024 threads (the host picks; at most 512 for float64, whose passes
+// need more than the 64 registers a 1024-thread block leaves); dynamic shared memory as
 // cooperative_shared_bytes in matrix_recompute.py lays it out.
 #define MID_MAX_THREADS 1024
+template <typename A> struct CooperativeBlock { static constexpr int max_threads = MID_MAX_THREADS; };
+template <> struct CooperativeBlock<double> { static constexpr int max_threads = MID_MAX_THREADS / 2; };
 
 template <typename A>
 __device__ __forceinline__ A warp_max_nonnegative(A v) {
@@ -591,30 +611,26 @@ template <> struct Ranking<double> {
     static __device__ __forceinline__ bool has_score(unsigned long long key) { return key != 0ull; }
 };
 
-// The child of task k in phases 2 and 3: 0, n - 1, 1, n - 2, ... A warp takes tasks 2 t
-// and 2 t + 1 together, so every warp's two children have about n parents in all (dealt
-// one task per warp, odd warps took the long ends: 2.5x the even warps' work at 8192).
-__device__ __forceinline__ int balanced_child(int k, int n) { return (k & 1) ? n - 1 - (k >> 1) : (k >> 1); }
-
-// Phases 2 and 3: visit(i, child box, child area) for child r's parents i < r that this
-// lane takes (i = lane, lane + 32, ...) and that may overlap it, with its label if any.
-// Lanes first mark their parents that may overlap, 32 at a time (a bit each), then visit
-// only the marked: the exact work then runs as often as the busiest lane has parents to
-// visit, where visiting inside the first loop made the whole warp walk it for every group
-// of 32 parents in which any lane had one (4 groups in 5 at N = 8192, clustered).
+// Phases 2 and 3: visit(i, child box, child area) for child r's parents i in [begin, end)
+// (end <= r) that this lane takes (i = begin + lane, + 32, ...) and that may overlap it,
+// with its label if any. Lanes first mark their parents that may overlap, 32 at a time (a
+// bit each), then visit only the marked: the exact work then runs as often as the busiest
+// lane has parents to visit, where visiting inside the first loop made the whole warp
+// walk it for every group of 32 parents in which any lane had one (4 groups in 5 at N =
+// 8192, clustered).
 template <typename A, typename Visit>
-__device__ __forceinline__ void visit_parents(int r, int lane, const Box<A>* box, const A* area, const long long* label,
-                                              Visit visit) {
+__device__ __forceinline__ void visit_parents(int r, int begin, int end, int lane, const Box<A>* box, const A* area,
+                                              const long long* label, Visit visit) {
     const Box<A> me = box[r];
     const A my_area = area[r];
     const long long my_label = label != nullptr ? label[r] : 0;
-    for (int base = 0; base < r; base += 32 * 32) {
+    for (int base = begin; base < end; base += 32 * 32) {
         unsigned int marked = 0u;  // bit w: parent base + 32 w + lane
-        const int groups = min(32, (r - base + 31) / 32);
+        const int groups = min(32, (end - base + 31) / 32);
 #pragma unroll 4
         for (int w = 0; w < groups; ++w) {
             const int i = base + 32 * w + lane;
-            if ((i < r) & may_overlap(box[min(i, r)], me)) marked |= 1u << w;
+            if ((i < end) & may_overlap(box[min(i, end)], me)) marked |= 1u << w;  // end <= r < n: in bounds
         }
         while (marked != 0u) {
             const int i = base + 32 * (__ffs(marked) - 1) + lane;
@@ -624,28 +640,41 @@ __device__ __forceinline__ void visit_parents(int r, int lane, const Box<A>* box
     }
 }
 
+// Task u of phases 2 and 3 (0 <= u < 2 * ceil(n / 2)): half u % 2 of the parents of pair
+// t = u / 2, children a = t and b = n - 1 - t (one child when they are the same), their
+// parents taken as one list (a's [0, a), then b's [0, b)) cut in two. Calls
+// work(child, begin, end) for each child with parents in this half.
+template <typename Work>
+__device__ __forceinline__ void for_task_children(int u, int n, Work work) {
+    const int t = u >> 1, a = t, b = n - 1 - t;
+    const int listed = a < b ? a + b : a;
+    const int cut = (listed + 1) / 2, lo = (u & 1) ? cut : 0, hi = (u & 1) ? listed : cut;
+    if (lo < min(hi, a)) work(a, lo, min(hi, a));
+    if (a < b && max(lo, a) < hi) work(b, max(lo, a) - a, hi - a);
+}
+
 template <typename T>
-__global__ void __launch_bounds__(MID_MAX_THREADS) cooperative_kernel(
+__global__ void __launch_bounds__(CooperativeBlock<typename Arith<T>::type>::max_threads, 1) cooperative_kernel(
     const T* boxes, const T* scores, const void* labels, int wide_labels, int n, int linear, double sigma,
     double score_threshold, long long* order, typename Arith<T>::type* sbox, typename Arith<T>::type* sarea,
-    long long* slabel, typename Arith<T>::type* sscore, double* constant, typename Arith<T>::type* final_by_input,
+    long long* slabel, typename Arith<T>::type* sscore, unsigned long long* acc, typename Arith<T>::type* cmax,
     unsigned int* barrier, long long* keep, T* out_scores, long long* count, long long* host_count) {
     typedef typename Arith<T>::type A;
     extern __shared__ __align__(16) unsigned char shared[];
     unsigned long long* key = (unsigned long long*)shared;          // phase 1: score keys; phase 4: final keys
+    A* finals = (A*)(key + n);                                      // phase 4: final scores by input index
     Box<A>* box = (Box<A>*)shared;                                  // phases 2-3: ranked boxes (over the keys)
     const bool has_labels = labels != nullptr;
     long long* label = (long long*)(box + n);                       // phases 2-3: ranked labels (if any)
     A* area = (A*)(label + (has_labels ? n : 0));                   // phases 2-3: ranked areas
-    float* quick = (float*)(area + n);                              // phase 3: float parent constants
+    A* parent_cmax = area + n;                                      // phase 3: each parent's cmax
+    float* quick = (float*)(parent_cmax + n);                       // phase 3: float parent constants
     const int lane = threadIdx.x % 32, warps = gridDim.x * (blockDim.x / 32);
     const int first_warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    // Phases 2 and 3 have n / 2 tasks (pairs of children), often fewer than the warps: dealt
-    // block after block (task t to warp t / gridDim.x of block t % gridDim.x), every block
-    // gets its share; dealt by first_warp, the first half of the blocks took them all and
-    // the other SMs idled through both passes (ncu, 4096 clustered: 53 % of the samples at
-    // the grid barriers).
-    const int pass_warp = (threadIdx.x / 32) * gridDim.x + blockIdx.x;
+    // Phases 2 and 3 deal their tasks block after block (task u to warp u / gridDim.x of
+    // block u % gridDim.x), so every block gets its share when there are fewer tasks than
+    // warps (dealt by first_warp, the first blocks took them all).
+    const int task_warp = (threadIdx.x / 32) * gridDim.x + blockIdx.x, tasks = 2 * ((n + 1) / 2);
 
     // 1. rank
     for (int i = threadIdx.x; i < n; i += blockDim.x) key[i] = Ranking<A>::key(score_key(A(load_value(scores, i))), i);
@@ -663,11 +692,13 @@ __global__ void __launch_bounds__(MID_MAX_THREADS) cooperative_kernel(
             sarea[above] = box_area(b);
             sscore[above] = load_value(scores, j);
             if (has_labels) slabel[above] = load_label(labels, j, wide_labels);
+            cmax[above] = A(0);
+            acc[above] = NO_CANDIDATE;
         }
     }
     grid_barrier(barrier, barrier + 1);
 
-    // 2. cmax of child r over its parents, kept as the parent constant
+    // 2. cmax of child r over its parents: each task's share, combined by atomic max
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const A* from = sbox + 4 * (long long)i;
         box[i] = Box<A>{__ldcg(from), __ldcg(from + 1), __ldcg(from + 2), __ldcg(from + 3)};
@@ -675,43 +706,55 @@ __global__ void __launch_bounds__(MID_MAX_THREADS) cooperative_kernel(
         if (has_labels) label[i] = __ldcg(slabel + i);
     }
     __syncthreads();
-    for (int t = pass_warp; 2 * t < n; t += warps) for (int k = 2 * t; k < min(2 * t + 2, n); ++k) {
-        const int r = balanced_child(k, n);
-        MaxIou<A> best;
-        visit_parents(r, lane, box, area, has_labels ? label : nullptr,
-                      [&](int i, const Box<A>& me, A my_area) { best.add(box[i], area[i], me, my_area); });
-        const A cmax = warp_max_nonnegative(best.best);
-        if (lane == 0) constant[r] = parent_constant(double(cmax), linear);
-    }
-    grid_barrier(barrier, barrier + 1);
-
-    // 3. decay of child r and its final score, by input index (the double constants stay
-    // in global memory: MinDecay reads one only when its float shortcut cannot decide)
-    for (int i = threadIdx.x; i < n; i += blockDim.x) quick[i] = quick_constant(__ldcg(constant + i), linear);
-    __syncthreads();
-    for (int t = pass_warp; 2 * t < n; t += warps) for (int k = 2 * t; k < min(2 * t + 2, n); ++k) {
-        const int r = balanced_child(k, n);
-        MinDecay<A> decay(linear);
-        visit_parents(r, lane, box, area, has_labels ? label : nullptr, [&](int i, const Box<A>& me, A my_area) {
-            const A iou = iou_with_areas(box[i], area[i], me, my_area);
-            if (iou > A(0)) decay.add(iou, constant + i, quick[i], linear);  // see decay_step
+    for (int u = task_warp; u < tasks; u += warps) {
+        for_task_children(u, n, [&](int r, int begin, int end) {
+            MaxIou<A> best;
+            visit_parents(r, begin, end, lane, box, area, has_labels ? label : nullptr,
+                          [&](int i, const Box<A>& me, A my_area) { best.add(box[i], area[i], me, my_area); });
+            const A largest = warp_max_nonnegative(best.best);
+            if (lane == 0 && largest > A(0)) atomic_max_nonnegative(cmax + r, largest);
         });
-        const double candidate = warp_min(decay.candidate);
-        if (lane == 0) {
-            const A final = final_score(__ldcg(sscore + r), candidate, linear, sigma);
-            final_by_input[__ldcg(order + r)] = final >= A(score_threshold) ? final : -infinity(A(0));
-        }
     }
     grid_barrier(barrier, barrier + 1);
 
-    // 4. select: kept boxes by final score (ties: lower input index), then the others by
+    // 3. the decay of child r: each task's share, combined by atomic min (the exact step
+    // derives a parent's double constant from its cmax, as parent_constant does)
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const A c = __ldcg(cmax + i);
+        parent_cmax[i] = c;
+        quick[i] = quick_constant(parent_constant(double(c), linear), linear);
+    }
+    __syncthreads();
+    const double initial = linear ? 1.0 : 0.0;
+    for (int u = task_warp; u < tasks; u += warps) {
+        for_task_children(u, n, [&](int r, int begin, int end) {
+            MinDecay<A> decay(linear);
+            visit_parents(r, begin, end, lane, box, area, has_labels ? label : nullptr,
+                          [&](int i, const Box<A>& me, A my_area) {
+                const A iou = iou_with_areas(box[i], area[i], me, my_area);
+                if (iou > A(0) && !decay.skips(iou, quick[i], linear))  // see decay_step
+                    decay.step(iou, parent_constant(double(parent_cmax[i]), linear), linear);
+            });
+            const double smallest = warp_min(decay.candidate);
+            if (lane == 0 && smallest < initial) atomicMin(acc + r, ordered_key(smallest));
+        });
+    }
+    grid_barrier(barrier, barrier + 1);
+
+    // 4. every block: the final scores by input index (-inf: not kept) and their keys;
+    // select: kept boxes by final score (ties: lower input index), then the others by
     // input index (keys without a score, under every kept key): a permutation, so every
     // slot is written
     const A none = -infinity(A(0));
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const A final = __ldcg(final_by_input + i);
-        key[i] = Ranking<A>::key(final != none ? score_key(final) : 0ull, i);
+    for (int r = threadIdx.x; r < n; r += blockDim.x) {
+        const unsigned long long k = __ldcg(acc + r);
+        const double smallest = k == NO_CANDIDATE ? initial : min(initial, from_ordered_key(k));
+        const A f = final_score(__ldcg(sscore + r), smallest, linear, sigma);
+        const int i = int(__ldcg(order + r));
+        finals[i] = f >= A(score_threshold) ? f : none;
     }
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) key[i] = Ranking<A>::key(finals[i] != none ? score_key(finals[i]) : 0ull, i);
     __syncthreads();
     for (int j = first_warp; j < n; j += warps) {
         const unsigned long long key_j = key[j];
@@ -728,7 +771,7 @@ __global__ void __launch_bounds__(MID_MAX_THREADS) cooperative_kernel(
         if (lane == 0) {
             const bool kept = Ranking<A>::has_score(key_j);
             keep[above] = kept ? (long long)j : -1ll;
-            store_value(out_scores, above, kept ? __ldcg(final_by_input + j) : A(0));
+            store_value(out_scores, above, kept ? finals[j] : A(0));
             if ((!kept && above == kept_above) || (kept && above == n - 1)) {  // one writer (see single_block_kernel)
                 const long long c = kept ? (long long)n : (long long)kept_above;
                 *count = c;

@@ -26,12 +26,13 @@ CUDA (matrix_recompute.cu), four paths by N:
   phases as the single block but over the whole GPU, a warp per box in each (rank, cmax,
   decay, select; lanes split the other boxes), grid barriers between them. Every block
   copies all ranked boxes, areas and labels into its shared memory after the first
-  barrier (its loops read there, not L2: 1024 boxes 91 -> 69 us `wall` on the H200), so
-  it takes 24 bytes per box for float32 without labels (8192 boxes) and 32 with labels
-  (up to ~7000); float64 to ~5000. A warp takes children t and n - 1 - t together (about
-  n parents in all), and the grid is sized so every warp has as many boxes as the others.
-  The rank and select phases compare one 64-bit key (score key, then index) for float
-  scores. At these sizes the four launches, their allocations and the host work around
+  barrier (its loops read there, not L2: 1024 boxes 91 -> 69 us `wall` on the H200), and
+  each parent's cmax before the decays, so it takes 28 bytes per box for float32 without
+  labels (8192 boxes) and 36 with labels (up to ~6400); float64 to ~4400. Children t and
+  n - 1 - t make a pair (n - 1 parents in all), and each pair's parents are split into two
+  tasks, one warp each, combined by atomic max / min: n tasks of ~n / 2 parents, dealt
+  block after block, and the grid is sized so every warp has as many as the others. The
+  rank and select phases compare one 64-bit key (score key, then index) for float scores. At these sizes the four launches, their allocations and the host work around
   them were most of the op on the H200 host.
 - In every path the passes skip the pairs that cannot overlap by four comparisons (the
   ranked boxes are stored as ``quick_box``-es, compared with bitwise ``&``: NVRTC branched
@@ -138,16 +139,18 @@ def single_block_capacity(dtype: torch.dtype) -> int:
 
 def cooperative_shared_bytes(n: int, dtype: torch.dtype, labels: bool) -> int:
     """cooperative_kernel's dynamic shared memory: every block holds all n ranked boxes
-    (where the 8-byte keys of the first and last phases go), areas, labels (if any) and
-    float parent constants: 24 n bytes for float32 without labels (N = 8192 fits the
-    H200's 227 KiB)."""
+    (where the 8-byte keys and the final scores of the first and last phases go), labels
+    (if any), areas, the parents' cmax and float constants: 28 n bytes for float32 without
+    labels (N = 8192 fits the H200's 227 KiB)."""
     a = arith_dtype(dtype).itemsize
-    return n * (5 * a + 4 + (8 if labels else 0))
+    return n * (6 * a + 4 + (8 if labels else 0))
 
 
-def cooperative_threads(n: int) -> int:
-    """cooperative_kernel's block size at n (a warp per box; one block per SM from ~4096)."""
-    return 256 if n <= 1024 else 512 if n <= 2048 else 1024
+def cooperative_threads(n: int, dtype: torch.dtype = torch.float32) -> int:
+    """cooperative_kernel's block size at n (a warp per box; one block per SM from ~4096);
+    float64 blocks take at most 512 threads (its __launch_bounds__: more registers)."""
+    threads = 256 if n <= 1024 else 512 if n <= 2048 else 1024
+    return min(threads, MID_MAX_THREADS // 2) if dtype == torch.float64 else threads
 
 
 def choose_path(n: int, dtype: torch.dtype, padded: bool = True, device: torch.device | None = None,
@@ -176,14 +179,14 @@ SHARED_STEP = 8192  # occupancy is asked once per step of shared memory (rounded
 
 
 def cooperative_grid(n: int, dtype: torch.dtype, device: torch.device, labels: bool = False) -> int:
-    """Blocks of ``cooperative_threads(n)`` for cooperative_kernel at ``n``: a warp per box;
+    """Blocks of ``cooperative_threads(n, dtype)`` for cooperative_kernel at ``n``: a warp per box;
     where the device cannot hold that many at once with their shared memory, the fewest
     blocks that need as many rounds as the resident ones (the warps then take equally many
     boxes each: 128 blocks, 2 boxes a warp, at 8192 on 132 SMs); 0 where not even one
     fits. On every eager call's path: the device is asked once per (block size, shared
     step)."""
     index = device.index if device.index is not None else torch.cuda.current_device()
-    threads, shared = cooperative_threads(n), cooperative_shared_bytes(n, dtype, labels)
+    threads, shared = cooperative_threads(n, dtype), cooperative_shared_bytes(n, dtype, labels)
     step = -(-shared // SHARED_STEP) * SHARED_STEP
     resident = _resident.get((dtype, index, threads, step))
     if resident is None:
@@ -254,11 +257,11 @@ class _Outputs:
 @functools.lru_cache(maxsize=256)
 def cooperative_scratch(n: int, dtype: torch.dtype, labels: bool) -> dict[str, tuple[int, int]]:
     """cooperative_kernel's scratch as {name: (byte offset, bytes)}, 8-byte aligned: order,
-    parent constants (double), ranked labels (if any), ranked boxes, areas and scores, and
-    final scores by input index (the kernels' arithmetic type)."""
+    the decay accumulators (64-bit ordered keys), ranked labels (if any), ranked boxes,
+    areas and scores, and each rank's cmax (the kernels' arithmetic type)."""
     a = arith_dtype(dtype).itemsize
-    sizes = dict(order=8 * n, constant=8 * n, slabel=8 * n if labels else 0, sbox=4 * a * n, sarea=a * n,
-                 sscore=a * n, final=a * n)
+    sizes = dict(order=8 * n, acc=8 * n, slabel=8 * n if labels else 0, sbox=4 * a * n, sarea=a * n,
+                 sscore=a * n, cmax=a * n)
     layout, offset = {}, 0
     for name, size in sizes.items():
         layout[name] = (offset, size)
@@ -270,17 +273,17 @@ def cooperative_scratch(n: int, dtype: torch.dtype, labels: bool) -> dict[str, t
 def _cooperative_plan(n: int, dtype: torch.dtype, labels: bool) -> tuple[int, tuple[int, ...], int, int]:
     """What every eager cooperative call at (n, dtype, labels) needs, computed once: its
     scratch's 8-byte words, the byte offsets of the kernel's seven scratch arguments in
-    their order (order, sbox, sarea, slabel, sscore, constant, final), its block size and
+    their order (order, sbox, sarea, slabel, sscore, acc, cmax), its block size and
     its dynamic shared memory."""
     layout = cooperative_scratch(n, dtype, labels)
     words = sum(-(-size // 8) for _, size in layout.values())
-    offsets = tuple(layout[name][0] for name in ("order", "sbox", "sarea", "slabel", "sscore", "constant", "final"))
-    return words, offsets, cooperative_threads(n), cooperative_shared_bytes(n, dtype, labels)
+    offsets = tuple(layout[name][0] for name in ("order", "sbox", "sarea", "slabel", "sscore", "acc", "cmax"))
+    return words, offsets, cooperative_threads(n, dtype), cooperative_shared_bytes(n, dtype, labels)
 
 
 # The one-launch kernels' arguments (struct codes): pointers "Q", ints "i", doubles "d".
 SINGLE_BLOCK_CODES = "QQQiiiddQQQQ"  # boxes scores labels | wide n linear | sigma threshold | keep scores count host
-COOPERATIVE_CODES = "QQQiiidd" + "Q" * 12  # ... | order sbox sarea slabel sscore constant final barrier | outputs
+COOPERATIVE_CODES = "QQQiiidd" + "Q" * 12  # ... | order sbox sarea slabel sscore acc cmax barrier | outputs
 
 
 class _OneLaunch:
@@ -338,7 +341,7 @@ class _OneLaunch:
         if self.path == "single":
             self.launch(stream, *head, keep, out_scores, count, host_at)
         else:
-            at = self.scratch_offsets  # from base: order, sbox, sarea, slabel, sscore, constant, final
+            at = self.scratch_offsets  # from base: order, sbox, sarea, slabel, sscore, acc, cmax
             self.launch(stream, *head, base + at[0], base + at[1], base + at[2], base + at[3] if labels is not None else 0,
                         base + at[4], base + at[5], base + at[6], grid_barrier_address(index, stream), keep, out_scores,
                         count, host_at)

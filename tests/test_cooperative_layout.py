@@ -1,6 +1,7 @@
 """Host-side arithmetic of matrix_recompute's cooperative kernel, checked without a GPU:
 the grid it launches (every warp as many boxes as the others) and the 64-bit rank key of
-its first and last phases (Ranking<float> in matrix_recompute.cu), replayed in NumPy."""
+its first and last phases (Ranking<float> in matrix_recompute.cu) and the split of its
+passes into tasks (for_task_children), replayed in NumPy / Python."""
 
 from __future__ import annotations
 
@@ -56,3 +57,36 @@ def test_one_key_comparison_ranks_like_the_score_then_the_index(values):
     none = ranking_key(np.zeros(n, dtype=np.uint32), index)
     assert np.all((none >> np.uint64(32)) == 0) and np.all((combined >> np.uint64(32)) != 0)
     assert np.all(none[:, None] < combined[None, :])  # every kept box above every other
+
+
+def task_children(u: int, n: int) -> list[tuple[int, int, int]]:
+    """for_task_children in matrix_recompute.cu, in Python: (child, begin, end) per call."""
+    t = u >> 1
+    a, b = t, n - 1 - t
+    listed = a + b if a < b else a
+    cut = (listed + 1) // 2
+    lo, hi = (cut, listed) if u & 1 else (0, cut)
+    out = []
+    if lo < min(hi, a):
+        out.append((a, lo, min(hi, a)))
+    if a < b and max(lo, a) < hi:
+        out.append((b, max(lo, a) - a, hi - a))
+    return out
+
+
+@given(st.integers(1, 600))
+def test_cooperative_tasks_cover_every_parent_of_every_child_once_in_even_halves(n):
+    """The passes' n tasks (2 ceil(n / 2)): every pair (parent i < child r) falls in exactly
+    one task, and no task has more than ceil((n - 1) / 2) parents, so the busiest warp has
+    half a pair's work (one task a pair gave it all of it)."""
+    seen = np.zeros((n, n), dtype=np.int64)
+    largest = 0
+    for u in range(2 * ((n + 1) // 2)):
+        parents = 0
+        for child, begin, end in task_children(u, n):
+            assert 0 <= begin < end <= child
+            seen[child, begin:end] += 1
+            parents += end - begin
+        largest = max(largest, parents)
+    assert np.array_equal(seen, np.tril(np.ones((n, n), dtype=np.int64), k=-1))
+    assert largest <= -(-(n - 1) // 2)
