@@ -281,6 +281,16 @@ def _cooperative_plan(n: int, dtype: torch.dtype, labels: bool) -> tuple[int, tu
     return words, offsets, cooperative_threads(n, dtype), cooperative_shared_bytes(n, dtype, labels)
 
 
+def labels_for_kernels(labels: torch.Tensor | None) -> tuple[torch.Tensor | None, int]:
+    """(labels as the kernels read them, wide): int32 labels as they are (wide 0), any
+    other integer type as int64 (wide 1); contiguous."""
+    if labels is None:
+        return None, 1
+    if labels.dtype == torch.int32:
+        return labels.contiguous(), 0
+    return labels.to(torch.int64).contiguous(), 1
+
+
 # The one-launch kernels' arguments (struct codes): pointers "Q", ints "i", doubles "d".
 SINGLE_BLOCK_CODES = "QQQiiiddQQQQ"  # boxes scores labels | wide n linear | sigma threshold | keep scores count host
 COOPERATIVE_CODES = "QQQiiidd" + "Q" * 12  # ... | order sbox sarea slabel sscore acc cmax barrier | outputs
@@ -326,14 +336,8 @@ class _OneLaunch:
         base = memory.data_ptr()
         keep, out_scores, count = base, base + 8 * n, base + 8 * self.count_word
         boxes, scores = boxes.contiguous(), scores.contiguous()  # kernels take pointers: grad or not
-        labels_at, wide = 0, 1
-        if labels is not None:
-            if labels.dtype == torch.int32:
-                wide = 0
-            elif labels.dtype != torch.int64:
-                labels = labels.to(torch.int64)
-            labels = labels.contiguous()
-            labels_at = labels.data_ptr()
+        labels, wide = labels_for_kernels(labels)
+        labels_at = 0 if labels is None else labels.data_ptr()
         host = None if padded else host_count(device)
         host_at = 0 if host is None else host.address
         index, stream = _current_stream(device)
@@ -399,13 +403,7 @@ def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_thres
             return outputs.padded()
         return outputs.result(0)
     boxes, scores = boxes.contiguous(), scores.contiguous()  # kernels take pointers: grad or not
-    wide = 1
-    if labels is not None:
-        if labels.dtype == torch.int32:
-            wide = 0
-        elif labels.dtype != torch.int64:
-            labels = labels.to(torch.int64)
-        labels = labels.contiguous()
+    labels, wide = labels_for_kernels(labels)
     host = None if padded else host_count(device)
     host_address = None if host is None else host.address
     sigma, threshold = np.float64(sigma), np.float64(score_threshold)
