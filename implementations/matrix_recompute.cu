@@ -576,6 +576,10 @@ __global__ void finalize_kernel(const typename Arith<T>::type* sorted_final, con
 // need more than the 64 registers a 1024-thread block leaves); dynamic shared memory as
 // cooperative_shared_bytes in matrix_recompute.py lays it out.
 #define MID_MAX_THREADS 1024
+// The copies from global memory into every block's shared memory (after the grid
+// barriers) keep COPY_BATCH items a thread in flight: one L2 latency per batch, not per
+// item (ncu at 1024 clustered: half the warp samples in those copies and barriers).
+#define COPY_BATCH 4
 template <typename A> struct CooperativeBlock { static constexpr int max_threads = MID_MAX_THREADS; };
 template <> struct CooperativeBlock<double> { static constexpr int max_threads = MID_MAX_THREADS / 2; };
 
@@ -699,11 +703,27 @@ __global__ void __launch_bounds__(CooperativeBlock<typename Arith<T>::type>::max
     grid_barrier(barrier, barrier + 1);
 
     // 2. cmax of child r over its parents: each task's share, combined by atomic max
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const A* from = sbox + 4 * (long long)i;
-        box[i] = Box<A>{__ldcg(from), __ldcg(from + 1), __ldcg(from + 2), __ldcg(from + 3)};
-        area[i] = __ldcg(sarea + i);
-        if (has_labels) label[i] = __ldcg(slabel + i);
+    for (int first = threadIdx.x; first < n; first += COPY_BATCH * blockDim.x) {
+        Box<A> b[COPY_BATCH];
+        A a[COPY_BATCH];
+        long long l[COPY_BATCH];
+#pragma unroll
+        for (int u = 0; u < COPY_BATCH; ++u) {  // every load in flight before the first store
+            const int i = min(first + u * (int)blockDim.x, n - 1);
+            const A* from = sbox + 4 * (long long)i;
+            b[u] = Box<A>{__ldcg(from), __ldcg(from + 1), __ldcg(from + 2), __ldcg(from + 3)};
+            a[u] = __ldcg(sarea + i);
+            l[u] = has_labels ? __ldcg(slabel + i) : 0;
+        }
+#pragma unroll
+        for (int u = 0; u < COPY_BATCH; ++u) {
+            const int i = first + u * blockDim.x;
+            if (i < n) {
+                box[i] = b[u];
+                area[i] = a[u];
+                if (has_labels) label[i] = l[u];
+            }
+        }
     }
     __syncthreads();
     for (int u = task_warp; u < tasks; u += warps) {
@@ -719,10 +739,18 @@ __global__ void __launch_bounds__(CooperativeBlock<typename Arith<T>::type>::max
 
     // 3. the decay of child r: each task's share, combined by atomic min (the exact step
     // derives a parent's double constant from its cmax, as parent_constant does)
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const A c = __ldcg(cmax + i);
-        parent_cmax[i] = c;
-        quick[i] = quick_constant(parent_constant(double(c), linear), linear);
+    for (int first = threadIdx.x; first < n; first += COPY_BATCH * blockDim.x) {
+        A c[COPY_BATCH];
+#pragma unroll
+        for (int u = 0; u < COPY_BATCH; ++u) c[u] = __ldcg(cmax + min(first + u * (int)blockDim.x, n - 1));
+#pragma unroll
+        for (int u = 0; u < COPY_BATCH; ++u) {
+            const int i = first + u * blockDim.x;
+            if (i < n) {
+                parent_cmax[i] = c[u];
+                quick[i] = quick_constant(parent_constant(double(c[u]), linear), linear);
+            }
+        }
     }
     __syncthreads();
     const double initial = linear ? 1.0 : 0.0;
@@ -746,12 +774,25 @@ __global__ void __launch_bounds__(CooperativeBlock<typename Arith<T>::type>::max
     // input index (keys without a score, under every kept key): a permutation, so every
     // slot is written
     const A none = -infinity(A(0));
-    for (int r = threadIdx.x; r < n; r += blockDim.x) {
-        const unsigned long long k = __ldcg(acc + r);
-        const double smallest = k == NO_CANDIDATE ? initial : min(initial, from_ordered_key(k));
-        const A f = final_score(__ldcg(sscore + r), smallest, linear, sigma);
-        const int i = int(__ldcg(order + r));
-        finals[i] = f >= A(score_threshold) ? f : none;
+    for (int first = threadIdx.x; first < n; first += COPY_BATCH * blockDim.x) {
+        unsigned long long k[COPY_BATCH];
+        A score[COPY_BATCH];
+        long long at[COPY_BATCH];
+#pragma unroll
+        for (int u = 0; u < COPY_BATCH; ++u) {  // every load in flight before the first store
+            const int r = min(first + u * (int)blockDim.x, n - 1);
+            k[u] = __ldcg(acc + r);
+            score[u] = __ldcg(sscore + r);
+            at[u] = __ldcg(order + r);
+        }
+#pragma unroll
+        for (int u = 0; u < COPY_BATCH; ++u) {
+            if (first + u * (int)blockDim.x < n) {
+                const double smallest = k[u] == NO_CANDIDATE ? initial : min(initial, from_ordered_key(k[u]));
+                const A f = final_score(score[u], smallest, linear, sigma);
+                finals[at[u]] = f >= A(score_threshold) ? f : none;
+            }
+        }
     }
     __syncthreads();
     for (int i = threadIdx.x; i < n; i += blockDim.x) key[i] = Ranking<A>::key(finals[i] != none ? score_key(finals[i]) : 0ull, i);
