@@ -44,6 +44,18 @@ labels. Where torchvision spends its time decides the design:
   the staged rows. Rows of suppressed boxes are never read. (H200, the design before
   against this one in one process, right after the mask kernel: 124 -> 87 us at 8192
   clustered, 616 -> 491 us at 32768; .ci/ab_kernels.py, results/PERFLOG.md.)
+- **The mask and the resolve overlap** from 1025 to ``STREAMED_MAX_N`` = 8192 boxes
+  (``streamed_resolve_kernel``, one launch after the rank): block 0 runs the block
+  resolve while every other SM makes mask tiles, row word after row word, counting the
+  finished ones per row word; the resolving warps wait (acquire loads) until a round's
+  row words are whole before they stage it. The producers never wait, so the launch
+  makes progress whichever blocks are resident. H200 ``graph``, clustered: 67.9 -> 58.6
+  us at 4096, 147.5 -> 128.8 at 8192. Above 8192 the mask is longer than the resolve and
+  runs at one block an SM there (the resolving block's registers), so the tile mask
+  kernel and the block resolve stay separate.
+- **The host path**: each call shape (N, dtype, labels, padded, device) has a ``_Plan``
+  made once: its path, its launches (``CompiledLaunch``: the argument struct compiled
+  once) and the layout of its one allocation.
 - Ranking: ``rank_by_score`` (``rank.cu``): one counting launch at small N, sorted chunks
   merged by binary searches (three launches) from 8193 boxes. torch.sort took ~200 us of host
   time per call at N = 32768 (its memsets, copies and launches), with the GPU idle behind
