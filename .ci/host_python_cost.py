@@ -11,7 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -60,6 +59,8 @@ def stub_cuda():
     barrier = torch.zeros(2, dtype=torch.int32)
     cuda.CudaModule.get = lambda self, name, dtype, device: StubKernel()
     torch.cuda.current_device = lambda: 0
+    torch.cuda.get_device_properties = lambda index: type("Properties", (), {"multi_processor_count": 132})
+    hf.stream_counters = lambda index, stream, count: barrier.data_ptr()
     if hasattr(cuda, "CompiledLaunch"):
         cuda.CompiledLaunch.__call__ = packed_compiled_launch
     for module in (mr, hf):

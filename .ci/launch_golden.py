@@ -56,6 +56,9 @@ for m in (mr, hf):
     m.opted_in_shared_limit = lambda kernel, device: 227 * 1024
 cuda.on_torch_stream = Stream
 torch.cuda.current_device = lambda: 0
+torch.cuda.get_device_properties = lambda index: type("Properties", (), {"multi_processor_count": 132})
+counters = torch.zeros(12288, dtype=torch.int32)
+hf.stream_counters = lambda index, stream, count: counters.data_ptr()
 mr.cooperative_grid = lambda n, dtype, device, labels=False: mr.balanced_grid(cuda.blocks(n, mr.cooperative_threads(n, dtype) // 32), 132 * (1 if n > 2048 else 2))
 hf.mid_grid = lambda n, dtype, device: cuda.blocks(n, hf.MID_THREADS // 32)
 hf.staged_resolve_fits = lambda n, device: n <= 1024
@@ -69,7 +72,7 @@ for n in (0, 1, 31, 64, 97, 257, 512, 1000, 1025, 4096, 8192, 8193, 20000):
                 for name, f in (("mr", lambda: mr.matrix_recompute_cuda(b, s, iou_threshold=0.5, labels=labels, kernel="gaussian", sigma=2.0, score_threshold=0.05, padded=padded)),
                                 ("hf", lambda: hf.hard_fused_cuda(b, s, iou_threshold=0.5, labels=labels, padded=padded))):
                     allocs.clear(); records.clear()
-                    allocs.extend([b, s, barrier] + ([labels] if labels is not None else []))
+                    allocs.extend([b, s, barrier, counters] + ([labels] if labels is not None else []))
                     try:
                         r = f()
                         res = [type(r).__name__] + [None if x is None else [list(x.shape), str(x.dtype), str(rel(x.data_ptr()))] for x in r]

@@ -244,17 +244,21 @@ def _runtime_api():
 
 
 def _launch(function_ptr: int, grid, block, args, shared_mem: int, stream: int, cooperative: bool = False) -> None:
-    driver = _driver or _driver_api()
     codes, values = pack_arguments(args)
     buffer = _launch_buffer
     pointers = buffer.pointer_array(codes)
     struct.pack_into("@" + codes, buffer.values, 0, *values)
-    gx, gy, gz = (*grid, 1, 1)[:3]
-    bx, by, bz = (*block, 1, 1)[:3]
+    _driver_launch(function_ptr, (*grid, 1, 1)[:3] + (*block, 1, 1)[:3], shared_mem, stream, pointers, cooperative)
+
+
+def _driver_launch(function_ptr: int, dims: tuple, shared_mem: int, stream: int, pointers: int,
+                   cooperative: bool) -> None:
+    """The driver's launch of packed arguments; ``dims`` is (grid x, y, z, block x, y, z)."""
+    driver = _driver or _driver_api()
     if cooperative:  # every block resident at once, or the launch fails (never a silent hang)
-        driver.launchCooperativeKernel(function_ptr, gx, gy, gz, bx, by, bz, shared_mem, stream, pointers)
+        driver.launchCooperativeKernel(function_ptr, *dims, shared_mem, stream, pointers)
     else:
-        driver.launchKernel(function_ptr, gx, gy, gz, bx, by, bz, shared_mem, stream, pointers, 0)
+        driver.launchKernel(function_ptr, *dims, shared_mem, stream, pointers, 0)
 
 
 class CompiledLaunch:
@@ -279,21 +283,30 @@ class CompiledLaunch:
     def __call__(self, stream: int, *values) -> None:
         buffer = _launch_buffer
         self._pack(buffer.values, 0, *values)
+        pointers = buffer.pointer_array(self.codes)
         if torch._C._cuda_getDevice() != self.device_index:  # the module is loaded in that device's context
             import cupy
 
             with cupy.cuda.Device(self.device_index):
-                self._driver_call(stream, buffer.pointer_array(self.codes))
+                _driver_launch(self.function.ptr, self.dims, self.shared_mem, stream, pointers, self.cooperative)
         else:
-            self._driver_call(stream, buffer.pointer_array(self.codes))
+            _driver_launch(self.function.ptr, self.dims, self.shared_mem, stream, pointers, self.cooperative)
 
-    def _driver_call(self, stream: int, pointers: int) -> None:
-        driver = _driver or _driver_api()
-        gx, gy, gz, bx, by, bz = self.dims
-        if self.cooperative:  # every block resident at once, or the launch fails (never a silent hang)
-            driver.launchCooperativeKernel(self.function.ptr, gx, gy, gz, bx, by, bz, self.shared_mem, stream, pointers)
-        else:
-            driver.launchKernel(self.function.ptr, gx, gy, gz, bx, by, bz, self.shared_mem, stream, pointers, 0)
+
+PLANS_KEPT = 4096  # per-call-shape plans are small, but a sweep over many sizes should not grow a cache forever
+_MISSING = object()
+
+
+def cached_plan(cache: dict, key, make, *args):
+    """``cache[key]``, made by ``make(*args)`` on a miss (an op's plan per call shape); the
+    cache is emptied once it holds PLANS_KEPT plans."""
+    plan = cache.get(key, _MISSING)
+    if plan is _MISSING:
+        plan = make(*args)
+        if len(cache) >= PLANS_KEPT:
+            cache.clear()
+        cache[key] = plan
+    return plan
 
 
 _barriers: dict[tuple[int, int], torch.Tensor] = {}
@@ -303,31 +316,32 @@ def grid_barrier_state(device: torch.device) -> torch.Tensor:
     """Two uint32 counters for a cooperative kernel's grid barrier (arrived, generation),
     one pair per device and stream: launches on one stream run one after another, and each
     leaves `arrived` at 0 again, so they can share it (zeroed once)."""
-    index, stream = _current_stream(device)
-    grid_barrier_address(index, stream)
-    return _barriers[index, stream]
+    return _zeroed_per_stream(_barriers, *_current_stream(device), 2)
 
 
 _counters: dict[tuple[int, int], torch.Tensor] = {}
 
 
+def _zeroed_per_stream(store: dict, index: int, stream: int, count: int) -> torch.Tensor:
+    """At least ``count`` int32 words for the kernels on raw ``stream`` of device
+    ``index``: zeroed once, one set per device and stream in ``store``, shared by those
+    launches one after another (each leaves them as the next needs them). A set grows (a
+    new one, zeroed) when a launch needs more."""
+    words = store.get((index, stream))
+    if words is None or words.numel() < count:
+        words = store[index, stream] = torch.zeros(count, dtype=torch.int32, device=torch.device("cuda", index))
+    return words
+
+
 def stream_counters(index: int, stream: int, count: int) -> int:
-    """Address of ``count`` uint32 counters that a kernel on raw ``stream`` of device
-    ``index`` may count in, provided it leaves them at 0 (hard_fused's streamed resolve):
-    zeroed once, one set per device and stream, as launches on a stream run one after
-    another. A set grows (a new one, zeroed) when a launch needs more."""
-    counters = _counters.get((index, stream))
-    if counters is None or counters.numel() < count:
-        counters = _counters[index, stream] = torch.zeros(count, dtype=torch.int32, device=torch.device("cuda", index))
-    return counters.data_ptr()
+    """Address of ``count`` uint32 counters for a kernel on ``stream`` that leaves them at 0
+    (hard_fused's streamed resolve); see ``_zeroed_per_stream``."""
+    return _zeroed_per_stream(_counters, index, stream, count).data_ptr()
 
 
 def grid_barrier_address(index: int, stream: int) -> int:
     """``grid_barrier_state``'s address, for device ``index`` and raw ``stream``."""
-    state = _barriers.get((index, stream))
-    if state is None:
-        state = _barriers[index, stream] = torch.zeros(2, dtype=torch.int32, device=torch.device("cuda", index))
-    return state.data_ptr()
+    return _zeroed_per_stream(_barriers, index, stream, 2).data_ptr()
 
 
 def _current_stream(device: torch.device) -> tuple[int, int]:

@@ -84,8 +84,8 @@ from nmsbench.registry import register
 
 from ._cpu import JIT, sorted_inputs
 from ._cuda import (CUDA_DTYPES, MAX_SHARED_BYTES, CompiledLaunch, CudaModule, _current_stream, _ranked_offsets, blocks,
-                    grid_barrier_address, host_count, opted_in_shared_limit, rank_launches, rank_scratch_words,
-                    stream_counters)
+                    cached_plan, grid_barrier_address, host_count, opted_in_shared_limit, rank_launches,
+                    rank_scratch_words, stream_counters)
 
 SUMMARY_CPU = "numba: blocks of rank order tested against all kept boxes in parallel (SIMD), then resolved in-block"
 SUMMARY_CUDA = ("CUDA: one launch for N <= 160 (one block) and for eager calls to 1024 (cooperative); else rank, "
@@ -314,19 +314,11 @@ class _Plan:
                                (32 * TILE_WARPS,), MASK_CODES, index), resolve)
 
 
-_plans: dict[tuple, _Plan] = {}
-PLANS_KEPT = 4096  # plans are small, but a sweep over many sizes should not grow the cache forever
+_plans: dict[tuple, _Plan] = {}  # (n, dtype, labels, padded, device) -> plan
 
 
 def _plan(n: int, dtype: torch.dtype, labels: bool, padded: bool, device: torch.device) -> _Plan:
-    key = (n, dtype, labels, padded, device)
-    plan = _plans.get(key)
-    if plan is None:
-        plan = _Plan(n, dtype, labels, padded, device)
-        if len(_plans) >= PLANS_KEPT:
-            _plans.clear()
-        _plans[key] = plan
-    return plan
+    return cached_plan(_plans, (n, dtype, labels, padded, device), _Plan, n, dtype, labels, padded, device)
 
 
 @register(

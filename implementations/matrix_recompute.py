@@ -71,8 +71,8 @@ from nmsbench.registry import register
 
 from ._cpu import sorted_inputs
 from ._cuda import (COUNT_BOXES, CUDA_DTYPES, MAX_SHARED_BYTES, RANK_WARPS, Address, CompiledLaunch, CudaModule, Scratch,
-                    _current_stream, blocks, grid_barrier_address, host_count, on_torch_stream, opted_in_shared_limit,
-                    rank_by_score)
+                    _current_stream, blocks, cached_plan, grid_barrier_address, host_count, on_torch_stream,
+                    opted_in_shared_limit, rank_by_score)
 from .matrix_fused import decay_factors, max_iou_with_parents
 
 
@@ -217,16 +217,23 @@ def segment_length(n: int) -> int:
     return PTILE * max(1, -(-n // (PTILE * TARGET_SEGMENTS)))
 
 
+def _output_layout(n: int, dtype: torch.dtype) -> tuple[int, int]:
+    """(count_word, scores_start) of an op's one allocation (int64 words): keep (n words),
+    the n scores (``dtype``, from byte 8 n: scores_start in ``dtype`` elements), then the
+    count at word count_word (then the cooperative kernel's scratch)."""
+    return n + -(-n * dtype.itemsize // 8), 8 * n // dtype.itemsize
+
+
 class _Outputs:
     """The multi-launch paths' outputs: keep (n,) int64, scores (n,) dtype and the count
     (int64), one allocation (``_OneLaunch`` lays its own out the same way, with the
     cooperative kernel's scratch after the count). The kernels get addresses; the result's
     tensors are views made once the op knows its count (every view costs the host)."""
 
-    __slots__ = ("memory", "n", "dtype", "count_word", "keep", "scores", "count")
+    __slots__ = ("memory", "n", "dtype", "count_word", "scores_start", "keep", "scores", "count")
 
     def __init__(self, n: int, dtype: torch.dtype, device: torch.device):
-        self.count_word = n + -(-n * dtype.itemsize // 8)  # past keep and the scores
+        self.count_word, self.scores_start = _output_layout(n, dtype)
         self.memory = torch.empty(self.count_word + 1, dtype=torch.int64, device=device)
         self.n, self.dtype = n, dtype
         base = self.memory.data_ptr()
@@ -236,7 +243,7 @@ class _Outputs:
     def _scores(self, count: int, typed: torch.Tensor | None = None) -> torch.Tensor:
         """The first ``count`` scores, from ``typed`` (``memory`` viewed as the scores'
         dtype) when the caller made it already."""
-        start = 8 * self.n // self.dtype.itemsize  # the scores start at byte 8 n
+        start = self.scores_start
         return (self.memory.view(self.dtype) if typed is None else typed)[start : start + count]
 
     def result(self, kept: int, typed: torch.Tensor | None = None) -> NMSResult:
@@ -308,8 +315,7 @@ class _OneLaunch:
     def __init__(self, path: str, n: int, dtype: torch.dtype, labels: bool, device: torch.device, grid: int = 0):
         index = device.index if device.index is not None else torch.cuda.current_device()
         self.path, self.n, self.dtype = path, n, dtype
-        self.count_word = n + -(-n * dtype.itemsize // 8)  # past keep and the scores
-        self.scores_start = 8 * n // dtype.itemsize  # the scores start at byte 8 n
+        self.count_word, self.scores_start = _output_layout(n, dtype)
         if path == "single":
             if n > single_block_capacity(dtype):
                 raise ValueError(f"the single-block path takes at most {single_block_capacity(dtype)} boxes, got {n}")
@@ -361,22 +367,22 @@ class _OneLaunch:
         return NMSResult(kept_keep.resize_(kept), kept_scores.resize_(kept))
 
 
-_one_launch_plans: dict[tuple, _OneLaunch | None] = {}  # (n, dtype, labels, padded, device) -> plan; None: several launches
-PLANS_KEPT = 4096  # plans are small, but a sweep over many sizes should not grow the cache forever
+# (n, dtype, labels, padded, device) -> (path, its _OneLaunch or None for the multi-launch paths)
+_one_launch_plans: dict[tuple, tuple[str, _OneLaunch | None]] = {}
 
 
-def _one_launch_plan(n: int, dtype: torch.dtype, labels: bool, padded: bool, device: torch.device):
-    """The cached ``_OneLaunch`` for a call with no forced path, or None where
-    ``choose_path`` picks a multi-launch path."""
-    key = (n, dtype, labels, padded, device)
-    plan = _one_launch_plans.get(key, False)
-    if plan is False:
-        path, grid = _path_and_grid(n, dtype, padded, device, labels)
-        plan = _OneLaunch(path, n, dtype, labels, device, grid) if path in ("single", "cooperative") else None
-        if len(_one_launch_plans) >= PLANS_KEPT:
-            _one_launch_plans.clear()
-        _one_launch_plans[key] = plan
-    return plan
+def _one_launch_plan(n: int, dtype: torch.dtype, labels: bool, padded: bool,
+                     device: torch.device) -> tuple[str, _OneLaunch | None]:
+    """``choose_path``'s path for a call with no forced path, and its cached ``_OneLaunch``
+    (None where the path is a multi-launch one)."""
+    return cached_plan(_one_launch_plans, (n, dtype, labels, padded, device), _path_and_plan, n, dtype, labels, padded,
+                       device)
+
+
+def _path_and_plan(n: int, dtype: torch.dtype, labels: bool, padded: bool,
+                   device: torch.device) -> tuple[str, _OneLaunch | None]:
+    path, grid = _path_and_grid(n, dtype, padded, device, labels)
+    return path, (_OneLaunch(path, n, dtype, labels, device, grid) if path in ("single", "cooperative") else None)
 
 
 def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_threshold, padded, path=None):
@@ -385,7 +391,7 @@ def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_thres
     linear = kernel == "linear"
     if n > 0:
         if path is None:
-            plan = _one_launch_plan(n, dtype, labels is not None, padded, device)
+            path, plan = _one_launch_plan(n, dtype, labels is not None, padded, device)
         elif path in ("single", "cooperative"):  # forced (tests)
             grid = cooperative_grid(n, dtype, device, labels is not None) if path == "cooperative" else 0
             plan = _OneLaunch(path, n, dtype, labels is not None, device, grid)
@@ -393,8 +399,6 @@ def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_thres
             plan = None
         if plan is not None:
             return plan.run(boxes, scores, labels, linear, float(sigma), float(score_threshold), padded)
-        if path is None:
-            path = choose_path(n, dtype, padded, device, labels is not None)
     outputs = _Outputs(n, dtype, device)
     keep, out_scores, count = outputs.keep, outputs.scores, outputs.count
     if n == 0:

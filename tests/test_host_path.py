@@ -205,8 +205,8 @@ def test_matrix_recompute_one_launch_paths_place_everything_in_one_allocation(st
     count.count = min(n, 2)
     result = mr.matrix_recompute_cuda(boxes, scores, iou_threshold=0.5, labels=label_tensor, kernel="gaussian",
                                       sigma=2.0, score_threshold=0.05, padded=padded)
-    plan = mr._one_launch_plans[(n, torch.float32, labels is not None, padded, torch.device("cpu"))]
-    assert plan.path == path and launched(driver, known) == [f"{path}_block_kernel" if path == "single"
+    chosen, plan = mr._one_launch_plans[(n, torch.float32, labels is not None, padded, torch.device("cpu"))]
+    assert chosen == plan.path == path and launched(driver, known) == [f"{path}_block_kernel" if path == "single"
                                                               else "cooperative_kernel"]
     [memory] = allocations
     codes = plan.launch.codes
@@ -225,5 +225,5 @@ def test_matrix_recompute_one_launch_paths_place_everything_in_one_allocation(st
     assert result.keep.data_ptr() == keep_at and result.scores.data_ptr() == keep_at + 8 * n
     mr.matrix_recompute_cuda(boxes, scores, iou_threshold=0.5, labels=label_tensor, kernel="gaussian", sigma=2.0,
                              score_threshold=0.05, padded=padded)
-    assert mr._one_launch_plans[(n, torch.float32, labels is not None, padded, torch.device("cpu"))] is plan
+    assert mr._one_launch_plans[(n, torch.float32, labels is not None, padded, torch.device("cpu"))][1] is plan
     assert driver.launches[1][0] == driver.launches[0][0]
