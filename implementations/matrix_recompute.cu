@@ -580,6 +580,22 @@ __global__ void finalize_kernel(const typename Arith<T>::type* sorted_final, con
 // barriers) keep COPY_BATCH items a thread in flight: one L2 latency per batch, not per
 // item (ncu at 1024 clustered: half the warp samples in those copies and barriers).
 #define COPY_BATCH 4
+// Every block copies items 0 ... n - 1 into its shared memory: store(i, load(i)), with
+// COPY_BATCH items a thread loaded before the first is stored (loads past n repeat item
+// n - 1, written like every item before the grid barrier, and are not stored).
+template <typename Load, typename Store>
+__device__ __forceinline__ void copy_in_batches(int n, Load load, Store store) {
+    for (int first = threadIdx.x; first < n; first += COPY_BATCH * blockDim.x) {
+        decltype(load(0)) item[COPY_BATCH];
+#pragma unroll
+        for (int u = 0; u < COPY_BATCH; ++u) item[u] = load(min(first + u * (int)blockDim.x, n - 1));
+#pragma unroll
+        for (int u = 0; u < COPY_BATCH; ++u)
+            if (first + u * (int)blockDim.x < n) store(first + u * (int)blockDim.x, item[u]);
+    }
+}
+template <typename A> struct RankedBox { Box<A> box; A area; long long label; };          // phase 2's copy
+template <typename A> struct RankedResult { unsigned long long acc; A score; long long index; };  // phase 4's
 template <typename A> struct CooperativeBlock { static constexpr int max_threads = MID_MAX_THREADS; };
 template <> struct CooperativeBlock<double> { static constexpr int max_threads = MID_MAX_THREADS / 2; };
 
@@ -703,28 +719,15 @@ __global__ void __launch_bounds__(CooperativeBlock<typename Arith<T>::type>::max
     grid_barrier(barrier, barrier + 1);
 
     // 2. cmax of child r over its parents: each task's share, combined by atomic max
-    for (int first = threadIdx.x; first < n; first += COPY_BATCH * blockDim.x) {
-        Box<A> b[COPY_BATCH];
-        A a[COPY_BATCH];
-        long long l[COPY_BATCH];
-#pragma unroll
-        for (int u = 0; u < COPY_BATCH; ++u) {  // every load in flight before the first store
-            const int i = min(first + u * (int)blockDim.x, n - 1);
-            const A* from = sbox + 4 * (long long)i;
-            b[u] = Box<A>{__ldcg(from), __ldcg(from + 1), __ldcg(from + 2), __ldcg(from + 3)};
-            a[u] = __ldcg(sarea + i);
-            l[u] = has_labels ? __ldcg(slabel + i) : 0;
-        }
-#pragma unroll
-        for (int u = 0; u < COPY_BATCH; ++u) {
-            const int i = first + u * blockDim.x;
-            if (i < n) {
-                box[i] = b[u];
-                area[i] = a[u];
-                if (has_labels) label[i] = l[u];
-            }
-        }
-    }
+    copy_in_batches(n, [&](int i) {
+        const A* from = sbox + 4 * (long long)i;
+        return RankedBox<A>{Box<A>{__ldcg(from), __ldcg(from + 1), __ldcg(from + 2), __ldcg(from + 3)},
+                            __ldcg(sarea + i), has_labels ? __ldcg(slabel + i) : 0};
+    }, [&](int i, const RankedBox<A>& item) {
+        box[i] = item.box;
+        area[i] = item.area;
+        if (has_labels) label[i] = item.label;
+    });
     __syncthreads();
     for (int u = task_warp; u < tasks; u += warps) {
         for_task_children(u, n, [&](int r, int begin, int end) {
@@ -739,19 +742,10 @@ __global__ void __launch_bounds__(CooperativeBlock<typename Arith<T>::type>::max
 
     // 3. the decay of child r: each task's share, combined by atomic min (the exact step
     // derives a parent's double constant from its cmax, as parent_constant does)
-    for (int first = threadIdx.x; first < n; first += COPY_BATCH * blockDim.x) {
-        A c[COPY_BATCH];
-#pragma unroll
-        for (int u = 0; u < COPY_BATCH; ++u) c[u] = __ldcg(cmax + min(first + u * (int)blockDim.x, n - 1));
-#pragma unroll
-        for (int u = 0; u < COPY_BATCH; ++u) {
-            const int i = first + u * blockDim.x;
-            if (i < n) {
-                parent_cmax[i] = c[u];
-                quick[i] = quick_constant(parent_constant(double(c[u]), linear), linear);
-            }
-        }
-    }
+    copy_in_batches(n, [&](int i) { return __ldcg(cmax + i); }, [&](int i, A c) {
+        parent_cmax[i] = c;
+        quick[i] = quick_constant(parent_constant(double(c), linear), linear);
+    });
     __syncthreads();
     const double initial = linear ? 1.0 : 0.0;
     for (int u = task_warp; u < tasks; u += warps) {
@@ -774,26 +768,12 @@ __global__ void __launch_bounds__(CooperativeBlock<typename Arith<T>::type>::max
     // input index (keys without a score, under every kept key): a permutation, so every
     // slot is written
     const A none = -infinity(A(0));
-    for (int first = threadIdx.x; first < n; first += COPY_BATCH * blockDim.x) {
-        unsigned long long k[COPY_BATCH];
-        A score[COPY_BATCH];
-        long long at[COPY_BATCH];
-#pragma unroll
-        for (int u = 0; u < COPY_BATCH; ++u) {  // every load in flight before the first store
-            const int r = min(first + u * (int)blockDim.x, n - 1);
-            k[u] = __ldcg(acc + r);
-            score[u] = __ldcg(sscore + r);
-            at[u] = __ldcg(order + r);
-        }
-#pragma unroll
-        for (int u = 0; u < COPY_BATCH; ++u) {
-            if (first + u * (int)blockDim.x < n) {
-                const double smallest = k[u] == NO_CANDIDATE ? initial : min(initial, from_ordered_key(k[u]));
-                const A f = final_score(score[u], smallest, linear, sigma);
-                finals[at[u]] = f >= A(score_threshold) ? f : none;
-            }
-        }
-    }
+    copy_in_batches(n, [&](int r) { return RankedResult<A>{__ldcg(acc + r), __ldcg(sscore + r), __ldcg(order + r)}; },
+                    [&](int, const RankedResult<A>& item) {
+        const double smallest = item.acc == NO_CANDIDATE ? initial : min(initial, from_ordered_key(item.acc));
+        const A f = final_score(item.score, smallest, linear, sigma);
+        finals[item.index] = f >= A(score_threshold) ? f : none;
+    });
     __syncthreads();
     for (int i = threadIdx.x; i < n; i += blockDim.x) key[i] = Ranking<A>::key(finals[i] != none ? score_key(finals[i]) : 0ull, i);
     __syncthreads();
