@@ -246,26 +246,40 @@ __device__ __forceinline__ int warp_sum(int v) {
 #endif
 }
 
+// Release / acquire at GPU scope: what a thread wrote (and, after a __syncthreads(), what
+// its block wrote) before a release add is visible to a thread whose acquire load sees
+// that add. Cheaper than __threadfence(), which is a sequentially consistent fence
+// (MEMBAR.SC.GPU: the barrier phases' samples on the H200 sat there).
+__device__ __forceinline__ unsigned int atomic_add_release(unsigned int* p, unsigned int v) {
+    unsigned int old;
+    asm volatile("atom.add.release.gpu.global.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+    return old;
+}
+__device__ __forceinline__ void red_add_release(unsigned int* p, unsigned int v) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" : : "l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned int load_acquire(const unsigned int* p) {
+    unsigned int v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
 // A grid barrier for cooperative launches (cuLaunchCooperativeKernel: every block
-// resident at once, or the launch is refused), as cooperative groups' grid.sync() does
-// it: the last block to arrive resets the count and advances the generation the others
-// wait on. `arrived` is 0 between launches (one pair per stream: _cuda.grid_barrier_state);
-// `generation` only grows. Each block's writes are fenced before it arrives, and it fences
-// again after it leaves, so plain loads after the barrier see every block's writes.
-__device__ __forceinline__ void grid_barrier(unsigned int* arrived, unsigned int* generation) {
+// resident at once, or the launch is refused), as cooperative groups' grid.sync() does it:
+// block 0 adds 2^31 - (blocks - 1) to `count` and every other block 1, so the top bit
+// flips when the last block arrives and the low bits are back where they were (0: one
+// word per stream, zeroed once, _cuda.grid_barrier_address). One atomic a block, no reset:
+// a block that arrives at the next barrier early cannot flip the bit back before every
+// block has arrived there too. Each block's thread 0 adds with release after the block's
+// __syncthreads and waits with acquire loads, so after the closing __syncthreads plain
+// loads see every block's writes from before the barrier.
+__device__ __forceinline__ void grid_barrier(unsigned int* count) {
     __syncthreads();
     if (threadIdx.x == 0) {
-        volatile unsigned int* current = generation;
-        const unsigned int seen = *current;
-        __threadfence();
-        if (atomicAdd(arrived, 1u) == gridDim.x - 1) {
-            atomicExch(arrived, 0u);
-            __threadfence();
-            atomicAdd(generation, 1u);
-        } else {
-            while (*current == seen) __nanosleep(32);
+        const unsigned int add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1u) : 1u;
+        const unsigned int before = atomic_add_release(count, add);
+        while (((load_acquire(count) ^ before) & 0x80000000u) == 0u) {
         }
-        __threadfence();
     }
     __syncthreads();
 }

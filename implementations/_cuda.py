@@ -313,10 +313,10 @@ _barriers: dict[tuple[int, int], torch.Tensor] = {}
 
 
 def grid_barrier_state(device: torch.device) -> torch.Tensor:
-    """Two uint32 counters for a cooperative kernel's grid barrier (arrived, generation),
-    one pair per device and stream: launches on one stream run one after another, and each
-    leaves `arrived` at 0 again, so they can share it (zeroed once)."""
-    return _zeroed_per_stream(_barriers, *_current_stream(device), 2)
+    """The uint32 count of a cooperative kernel's grid barrier (``grid_barrier`` in
+    _common.cuh), one per device and stream: launches on one stream run one after
+    another, and each leaves the count's low bits at 0, so they can share it (zeroed once)."""
+    return _zeroed_per_stream(_barriers, *_current_stream(device), 1)
 
 
 _counters: dict[tuple[int, int], torch.Tensor] = {}
@@ -341,7 +341,7 @@ def stream_counters(index: int, stream: int, count: int) -> int:
 
 def grid_barrier_address(index: int, stream: int) -> int:
     """``grid_barrier_state``'s address, for device ``index`` and raw ``stream``."""
-    return _zeroed_per_stream(_barriers, index, stream, 2).data_ptr()
+    return _zeroed_per_stream(_barriers, index, stream, 1).data_ptr()
 
 
 def _current_stream(device: torch.device) -> tuple[int, int]:

@@ -347,7 +347,7 @@ __global__ void __launch_bounds__(MID_THREADS, 1) mid_nms_kernel(
             sorted_labels[above] = labels != nullptr ? labels[j] : 0;
         }
     }
-    grid_barrier(barrier, barrier + 1);
+    grid_barrier(barrier);
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const A* from = reinterpret_cast<const A*>(sorted_boxes + i);
         const Box<A> b = {__ldcg(from), __ldcg(from + 1), __ldcg(from + 2), __ldcg(from + 3)};
@@ -369,7 +369,7 @@ __global__ void __launch_bounds__(MID_THREADS, 1) mid_nms_kernel(
             if (lane == 0) mask[(long long)j * words + word] = bits;
         }
     }
-    grid_barrier(barrier, barrier + 1);  // also: this block's phase-2 shared reads are done
+    grid_barrier(barrier);  // also: this block's phase-2 shared reads are done
     if (blockIdx.x != 0) return;  // block-uniform
     resolve_from_shared(mask, order, n, words, staged, &kept_count, keep, count_out, host_count);
 }
@@ -498,14 +498,9 @@ __device__ __forceinline__ void or_kept_rows(const unsigned int* mask, int words
 // of the diagonal, STREAM_WARPS column words a task). The producers are mostly far ahead,
 // so one look covers up to 32 row words, four rounds: the warp keeps how far the mask is
 // known whole (`whole_to`) and looks again only past it. The acquire loads and the warp's
-// __syncwarp order its later mask loads after the producers' writes, which they fenced
-// before counting.
+// __syncwarp order its later mask loads after the producers' writes, which they released
+// with their count.
 #define STREAM_WARPS (RESOLVE_THREADS / 32)  // column words per mask task of the streamed resolve
-__device__ __forceinline__ unsigned int load_acquire(const unsigned int* p) {
-    unsigned int v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
 __device__ __forceinline__ void wait_for_row_words(const unsigned int* row_done, int first_word, int words,
                                                    int& whole_to) {
     const int needed = min(first_word + ROUND_WORDS, words);
@@ -660,9 +655,6 @@ __global__ void __launch_bounds__(RESOLVE_THREADS, 1) streamed_resolve_kernel(
         mask_tiles<STREAM_WARPS>(sorted_boxes, sorted_labels, n, words, iou_threshold, mask, row_word,
                                  group * STREAM_WARPS, row_box, row_area, row_label);
         __syncthreads();  // every warp's words written; the row boxes free for the next task
-        if (threadIdx.x == 0) {
-            __threadfence();
-            atomicAdd(row_done + row_word, 1u);
-        }
+        if (threadIdx.x == 0) red_add_release(row_done + row_word, 1u);
     }
 }

@@ -638,19 +638,32 @@ template <> struct Ranking<double> {
 // lane has parents to visit, where visiting inside the first loop made the whole warp
 // walk it for every group of 32 parents in which any lane had one (4 groups in 5 at N =
 // 8192, clustered).
+// The marks of each 1024 parents (a word a lane) go to the warp's next slot in `marks`
+// while slots last (mark_slots a warp, from `slot` on): phase 2 stores them and phase 3,
+// which visits the same tasks' parents in the same order (`replay`), reads them back
+// instead of testing every pair again.
 template <typename A, typename Visit>
 __device__ __forceinline__ void visit_parents(int r, int begin, int end, int lane, const Box<A>* box, const A* area,
-                                              const long long* label, Visit visit) {
+                                              const long long* label, unsigned int* marks, int mark_slots, int& slot,
+                                              bool replay, Visit visit) {
     const Box<A> me = box[r];
     const A my_area = area[r];
     const long long my_label = label != nullptr ? label[r] : 0;
-    for (int base = begin; base < end; base += 32 * 32) {
+    for (int base = begin; base < end; base += 32 * 32, ++slot) {
+        const bool slotted = slot < mark_slots;  // warp-uniform
         unsigned int marked = 0u;  // bit w: parent base + 32 w + lane
-        const int groups = min(32, (end - base + 31) / 32);
+        if (replay && slotted) {
+            marked = marks[32 * slot + lane];
+        } else {
+            const int whole = min(32, (end - base) / 32), groups = min(32, (end - base + 31) / 32);
+            const Box<A>* from = box + base + lane;
 #pragma unroll 4
-        for (int w = 0; w < groups; ++w) {
-            const int i = base + 32 * w + lane;
-            if ((i < end) & may_overlap(box[min(i, end)], me)) marked |= 1u << w;  // end <= r < n: in bounds
+            for (int w = 0; w < whole; ++w) marked |= unsigned(may_overlap(from[32 * w], me)) << w;
+            if (whole < groups) {  // the last group, not whole: end <= r < n keeps the load in bounds
+                const int i = base + 32 * whole + lane;
+                marked |= unsigned((i < end) & may_overlap(box[min(i, end)], me)) << whole;
+            }
+            if (slotted) marks[32 * slot + lane] = marked;
         }
         while (marked != 0u) {
             const int i = base + 32 * (__ffs(marked) - 1) + lane;
@@ -678,7 +691,7 @@ __global__ void __launch_bounds__(CooperativeBlock<typename Arith<T>::type>::max
     const T* boxes, const T* scores, const void* labels, int wide_labels, int n, int linear, double sigma,
     double score_threshold, long long* order, typename Arith<T>::type* sbox, typename Arith<T>::type* sarea,
     long long* slabel, typename Arith<T>::type* sscore, unsigned long long* acc, typename Arith<T>::type* cmax,
-    unsigned int* barrier, long long* keep, T* out_scores, long long* count, long long* host_count) {
+    unsigned int* barrier, long long* keep, T* out_scores, long long* count, long long* host_count, int mark_slots) {
     typedef typename Arith<T>::type A;
     extern __shared__ __align__(16) unsigned char shared[];
     unsigned long long* key = (unsigned long long*)shared;          // phase 1: score keys; phase 4: final keys
@@ -689,6 +702,7 @@ __global__ void __launch_bounds__(CooperativeBlock<typename Arith<T>::type>::max
     A* area = (A*)(label + (has_labels ? n : 0));                   // phases 2-3: ranked areas
     A* parent_cmax = area + n;                                      // phase 3: each parent's cmax
     float* quick = (float*)(parent_cmax + n);                       // phase 3: float parent constants
+    unsigned int* marks = (unsigned int*)(quick + n) + (threadIdx.x / 32) * 32 * mark_slots;  // phases 2-3: this warp's
     const int lane = threadIdx.x % 32, warps = gridDim.x * (blockDim.x / 32);
     const int first_warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     // Phases 2 and 3 deal their tasks block after block (task u to warp u / gridDim.x of
@@ -716,7 +730,7 @@ __global__ void __launch_bounds__(CooperativeBlock<typename Arith<T>::type>::max
             acc[above] = NO_CANDIDATE;
         }
     }
-    grid_barrier(barrier, barrier + 1);
+    grid_barrier(barrier);
 
     // 2. cmax of child r over its parents: each task's share, combined by atomic max
     copy_in_batches(n, [&](int i) {
@@ -729,16 +743,17 @@ __global__ void __launch_bounds__(CooperativeBlock<typename Arith<T>::type>::max
         if (has_labels) label[i] = item.label;
     });
     __syncthreads();
+    int slot = 0;
     for (int u = task_warp; u < tasks; u += warps) {
         for_task_children(u, n, [&](int r, int begin, int end) {
             MaxIou<A> best;
-            visit_parents(r, begin, end, lane, box, area, has_labels ? label : nullptr,
+            visit_parents(r, begin, end, lane, box, area, has_labels ? label : nullptr, marks, mark_slots, slot, false,
                           [&](int i, const Box<A>& me, A my_area) { best.add(box[i], area[i], me, my_area); });
             const A largest = warp_max_nonnegative(best.best);
             if (lane == 0 && largest > A(0)) atomic_max_nonnegative(cmax + r, largest);
         });
     }
-    grid_barrier(barrier, barrier + 1);
+    grid_barrier(barrier);
 
     // 3. the decay of child r: each task's share, combined by atomic min (the exact step
     // derives a parent's double constant from its cmax, as parent_constant does)
@@ -748,10 +763,11 @@ __global__ void __launch_bounds__(CooperativeBlock<typename Arith<T>::type>::max
     });
     __syncthreads();
     const double initial = linear ? 1.0 : 0.0;
+    slot = 0;
     for (int u = task_warp; u < tasks; u += warps) {
         for_task_children(u, n, [&](int r, int begin, int end) {
             MinDecay<A> decay(linear);
-            visit_parents(r, begin, end, lane, box, area, has_labels ? label : nullptr,
+            visit_parents(r, begin, end, lane, box, area, has_labels ? label : nullptr, marks, mark_slots, slot, true,
                           [&](int i, const Box<A>& me, A my_area) {
                 const A iou = iou_with_areas(box[i], area[i], me, my_area);
                 if (iou > A(0) && !decay.skips(iou, quick[i], linear))  // see decay_step
@@ -761,7 +777,7 @@ __global__ void __launch_bounds__(CooperativeBlock<typename Arith<T>::type>::max
             if (lane == 0 && smallest < initial) atomicMin(acc + r, ordered_key(smallest));
         });
     }
-    grid_barrier(barrier, barrier + 1);
+    grid_barrier(barrier);
 
     // 4. every block: the final scores by input index (-inf: not kept) and their keys;
     // select: kept boxes by final score (ties: lower input index), then the others by

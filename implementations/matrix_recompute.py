@@ -153,6 +153,19 @@ def cooperative_threads(n: int, dtype: torch.dtype = torch.float32) -> int:
     return min(threads, MID_MAX_THREADS // 2) if dtype == torch.float64 else threads
 
 
+MARK_PARENTS = 1024  # parents per mark slot: a 32-bit word a lane (matrix_recompute.cu, visit_parents)
+
+
+def cooperative_mark_slots(n: int, grid: int, threads: int) -> int:
+    """Mark slots a warp needs at ``n`` on ``grid`` blocks so that phase 3 never tests a
+    pair again: its tasks (dealt block after block, as evenly as the grid allows) times the
+    slots of one task (about n / 2 parents of up to two children, each child's share
+    starting a slot of its own)."""
+    tasks, warps = 2 * ((n + 1) // 2), grid * (threads // 32)
+    half = -(-(n - 1) // 2)  # a task's parents, at most
+    return -(-tasks // warps) * (-(-half // MARK_PARENTS) + 1)
+
+
 def choose_path(n: int, dtype: torch.dtype, padded: bool = True, device: torch.device | None = None,
                 labels: bool = False) -> str:
     """The CUDA path for ``n`` boxes: "single" (one block), "cooperative" (one launch over
@@ -185,8 +198,29 @@ def cooperative_grid(n: int, dtype: torch.dtype, device: torch.device, labels: b
     boxes each: 128 blocks, 2 boxes a warp, at 8192 on 132 SMs); 0 where not even one
     fits. On every eager call's path: the device is asked once per (block size, shared
     step)."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    threads = cooperative_threads(n, dtype)
+    resident = _resident_blocks(dtype, device, threads, cooperative_shared_bytes(n, dtype, labels))
+    return balanced_grid(blocks(n, threads // 32), resident)
+
+
+def cooperative_marks(n: int, dtype: torch.dtype, device: torch.device, labels: bool, grid: int) -> tuple[int, int]:
+    """(mark slots a warp, dynamic shared memory) of cooperative_kernel on ``grid`` blocks:
+    phase 2's marks kept in shared memory for phase 3 where they fit and the device still
+    holds the grid at once (to ~6000 boxes for float32 on the H200), else no slots (phase
+    3 tests every pair again) and ``cooperative_shared_bytes``."""
     threads, shared = cooperative_threads(n, dtype), cooperative_shared_bytes(n, dtype, labels)
+    slots = cooperative_mark_slots(n, grid, threads)
+    with_marks = shared + 4 * 32 * slots * (threads // 32)
+    if _resident_blocks(dtype, device, threads, with_marks) >= grid:
+        return slots, with_marks
+    return 0, shared
+
+
+def _resident_blocks(dtype: torch.dtype, device: torch.device, threads: int, shared: int) -> int:
+    """How many blocks of ``threads`` with ``shared`` bytes of dynamic shared memory the
+    device holds at once (0: not even one), asked once per (dtype, device, threads, shared
+    memory rounded up to SHARED_STEP)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
     step = -(-shared // SHARED_STEP) * SHARED_STEP
     resident = _resident.get((dtype, index, threads, step))
     if resident is None:
@@ -198,7 +232,7 @@ def cooperative_grid(n: int, dtype: torch.dtype, device: torch.device, labels: b
         if shared <= limit:
             per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, threads, min(step, limit))
         resident = _resident[dtype, index, threads, step] = per_sm * torch.cuda.get_device_properties(index).multi_processor_count
-    return balanced_grid(blocks(n, threads // 32), resident)
+    return resident
 
 
 def balanced_grid(needed: int, resident: int) -> int:
@@ -277,15 +311,14 @@ def cooperative_scratch(n: int, dtype: torch.dtype, labels: bool) -> dict[str, t
 
 
 @functools.lru_cache(maxsize=256)
-def _cooperative_plan(n: int, dtype: torch.dtype, labels: bool) -> tuple[int, tuple[int, ...], int, int]:
+def _cooperative_plan(n: int, dtype: torch.dtype, labels: bool) -> tuple[int, tuple[int, ...], int]:
     """What every eager cooperative call at (n, dtype, labels) needs, computed once: its
     scratch's 8-byte words, the byte offsets of the kernel's seven scratch arguments in
-    their order (order, sbox, sarea, slabel, sscore, acc, cmax), its block size and
-    its dynamic shared memory."""
+    their order (order, sbox, sarea, slabel, sscore, acc, cmax) and its block size."""
     layout = cooperative_scratch(n, dtype, labels)
     words = sum(-(-size // 8) for _, size in layout.values())
     offsets = tuple(layout[name][0] for name in ("order", "sbox", "sarea", "slabel", "sscore", "acc", "cmax"))
-    return words, offsets, cooperative_threads(n, dtype), cooperative_shared_bytes(n, dtype, labels)
+    return words, offsets, cooperative_threads(n, dtype)
 
 
 def labels_for_kernels(labels: torch.Tensor | None) -> tuple[torch.Tensor | None, int]:
@@ -300,7 +333,7 @@ def labels_for_kernels(labels: torch.Tensor | None) -> tuple[torch.Tensor | None
 
 # The one-launch kernels' arguments (struct codes): pointers "Q", ints "i", doubles "d".
 SINGLE_BLOCK_CODES = "QQQiiiddQQQQ"  # boxes scores labels | wide n linear | sigma threshold | keep scores count host
-COOPERATIVE_CODES = "QQQiiidd" + "Q" * 12  # ... | order sbox sarea slabel sscore acc cmax barrier | outputs
+COOPERATIVE_CODES = "QQQiiidd" + "Q" * 12 + "i"  # ... | order sbox sarea slabel sscore acc cmax barrier | outputs | mark_slots
 
 
 class _OneLaunch:
@@ -310,12 +343,13 @@ class _OneLaunch:
     and the scratch's offsets. ``run`` is a whole call; on the H200 host an eager call's
     Python before its launch was ~20 µs, most of it re-deriving all this."""
 
-    __slots__ = ("path", "n", "dtype", "words", "count_word", "scores_start", "scratch_offsets", "launch")
+    __slots__ = ("path", "n", "dtype", "words", "count_word", "scores_start", "scratch_offsets", "mark_slots", "launch")
 
     def __init__(self, path: str, n: int, dtype: torch.dtype, labels: bool, device: torch.device, grid: int = 0):
         index = device.index if device.index is not None else torch.cuda.current_device()
         self.path, self.n, self.dtype = path, n, dtype
         self.count_word, self.scores_start = _output_layout(n, dtype)
+        self.mark_slots = 0
         if path == "single":
             if n > single_block_capacity(dtype):
                 raise ValueError(f"the single-block path takes at most {single_block_capacity(dtype)} boxes, got {n}")
@@ -326,7 +360,8 @@ class _OneLaunch:
         elif path == "cooperative":
             if grid == 0:
                 raise ValueError(f"this GPU cannot hold cooperative_kernel's grid for {n} boxes at once")
-            scratch_words, offsets, threads, shared = _cooperative_plan(n, dtype, labels)
+            scratch_words, offsets, threads = _cooperative_plan(n, dtype, labels)
+            self.mark_slots, shared = cooperative_marks(n, dtype, device, labels, grid)
             self.scratch_offsets = tuple(8 * (self.count_word + 1) + offset for offset in offsets)
             self.launch = CompiledLaunch(CUDA_MODULE.get("cooperative_kernel", dtype, device), (grid,), (threads,),
                                          COOPERATIVE_CODES, index, shared, cooperative=True)
@@ -347,14 +382,15 @@ class _OneLaunch:
         host = None if padded else host_count(device)
         host_at = 0 if host is None else host.address
         index, stream = _current_stream(device)
-        head = (boxes.data_ptr(), scores.data_ptr(), labels_at, wide, n, linear, sigma, score_threshold)
         if self.path == "single":
-            self.launch(stream, *head, keep, out_scores, count, host_at)
+            self.launch(stream, boxes.data_ptr(), scores.data_ptr(), labels_at, wide, n, linear, sigma, score_threshold,
+                        keep, out_scores, count, host_at)
         else:
             at = self.scratch_offsets  # from base: order, sbox, sarea, slabel, sscore, acc, cmax
-            self.launch(stream, *head, base + at[0], base + at[1], base + at[2], base + at[3] if labels is not None else 0,
+            self.launch(stream, boxes.data_ptr(), scores.data_ptr(), labels_at, wide, n, linear, sigma, score_threshold,
+                        base + at[0], base + at[1], base + at[2], base + at[3] if labels is not None else 0,
                         base + at[4], base + at[5], base + at[6], grid_barrier_address(index, stream), keep, out_scores,
-                        count, host_at)
+                        count, host_at, self.mark_slots)
         typed = memory.view(self.dtype)
         start = self.scores_start
         if padded:

@@ -90,3 +90,33 @@ def test_cooperative_tasks_cover_every_parent_of_every_child_once_in_even_halves
         largest = max(largest, parents)
     assert np.array_equal(seen, np.tril(np.ones((n, n), dtype=np.int64), k=-1))
     assert largest <= -(-(n - 1) // 2)
+
+
+def slots_used(n: int, grid: int, threads: int) -> int:
+    """The most mark slots any warp of the cooperative kernel uses in phase 2: tasks dealt
+    block after block (task u to warp u // grid of block u % grid, then every
+    grid * warps-a-block tasks again), a slot per MARK_PARENTS parents of each child's
+    share (visit_parents)."""
+    warps_a_block = threads // 32
+    warps = grid * warps_a_block
+    used = {}
+    for u in range(2 * ((n + 1) // 2)):
+        warp = (u % warps) // grid + warps_a_block * ((u % warps) % grid)  # (warp in block, block)
+        used[warp] = used.get(warp, 0) + sum(-(-(end - begin) // mr.MARK_PARENTS)
+                                             for _, begin, end in task_children(u, n))
+    return max(used.values(), default=0)
+
+
+@given(st.integers(2, 9000), st.sampled_from([256, 512, 1024]), st.integers(1, 140))
+def test_mark_slots_cover_the_busiest_warp(n, threads, grid):
+    """cooperative_mark_slots gives every warp a slot for each group of parents its tasks
+    visit in phase 2, on any grid, so phase 3 tests no pair again where the slots fit in
+    shared memory (the kernel still tests the pairs of a slot past mark_slots)."""
+    grid = min(grid, -(-n // (threads // 32)))
+    assert slots_used(n, grid, threads) <= mr.cooperative_mark_slots(n, grid, threads)
+
+
+def test_mark_slots_on_the_h200():
+    # 4096 boxes: 128 blocks of 1024 threads, one task a warp, three slots (12 KiB a block)
+    assert mr.cooperative_mark_slots(4096, 128, 1024) == 3
+    assert mr.cooperative_shared_bytes(4096, mr.torch.float32, False) + 4 * 32 * 3 * 32 <= 227 * 1024

@@ -97,6 +97,7 @@ def stubbed(monkeypatch):
     monkeypatch.setattr(hf, "mid_grid", lambda n, dtype, device: _cuda.blocks(n, hf.MID_THREADS // 32))
     monkeypatch.setattr(hf, "staged_resolve_fits", lambda n, device: n <= 1024)
     monkeypatch.setattr(mr, "cooperative_grid", lambda n, dtype, device, labels=False: _cuda.blocks(n, 8))
+    monkeypatch.setattr(mr, "_resident_blocks", lambda dtype, device, threads, shared: 132 if shared <= 227 * 1024 else 0)
     monkeypatch.setattr(hf, "_plans", {})
     monkeypatch.setattr(mr, "_one_launch_plans", {})
     _cuda.rank_launches.cache_clear()

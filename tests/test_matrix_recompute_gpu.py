@@ -218,6 +218,29 @@ def test_eager_calls_take_the_cooperative_path_between_the_single_block_and_its_
     assert mr.choose_path(mr.COOPERATIVE_MAX_N, torch.float32, False, device, labels=True) == "counting"
 
 
+@pytest.mark.parametrize("n, classes", [(1500, 1), (3000, 3), (4096, 1)])
+@pytest.mark.parametrize("scenario", ["clustered", "uniform", "ties"])
+def test_cooperative_marks_kept_for_phase_3_or_not_give_the_same_output(n, classes, scenario):
+    """Phase 3 reads phase 2's marks back from shared memory where the plan gives every
+    warp its slots, and tests the pairs again past the slots it has: all the slots, one,
+    or none give the same keep and scores, bit for bit, and those are the CPU backend's."""
+    device = torch.device("cuda")
+    bs = box_set(scenario, n, classes).to("cuda")
+    labels = bs.labels is not None
+    grid = mr.cooperative_grid(n, torch.float32, device, labels)
+    full, _ = mr.cooperative_marks(n, torch.float32, device, labels, grid)
+    assert full == mr.cooperative_mark_slots(n, grid, mr.cooperative_threads(n)) > 0  # they fit on this GPU
+    plan = mr._OneLaunch("cooperative", n, torch.float32, labels, device, grid)
+    results = []
+    for slots in (full, 1, 0):
+        plan.mark_slots = slots  # fewer than the shared memory holds: the kernel tests the rest again
+        results.append(plan.run(bs.boxes, bs.scores, bs.labels, False, DEFAULTS["sigma"], DEFAULTS["score_threshold"],
+                                False))
+    for got in results[1:]:
+        assert torch.equal(got.keep, results[0].keep) and torch.equal(got.scores, results[0].scores)
+    assert_same_result(NAME, cpu_run(bs.to("cpu")), results[0])
+
+
 def test_n_131072_runs_and_agrees_with_the_cpu_backend():
     """O(N) memory: the naive N x N matrix would be 68 GB; ours needs a few MB."""
     n = 131072
