@@ -16,6 +16,7 @@ from nmsbench import datasets  # noqa: E402
 
 DEV = torch.device("cuda")
 CASES = [("clustered", 1024, ("hard_fused", "torchvision")), ("clustered", 256, ("hard_fused", "torchvision")),
+         ("clustered", 4096, ("hard_fused", "torchvision")),
          ("clustered", 2048, ("matrix_recompute", "matrix_fused", "matrix_naive")),
          ("clustered", 4096, ("matrix_recompute", "matrix_fused", "matrix_naive")),
          ("uniform", 4096, ("matrix_recompute", "matrix_naive"))]
