@@ -13,9 +13,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from nmsbench import datasets
-from nmsbench.variants import hard_fused as hf
-from nmsbench.variants._cuda import (COUNT_BOXES, RANK_MODULE, RANK_WARPS, CudaModule, blocks, on_torch_stream,
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from probe_timers import launches_us as gpu_us  # noqa: E402
+
+from nmsbench import datasets  # noqa: E402
+from nmsbench.variants import hard_fused as hf  # noqa: E402
+from nmsbench.variants._cuda import (COUNT_BOXES, RANK_MODULE, RANK_WARPS, CudaModule, blocks, on_torch_stream,  # noqa: E402
                                      opted_in_shared_limit, rank_by_score)
 
 BASELINE = Path(sys.argv[1] if len(sys.argv) > 1 else ".ci/baseline")
@@ -33,21 +36,6 @@ def old_resolve_shared(words: int) -> int:
     if "resolve_shared[]" in (BASELINE / "hard_fused.cu").read_text():
         return hf.block_resolve_shared_bytes(words)
     return 4 * words
-
-
-def gpu_us(launch_once, reps=20):
-    launch_once()
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    best = float("inf")
-    for _ in range(5):
-        start.record()
-        for _ in range(reps):
-            launch_once()
-        stop.record()
-        stop.synchronize()
-        best = min(best, 1000 * start.elapsed_time(stop) / reps)
-    return best
 
 
 def main():

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from probe_timers import wall_us  # noqa: E402
+from probe_timers import launches_us, wall_us  # noqa: E402
 
 from nmsbench import datasets  # noqa: E402
 from nmsbench.variants import _cuda  # noqa: E402
@@ -84,18 +84,7 @@ def kernel_us(boxes, scores) -> float:
             plan.launch(stream, *head, base + at[0], base + at[1], base + at[2], 0, base + at[4], base + at[5],
                         base + at[6], _cuda.grid_barrier_address(index, stream), base, base + 8 * n,
                         base + 8 * plan.count_word, 0, plan.mark_slots)  # kernels before the marks ignore the last
-    once()
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    best = float("inf")
-    for _ in range(3):
-        start.record()
-        for _ in range(20):
-            once()
-        stop.record()
-        stop.synchronize()
-        best = min(best, 1000 * start.elapsed_time(stop) / 20)
-    return best
+    return launches_us(once, reps=20, rounds=3)
 
 
 def main():

@@ -3,7 +3,9 @@
   `replays` replays);
 - wall_us: one eager call with its synchronization, as the sweep's `wall` timer takes it
   (torch.utils.benchmark, 16 threads, median of a blocked_autorange);
-- loop_us: a plain loop of eager calls, synchronized once at the end."""
+- loop_us: a plain loop of eager calls, synchronized once at the end;
+- launches_us: GPU time of one launch, from CUDA events around `reps` launches back to
+  back (no host wait between them), the best of `rounds`."""
 import time
 
 import torch
@@ -47,3 +49,18 @@ def loop_us(fn, reps=50):
         fn()
     torch.cuda.synchronize()
     return 1e6 * (time.perf_counter() - start) / reps
+
+
+def launches_us(launch_once, reps=20, rounds=5):
+    launch_once()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    best = float("inf")
+    for _ in range(rounds):
+        start.record()
+        for _ in range(reps):
+            launch_once()
+        stop.record()
+        stop.synchronize()
+        best = min(best, 1000 * start.elapsed_time(stop) / reps)
+    return best
