@@ -639,29 +639,8 @@ extern "C" __global__ void __launch_bounds__(RESOLVE_THREADS, 1) block_resolve_k
 // launch: zeroed once, one set per stream (_cuda.stream_counters), and left at 0 by
 // block 0 (row_done, once every row word was whole) and by the last producer to finish
 // (claims, when no producer claims any more).
-// Dynamic shared memory: block_resolve_shared_bytes (block 0's), at least 8 * KEY_CHUNK
-// (a producer's staged score keys).
+// Dynamic shared memory: block_resolve_shared_bytes (block 0's; the producers use none).
 __device__ __forceinline__ int rank_items(int n) { return (n + 31) / 32; }
-
-// A rank item counts its 32 boxes (a lane each) against all n score keys, staged in the
-// producer's dynamic shared memory KEY_CHUNK at a time (32 KiB; block 0's is 40 KiB or
-// more). Float scores pack the score key over the complemented
-// index in one 64-bit key, so "ranks above" is one comparison; double scores compare the
-// key and break ties by index (ranks_above).
-#define KEY_CHUNK 4096
-template <typename A> struct StreamKey;
-template <> struct StreamKey<float> {
-    static __device__ __forceinline__ unsigned long long make(float score, int i) {
-        return (score_key(score) << 32) | (0xffffffffu - unsigned(i));
-    }
-    static __device__ __forceinline__ bool above(unsigned long long a, int, unsigned long long b, int) { return a > b; }
-};
-template <> struct StreamKey<double> {
-    static __device__ __forceinline__ unsigned long long make(double score, int) { return score_key(score); }
-    static __device__ __forceinline__ bool above(unsigned long long a, int i, unsigned long long b, int j) {
-        return ranks_above(a, i, b, j);
-    }
-};
 
 // Mask task `task` (in row-major order over the tasks on or right of the diagonal: row
 // word r has groups - r / STREAM_WARPS of them) -> (row word, first column group).
@@ -693,12 +672,13 @@ __global__ void __launch_bounds__(RESOLVE_THREADS, 1) streamed_resolve_kernel(
     __shared__ long long row_label[32];
     __shared__ int slice_count[STREAM_WARPS][32];
     __shared__ unsigned int claimed;
-    extern __shared__ __align__(16) unsigned long long staged_keys[];  // a rank item's chunk of score keys
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int groups = (words + STREAM_WARPS - 1) / STREAM_WARPS, ranking = rank_items(n);
     long long tasks = 0;
     for (int band = 0; band * STREAM_WARPS < words; ++band)
         tasks += (long long)min(STREAM_WARPS, words - band * STREAM_WARPS) * (groups - band);
+    typedef typename ScoreKey<A>::type K;
+    const auto key_of = [&](int i) { return K(score_key(A(load_value(scores, i)))); };
     bool ranked = false;  // this block has seen every rank item done
     while (true) {
         if (threadIdx.x == 0) claimed = atomicAdd(claims, 1u);
@@ -706,23 +686,10 @@ __global__ void __launch_bounds__(RESOLVE_THREADS, 1) streamed_resolve_kernel(
         const long long item = claimed;
         __syncthreads();  // every thread has read it before thread 0 claims again
         if (item >= ranking + tasks) break;
-        if (item < ranking) {  // rank 32 boxes, one a lane; each warp counts over a slice of each chunk of keys
+        if (item < ranking) {  // rank 32 boxes, one a lane; each warp counts over a slice of all n
             const int j = int(item) * 32 + lane;
-            const unsigned long long key_j = j < n ? StreamKey<A>::make(A(load_value(scores, j)), j) : 0ull;
-            int above = 0;
-            for (int first = 0; first < n; first += KEY_CHUNK) {
-                const int length = min(KEY_CHUNK, n - first);
-                __syncthreads();  // the chunk before is used up
-#pragma unroll 4
-                for (int i = threadIdx.x; i < length; i += blockDim.x)
-                    staged_keys[i] = StreamKey<A>::make(A(load_value(scores, first + i)), first + i);
-                __syncthreads();
-                const int slice = (length + STREAM_WARPS - 1) / STREAM_WARPS;
-                const int begin = warp * slice, end = min(length, begin + slice);
-#pragma unroll 8
-                for (int i = begin; i < end; ++i) above += StreamKey<A>::above(staged_keys[i], first + i, key_j, j);
-            }
-            slice_count[warp][lane] = above;
+            slice_count[warp][lane] = count_above_in_slice<STREAM_WARPS>(n, warp, lane, j < n ? key_of(j) : K(0), j,
+                                                                         key_of);
             __syncthreads();
             if (warp == 0 && j < n) {
                 int rank = 0;

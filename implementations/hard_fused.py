@@ -171,7 +171,6 @@ CUDA_MODULE = CudaModule("hard_fused.cu", templates=("small_nms_kernel", "tile_m
                          plain=("staged_resolve_kernel", "block_resolve_kernel"))
 SMALL_MAX, SMALL_THREADS, TILE_WARPS = 256, 1024, 8  # as #defined in hard_fused.cu
 RESOLVE_THREADS, STAGED_THREADS, MID_THREADS, ROUND_WORDS = 512, 1024, 1024, 8  # as #defined in hard_fused.cu
-KEY_CHUNK = 4096  # as #defined in hard_fused.cu: score keys a streamed producer stages at a time
 # The one-block path up to here (the kernel takes up to SMALL_MAX): from 192 boxes the
 # cooperative launch (eager) and the three kernels (padded) were faster on the H200
 # (.ci/small_path_probe.py, clustered / uniform: eager 49.5 / 45.5 against 45.5 / 44.9 µs
@@ -311,9 +310,8 @@ class _Plan:
             if shared > limit:
                 raise ValueError(f"hard_fused: N = {n} needs {shared} bytes of shared memory in one block for its "
                                  f"resolve; this GPU gives {limit}")
-            if self.streamed:  # a resolving block and a producer on every other SM (one block an SM fits)
+            if self.streamed:  # a resolving block and a mask producer on every other SM (one block an SM fits)
                 grid = max(2, torch.cuda.get_device_properties(index).multi_processor_count)
-                shared = max(shared, 8 * KEY_CHUNK)  # a producer's staged score keys
                 return (CompiledLaunch(kernel, (grid,), (RESOLVE_THREADS,), STREAMED_CODES, index, shared),)
             resolve = CompiledLaunch(kernel, (1,), (RESOLVE_THREADS,), RESOLVE_CODES, index, shared)
         return (CompiledLaunch(CUDA_MODULE.get("tile_mask_kernel", dtype, device), (blocks(words, TILE_WARPS), words),
