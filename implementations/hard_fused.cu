@@ -623,45 +623,22 @@ extern "C" __global__ void __launch_bounds__(RESOLVE_THREADS, 1) block_resolve_k
     resolve_in_rounds(mask, order, n, words, nullptr, keep, count_out, host_count);
 }
 
-// ---------------------------------------------------------------- streamed: rank, mask and resolve in one launch
+// ---------------------------------------------------------------- streamed: mask and resolve in one launch
 // The resolve cannot start before the mask rows of its first rounds exist, but it needs
 // the rest only later, and it is one block: the other SMs idle through it. So one launch
-// does all of it: block 0 resolves (resolve_in_rounds, waiting for each round's rows), the
-// other blocks (producers) rank the boxes and make the mask. A producer claims work items
-// in order with a ticket (claims[0]): first the rank items (32 boxes each, ranked by
-// counting over all n scores), then the mask tasks, task t = (row word, STREAM_WARPS
-// column words from the diagonal's group on) in row-major order, each counted in
-// row_done[row word] when written. A mask task waits until every rank item is done
-// (claims[1]); those were claimed before it, by blocks that are running and wait for
-// nothing, so the launch makes progress whichever blocks are resident and in whatever
-// order they start; block 0 waits only for mask tasks, which wait only for rank items.
-// row_done (words counters) and claims (ticket, ranked, producers done) are 0 at the
-// launch: zeroed once, one set per stream (_cuda.stream_counters), and left at 0 by
-// block 0 (row_done, once every row word was whole) and by the last producer to finish
-// (claims, when no producer claims any more).
+// does both: block 0 resolves (resolve_in_rounds, waiting for each round's rows), the
+// other blocks make the mask, task t = (row word t / groups, column words STREAM_WARPS *
+// (t % groups) ...), dealt in row-major order (block b takes t = b - 1, b - 1 + producers,
+// ...), and count each finished task in row_done[row word]. The producers never wait, so
+// the launch makes progress whichever blocks are resident; block 0 waits only for them.
+// row_done: words counters, 0 at the launch (zeroed once, and by block 0 before it ends);
+// one per stream (_cuda.stream_counters), as launches on a stream run one after another.
 // Dynamic shared memory: block_resolve_shared_bytes (block 0's; the producers use none).
-__device__ __forceinline__ int rank_items(int n) { return (n + 31) / 32; }
-
-// Mask task `task` (in row-major order over the tasks on or right of the diagonal: row
-// word r has groups - r / STREAM_WARPS of them) -> (row word, first column group).
-__device__ __forceinline__ void streamed_task(long long task, int words, int groups, int& row_word, int& group) {
-    int band = 0;  // rows band * STREAM_WARPS ... + STREAM_WARPS - 1 have groups - band tasks each
-    while (true) {
-        const int rows = min(STREAM_WARPS, words - band * STREAM_WARPS);
-        const long long in_band = (long long)rows * (groups - band);
-        if (task < in_band) break;
-        task -= in_band;
-        ++band;
-    }
-    row_word = band * STREAM_WARPS + int(task / (groups - band));
-    group = band + int(task % (groups - band));
-}
-
 template <typename T>
 __global__ void __launch_bounds__(RESOLVE_THREADS, 1) streamed_resolve_kernel(
-        const T* boxes, const T* scores, const long long* labels, int n, int words, double iou_threshold,
-        T* sorted_boxes, long long* sorted_labels, long long* order, unsigned int* mask, unsigned int* row_done,
-        unsigned int* claims, long long* keep, long long* count_out, long long* host_count) {
+        const T* sorted_boxes, const long long* sorted_labels, int n, int words, double iou_threshold,
+        unsigned int* mask, unsigned int* row_done, const long long* order, long long* keep, long long* count_out,
+        long long* host_count) {
     typedef typename Arith<T>::type A;
     if (blockIdx.x == 0) {  // block-uniform
         resolve_in_rounds(mask, order, n, words, row_done, keep, count_out, host_count);
@@ -670,54 +647,14 @@ __global__ void __launch_bounds__(RESOLVE_THREADS, 1) streamed_resolve_kernel(
     __shared__ Box<A> row_box[32];
     __shared__ A row_area[32];
     __shared__ long long row_label[32];
-    __shared__ int slice_count[STREAM_WARPS][32];
-    __shared__ unsigned int claimed;
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int groups = (words + STREAM_WARPS - 1) / STREAM_WARPS, ranking = rank_items(n);
-    long long tasks = 0;
-    for (int band = 0; band * STREAM_WARPS < words; ++band)
-        tasks += (long long)min(STREAM_WARPS, words - band * STREAM_WARPS) * (groups - band);
-    typedef typename ScoreKey<A>::type K;
-    const auto key_of = [&](int i) { return K(score_key(A(load_value(scores, i)))); };
-    bool ranked = false;  // this block has seen every rank item done
-    while (true) {
-        if (threadIdx.x == 0) claimed = atomicAdd(claims, 1u);
-        __syncthreads();
-        const long long item = claimed;
-        __syncthreads();  // every thread has read it before thread 0 claims again
-        if (item >= ranking + tasks) break;
-        if (item < ranking) {  // rank 32 boxes, one a lane; each warp counts over a slice of all n
-            const int j = int(item) * 32 + lane;
-            slice_count[warp][lane] = count_above_in_slice<STREAM_WARPS>(n, warp, lane, j < n ? key_of(j) : K(0), j,
-                                                                         key_of);
-            __syncthreads();
-            if (warp == 0 && j < n) {
-                int rank = 0;
-                for (int w = 0; w < STREAM_WARPS; ++w) rank += slice_count[w][lane];
-                order[rank] = j;
-                for (int c = 0; c < 4; ++c) sorted_boxes[4LL * rank + c] = boxes[4LL * j + c];
-                if (labels != nullptr) sorted_labels[rank] = labels[j];
-            }
-            __syncthreads();  // the block's ranked writes, then one release for all of them
-            if (threadIdx.x == 0) red_add_release(claims + 1, 1u);
-            continue;
-        }
-        if (!ranked) {  // block-uniform
-            if (threadIdx.x == 0)
-                while (load_acquire(claims + 1) < unsigned(ranking)) __nanosleep(32);
-            __syncthreads();
-            ranked = true;
-        }
-        int row_word, group;
-        streamed_task(item - ranking, words, groups, row_word, group);
+    const int groups = (words + STREAM_WARPS - 1) / STREAM_WARPS, producers = gridDim.x - 1;
+    const long long tasks = (long long)words * groups;
+    for (long long t = blockIdx.x - 1; t < tasks; t += producers) {
+        const int row_word = int(t / groups), group = int(t % groups);
+        if ((group + 1) * STREAM_WARPS <= row_word) continue;  // left of the diagonal: no task (block-uniform)
         mask_tiles<STREAM_WARPS>(sorted_boxes, sorted_labels, n, words, iou_threshold, mask, row_word,
                                  group * STREAM_WARPS, row_box, row_area, row_label);
         __syncthreads();  // every warp's words written; the row boxes free for the next task
         if (threadIdx.x == 0) red_add_release(row_done + row_word, 1u);
-    }
-    if (threadIdx.x == 0 && atomicAdd(claims + 2, 1u) == gridDim.x - 2) {  // the last producer: nobody claims again
-        claims[0] = 0u;
-        claims[1] = 0u;
-        claims[2] = 0u;
     }
 }

@@ -44,15 +44,13 @@ labels. Where torchvision spends its time decides the design:
   the staged rows. Rows of suppressed boxes are never read. (H200, the design before
   against this one in one process, right after the mask kernel: 124 -> 87 us at 8192
   clustered, 616 -> 491 us at 32768; .ci/ab_kernels.py, results/PERFLOG.md.)
-- **The rank, the mask and the resolve overlap** from 1025 to ``STREAMED_MAX_N`` = 8192
-  boxes (``streamed_resolve_kernel``, one launch): block 0 runs the block resolve while
-  every other SM ranks (32 boxes an item, by counting) and then makes mask tiles, row
-  word after row word, counting the finished ones per row word; the resolving warps wait
-  (acquire loads) until a round's row words are whole before they stage it. Producers
-  claim their items in order with a ticket, and a mask task waits only for rank items
-  claimed before it, so the launch makes progress whichever blocks are resident. H200
-  ``graph``, clustered: 67.9 -> 58.6 us at 4096, 147.5 -> 128.8 at 8192 (the mask and the
-  resolve in one launch, after a rank launch). Above 8192 the mask is longer than the resolve and
+- **The mask and the resolve overlap** from 1025 to ``STREAMED_MAX_N`` = 8192 boxes
+  (``streamed_resolve_kernel``, one launch after the rank): block 0 runs the block
+  resolve while every other SM makes mask tiles, row word after row word, counting the
+  finished ones per row word; the resolving warps wait (acquire loads) until a round's
+  row words are whole before they stage it. The producers never wait, so the launch
+  makes progress whichever blocks are resident. H200 ``graph``, clustered: 67.9 -> 58.6
+  us at 4096, 147.5 -> 128.8 at 8192. Above 8192 the mask is longer than the resolve and
   runs at one block an SM there (the resolving block's registers), so the tile mask
   kernel and the block resolve stay separate.
 - **The host path**: each call shape (N, dtype, labels, padded, device) has a ``_Plan``
@@ -241,9 +239,7 @@ SMALL_CODES = "QQQidQQQ"  # boxes scores labels | n threshold | keep count host_
 MID_CODES = "QQQid" + "Q" * 8  # ... | order sorted_boxes sorted_labels mask barrier | keep count host_count
 MASK_CODES = "QQiidQ"  # sorted_boxes sorted_labels | n words threshold | mask
 RESOLVE_CODES = "QQiiQQQ"  # mask order | n words | keep count host_count
-# boxes scores labels | n words threshold | sorted_boxes sorted_labels order mask row_done claims | outputs
-STREAMED_CODES = "QQQiid" + "Q" * 9
-STREAMED_CLAIMS = 3  # the streamed resolve's ticket, ranked items and finished producers, after MAX_WORDS row_done
+STREAMED_CODES = "QQiidQQQQQQ"  # sorted_boxes sorted_labels | n words threshold | mask row_done order | outputs
 # Above 1024 boxes (the block resolve's sizes) the mask and the resolve run in one launch
 # (streamed_resolve_kernel) up to here; above, the tile mask kernel and the block resolve.
 # Its mask tasks run at 16 warps an SM (the resolving block's registers allow one block an
@@ -257,8 +253,8 @@ STREAMED_MAX_N = 8192
 class _Plan:
     """Everything a call at one (n, dtype, labels or not, padded or not, device) needs,
     prepared once (``_plan``): the path ("small", "mid" or "three": the rank, then the
-    tile mask and a resolve, or from 1025 boxes the streamed resolve, which ranks and
-    makes the mask too), its ``CompiledLaunch``-es and the layout of its one allocation: keep (n
+    tile mask and a resolve, or from 1025 boxes the streamed resolve, which makes the mask
+    too), its ``CompiledLaunch``-es and the layout of its one allocation: keep (n
     words), the count, then (not small) the n x words int32 mask, then the ranking's
     scratch (the mid kernel's order, labels and boxes, or ``rank_by_score``'s)."""
 
@@ -288,17 +284,17 @@ class _Plan:
                                             MID_CODES, index, mid_shared_bytes(n, dtype), cooperative=True),)
         else:
             scratch_words = rank_scratch_words(n, dtype, labels)
-            self.streamed = words > 32 and n <= STREAMED_MAX_N
-            self.rank = None if self.streamed else rank_launches(n, dtype, None, device)  # the streamed one ranks too
+            self.rank = rank_launches(n, dtype, None, device)
             # from base, as rank_by_score(..., into=base + scratch_at) lays them out (labels: -1 without)
             boxes_at, labels_at, chunk_at, group_at = (self.scratch_at + at for at in _ranked_offsets(n, dtype, labels))
             self.ranked_boxes_at, self.ranked_labels_at, self.chunk_keys_at, self.group_keys_at = \
                 boxes_at, labels_at, chunk_at, group_at
+            self.streamed = words > 32 and n <= STREAMED_MAX_N
             self.launches = self._mask_and_resolve(n, words, dtype, device, index)
         self.memory_words = n + 1 + mask_words + scratch_words
 
     def _mask_and_resolve(self, n: int, words: int, dtype: torch.dtype, device: torch.device, index: int) -> tuple:
-        """The launches after the rank: the streamed resolve (rank, mask and resolve in one), or
+        """The launches after the rank: the streamed resolve (mask and resolve in one), or
         the tile mask and the staged resolve (words <= 32) or the block resolve."""
         if words <= 32 and staged_resolve_fits(n, device):
             resolve = CompiledLaunch(CUDA_MODULE.get("staged_resolve_kernel", None, device), (1,), (STAGED_THREADS,),
@@ -343,8 +339,8 @@ def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False):
         labels_at = labels.data_ptr()
     boxes, scores = boxes.contiguous(), scores.contiguous()
     index, stream = _current_stream(device)
-    ranked_labels = base + plan.ranked_labels_at if plan.path == "three" and labels is not None else 0
-    if plan.rank is not None:  # the rank launched first: the host prepares the rest while the GPU ranks
+    if plan.path == "three":  # the rank launched first: the host prepares the rest while the GPU ranks
+        ranked_labels = base + plan.ranked_labels_at if labels is not None else 0
         plan.rank(stream, boxes.data_ptr(), scores.data_ptr(), labels_at, base + plan.scratch_at,
                   base + plan.ranked_boxes_at, 0, ranked_labels, base + plan.chunk_keys_at, base + plan.group_keys_at)
     host = None if padded else host_count(device)
@@ -358,10 +354,9 @@ def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False):
                          order + 16 * n, order + 8 * n, base + plan.mask_at, grid_barrier_address(index, stream),
                          keep, count, host_at)
     elif plan.streamed:
-        row_done = stream_counters(index, stream, MAX_WORDS + STREAMED_CLAIMS)
-        plan.launches[0](stream, boxes.data_ptr(), scores.data_ptr(), labels_at, n, plan.words, threshold,
-                         base + plan.ranked_boxes_at, ranked_labels, base + plan.scratch_at, base + plan.mask_at,
-                         row_done, row_done + 4 * MAX_WORDS, keep, count, host_at)
+        plan.launches[0](stream, base + plan.ranked_boxes_at, ranked_labels, n, plan.words, threshold,
+                         base + plan.mask_at, stream_counters(index, stream, MAX_WORDS), base + plan.scratch_at, keep,
+                         count, host_at)
     else:
         mask, resolve = plan.launches
         mask(stream, base + plan.ranked_boxes_at, ranked_labels, n, plan.words, threshold, base + plan.mask_at)

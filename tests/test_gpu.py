@@ -353,10 +353,9 @@ def test_hard_fused_block_resolve_rounds_equal_the_cpu(n, streamed, monkeypatch)
     the next round and OR the last one's kept rows: sizes that end a round exactly, one
     box past it, mid-word and mid-round, scenes where a round keeps almost all its boxes
     (uniform: the grouped OR) or few (clustered, chains of suppression), score ties and
-    labels, eager and padded, against the CPU backend; then 20 identical repeats (each
-    call leaves the stream's counters at 0 for the next). Both as the streamed resolve
-    (the other blocks rank and make the mask meanwhile, by row words, and the resolving
-    block waits for each round's rows) and after the tile mask kernel."""
+    labels, eager and padded, against the CPU backend; then 20 identical repeats. Both as
+    the streamed resolve (the other blocks make the mask meanwhile, by row words, and the
+    resolving block waits for each round's rows) and after the tile mask kernel."""
     from nmsbench.variants import hard_fused
 
     # the streamed kernel takes any N (calls use it up to STREAMED_MAX_N): tested past that too
