@@ -557,9 +557,11 @@ __global__ void finalize_kernel(const typename Arith<T>::type* sorted_final, con
 //      decay accumulator (NO_CANDIDATE);
 //   2. every block copies all n ranked boxes, areas and labels into its shared memory;
 //      a task's share of child r's parents (ranks < r): their max IoU with r, combined
-//      into cmax[r] by atomic max;
+//      into cmax[r] by atomic max; the marks of which parents may overlap kept in the
+//      warp's mark_slots slots of shared memory (after the constants; 0 slots: none);
 //   3. every block copies the n cmax values and makes the float constants; a task's share
-//      of child r's parents: the min candidate decay, combined into acc[r] by atomic min;
+//      of child r's parents (the marks read back while slots last): the min candidate
+//      decay, combined into acc[r] by atomic min;
 //   4. every block makes the n final scores by input index (-inf: not kept) and their
 //      keys; select: each box's place by counting over the n final keys.
 // Every loop over the other boxes reads shared memory: read from global (L2), a warp's

@@ -33,7 +33,7 @@ CUDA (matrix_recompute.cu), four paths by N:
   tasks, one warp each, combined by atomic max / min: n tasks of ~n / 2 parents, dealt
   block after block, and the grid is sized so every warp has as many as the others.
   Phase 2's marks (which parents may overlap, a word a lane per 1024 parents) stay in
-  the warp's slots of shared memory where they fit (``cooperative_marks``: to ~6800
+  the warp's slots of shared memory where they fit (``cooperative_marks``: to 6838
   float32 boxes on the H200), and phase 3 reads them back instead of testing every pair
   again (kernel at 4096 clustered: 48.0 -> 43.6 us). The grid barriers are one release
   add a block and acquire polls (50.8 -> 48.0). The rank and select phases compare one
@@ -339,7 +339,8 @@ def labels_for_kernels(labels: torch.Tensor | None) -> tuple[torch.Tensor | None
 
 # The one-launch kernels' arguments (struct codes): pointers "Q", ints "i", doubles "d".
 SINGLE_BLOCK_CODES = "QQQiiiddQQQQ"  # boxes scores labels | wide n linear | sigma threshold | keep scores count host
-COOPERATIVE_CODES = "QQQiiidd" + "Q" * 12 + "i"  # ... | order sbox sarea slabel sscore acc cmax barrier | outputs | mark_slots
+# ... | order sbox sarea slabel sscore acc cmax barrier | outputs | mark_slots
+COOPERATIVE_CODES = "QQQiiidd" + "Q" * 12 + "i"
 
 
 class _OneLaunch:
