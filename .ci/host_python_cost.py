@@ -61,19 +61,16 @@ def stub_cuda():
     torch.cuda.current_device = lambda: 0
     torch.cuda.get_device_properties = lambda index: type("Properties", (), {"multi_processor_count": 132})
     hf.stream_counters = lambda index, stream, count: barrier.data_ptr()
-    if hasattr(cuda, "CompiledLaunch"):
-        cuda.CompiledLaunch.__call__ = packed_compiled_launch
+    cuda.CompiledLaunch.__call__ = packed_compiled_launch
     for module in (mr, hf):
         module.on_torch_stream = StubStream
         module.host_count = lambda device: StubCount()
-        module.grid_barrier_state = lambda device: barrier
         module.grid_barrier_address = lambda index, stream: barrier.data_ptr()
         module._current_stream = lambda device: (0, 0)
         module.opted_in_shared_limit = lambda kernel, device: 227 * 1024
     mr.cooperative_grid = lambda n, dtype, device, labels=False: cuda.blocks(n, mr.cooperative_threads(n, dtype) // 32)
     hf.mid_grid = lambda n, dtype, device: cuda.blocks(n, hf.MID_THREADS // 32)
-    if hasattr(mr, "_resident_blocks"):  # the mark slots' occupancy check (from b0110e2 on)
-        mr._resident_blocks = lambda dtype, device, threads, shared: 132 if shared <= 227 * 1024 else 0
+    mr._resident_blocks = lambda dtype, device, threads, shared: 132 if shared <= 227 * 1024 else 0
 
 
 def per_call_us(call, reps=20000):

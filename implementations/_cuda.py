@@ -312,13 +312,6 @@ def cached_plan(cache: dict, key, make, *args):
 _barriers: dict[tuple[int, int], torch.Tensor] = {}
 
 
-def grid_barrier_state(device: torch.device) -> torch.Tensor:
-    """The uint32 count of a cooperative kernel's grid barrier (``grid_barrier`` in
-    _common.cuh), one per device and stream: launches on one stream run one after
-    another, and each leaves the count's low bits at 0, so they can share it (zeroed once)."""
-    return _zeroed_per_stream(_barriers, *_current_stream(device), 1)
-
-
 _counters: dict[tuple[int, int], torch.Tensor] = {}
 
 
@@ -340,7 +333,10 @@ def stream_counters(index: int, stream: int, count: int) -> int:
 
 
 def grid_barrier_address(index: int, stream: int) -> int:
-    """``grid_barrier_state``'s address, for device ``index`` and raw ``stream``."""
+    """Address of the uint32 count of a cooperative kernel's grid barrier (``grid_barrier``
+    in _common.cuh), one per device ``index`` and raw ``stream``: launches on one stream
+    run one after another, and each leaves the count's low bits at 0, so they can share it
+    (zeroed once)."""
     return _zeroed_per_stream(_barriers, index, stream, 1).data_ptr()
 
 
@@ -563,6 +559,16 @@ class HostCount:
         count = int(value[0])
         value[0] = -1  # unset again for the next op
         return count
+
+
+def kept_count(host: HostCount, device: torch.device, n: int, op: str) -> int:
+    """``host.wait(device)``: the number of boxes an op of ``n`` boxes kept, which must lie
+    in [0, n]. Anything else is an error rather than a result view that reaches past the
+    kept entries."""
+    kept = host.wait(device)
+    if not 0 <= kept <= n:
+        raise RuntimeError(f"{op}: the kernel reported {kept} kept boxes of {n}")
+    return kept
 
 
 _host_counts = threading.local()

@@ -84,7 +84,7 @@ from nmsbench.registry import register
 
 from ._cpu import JIT, sorted_inputs
 from ._cuda import (CUDA_DTYPES, MAX_SHARED_BYTES, CompiledLaunch, CudaModule, _current_stream, _ranked_offsets, blocks,
-                    cached_plan, grid_barrier_address, host_count, opted_in_shared_limit, rank_launches,
+                    cached_plan, grid_barrier_address, host_count, kept_count, opted_in_shared_limit, rank_launches,
                     rank_scratch_words, stream_counters)
 
 SUMMARY_CPU = "numba: blocks of rank order tested against all kept boxes in parallel (SIMD), then resolved in-block"
@@ -364,10 +364,7 @@ def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False):
     if padded:
         return PaddedNMSResult(memory[:n], memory[n])
     kept_keep = memory[:n]  # made while the GPU works; the wait's count only shortens it
-    kept = host.wait(device)
-    if not 0 <= kept <= n:  # resize_ would grow the view past the kept boxes
-        raise RuntimeError(f"hard_fused: the kernel reported {kept} kept boxes of {n}")
-    return NMSResult(kept_keep.resize_(kept))
+    return NMSResult(kept_keep.resize_(kept_count(host, device, n, "hard_fused")))
 
 
 def launch_tile_mask(launch, dtype, device, sorted_boxes, sorted_labels, n, threshold, mask):

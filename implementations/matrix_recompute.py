@@ -76,7 +76,7 @@ from nmsbench.registry import register
 
 from ._cpu import sorted_inputs
 from ._cuda import (COUNT_BOXES, CUDA_DTYPES, MAX_SHARED_BYTES, RANK_WARPS, Address, CompiledLaunch, CudaModule, Scratch,
-                    _current_stream, blocks, cached_plan, grid_barrier_address, host_count, on_torch_stream,
+                    _current_stream, blocks, cached_plan, grid_barrier_address, host_count, kept_count, on_torch_stream,
                     opted_in_shared_limit, rank_by_score)
 from .matrix_fused import decay_factors, max_iou_with_parents
 
@@ -294,7 +294,7 @@ class _Outputs:
         """``result`` once ``host`` (a ``HostCount``) has the count: the scores' typed view
         is made before the wait, while the GPU works."""
         typed = self.memory.view(self.dtype)
-        return self.result(host.wait(device), typed)
+        return self.result(kept_count(host, device, self.n, "matrix_recompute"), typed)
 
     def padded(self) -> PaddedNMSResult:
         """keep and scores padded to n, and the count on the device."""
@@ -404,9 +404,7 @@ class _OneLaunch:
             return PaddedNMSResult(memory[:n], memory[self.count_word], typed[start : start + n])
         # the views are made while the GPU works; the wait's count only shortens them
         kept_keep, kept_scores = memory[:n], typed[start : start + n]
-        kept = host.wait(device)
-        if not 0 <= kept <= n:  # resize_ would grow the views past the kept boxes
-            raise RuntimeError(f"matrix_recompute: the kernel reported {kept} kept boxes of {n}")
+        kept = kept_count(host, device, n, "matrix_recompute")
         return NMSResult(kept_keep.resize_(kept), kept_scores.resize_(kept))
 
 

@@ -7,6 +7,7 @@ first ``count`` entries of it."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 
 import pytest
@@ -171,6 +172,16 @@ def test_hard_fused_refuses_a_count_above_n(stubbed):
     count.count = 5
     with pytest.raises(RuntimeError, match="5 kept boxes of 4"):
         hf.hard_fused_cuda(torch.rand(4, 4), torch.rand(4), iou_threshold=0.5)
+
+
+@pytest.mark.parametrize("n, path", [(4, None), (200, None), (200, "counting")])  # single, cooperative, counting
+def test_matrix_recompute_refuses_a_count_above_n(stubbed, monkeypatch, n, path):
+    """The same on matrix_recompute's one-launch paths and on its multi-launch ones."""
+    _, count, _, _ = stubbed
+    count.count = n + 1
+    monkeypatch.setattr(mr, "on_torch_stream", lambda device: contextlib.nullcontext(lambda *args, **kwargs: None))
+    with pytest.raises(RuntimeError, match=f"{n + 1} kept boxes of {n}"):
+        mr.matrix_recompute_cuda_path(torch.rand(n, 4), torch.rand(n), None, "gaussian", 2.0, 0.05, False, path=path)
 
 
 def test_compiled_launch_hands_the_driver_the_packed_arguments(stubbed):
