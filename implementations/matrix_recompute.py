@@ -264,11 +264,23 @@ def _output_layout(n: int, dtype: torch.dtype) -> tuple[int, int]:
     return n + -(-n * dtype.itemsize // 8), 8 * n // dtype.itemsize
 
 
+def _result(memory: torch.Tensor, n: int, dtype: torch.dtype, count_word: int, scores_start: int, host,
+            device: torch.device, padded: bool) -> NMSResult | PaddedNMSResult:
+    """An op's result from its one allocation (``_output_layout``): keep and scores padded
+    to n and the count's word (padded), or their first entries, as many as ``host`` (a
+    ``HostCount``; None: none kept, for n = 0) reports once the GPU is done. The views
+    are made before the wait, while the GPU works; the count only shortens them."""
+    keep, scores = memory[:n], memory.view(dtype)[scores_start : scores_start + n]
+    if padded:
+        return PaddedNMSResult(keep, memory[count_word], scores)
+    kept = 0 if host is None else kept_count(host, device, n, "matrix_recompute")
+    return NMSResult(keep.resize_(kept), scores.resize_(kept))
+
+
 class _Outputs:
     """The multi-launch paths' outputs: keep (n,) int64, scores (n,) dtype and the count
     (int64), one allocation (``_OneLaunch`` lays its own out the same way, with the
-    cooperative kernel's scratch after the count). The kernels get addresses; the result's
-    tensors are views made once the op knows its count (every view costs the host)."""
+    cooperative kernel's scratch after the count). The kernels get addresses."""
 
     __slots__ = ("memory", "n", "dtype", "count_word", "scores_start", "keep", "scores", "count")
 
@@ -280,25 +292,9 @@ class _Outputs:
         self.keep, self.scores = Address(base), Address(base + 8 * n)
         self.count = Address(base + 8 * self.count_word)
 
-    def _scores(self, count: int, typed: torch.Tensor | None = None) -> torch.Tensor:
-        """The first ``count`` scores, from ``typed`` (``memory`` viewed as the scores'
-        dtype) when the caller made it already."""
-        start = self.scores_start
-        return (self.memory.view(self.dtype) if typed is None else typed)[start : start + count]
-
-    def result(self, kept: int, typed: torch.Tensor | None = None) -> NMSResult:
-        """The first ``kept`` boxes and scores."""
-        return NMSResult(self.memory[:kept], self._scores(kept, typed))
-
-    def result_after(self, host, device: torch.device) -> NMSResult:
-        """``result`` once ``host`` (a ``HostCount``) has the count: the scores' typed view
-        is made before the wait, while the GPU works."""
-        typed = self.memory.view(self.dtype)
-        return self.result(kept_count(host, device, self.n, "matrix_recompute"), typed)
-
-    def padded(self) -> PaddedNMSResult:
-        """keep and scores padded to n, and the count on the device."""
-        return PaddedNMSResult(self.memory[: self.n], self.memory[self.count_word], self._scores(self.n))
+    def result(self, host, device: torch.device, padded: bool) -> NMSResult | PaddedNMSResult:
+        """``_result`` of this allocation."""
+        return _result(self.memory, self.n, self.dtype, self.count_word, self.scores_start, host, device, padded)
 
 
 @functools.lru_cache(maxsize=256)
@@ -398,14 +394,7 @@ class _OneLaunch:
                         base + at[0], base + at[1], base + at[2], base + at[3] if labels is not None else 0,
                         base + at[4], base + at[5], base + at[6], grid_barrier_address(index, stream), keep, out_scores,
                         count, host_at, self.mark_slots)
-        typed = memory.view(self.dtype)
-        start = self.scores_start
-        if padded:
-            return PaddedNMSResult(memory[:n], memory[self.count_word], typed[start : start + n])
-        # the views are made while the GPU works; the wait's count only shortens them
-        kept_keep, kept_scores = memory[:n], typed[start : start + n]
-        kept = kept_count(host, device, n, "matrix_recompute")
-        return NMSResult(kept_keep.resize_(kept), kept_scores.resize_(kept))
+        return _result(memory, n, self.dtype, self.count_word, self.scores_start, host, device, padded)
 
 
 # (n, dtype, labels, padded, device) -> (path, its _OneLaunch or None for the multi-launch paths)
@@ -445,8 +434,7 @@ def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_thres
     if n == 0:
         if padded:
             outputs.memory.zero_()
-            return outputs.padded()
-        return outputs.result(0)
+        return outputs.result(None, device, padded)
     boxes, scores = boxes.contiguous(), scores.contiguous()  # kernels take pointers: grad or not
     labels, wide = labels_for_kernels(labels)
     host = None if padded else host_count(device)
@@ -497,9 +485,7 @@ def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_thres
                 CUDA_MODULE.get("finalize_kernel", dtype, device), (blocks(n, 256),), (256,),
                 (final_sorted, index_sorted, n, count, keep, out_scores, host_address),
             )
-    if padded:
-        return outputs.padded()
-    return outputs.result_after(host, device)
+    return outputs.result(host, device, padded)
 
 
 @register(

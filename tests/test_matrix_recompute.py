@@ -124,6 +124,16 @@ def test_single_block_fits_in_shared_memory_and_paths():
     assert mr.single_block_capacity(torch.float32) == 1024
 
 
+class ReportedCount:
+    """A HostCount whose kernel reported ``count`` kept boxes."""
+
+    def __init__(self, count):
+        self.count = count
+
+    def wait(self, device):
+        return self.count
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64], ids=str)
 @pytest.mark.parametrize("n", [0, 1, 3, 5, 64])
 def test_outputs_layout_matches_the_addresses_the_kernels_get(n, dtype):
@@ -132,7 +142,7 @@ def test_outputs_layout_matches_the_addresses_the_kernels_get(n, dtype):
     out = mr._Outputs(n, dtype, torch.device("cpu"))
     base = out.memory.data_ptr()
     keep, scores = torch.arange(n), torch.linspace(0, 1, n, dtype=dtype)
-    padded = out.padded()
+    padded = out.result(None, torch.device("cpu"), True)
     padded.keep.copy_(keep)
     padded.scores.copy_(scores)
     padded.count.fill_(n)
@@ -142,7 +152,7 @@ def test_outputs_layout_matches_the_addresses_the_kernels_get(n, dtype):
     assert padded.count.data_ptr() == int(out.count) and padded.count.dim() == 0
     assert int(out.count) + 8 == base + out.memory.numel() * 8  # the count is the last word
     assert int(out.scores) + n * dtype.itemsize <= int(out.count)  # the scores end before the count
-    kept = out.result(n // 2)
+    kept = out.result(ReportedCount(n // 2), torch.device("cpu"), False)
     assert torch.equal(kept.keep, keep[: n // 2]) and torch.equal(kept.scores, scores[: n // 2])
     assert int(padded.count) == n
 
