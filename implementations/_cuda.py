@@ -77,7 +77,7 @@ class CudaModule:
     def get(self, name: str, dtype: torch.dtype | None, device: torch.device):
         """The loaded kernel ``name`` (a ``cupy.cuda.function.Function``), instantiated for
         ``dtype`` (None: a plain kernel)."""
-        index = device.index if device.index is not None else torch.cuda.current_device()
+        index = device_index(device)
         loaded = self._loaded.get(index)
         if loaded is None:
             import cupy
@@ -340,10 +340,15 @@ def grid_barrier_address(index: int, stream: int) -> int:
     return _zeroed_per_stream(_barriers, index, stream, 1).data_ptr()
 
 
+def device_index(device: torch.device) -> int:
+    """The CUDA device's index (torch's current device for a bare ``cuda``)."""
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 def _current_stream(device: torch.device) -> tuple[int, int]:
     """(device index, torch's current raw stream handle there); the raw handle because
     torch.cuda.current_stream builds a Python object per call."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = device_index(device)
     return index, torch._C._cuda_getCurrentRawStream(index)
 
 
@@ -497,7 +502,7 @@ class RankLaunches:
     __slots__ = ("n", "slots", "launches")
 
     def __init__(self, n: int, dtype: torch.dtype, method: str, device: torch.device):
-        index = device.index if device.index is not None else torch.cuda.current_device()
+        index = device_index(device)
         chunks = blocks(n, MERGE_CHUNK)
         self.n, self.slots = n, chunks * MERGE_CHUNK
         if method == "counting":
@@ -580,7 +585,7 @@ def host_count(device: torch.device) -> HostCount:
     counts = getattr(_host_counts, "by_device", None)
     if counts is None:
         counts = _host_counts.by_device = {}
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = device_index(device)
     count = counts.get(index)
     if count is None:
         count = counts[index] = HostCount()
@@ -602,7 +607,7 @@ def opted_in_shared_limit(kernel, device: torch.device) -> int:
     """Opt ``kernel`` (a loaded ``Function``) in to the device's shared-memory limit (once)
     and return the dynamic shared bytes it may then use: the limit less its static shared
     memory (the driver refuses more); without opt-in, the default 48 KiB less it."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = device_index(device)
     limit = _shared_limits.get((kernel.ptr, index))
     if limit is None:
         from cupy_backends.cuda.api import driver

@@ -84,8 +84,8 @@ from nmsbench.registry import register
 
 from ._cpu import JIT, sorted_inputs
 from ._cuda import (CUDA_DTYPES, MAX_SHARED_BYTES, CompiledLaunch, CudaModule, _current_stream, _ranked_offsets, blocks,
-                    cached_plan, grid_barrier_address, host_count, kept_count, opted_in_shared_limit, rank_launches,
-                    rank_scratch_words, stream_counters)
+                    cached_plan, device_index, grid_barrier_address, host_count, kept_count, opted_in_shared_limit,
+                    rank_launches, rank_scratch_words, stream_counters)
 
 SUMMARY_CPU = "numba: blocks of rank order tested against all kept boxes in parallel (SIMD), then resolved in-block"
 SUMMARY_CUDA = ("CUDA: one launch for N <= 160 (one block) and for eager calls to 1024 (cooperative); else rank, "
@@ -218,7 +218,7 @@ def mid_grid(n: int, dtype: torch.dtype, device: torch.device) -> int:
     """Blocks for mid_nms_kernel at ``n`` (a warp per box: n / 32 blocks of 32 warps), or 0
     when the device cannot hold them all at once with MID_MAX's shared memory, which a
     cooperative launch needs (then the three-kernel path runs)."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = device_index(device)
     resident = _mid_blocks.get((dtype, index))
     if resident is None:
         from cupy_backends.cuda.api import driver
@@ -266,7 +266,7 @@ class _Plan:
         if words > MAX_WORDS:
             raise ValueError(f"hard_fused on cuda resolves in one block with N/8 bytes of shared memory (and its "
                              f"N x N/8-byte mask in GPU memory); N = {n} is above its limit of {MAX_WORDS * 32}")
-        index = device.index if device.index is not None else torch.cuda.current_device()
+        index = device_index(device)
         small = n <= min(SMALL_PATH_MAX, SMALL_MAX)
         grid = mid_grid(n, dtype, device) if not small and not padded and n <= MID_MAX else 0
         self.path = "small" if small else "mid" if grid > 0 else "three"

@@ -76,8 +76,8 @@ from nmsbench.registry import register
 
 from ._cpu import sorted_inputs
 from ._cuda import (COUNT_BOXES, CUDA_DTYPES, MAX_SHARED_BYTES, RANK_WARPS, Address, CompiledLaunch, CudaModule, Scratch,
-                    _current_stream, blocks, cached_plan, grid_barrier_address, host_count, kept_count, on_torch_stream,
-                    opted_in_shared_limit, rank_by_score)
+                    _current_stream, blocks, cached_plan, device_index, grid_barrier_address, host_count, kept_count,
+                    on_torch_stream, opted_in_shared_limit, rank_by_score)
 from .matrix_fused import decay_factors, max_iou_with_parents
 
 
@@ -226,7 +226,7 @@ def _resident_blocks(dtype: torch.dtype, device: torch.device, threads: int, sha
     """How many blocks of ``threads`` with ``shared`` bytes of dynamic shared memory the
     device holds at once (0: not even one), asked once per (dtype, device, threads, shared
     memory rounded up to SHARED_STEP)."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = device_index(device)
     step = -(-shared // SHARED_STEP) * SHARED_STEP
     resident = _resident.get((dtype, index, threads, step))
     if resident is None:
@@ -349,7 +349,7 @@ class _OneLaunch:
     __slots__ = ("path", "n", "dtype", "words", "count_word", "scores_start", "scratch_offsets", "mark_slots", "launch")
 
     def __init__(self, path: str, n: int, dtype: torch.dtype, labels: bool, device: torch.device, grid: int = 0):
-        index = device.index if device.index is not None else torch.cuda.current_device()
+        index = device_index(device)
         self.path, self.n, self.dtype = path, n, dtype
         self.count_word, self.scores_start = _output_layout(n, dtype)
         self.mark_slots = 0
