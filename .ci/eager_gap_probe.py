@@ -14,7 +14,7 @@ from torch.profiler import ProfilerActivity, profile
 from nmsbench import datasets
 from nmsbench.variants import hard_fused as hf
 from nmsbench.variants import matrix_recompute as mr
-from probe_timers import loop_us
+from probe_timers import captured_graph, loop_us
 
 IMPL = sys.argv[1] if len(sys.argv) > 1 else "hard_fused"
 SIZES = [int(v) for v in sys.argv[2:]] or [8192, 32768]
@@ -36,14 +36,7 @@ def main():
             return op(b, s)
 
         timer = benchmark.Timer(stmt="fn()", globals={"fn": eager}, num_threads=16).blocked_autorange(min_run_time=0.05)
-        graph = torch.cuda.CUDAGraph()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            op(b, s, padded=True)
-        torch.cuda.current_stream().wait_stream(side)
-        with torch.cuda.graph(graph):
-            op(b, s, padded=True)
+        graph = captured_graph(lambda: op(b, s, padded=True))
         print(f"n={n} timer_wall={timer.median * 1e6:.1f} loop_wall={loop_us(eager, 30):.1f} "
               f"graph={loop_us(graph.replay, 30):.1f}", flush=True)
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:

@@ -1,4 +1,5 @@
 """Timers the device probes share (imported from .ci/, where a probe runs):
+- captured_graph: a CUDA graph of `calls` calls, warmed up on a side stream;
 - graph_us: GPU time of one call, from a CUDA graph of `calls` calls (events around
   `replays` replays);
 - wall_us: one eager call with its synchronization, as the sweep's `wall` timer takes it
@@ -12,7 +13,9 @@ import torch
 import torch.utils.benchmark as benchmark
 
 
-def graph_us(fn, calls=20, replays=20):
+def captured_graph(fn, calls=1):
+    """A CUDA graph of `calls` calls of fn, after one warm-up call on a side stream (as
+    torch.cuda.graphs recommends)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -22,6 +25,11 @@ def graph_us(fn, calls=20, replays=20):
     with torch.cuda.graph(graph):
         for _ in range(calls):
             fn()
+    return graph
+
+
+def graph_us(fn, calls=20, replays=20):
+    graph = captured_graph(fn, calls)
     graph.replay()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -16,19 +16,15 @@ from nmsbench import datasets
 from nmsbench.variants import hard_fused as hf
 from nmsbench.variants import matrix_recompute as mr
 from nmsbench.variants._cuda import blocks, on_torch_stream, rank_by_score
+from probe_timers import captured_graph
 
 dev = torch.device("cuda")
 REPS = 20
 
 
 def gpu_us(stage):
-    """GPU time of one call of `stage`, from a graph of REPS calls."""
-    stage()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(REPS):
-            stage()
+    """GPU time of one call of `stage`, from a graph of REPS calls (the best of 5 replays)."""
+    graph = captured_graph(stage, REPS)
     graph.replay()
     torch.cuda.synchronize()
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
