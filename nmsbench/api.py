@@ -4,26 +4,31 @@ from __future__ import annotations
 
 import torch
 
-from .boxes import NMSResult, PaddedNMSResult, validate_iou_threshold, validate_nms_inputs
+from .boxes import NMSResult, PaddedNMSResult, check_input_structure, validate_iou_threshold
 from .registry import BackendUnavailable, get
+from .validation import finish_value_check, start_value_check
 
 
 def run_nms(name: str, boxes, scores, iou_threshold: float = 0.5, labels=None, *, padded: bool = False,
-            **params) -> NMSResult | PaddedNMSResult:
+            validate: bool = True, **params) -> NMSResult | PaddedNMSResult:
     """Run implementation ``name`` with the backend for the tensors' device.
 
     ``boxes`` (N, 4) float x1, y1, x2, y2; ``scores`` (N,); ``labels`` (N,) int for
     class-aware NMS (only same-label boxes interact). Extra keyword arguments are the
     implementation's parameters (Matrix NMS: ``kernel``, ``sigma``, ``score_threshold``).
     Bad input raises ``ValueError`` naming the problem; a backend that cannot run here
-    raises :class:`BackendUnavailable` with the reason.
+    raises :class:`BackendUnavailable` with the reason. The value checks run on the data's
+    device in one pass and add no host synchronization (:mod:`nmsbench.validation`).
 
     ``padded=True`` asks a ``graph_safe`` backend for its fixed-size output
     (:class:`PaddedNMSResult`: keep padded to N with -1 and the count on the device),
-    computed without any host synchronization, so the call can be captured in a CUDA graph.
+    computed without any host synchronization, so the call can be captured in a CUDA graph;
+    bad values are then reported through the result (``input_check``; ``.check()`` and
+    ``.trimmed()`` raise the ``ValueError``). ``validate=False`` skips the value checks
+    (the structure checks stay): for inputs the caller has validated once.
     """
     impl = get(name)
-    validate_nms_inputs(boxes, scores, labels)
+    check_input_structure(boxes, scores, labels)
     threshold = validate_iou_threshold(iou_threshold)
     resolved = impl.resolve_params(params)
     backend = impl.backend(boxes.device.type)
@@ -33,14 +38,22 @@ def run_nms(name: str, boxes, scores, iou_threshold: float = 0.5, labels=None, *
     if boxes.dtype not in backend.dtypes:
         supported = ", ".join(str(d).removeprefix("torch.") for d in backend.dtypes)
         raise ValueError(f"{name} on {boxes.device.type} supports {supported}; got {str(boxes.dtype).removeprefix('torch.')}")
+    if padded and not backend.graph_safe:
+        raise ValueError(f"{name} on {boxes.device.type} has no padded (graph-safe) output; "
+                         f"implementations that have one are marked graph_safe in `nmsbench list`")
+    pending = start_value_check(boxes, scores, padded=padded) if validate else None
+    try:
+        if padded:
+            result = backend.fn(boxes, scores, iou_threshold=threshold, labels=labels, padded=True, **resolved)
+        else:
+            result = backend.fn(boxes, scores, iou_threshold=threshold, labels=labels, **resolved)
+    except Exception:
+        finish_value_check(pending, boxes, scores)  # bad input is the error to report, also where the op failed on it
+        raise
     if padded:
-        if not backend.graph_safe:
-            raise ValueError(f"{name} on {boxes.device.type} has no padded (graph-safe) output; "
-                             f"implementations that have one are marked graph_safe in `nmsbench list`")
-        result = backend.fn(boxes, scores, iou_threshold=threshold, labels=labels, padded=True, **resolved)
         check_padded_result(name, result, boxes)
-        return result
-    result = backend.fn(boxes, scores, iou_threshold=threshold, labels=labels, **resolved)
+        return result._replace(input_check=pending) if pending is not None else result
+    finish_value_check(pending, boxes, scores)
     check_result(name, result, boxes)
     return result
 

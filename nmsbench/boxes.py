@@ -36,16 +36,49 @@ class PaddedNMSResult(NamedTuple):
     graph. keep: (N,) int64 on the input's device; its first ``count`` entries are what
     :class:`NMSResult` would hold, the rest are -1. count: 0-d int64 tensor on the same
     device. scores: (N,) final scores aligned with ``keep`` (padding 0), or ``None``.
+    input_check: through ``nmsbench.run_nms``, the verdict of the input check that ran on
+    the device with the op (0-d int64: 0 where the input is valid); ``None`` from a
+    backend called directly or with ``validate=False``. Bad input does not raise inside
+    the call (that would synchronize): :meth:`check` and :meth:`trimmed` raise it.
     """
 
     keep: torch.Tensor
     count: torch.Tensor
     scores: Optional[torch.Tensor] = None
+    input_check: Optional[torch.Tensor] = None
+
+    def check(self) -> "PaddedNMSResult":
+        """Raise the ``ValueError`` of bad input, if the input check found any (waits for
+        the device); returns the result itself otherwise."""
+        if self.input_check is not None:
+            verdict = int(self.input_check)
+            if verdict:
+                row, reason = describe_verdict(verdict)
+                raise ValueError(f"invalid input row {row}: {reason} (the padded call's input check; "
+                                 f"nmsbench.validate_nms_inputs on the same tensors gives the values)")
+        return self
 
     def trimmed(self) -> NMSResult:
-        """The :class:`NMSResult` this padded output stands for (waits for the count)."""
+        """The :class:`NMSResult` this padded output stands for (waits for the count);
+        a ``ValueError`` where the input check found bad input."""
+        self.check()
         n = int(self.count)
         return NMSResult(self.keep[:n], None if self.scores is None else self.scores[:n])
+
+
+# The device input check's verdict: 0 for valid input, else (1 + first bad row) * 8 + reason.
+VERDICT_REASONS = {
+    1: "a box coordinate is NaN or Inf",
+    2: "its score is NaN or Inf",
+    3: "x2 < x1",
+    4: "y2 < y1",
+    5: "its area (x2 - x1) * (y2 - y1) overflows the dtype",
+}
+
+
+def describe_verdict(verdict: int) -> tuple[int, str]:
+    """(first bad row, what is wrong with it) of a nonzero input-check verdict."""
+    return verdict // 8 - 1, VERDICT_REASONS.get(verdict % 8, "it breaks the input contract")
 
 
 @dataclass
@@ -77,9 +110,18 @@ def _shape(t: torch.Tensor) -> str:
 def validate_nms_inputs(boxes, scores, labels=None) -> None:
     """Raise ``ValueError`` naming the first problem with an NMS call's inputs.
 
-    Checks types, shapes, dtypes, devices, NaN/Inf, x2 >= x1, y2 >= y1, and that each
-    box's area is finite in the arithmetic's dtype. N = 0 and zero-area boxes are valid. Runs on the data once; keep it out of timed regions.
+    Checks types, shapes, dtypes, devices (:func:`check_input_structure`), then NaN/Inf,
+    x2 >= x1, y2 >= y1, and that each box's area is finite in the arithmetic's dtype
+    (:func:`check_input_values`). N = 0 and zero-area boxes are valid. This reference
+    form synchronizes with the device; ``nmsbench.run_nms`` checks the values in one
+    fused pass instead (:mod:`nmsbench.validation`) and calls this only to word an error.
     """
+    check_input_structure(boxes, scores, labels)
+    check_input_values(boxes, scores)
+
+
+def check_input_structure(boxes, scores, labels=None) -> None:
+    """The checks that read no tensor data: types, shapes, dtypes and devices."""
     for name, t in (("boxes", boxes), ("scores", scores)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -107,7 +149,12 @@ def validate_nms_inputs(boxes, scores, labels=None) -> None:
             raise ValueError(f"labels must be an integer tensor, got {labels.dtype}")
         if labels.device != boxes.device:
             raise ValueError(f"labels are on {labels.device} but boxes are on {boxes.device}")
-    if n == 0:
+
+
+def check_input_values(boxes: torch.Tensor, scores: torch.Tensor) -> None:
+    """The value checks, with torch ops on the data's device (each synchronizes); the
+    message names the first bad row of the first rule broken."""
+    if boxes.shape[0] == 0:
         return
     finite = torch.isfinite(boxes).all(dim=1)
     if not bool(finite.all()):

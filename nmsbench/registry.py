@@ -43,11 +43,22 @@ class Backend:
     def availability(self) -> tuple[bool, str]:
         """(available, reason) on this machine; reason is "" when available."""
         for module in self.requires:
-            if importlib.util.find_spec(module) is None:
+            if not _installed(module):
                 return False, f"{module} not installed"
         if self.device == "cuda" and not torch.cuda.is_available():
             return False, "no CUDA device"
         return True, ""
+
+
+_INSTALLED: dict[str, bool] = {}
+
+
+def _installed(module: str) -> bool:
+    """Whether ``module`` can be imported (looked up once per process: on every call's path)."""
+    found = _INSTALLED.get(module)
+    if found is None:
+        found = _INSTALLED[module] = importlib.util.find_spec(module) is not None
+    return found
 
 
 @dataclass
@@ -153,10 +164,11 @@ def implementations() -> dict[str, Implementation]:
 
 def get(name: str) -> Implementation:
     """One implementation by name, or a ValueError listing the known names."""
-    impls = implementations()
-    if name not in impls:
-        raise ValueError(f"unknown implementation {name!r}; known: {', '.join(sorted(impls))}")
-    return impls[name]
+    _load_builtin()
+    impl = _REGISTRY.get(name)
+    if impl is None:
+        raise ValueError(f"unknown implementation {name!r}; known: {', '.join(sorted(_REGISTRY))}")
+    return impl
 
 
 def describe() -> list[dict[str, Any]]:
