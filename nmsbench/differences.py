@@ -3,16 +3,21 @@
     >>> case = run_case("chain", 256, overlap=0.6, seed=0, iou_threshold=0.5)
     >>> classes, counts = classify(case.n, case.keeps["torchvision"], case.keeps["allpairs"])
     >>> agreement_matrix(case.keeps)      # Jaccard of kept sets, every pair
+    >>> write_case(case, "results/runs/diff-chain-256.json"); read_case(...)   # `nmsbench diff`
 
 Implementations that cannot run here (no backend for the device, a missing module, no
 CUDA device) or that raise are reported with the reason in ``CaseRun.unavailable`` /
-``CaseRun.errors``, never raised.
+``CaseRun.errors``, never raised. The dashboard only reads files that ``nmsbench diff``
+wrote (:func:`read_case`, :func:`diff_files`): it never runs an implementation itself.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -46,6 +51,11 @@ class CaseRun:
     seconds: dict[str, float] = field(default_factory=dict)     # name -> one warm call's wall time (not a benchmark)
     unavailable: dict[str, str] = field(default_factory=dict)   # name -> why it cannot run here
     errors: dict[str, str] = field(default_factory=dict)        # name -> what it raised
+    finals: dict[str, np.ndarray] = field(default_factory=dict)  # name -> final scores of its kept boxes (matrix, soft)
+    families: dict[str, str] = field(default_factory=dict)      # name -> its family
+    params: dict[str, dict] = field(default_factory=dict)       # name -> the parameters it ran with
+    labels: np.ndarray | None = None
+    meta: dict = field(default_factory=dict)                    # the command, the environment, the time written
 
 
 def devices() -> list[str]:
@@ -66,12 +76,16 @@ def availability(device: str) -> dict[str, str]:
 
 
 def run_case(scenario: str, n: int, overlap: float | None = None, seed: int = 0, iou_threshold: float = 0.5,
-             classes: int = 1, impls: Sequence[str] | None = None, device: str = "cpu", path=None) -> CaseRun:
-    """Regenerate the box set (on the CPU, deterministic from ``seed``), move it to
-    ``device`` and run each implementation (default: all registered) on it once."""
+             classes: int = 1, impls: Sequence[str] | None = None, device: str = "cpu", path=None,
+             params: dict | None = None) -> CaseRun:
+    """Regenerate the box set (on the CPU, deterministic from ``seed``, as a sweep does),
+    move it to ``device`` and run each implementation (default: all registered) on it
+    once; ``params`` go to the implementations that take them (as ``sweep --param``)."""
     box_set = datasets.generate(scenario, n, overlap=overlap, seed=seed, classes=classes, path=path)
     run = CaseRun(scenario, len(box_set), box_set.meta["overlap"], seed, float(iou_threshold), classes, device,
-                  box_set.boxes.numpy().astype(float), box_set.scores.numpy().astype(float))
+                  box_set.boxes.numpy().astype(float), box_set.scores.numpy().astype(float),
+                  labels=None if box_set.labels is None else box_set.labels.numpy().astype(np.int64))
+    registry = implementations()
     names = list(impls) if impls is not None else sorted(implementations())
     ready = availability(device)
     if any(ready.get(name) == "" for name in names):
@@ -87,18 +101,141 @@ def run_case(scenario: str, n: int, overlap: float | None = None, seed: int = 0,
             run.unavailable[name] = ready[name]
             continue
         try:
-            run_nms(name, data.boxes, data.scores, iou_threshold=iou_threshold, labels=data.labels)  # warm-up (numba, NVRTC)
+            impl = registry[name]
+            given = impl.resolve_params(impl.accepted_params(params or {}))
+            call = dict(iou_threshold=iou_threshold, labels=data.labels, **given)
+            run_nms(name, data.boxes, data.scores, **call)  # warm-up (numba, NVRTC)
             if device == "cuda":
                 torch.cuda.synchronize()
             start = time.perf_counter()
-            result = run_nms(name, data.boxes, data.scores, iou_threshold=iou_threshold, labels=data.labels)
+            result = run_nms(name, data.boxes, data.scores, **call)
             if device == "cuda":
                 torch.cuda.synchronize()
             run.seconds[name] = time.perf_counter() - start
             run.keeps[name] = result.keep.cpu().numpy().astype(np.int64)
+            run.families[name] = impl.family
+            run.params[name] = given
+            if result.scores is not None:
+                run.finals[name] = result.scores.cpu().numpy().astype(float)
         except Exception as exc:  # a variant that breaks is shown as broken, not a crashed page
             run.errors[name] = f"{type(exc).__name__}: {exc}"
     return run
+
+
+# --- the results file of `nmsbench diff` ------------------------------------------------
+
+FORMAT = "nmsbench-diff"
+FORMAT_VERSION = 1
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating, float)):
+        return float(value) if math.isfinite(value) else None
+    return value
+
+
+def case_to_dict(case: CaseRun) -> dict:
+    """The case as plain JSON data: the case's knobs, the boxes, scores and labels, and for
+    every implementation that ran its family, parameters, kept indices and (for variants
+    that change scores) the final scores of the kept boxes."""
+    return _jsonable({
+        "format": FORMAT, "format_version": FORMAT_VERSION,
+        "case": {"scenario": case.scenario, "overlap": case.overlap, "n": case.n, "seed": case.seed,
+                 "iou_threshold": case.iou_threshold, "classes": case.classes, "device": case.device},
+        "boxes": case.boxes.tolist(), "scores": case.scores.tolist(),
+        "labels": None if case.labels is None else case.labels.tolist(),
+        "implementations": {
+            name: {"family": case.families.get(name, ""), "params": case.params.get(name, {}),
+                   "keep": case.keeps[name].tolist(),
+                   "final_scores": case.finals[name].tolist() if name in case.finals else None,
+                   "one_call_s": case.seconds.get(name)}
+            for name in case.keeps},
+        "unavailable": case.unavailable, "errors": case.errors, **case.meta,
+    })
+
+
+def write_case(case: CaseRun, path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(case_to_dict(case), separators=(",", ":")) + "\n")
+    return path
+
+
+def case_from_dict(data: dict, name: str = "the file") -> CaseRun:
+    """A :class:`CaseRun` from :func:`case_to_dict`'s data; ValueError naming what is wrong."""
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ValueError(f"{name}: not an `nmsbench diff` file (no \"format\": \"{FORMAT}\")")
+    try:
+        c = data["case"]
+        run = CaseRun(str(c["scenario"]), int(c["n"]), float(c["overlap"]), int(c["seed"]), float(c["iou_threshold"]),
+                      int(c.get("classes", 1)), str(c.get("device", "")),
+                      np.asarray(data["boxes"], dtype=float).reshape(-1, 4), np.asarray(data["scores"], dtype=float),
+                      labels=None if data.get("labels") is None else np.asarray(data["labels"], dtype=np.int64),
+                      unavailable=dict(data.get("unavailable") or {}), errors=dict(data.get("errors") or {}),
+                      meta={k: v for k, v in data.items() if k not in ("case", "boxes", "scores", "labels", "implementations",
+                                                                      "unavailable", "errors")})
+        for impl, entry in data["implementations"].items():
+            keep = np.asarray(entry["keep"], dtype=np.int64)
+            if len(keep) and (keep.min() < 0 or keep.max() >= run.n):
+                raise ValueError(f"{impl} keeps an index outside 0..{run.n - 1}")
+            run.keeps[impl] = keep
+            run.families[impl] = str(entry.get("family", ""))
+            run.params[impl] = dict(entry.get("params") or {})
+            if entry.get("one_call_s") is not None:
+                run.seconds[impl] = float(entry["one_call_s"])
+            if entry.get("final_scores") is not None:
+                run.finals[impl] = np.asarray(entry["final_scores"], dtype=float)
+                if len(run.finals[impl]) != len(keep):
+                    raise ValueError(f"{impl} has {len(run.finals[impl])} final scores for {len(keep)} kept boxes")
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"{name}: an `nmsbench diff` file without {e}") from None
+    except ValueError as e:
+        raise ValueError(f"{name}: {e}") from None
+    if len(run.boxes) != run.n or len(run.scores) != run.n:
+        raise ValueError(f"{name}: {len(run.boxes)} boxes and {len(run.scores)} scores for n = {run.n}")
+    return run
+
+
+def read_case(path) -> CaseRun:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path.name}: not readable JSON ({e})") from None
+    return case_from_dict(data, path.name)
+
+
+def diff_files(folder, include_archive: bool = False) -> list[Path]:
+    """The ``nmsbench diff`` files of a results folder: diff-*.json at its top and anywhere
+    under runs/ (and archive/ when asked), in name order."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found = [*folder.glob("diff-*.json"), *folder.glob("runs/**/diff-*.json")]
+    if include_archive:
+        found += folder.glob("archive/**/diff-*.json")
+    return sorted(set(found))
+
+
+def remaining_score(case: CaseRun, names: Sequence[str]) -> np.ndarray:
+    """Per box, the smallest final score / input score among ``names`` that keep it and
+    change scores (Matrix NMS, Soft-NMS); NaN where none of them does. 1 means untouched,
+    0.1 that a box is kept with a tenth of its score."""
+    out = np.full(case.n, np.nan)
+    for name in names:
+        if name not in case.finals:
+            continue
+        keep = case.keeps[name]
+        ratio = np.divide(case.finals[name], case.scores[keep], out=np.ones(len(keep)), where=case.scores[keep] > 0)
+        current = out[keep]
+        out[keep] = np.where(np.isnan(current), ratio, np.minimum(current, ratio))
+    return out
 
 
 def classify(n: int, keep_a, keep_b) -> tuple[np.ndarray, dict[str, int]]:

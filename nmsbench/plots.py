@@ -11,6 +11,7 @@ suppression differences, arrays computed by :mod:`nmsbench.differences`).
 
 from __future__ import annotations
 
+import hashlib
 import math
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -23,18 +24,31 @@ from plotly.subplots import make_subplots
 from . import tables
 from .tables import DEFAULT_BASELINE, aggregate, ok_rows
 
-# Colour-blind-safe (Okabe-Ito first), fixed per built-in implementation so a name has the
-# same colour in every figure; other names take the remaining colours in sorted order.
-PINNED_COLORS = {
-    "torchvision": "#0072B2",
-    "matrix_naive": "#882255",
-    "matrix_fused": "#E69F00",
-    "allpairs": "#009E73",
-    "bitmask_two_phase": "#CC79A7",
-    "bitmask_classic": "#56B4E9",
+# Every built-in implementation has a fixed colour and marker, so a name looks the same in
+# every figure and every selection. Colours are Okabe-Ito's colour-blind-safe set (black,
+# vermillion, blue, bluish green, reddish purple, sky blue, orange) and Paul Tol's wine; the
+# two headline kernels take the two strongest (hard_fused vermillion, matrix_recompute
+# blue) and the baseline black. tests/test_colors.py holds every pair apart by CIEDE2000.
+IMPL_STYLES = {
+    "torchvision": ("#000000", "circle"),
+    "hard_fused": ("#D55E00", "diamond"),
+    "matrix_recompute": ("#0072B2", "square"),
+    "allpairs": ("#009E73", "triangle-up"),
+    "bitmask_two_phase": ("#CC79A7", "x"),
+    "bitmask_classic": ("#56B4E9", "cross"),
+    "matrix_naive": ("#E69F00", "triangle-down"),
+    "matrix_fused": ("#882255", "star"),
 }
-EXTRA_COLORS = ["#7F3C8D", "#11A579", "#3969AC", "#F2B701", "#E73F74", "#80BA5A", "#E68310", "#008695",
-                "#CF1C90", "#A5AA99", "#4B4B8F", "#8C564B"]
+PINNED_COLORS = {name: style[0] for name, style in IMPL_STYLES.items()}
+PINNED_SYMBOLS = {name: style[1] for name, style in IMPL_STYLES.items()}
+# Names added later take a colour and a marker picked by a hash of the name: fixed per name
+# whatever else is loaded. The colours (indigo, olive, brown, grey, yellow, green, sand,
+# umber, from Tol's and Okabe-Ito's sets) stay apart from the pinned ones; the markers are
+# shapes no pinned name uses, so a later name never looks like a built-in one (two later
+# names can share a colour, rarely also a marker).
+EXTRA_COLORS = ["#332288", "#999933", "#661100", "#999999", "#F0E442", "#117733", "#DDCC77", "#8C564B"]
+EXTRA_SYMBOLS = ["pentagon", "hexagon", "star-triangle-up", "hourglass", "bowtie", "star-square", "hexagram",
+                 "triangle-left"]
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
 SYMBOLS = ["circle", "square", "diamond", "triangle-up", "x", "star", "cross", "pentagon"]
 
@@ -52,13 +66,27 @@ TIME_AXIS = "median time (µs)"
 PANEL_HEIGHT = 340
 
 
+def _name_hash(name: str) -> int:
+    return int(hashlib.sha1(name.encode()).hexdigest(), 16)
+
+
+def impl_style(name: str) -> tuple[str, str]:
+    """(colour, marker symbol) of an implementation: pinned for the built-in ones, else
+    picked from the extra colours and shapes by a hash of the name (the same every time)."""
+    if name in IMPL_STYLES:
+        return IMPL_STYLES[name]
+    h = _name_hash(name)
+    return EXTRA_COLORS[h % len(EXTRA_COLORS)], EXTRA_SYMBOLS[(h // len(EXTRA_COLORS)) % len(EXTRA_SYMBOLS)]
+
+
 def color_map(names: Sequence[str]) -> dict[str, str]:
-    """A colour for each implementation name: pinned ones first, then the rest in order."""
-    colors = {n: PINNED_COLORS[n] for n in names if n in PINNED_COLORS}
-    free = [c for c in EXTRA_COLORS if c not in colors.values()]
-    for i, name in enumerate(sorted(n for n in set(names) if n not in colors)):
-        colors[name] = free[i % len(free)]
-    return colors
+    """A colour for each implementation name (:func:`impl_style`), whatever else is in ``names``."""
+    return {name: impl_style(name)[0] for name in names}
+
+
+def symbol_map(names: Sequence[str]) -> dict[str, str]:
+    """A marker symbol for each implementation name (:func:`impl_style`)."""
+    return {name: impl_style(name)[1] for name in names}
 
 
 def empty_figure(message: str, height: int = 220) -> go.Figure:
@@ -93,17 +121,16 @@ def _series(ok: pd.DataFrame, facet: str | None, exclude: Sequence[str] = ()) ->
     return tables.add_series(ok, tables.varying(ok, dims), shown_by=[facet] if facet else [])
 
 
-def _styles(data: pd.DataFrame, colors: Mapping[str, str] | None) -> dict[str, tuple[str, str]]:
-    """(colour, dash) per series: colour from the implementation, dash from the rest of the label."""
-    colors = dict(colors or {})
-    missing = [i for i in data["impl"].unique() if i not in colors]
-    colors.update({k: v for k, v in color_map(list(data["impl"].unique())).items() if k in missing})
+def _styles(data: pd.DataFrame, colors: Mapping[str, str] | None) -> dict[str, tuple[str, str, str]]:
+    """(colour, dash, marker) per series: colour and marker from the implementation, dash
+    from the rest of the label (" · cuda", " · @commit": the most common is solid)."""
+    colors = {**color_map(list(data["impl"].unique())), **(colors or {})}
     pairs = data[["series", "impl"]].drop_duplicates()
-    # the rest of the label (" · cuda", " · @commit") picks the dash: the most common is solid
     rest = pd.Series([s[len(i):] for s, i in zip(data["series"], data["impl"])])
     counts = rest.value_counts()
     rests = sorted(counts.index, key=lambda r: (-counts[r], r))
-    return {s: (colors[i], DASHES[rests.index(s[len(i):]) % len(DASHES)]) for s, i in zip(pairs["series"], pairs["impl"])}
+    return {s: (colors[i], DASHES[rests.index(s[len(i):]) % len(DASHES)], impl_style(i)[1])
+            for s, i in zip(pairs["series"], pairs["impl"])}
 
 
 def _grid(titles: Sequence[str], rows_per_panel: int = 1, max_cols: int = 3, row_titles: Sequence[str] | None = None,
@@ -180,7 +207,7 @@ def _add_lines(fig, data: pd.DataFrame, *, x: str, y: str, row: int, col: int, s
     """One line per series (and its band first, so the line draws on top)."""
     for series in sorted(data["series"].unique()):
         part = data[data["series"] == series].sort_values(x)
-        color, series_dash = styles[series]
+        color, series_dash, symbol = styles[series]
         group = series + group_suffix
         if band is not None:
             lo, hi = part[band[0]].to_numpy(float), part[band[1]].to_numpy(float)
@@ -195,7 +222,8 @@ def _add_lines(fig, data: pd.DataFrame, *, x: str, y: str, row: int, col: int, s
         fig.add_trace(go.Scatter(
             x=part[x], y=part[y], mode=mode, name=series + name_suffix, legendgroup=group,
             showlegend=group not in shown, line=dict(color=color, dash=dash or series_dash, width=2),
-            marker=dict(size=6, color=color), customdata=part[list(customdata)].to_numpy() if customdata else None,
+            marker=dict(size=7, color=color, symbol=symbol),
+            customdata=part[list(customdata)].to_numpy() if customdata else None,
             hovertemplate=f"<b>{series}{name_suffix}</b><br>{hover}<extra></extra>",
             meta={"role": "line", "series": series, "impl": str(part["impl"].iloc[0])},
         ), row=row, col=col)
@@ -364,7 +392,7 @@ def time_vs_overlap(frame: pd.DataFrame, n: int | None = None, *, x: str = "mean
     fig = go.Figure()
     for series in sorted(agg["series"].unique()):
         part = agg[agg["series"] == series].sort_values(x)
-        color, dash = styles[series]
+        color, dash, _ = styles[series]
         fig.add_trace(go.Scatter(
             x=part[x], y=part["median_us"], mode="lines", name=series, legendgroup=series, hoverinfo="skip",
             line=dict(color=color, dash=dash, width=1.5), meta={"role": "line", "series": series, "impl": str(part["impl"].iloc[0])},

@@ -191,9 +191,37 @@ def add_series(frame: pd.DataFrame, dims: Sequence[str] | None = None, shown_by:
     dims = kept
     label = frame["impl"].astype(str)
     for dim in dims:
-        label = label + " · " + frame[dim].map(lambda v, d=dim: _fmt_dim(d, v))
+        part = " · " + frame[dim].map(lambda v, d=dim: _fmt_dim(d, v))
+        if dim == "threads" and "device" in frame.columns:  # host threads say nothing about a GPU kernel's line
+            part = part.where(frame["device"].ne("cuda"), "")
+        label = label + part
     frame["series"] = label
     return frame
+
+
+def latest_runs(frame: pd.DataFrame) -> pd.DataFrame:
+    """For each case and implementation (same hardware, device, timer, scenario, N, ...),
+    only the rows of the newest results file that measured it (newest by the file's latest
+    ``timestamp``): the dashboard's default, one line per implementation and machine
+    rather than one per commit. Files that measured other cases keep those rows."""
+    if frame.empty or "source" not in frame.columns:
+        return frame
+    stamps = frame["timestamp"] if "timestamp" in frame.columns else pd.Series("", index=frame.index)
+    newest = stamps.groupby(frame["source"]).transform("max")
+    order = pd.Series(list(zip(newest, frame["source"])), index=frame.index).rank(method="dense")
+    keys = [k for k in [*CASE_KEYS, "impl", "params"] if k in frame.columns]
+    best = order.groupby([frame[k] for k in keys], dropna=False).transform("max")
+    return frame[order.eq(best)]
+
+
+def widest_n(frame: pd.DataFrame) -> int | None:
+    """The largest N at which the most implementations have measured rows: a default N
+    that shows every implementation of the selection (None when nothing is measured)."""
+    ok = ok_rows(frame)
+    if ok.empty:
+        return None
+    counts = ok.groupby("n")["impl"].nunique()
+    return int(counts[counts == counts.max()].index.max())
 
 
 def aggregate(frame: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
