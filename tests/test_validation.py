@@ -188,3 +188,79 @@ def test_mixed_devices(name):
         nmsbench.run_nms(name, cb, cs, iou_threshold=0.5, labels=L)
     with pytest.raises(ValueError, match=r"labels are on cuda:0 but boxes are on cpu"):
         nmsbench.run_nms(name, B, S, iou_threshold=0.5, labels=cl)
+
+
+# --- the fused value check (nmsbench.validation) against the reference checks ---------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from nmsbench.boxes import check_input_values  # noqa: E402
+from nmsbench.validation import start_value_check  # noqa: E402
+
+CORRUPTIONS = {
+    "nan-coordinate": lambda b, s, i, c: b.__setitem__((i, c), math.nan),
+    "inf-coordinate": lambda b, s, i, c: b.__setitem__((i, c), -math.inf if c % 2 else math.inf),
+    "nan-score": lambda b, s, i, c: s.__setitem__(i, math.nan),
+    "inf-score": lambda b, s, i, c: s.__setitem__(i, math.inf),
+    "x-reversed": lambda b, s, i, c: b.__setitem__((i, 2), b[i, 0] - 1),
+    "y-reversed": lambda b, s, i, c: b.__setitem__((i, 3), b[i, 1] - 0.5),
+    "area-overflow": lambda b, s, i, c: b.__setitem__(i, torch.tensor([-3e38, -3e38, 3e38, 3e38], dtype=b.dtype)),
+}
+
+
+def _message(fn, *args):
+    try:
+        fn(*args)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 300), dtype=st.sampled_from([torch.float32, torch.float64, torch.float16]),
+       faults=st.lists(st.tuples(st.sampled_from(sorted(CORRUPTIONS)), st.floats(0, 1), st.integers(0, 3)), max_size=3),
+       seed=st.integers(0, 2**16))
+def test_fused_cpu_check_raises_exactly_what_the_reference_raises(n, dtype, faults, seed):
+    """Random boxes with up to three faults at random rows (first, middle, last included by
+    the index draw): the fused pass raises iff the reference does, with the same message."""
+    g = torch.Generator().manual_seed(seed)
+    xy = torch.rand(n, 2, generator=g) * 100
+    boxes = torch.cat([xy, xy + torch.rand(n, 2, generator=g) * 20], 1).to(dtype)
+    scores = torch.rand(n, generator=g).to(dtype)
+    for name, where, coordinate in faults:
+        if dtype == torch.float16 and name == "area-overflow":
+            continue  # float16 has no 3e38; its area is computed in float32 and cannot overflow from finite halves
+        CORRUPTIONS[name](boxes, scores, min(n - 1, int(where * n)), coordinate)
+    assert _message(start_value_check, boxes, scores) == _message(check_input_values, boxes, scores)
+
+
+@pytest.mark.parametrize("row", ["first", "middle", "last"])
+@pytest.mark.parametrize("fault", sorted(CORRUPTIONS))
+def test_fused_cpu_check_finds_a_fault_at_any_row(row, fault):
+    n = 257
+    boxes = torch.tensor([[0.0, 0.0, 10.0, 10.0]]).repeat(n, 1) + torch.arange(n)[:, None] * 3.0
+    scores = torch.linspace(1, 0, n)
+    i = {"first": 0, "middle": n // 2, "last": n - 1}[row]
+    CORRUPTIONS[fault](boxes, scores, i, 1)
+    with pytest.raises(ValueError, match=rf"(row|index) {i}\b"):
+        nmsbench.run_nms("torchvision", boxes, scores, iou_threshold=0.5)
+
+
+def test_validate_false_skips_only_the_value_checks():
+    boxes = B.clone()
+    boxes[0, 0] = math.nan
+    nmsbench.run_nms("torchvision", boxes, S, iou_threshold=0.5, validate=False)  # the caller's promise: no check
+    with pytest.raises(ValueError, match=r"scores must have shape"):
+        nmsbench.run_nms("torchvision", B, S[:2], iou_threshold=0.5, validate=False)
+
+
+def test_padded_result_check_decodes_the_verdict():
+    keep, count = torch.full((3,), -1, dtype=torch.int64), torch.tensor(0)
+    clean = nmsbench.PaddedNMSResult(keep, count, None, torch.tensor(0))
+    assert clean.check() is clean and clean.trimmed().keep.shape == (0,)
+    bad = nmsbench.PaddedNMSResult(keep, count, None, torch.tensor((1 + 2) * 8 + 3))  # row 2, x2 < x1
+    with pytest.raises(ValueError, match=r"invalid input row 2: x2 < x1"):
+        bad.trimmed()
+    with pytest.raises(ValueError, match=r"row 2"):
+        bad.check()
+    assert nmsbench.PaddedNMSResult(keep, count).check().input_check is None  # a backend called directly

@@ -1,0 +1,150 @@
+"""The fused input check of ``nmsbench.run_nms`` on the GPU, for every CUDA backend: bad
+rows at the first, a middle and the last index raise the reference ``ValueError`` (labels
+and padded calls included), good input gives what the backend alone gives, with no more
+host synchronizations than the backend alone, and a padded call is capturable in a CUDA
+graph with its verdict in the result."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import nmsbench
+from nmsbench.boxes import validate_nms_inputs
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+IMPLS = nmsbench.implementations()
+CUDA_IMPLS = sorted(name for name, impl in IMPLS.items() if "cuda" in impl.backends)
+GRAPH_SAFE = sorted(name for name in CUDA_IMPLS if IMPLS[name].backends["cuda"].graph_safe)
+HOST_SYNC = sorted(name for name in CUDA_IMPLS if IMPLS[name].backends["cuda"].host_sync)
+SIZES = (100, 3000)  # one block of the check, and several (the scratch shared by launches)
+
+
+def boxes_for(n: int, dtype=torch.float32, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    xy = torch.rand(n, 2, generator=g) * 400
+    boxes = torch.cat([xy, xy + 5 + torch.rand(n, 2, generator=g) * 40], 1)
+    scores = torch.rand(n, generator=g)
+    labels = torch.randint(0, 3, (n,), generator=g)
+    return boxes.to(dtype).cuda(), scores.to(dtype).cuda(), labels.cuda()
+
+
+FAULTS = {
+    "nan-box": lambda b, s, i: b.__setitem__((i, 1), math.nan),
+    "inf-score": lambda b, s, i: s.__setitem__(i, math.inf),
+    "x-reversed": lambda b, s, i: b.__setitem__((i, 2), b[i, 0] - 1),
+    "area-overflow": lambda b, s, i: b.__setitem__(i, torch.tensor([-3e38, 0, 3e38, 3e38], dtype=b.dtype, device=b.device)),
+}
+
+
+def _runs(name: str, dtype=torch.float32) -> bool:
+    backend = IMPLS[name].backends["cuda"]
+    return backend.availability()[0] and dtype in backend.dtypes
+
+
+@pytest.mark.parametrize("name", CUDA_IMPLS)
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("with_labels", [False, True], ids=["no-labels", "labels"])
+def test_bad_row_anywhere_raises_the_reference_error(name, n, with_labels):
+    if not _runs(name):
+        pytest.skip(f"{name} does not run here")
+    for fault, corrupt in FAULTS.items():
+        for i in (0, n // 2, n - 1):
+            boxes, scores, labels = boxes_for(n)
+            corrupt(boxes, scores, i)
+            with pytest.raises(ValueError) as caught:
+                validate_nms_inputs(boxes, scores)
+            with pytest.raises(ValueError) as raised:
+                nmsbench.run_nms(name, boxes, scores, iou_threshold=0.5, labels=labels if with_labels else None)
+            assert str(raised.value) == str(caught.value), (fault, i)
+            assert f" {i}" in str(raised.value), (fault, i)
+    good = boxes_for(n, seed=1)
+    direct = IMPLS[name].backends["cuda"].fn(good[0], good[1], iou_threshold=0.5, labels=None, **_defaults(name))
+    assert torch.equal(nmsbench.run_nms(name, good[0], good[1], iou_threshold=0.5).keep, direct.keep)  # nothing left behind
+
+
+def _defaults(name):
+    return IMPLS[name].resolve_params({})
+
+
+@pytest.mark.parametrize("name", GRAPH_SAFE)
+@pytest.mark.parametrize("n", SIZES)
+def test_padded_call_reports_bad_rows_through_the_result(name, n):
+    for fault, corrupt in FAULTS.items():
+        for i in (0, n // 2, n - 1):
+            boxes, scores, labels = boxes_for(n)
+            corrupt(boxes, scores, i)
+            result = nmsbench.run_nms(name, boxes, scores, iou_threshold=0.5, labels=labels, padded=True)  # does not raise
+            with pytest.raises(ValueError, match=rf"invalid input row {i}:"):
+                result.check()
+            with pytest.raises(ValueError, match=rf"invalid input row {i}:"):
+                result.trimmed()
+    boxes, scores, labels = boxes_for(n)
+    result = nmsbench.run_nms(name, boxes, scores, iou_threshold=0.5, labels=labels, padded=True)
+    assert int(result.input_check) == 0
+    eager = nmsbench.run_nms(name, boxes, scores, iou_threshold=0.5, labels=labels)
+    assert torch.equal(result.trimmed().keep, eager.keep)
+
+
+@pytest.mark.parametrize("name", CUDA_IMPLS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16], ids=["f32", "f64", "f16"])
+def test_good_input_gives_what_the_backend_gives(name, dtype):
+    if not _runs(name, dtype):
+        pytest.skip(f"{name} does not run {dtype} here")
+    backend = IMPLS[name].backends["cuda"]
+    for n in (1, 64, 1000, 5000):
+        for labels in (None, boxes_for(n)[2]):
+            boxes, scores, _ = boxes_for(n, dtype, seed=n)
+            expected = backend.fn(boxes, scores, iou_threshold=0.5, labels=labels, **_defaults(name))
+            for _ in range(3):  # repeated calls reuse the verdict's memory and scratch
+                got = nmsbench.run_nms(name, boxes, scores, iou_threshold=0.5, labels=labels)
+                assert torch.equal(got.keep, expected.keep)
+                assert (got.scores is None) == (expected.scores is None)
+                if got.scores is not None:
+                    assert torch.equal(got.scores, expected.scores)
+
+
+SYNC_CALLS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cuStreamSynchronize",
+              "cuCtxSynchronize", "cuEventSynchronize", "cudaMemcpy"}
+
+
+def _synchronizations(fn) -> int:
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+    return sum(1 for event in prof.events() if event.name in SYNC_CALLS)
+
+
+@pytest.mark.parametrize("name", HOST_SYNC)
+def test_run_nms_synchronizes_as_often_as_the_backend_alone(name):
+    if not _runs(name):
+        pytest.skip(f"{name} does not run here")
+    boxes, scores, _ = boxes_for(2000)
+    backend, params = IMPLS[name].backends["cuda"], _defaults(name)
+    alone = _synchronizations(lambda: backend.fn(boxes, scores, iou_threshold=0.5, labels=None, **params))
+    public = _synchronizations(lambda: nmsbench.run_nms(name, boxes, scores, iou_threshold=0.5))
+    reference = _synchronizations(lambda: (validate_nms_inputs(boxes, scores),
+                                           backend.fn(boxes, scores, iou_threshold=0.5, labels=None, **params)))
+    assert reference > alone  # the count sees synchronizations at all: the torch checks add several
+    assert public == alone
+
+
+@pytest.mark.parametrize("name", GRAPH_SAFE)
+def test_padded_run_nms_is_capturable_in_a_cuda_graph(name):
+    from nmsbench.timing import capture_graph
+
+    boxes, scores, labels = boxes_for(1500)
+    graph, result = capture_graph(lambda: nmsbench.run_nms(name, boxes, scores, iou_threshold=0.5, labels=labels, padded=True))
+    graph.replay()
+    eager = nmsbench.run_nms(name, boxes, scores, iou_threshold=0.5, labels=labels)
+    assert torch.equal(result.trimmed().keep, eager.keep)
+    boxes[700, 0] = math.nan  # the captured check reads the static input again on every replay
+    graph.replay()
+    with pytest.raises(ValueError, match=r"invalid input row 700:"):
+        result.trimmed()
