@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 CASE_COLUMNS = [
     "impl", "family", "device", "dtype", "timer", "scenario", "overlap", "classes", "n",
@@ -49,11 +49,16 @@ MEASURE_COLUMNS = [
     # schema 3: timings taken for the row (1, plus re-timings of a noisy measurement with
     # `sweep --repeat-noisy`; the least noisy is kept)
     "attempts",
+    # schema 4: timing blocks of the row (all rounds), its interleaved rounds (`sweep
+    # --rounds`), the spread of the round medians ((max - min) / median; blank with one
+    # round), and why the row is noisy (every reason of the rule in nmsbench.timing)
+    "blocks", "rounds", "round_spread", "noise",
 ]
 # columns a schema-1 file lacks, and their value for its rows (all of which are sweeps)
 ADDED_IN_SCHEMA_2 = ("benchmark", "image", "input_size", "n_cap", "batch", "stage", "candidates", "mismatched")
 SCHEMA_1_DEFAULTS = {"benchmark": "nms"}
 ADDED_IN_SCHEMA_3 = ("attempts",)
+ADDED_IN_SCHEMA_4 = ("blocks", "rounds", "round_spread", "noise")
 ENV_COLUMNS = [
     "machine", "cpu", "gpu", "driver", "cuda", "torch", "torchvision", "cupy", "numba",
     "nmsbench", "git_commit", "python", "timestamp",
@@ -153,7 +158,11 @@ def environment() -> dict:
     }
 
 
-def default_output_path(devices: list[str], directory: Path = Path("results"), kind: str = "sweep") -> Path:
+RUNS_DIRECTORY = Path("results") / "runs"  # user runs (git-ignored); results/ holds the committed reference runs
+
+
+def default_output_path(devices: list[str], directory: Path = RUNS_DIRECTORY, kind: str = "sweep") -> Path:
+    """``results/runs/<kind>-<time>-<devices>.csv`` (relative to the working directory)."""
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return directory / f"{kind}-{stamp}-{'-'.join(devices)}.csv"
 
@@ -188,6 +197,18 @@ class ResultWriter:
             "columns": COLUMNS,
         }
         sidecar_path(self.path).write_text(json.dumps(meta, indent=2, default=str) + "\n")
+
+    def note(self, key: str, value) -> None:
+        """Add ``value`` to the list ``key`` of the sidecar (e.g. the machine's load at the
+        start and end of a run); left alone if the sidecar cannot be read."""
+        sidecar = sidecar_path(self.path)
+        try:
+            meta = json.loads(sidecar.read_text())
+        except (OSError, ValueError):
+            return
+        if isinstance(meta, dict):
+            meta.setdefault(key, []).append(value)
+            sidecar.write_text(json.dumps(meta, indent=2, default=str) + "\n")
 
     def _write_line(self, values: list) -> None:
         text = io.StringIO()
@@ -290,14 +311,14 @@ def open_for_resume(path, env: dict, benchmark: str = "nms") -> set:
 
 
 # read as text: a CUDA version "12.10" is not the number 12.1
-TEXT_COLUMNS = ["params", "error", "benchmark", "image", "stage", *ENV_COLUMNS]
+TEXT_COLUMNS = ["params", "error", "benchmark", "image", "stage", "noise", *ENV_COLUMNS]
 
 
 def read_results(path, name: str | None = None) -> "pandas.DataFrame":
     """Load a results CSV (a path or a file-like object), or raise ValueError naming what
     makes it not one; ``name`` is what messages call it (default: ``path``).
 
-    Older files (schema 1, 2) gain the columns added since, empty (``benchmark`` = "nms").
+    Older files (schema 1 to 3) gain the columns added since, empty (``benchmark`` = "nms").
     A partial last line (a run killed while writing it) is dropped with a
     :class:`PartialRowWarning`.
     """

@@ -1,11 +1,22 @@
 """The sweep: every case of the grid, timed and compared, one row each.
 
 For each box set (scenario x overlap x n, generated once on the CPU) the runner computes
-the realized overlap and the reference greedy NMS once per IoU threshold, then for each
-device x dtype x implementation: prepares the inputs (cast, move, validate), calls the
-op once (warm-up: numba/NVRTC compilation; its output is the one checked against the
-reference), and times that very same call. Any exception becomes an error row, an
-unsupported cell a skipped row; the sweep goes on.
+the realized overlap once, and the reference greedy NMS once per dtype and IoU threshold.
+Then, for each device x dtype x IoU threshold, it moves and validates the box set once
+and prepares every implementation: calls the op once (warm-up: numba/NVRTC compilation;
+its output is the one checked against the reference), builds each timer's callable (the
+same call; ``api``: ``nmsbench.run_nms`` on the same tensors, checked to give the same
+output; ``graph``: the padded call captured once) and times them in interleaved rounds:
+
+- ``Grid.rounds`` = K rounds; round r starts at implementation r mod M and goes through
+  all M in order, each implementation timing each of its timers in its turn for
+  ``min_run_time / K`` seconds (the rounds share the budget of one measurement; a wall
+  timer's block size is fixed once, before the first round). A ratio between two implementations then does not depend on which of
+  them ran while the host was busy.
+- A measurement with fewer than ``timing.MIN_BLOCKS`` blocks is re-timed (at most that many
+  more times) before it is summarized; ``--repeat-noisy`` re-times a noisy one.
+
+Any exception becomes an error row, an unsupported cell a skipped row; the sweep goes on.
 """
 
 from __future__ import annotations
@@ -13,28 +24,44 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import math
 import signal
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional
 
 import torch
 
-from . import datasets
+from . import api, datasets
 from .agreement import compare_keep
 from .boxes import BoxSet, validate_nms_inputs
 from .overlap import realized_overlap
-from .registry import Implementation, get
+from .registry import Implementation, get, implementations
 from .results import case_key
-from .timing import DEFAULT_TIMERS, Timing, capture_graph, time_device, time_graph, time_wall
+from .timing import (BLOCKS_PER_MEASUREMENT, CPU_TIMERS, DEFAULT_ROUNDS, DEFAULT_TIMERS, MIN_BLOCKS, TIMERS, Blocks,
+                     CpuMeter, Timing, WallTimer, capture_graph, device_blocks, summarize)
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16}
 REFERENCE = "torchvision"
 
 
+class GridError(ValueError):
+    """A grid that cannot be swept; ``field`` names the Grid field at fault (the CLI
+    turns it into the option's name)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+DEVICES = ("cpu", "cuda")
+
+
 @dataclass
 class Grid:
-    """The sweep axes; their product is the set of cases."""
+    """The sweep axes; their product is the set of cases. A Grid checks itself when it is
+    made (:meth:`validate`): a bad value is a :class:`GridError` (a ValueError)."""
 
     impls: list[str]
     devices: list[str]
@@ -47,12 +74,67 @@ class Grid:
     classes: int = 1
     params: dict = field(default_factory=dict)  # given to implementations that accept them
     timers: list[str] = field(default_factory=lambda: list(DEFAULT_TIMERS))
-    min_run_time: float = 0.2
+    min_run_time: float = 0.2  # seconds of timing per measurement, shared by its rounds
     threads: int = 1
     file: Optional[str] = None
     recordings: Optional[list[str]] = None  # for the real scenario; None: its default recording
     case_timeout: Optional[float] = None  # seconds per case (see case_deadline); None: no limit
     repeat_noisy: int = 0  # re-time a noisy measurement up to this many times, keep the least noisy
+    rounds: int = DEFAULT_ROUNDS  # interleaved rounds per measurement (see the module docstring)
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise :class:`GridError` for anything that cannot be swept."""
+        def need(ok: bool, name: str, message: str) -> None:
+            if not ok:
+                raise GridError(name, message)
+
+        def names(value, name: str) -> list:
+            need(isinstance(value, (list, tuple)) and len(value) > 0, name, f"{name} must be a non-empty list, got {value!r}")
+            return list(value)
+
+        known = implementations()
+        unknown = [i for i in names(self.impls, "impls") if i not in known]
+        need(not unknown, "impls", f"unknown {', '.join(map(str, unknown))}; known: {', '.join(sorted(known))}")
+        bad = [d for d in names(self.devices, "devices") if d not in DEVICES]
+        need(not bad, "devices", f"{', '.join(map(str, bad))}: choose cpu and/or cuda")
+        bad = [d for d in names(self.dtypes, "dtypes") if d not in DTYPES]
+        need(not bad, "dtypes", f"unknown {', '.join(map(str, bad))}; choose from {', '.join(DTYPES)}")
+        bad = [s for s in names(self.scenarios, "scenarios") if s not in datasets.SCENARIOS]
+        need(not bad, "scenarios", f"unknown {', '.join(map(str, bad))}; known: {', '.join(datasets.SCENARIOS)}")
+        bad = [t for t in names(self.timers, "timers") if t not in TIMERS]
+        need(not bad, "timers", f"choose from {', '.join(TIMERS)}, got {', '.join(map(str, self.timers))}")
+        bad = [n for n in names(self.ns, "ns") if isinstance(n, bool) or not isinstance(n, int) or n < 1]
+        need(not bad, "ns", f"box counts must be positive whole numbers, got {', '.join(map(repr, bad))}")
+        bad = [v for v in names(self.ious, "ious") if not _real(v) or not 0.0 <= v <= 1.0]
+        need(not bad, "ious", f"IoU thresholds must lie in [0, 1], got {', '.join(map(repr, bad))}")
+        if self.overlaps is not None:
+            overlaps = names(self.overlaps, "overlaps")
+            need(all(_real(v) for v in overlaps), "overlaps", f"overlap values must be numbers, got {overlaps!r}")
+            for name in self.scenarios:
+                lo, hi = datasets.SCENARIOS[name].knob_range
+                outside = [v for v in overlaps if not lo <= v <= hi]
+                need(not outside, "overlaps", f"{outside} outside {name}'s knob range [{lo}, {hi}]")
+        need("file" not in self.scenarios or bool(self.file), "file", "the file scenario needs a boxes file (--file PATH)")
+        need(not self.file or "file" in self.scenarios, "file",
+             f"a boxes file ({self.file}) is only read by the file scenario; add it (--scenario file) or leave the file out")
+        if self.recordings is not None:
+            names(self.recordings, "recordings")
+            need(any(datasets.SCENARIOS[s].recordings for s in self.scenarios), "recordings",
+                 "recordings are for the real scenario (add --scenario real)")
+        need(_whole(self.seed) and self.seed >= 0, "seed", f"seed must be a whole number >= 0, got {self.seed!r}")
+        need(_whole(self.classes) and self.classes >= 1, "classes", f"classes must be a whole number >= 1, got {self.classes!r}")
+        need(_whole(self.threads) and self.threads >= 1, "threads", f"threads must be a whole number >= 1, got {self.threads!r}")
+        need(_whole(self.rounds) and self.rounds >= 1, "rounds", f"rounds must be a whole number >= 1, got {self.rounds!r}")
+        need(_whole(self.repeat_noisy) and self.repeat_noisy >= 0, "repeat_noisy",
+             f"repeat_noisy must be a whole number >= 0, got {self.repeat_noisy!r}")
+        need(_real(self.min_run_time) and self.min_run_time > 0, "min_run_time",
+             f"min_run_time must be a positive number of seconds, got {self.min_run_time!r}")
+        need(isinstance(self.params, dict), "params", f"params must be a dict, got {self.params!r}")
+        need(self.case_timeout is None or (_real(self.case_timeout) and self.case_timeout > 0), "case_timeout",
+             f"the case timeout must be a positive number of seconds, got {self.case_timeout!r}")
 
     def overlaps_for(self, scenario: str) -> list[float]:
         return list(self.overlaps) if self.overlaps else [datasets.SCENARIOS[scenario].default_overlap]
@@ -64,13 +146,21 @@ class Grid:
         return list(self.recordings) if self.recordings else [None]
 
     def timers_for(self, device: str) -> list[str]:
-        return [t for t in self.timers if t == "wall" or device == "cuda"]
+        return [t for t in self.timers if t in CPU_TIMERS or device == "cuda"]
 
     def count(self) -> int:
         """Number of rows the sweep will write (graph rows of backends that are not
         graph-safe are written as skipped)."""
         per_set = sum(len(self.timers_for(d)) for d in self.devices) * len(self.dtypes) * len(self.impls) * len(self.ious)
         return sum(len(self.overlaps_for(s)) * len(self.recordings_for(s)) for s in self.scenarios) * len(self.ns) * per_set
+
+
+def _real(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _resolve_params(impl: Implementation, given: dict) -> tuple[dict, Optional[str]]:
@@ -150,30 +240,6 @@ def _reference(data: BoxSet, iou: float) -> torch.Tensor:
     return backend.fn(data.boxes, data.scores, iou_threshold=iou, labels=data.labels).keep
 
 
-def _measure(impl, backend, data: BoxSet, iou: float, params: dict, timers: list[str], grid: Grid, ref_keep):
-    """Run one case: warm-up call (checked), then each timer on the same call."""
-    device = data.boxes.device
-
-    def op():
-        return backend.fn(data.boxes, data.scores, iou_threshold=iou, labels=data.labels, **params)
-
-    peak = ""
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats(device)
-        before = torch.cuda.memory_allocated(device)
-    result = op()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        peak = torch.cuda.max_memory_allocated(device) - before
-    agreement = compare_keep(result.keep.cpu(), ref_keep)
-    timings: dict[str, tuple[Timing, int]] = {}
-    for timer in timers:
-        timed = _captured_graph(backend, data, iou, params, result) if timer == "graph" else op
-        timings[timer] = _least_noisy(timed, timer, grid)
-    return agreement, timings, peak
-
-
 def _captured_graph(backend, data: BoxSet, iou: float, params: dict, eager):
     """The padded op captured once in a CUDA graph, after checking that a replay gives the
     eager call's output (the graph timer times exactly this graph's replays)."""
@@ -181,31 +247,109 @@ def _captured_graph(backend, data: BoxSet, iou: float, params: dict, eager):
         lambda: backend.fn(data.boxes, data.scores, iou_threshold=iou, labels=data.labels, padded=True, **params))
     graph.replay()
     replayed = padded.trimmed()
-    same = torch.equal(replayed.keep, eager.keep) and (
-        eager.scores is None or (replayed.scores is not None and torch.equal(replayed.scores, eager.scores)))
-    if not same:
+    if not _same_output(replayed, eager):
         raise RuntimeError("the CUDA graph replay's output differs from the eager call's")
     return graph
 
 
-def _least_noisy(op, timer: str, grid: Grid) -> tuple[Timing, int]:
-    """(timing, attempts): ``op`` timed once, and again while the kept timing is noisy, up
-    to ``grid.repeat_noisy`` more times; the one with the lowest relative spread is kept
-    (the first of equals), so the row may still be noisy after every attempt. For the
-    graph timer ``op`` is the captured graph."""
-    def measure() -> Timing:
-        if timer == "wall":
-            return time_wall(op, min_run_time=grid.min_run_time, threads=grid.threads)
-        if timer == "graph":
-            return time_graph(op, min_run_time=grid.min_run_time, threads=grid.threads)
-        return time_device(op, min_run_time=grid.min_run_time)
+def _same_output(result, eager) -> bool:
+    return torch.equal(result.keep, eager.keep) and (
+        eager.scores is None or (result.scores is not None and torch.equal(result.scores, eager.scores)))
 
-    best, attempts = measure(), 1
+
+def _api_call(impl, data: BoxSet, iou: float, params: dict, eager) -> Callable[[], object]:
+    """``nmsbench.run_nms`` exactly as a user calls it on the case's tensors (validation
+    included), after checking that it gives the backend call's output."""
+    run_nms, name, boxes, scores, labels = api.run_nms, impl.name, data.boxes, data.scores, data.labels
+
+    def call():
+        return run_nms(name, boxes, scores, iou_threshold=iou, labels=labels, **params)
+
+    if not _same_output(call(), eager):
+        raise RuntimeError("nmsbench.run_nms's output differs from the backend call's")
+    return call
+
+
+@dataclass
+class _Contender:
+    """One implementation of a case while its rounds are timed."""
+
+    impl: Implementation
+    rows: list[dict]
+    calls: dict  # timer -> the callable (the graph timer: the captured graph's replay)
+    agreement: dict
+    peak: object
+    measure: dict = field(default_factory=dict)  # timer -> seconds -> Blocks
+    rounds: dict = field(default_factory=dict)  # timer -> [Blocks of each round]
+    spent: float = 0.0  # seconds of this case so far (the case timeout's budget)
+    meter: Optional[CpuMeter] = None
+
+
+def _measurer(timer: str, call, grid: Grid) -> Callable[[float], Blocks]:
+    """``seconds -> Blocks`` for one timer of a case: the device timer's CUDA events, or a
+    :class:`WallTimer` whose block size is fixed here, once for all rounds."""
+    if timer == "device":
+        return lambda seconds: device_blocks(call, min_run_time=seconds, min_runs=max(2, math.ceil(10 / grid.rounds)))
+    block = grid.min_run_time / grid.rounds / BLOCKS_PER_MEASUREMENT
+    return WallTimer(call, threads=grid.threads, block_seconds=block).blocks
+
+
+def _within_budget(contender: _Contender, grid: Grid, work: Callable[[], None]) -> None:
+    """Run ``work`` against what is left of the contender's case timeout (if any), with
+    its CPU meter running."""
+    remaining = None
+    if grid.case_timeout:
+        remaining = grid.case_timeout - contender.spent
+        if remaining <= 0:
+            raise CaseTimeout(f"stopped after the case timeout of {grid.case_timeout:g} s (--case-timeout)")
+    start = time.perf_counter()
+    try:
+        with case_deadline(remaining), (contender.meter or contextlib.nullcontext()):
+            work()
+    finally:
+        contender.spent += time.perf_counter() - start
+
+
+def _timing(contender: _Contender, timer: str, grid: Grid) -> tuple[Timing, int]:
+    """(timing, attempts) of one row: its rounds summarized; re-timed (bounded) while it has
+    fewer than MIN_BLOCKS blocks, and up to ``grid.repeat_noisy`` times while noisy (then
+    the measurement with the lowest relative spread is kept, the first of equals)."""
+    rounds = contender.rounds[timer]
+    share = grid.min_run_time / grid.rounds
+    measure = contender.measure[timer]
+    for extra in range(MIN_BLOCKS):  # each re-timing adds at least one block
+        if sum(len(r.times_us) for r in rounds) >= MIN_BLOCKS:
+            break
+        _within_budget(contender, grid, lambda: rounds.append(measure(share)))
+    contention = contender.meter.contention() if contender.meter else ""
+    best, attempts = summarize(rounds, contention), 1
     while best.noisy and attempts <= grid.repeat_noisy:
-        timing, attempts = measure(), attempts + 1
-        if timing.rel_spread < best.rel_spread:
+        again: list[Blocks] = []
+
+        def retime():
+            for _ in range(grid.rounds):
+                again.append(measure(share))
+
+        _within_budget(contender, grid, retime)
+        timing, attempts = summarize(again, contender.meter.contention() if contender.meter else ""), attempts + 1
+        if (timing.noisy, timing.rel_spread) < (best.noisy, best.rel_spread):
             best = timing
     return best, attempts
+
+
+def _timed_rows(contender: _Contender, grid: Grid, n: int) -> Iterator[dict]:
+    suppressed = {"greedy_suppressed_frac": 1 - contender.agreement["ref_kept"] / n if n else 0.0}
+    timings = {}
+    for timer in contender.calls:
+        timings[timer] = _timing(contender, timer, grid)
+    for row in contender.rows:
+        t, attempts = timings[row["timer"]]
+        yield row | contender.agreement | suppressed | {
+            "status": "ok", "error": "", "median_us": t.median_us, "iqr_us": t.iqr_us, "runs": t.runs,
+            "rel_spread": t.rel_spread, "noisy": t.noisy, "peak_mem_bytes": contender.peak, "attempts": attempts,
+            "blocks": t.blocks, "rounds": t.rounds, "round_spread": "" if t.round_spread is None else t.round_spread,
+            "noise": t.noise,
+        }
 
 
 def use_threads(threads: int) -> None:
@@ -237,6 +381,7 @@ def run_sweep(grid: Grid, write: Callable[[dict], None], on_case: Callable[[dict
               done: frozenset | set = frozenset()) -> dict:
     """Run every case of ``grid``; ``write`` gets each row as soon as it exists. Rows whose
     :func:`~nmsbench.results.case_key` is in ``done`` (already written) are not run again."""
+    grid.validate()  # again: its fields may have changed since it was made
     check_case_timeout(grid.case_timeout)
     use_threads(grid.threads)
     impls = [get(name) for name in grid.impls]
@@ -288,9 +433,10 @@ def run_sweep(grid: Grid, write: Callable[[dict], None], on_case: Callable[[dict
                     references[dtype_name, iou] = _reference(box_set.to("cpu", DTYPES[dtype_name]), iou)
                 return references[dtype_name, iou]
 
-            for device, dtype_name, iou, impl, rows in cases:
-                impl_params, params_error = params_by_impl[impl.name]
-                for row in _run_case(impl, device, dtype_name, iou, grid, box_set, rows, reference, impl_params, params_error):
+            # the implementations of one device, dtype and IoU are timed together, in rounds
+            for (device, dtype_name, iou), group in itertools.groupby(cases, key=lambda case: case[:3]):
+                members = [(impl, rows) for *_, impl, rows in group]
+                for row in _run_group(members, device, dtype_name, iou, grid, box_set, reference, params_by_impl):
                     emit(row)
     return counts
 
@@ -306,8 +452,8 @@ def _case_rows(impl: Implementation, device: str, dtype_name: str, iou: float, g
     return [common | {"timer": t} for t in grid.timers_for(device)]
 
 
-def _run_case(impl, device, dtype_name, iou, grid, box_set: BoxSet, rows: list[dict], reference,
-              params: dict, params_error: Optional[str]) -> Iterator[dict]:
+def _unrunnable(impl, device, dtype_name, rows, params_error) -> Optional[Iterator[dict]]:
+    """Skipped or error rows for a case that cannot run (None when it can)."""
     backend = impl.backends.get(device)
     skip = None
     if backend is None:
@@ -319,34 +465,104 @@ def _run_case(impl, device, dtype_name, iou, grid, box_set: BoxSet, rows: list[d
         elif DTYPES[dtype_name] not in backend.dtypes:
             skip = f"{dtype_name} not supported on {device}"
     if skip:
-        for row in rows:
-            yield row | {"status": "skipped", "error": skip}
-        return
+        return (row | {"status": "skipped", "error": skip} for row in rows)
     if params_error:
-        for row in rows:
-            yield row | {"status": "error", "error": params_error}
+        return (row | {"status": "error", "error": params_error} for row in rows)
+    return None
+
+
+def _run_group(members, device: str, dtype_name: str, iou: float, grid: Grid, box_set: BoxSet, reference,
+               params_by_impl: dict) -> Iterator[dict]:
+    """The rows of every implementation of one box set, device, dtype and IoU: each
+    prepared and checked, then all timed together in rotated rounds."""
+    runnable = []
+    for impl, rows in members:
+        params, params_error = params_by_impl[impl.name]
+        cannot = _unrunnable(impl, device, dtype_name, rows, params_error)
+        if cannot is not None:
+            yield from cannot
+            continue
+        if not impl.backends[device].graph_safe:  # no padded, sync-free form to capture
+            for row in rows:
+                if row["timer"] == "graph":
+                    yield row | {"status": "skipped", "error": f"{impl.name} on {device} is not graph-safe"}
+            rows = [row for row in rows if row["timer"] != "graph"]
+        if rows:
+            runnable.append((impl, rows, params))
+    if not runnable:
         return
-    if not backend.graph_safe:  # no padded, sync-free form to capture
-        for row in rows:
-            if row["timer"] == "graph":
-                yield row | {"status": "skipped", "error": f"{impl.name} on {device} is not graph-safe"}
-        rows = [row for row in rows if row["timer"] != "graph"]
-        if not rows:
-            return
-    try:
-        with case_deadline(grid.case_timeout):
-            data = box_set.to(device, DTYPES[dtype_name])
-            validate_nms_inputs(data.boxes, data.scores, data.labels)  # once, outside the timed calls
-            ref_keep = reference(dtype_name, iou)
-            agreement, timings, peak = _measure(impl, backend, data, iou, params, [r["timer"] for r in rows], grid, ref_keep)
+    try:  # once for every implementation of the group
+        data = box_set.to(device, DTYPES[dtype_name])
+        validate_nms_inputs(data.boxes, data.scores, data.labels)  # outside the timed calls
+        ref_keep = reference(dtype_name, iou)
     except Exception as exc:
-        yield from error_rows(rows, exc)
+        for _, rows, _ in runnable:
+            yield from error_rows(rows, exc)
         return
+    contenders: list[_Contender] = []
+    for impl, rows, params in runnable:
+        contender = _Contender(impl, rows, {}, {}, "", meter=CpuMeter(grid.threads) if device == "cpu" else None)
+        try:
+            _within_budget(contender, grid, lambda: _prepare(contender, data, iou, params, ref_keep, grid))
+        except Exception as exc:
+            yield from error_rows(rows, exc)
+            continue
+        contender.rounds = {timer: [] for timer in contender.calls}
+        contenders.append(contender)
+    share = grid.min_run_time / grid.rounds
+    failed: dict[int, BaseException] = {}
+    for r in range(grid.rounds):
+        live = [c for c in contenders if id(c) not in failed]
+        if not live:
+            break
+        start = r % len(live)
+        for contender in live[start:] + live[:start]:
+            def turn(contender=contender):
+                for timer, measure in contender.measure.items():
+                    contender.rounds[timer].append(measure(share))
+
+            try:
+                _within_budget(contender, grid, turn)
+            except Exception as exc:
+                failed[id(contender)] = exc
     n = len(box_set)
-    suppressed = {"greedy_suppressed_frac": 1 - agreement["ref_kept"] / n if n else 0.0}
-    for row in rows:
-        t, attempts = timings[row["timer"]]
-        yield row | agreement | suppressed | {
-            "status": "ok", "error": "", "median_us": t.median_us, "iqr_us": t.iqr_us, "runs": t.runs,
-            "rel_spread": t.rel_spread, "noisy": t.noisy, "peak_mem_bytes": peak, "attempts": attempts,
-        }
+    for contender in contenders:
+        if id(contender) in failed:
+            yield from error_rows(contender.rows, failed[id(contender)])
+            continue
+        try:
+            rows = list(_timed_rows(contender, grid, n))
+        except Exception as exc:
+            yield from error_rows(contender.rows, exc)
+            continue
+        yield from rows
+
+
+def _prepare(contender: _Contender, data: BoxSet, iou: float, params: dict, ref_keep, grid: Grid) -> None:
+    """The warm-up call (its output is checked against the reference), its peak memory,
+    and each timer's callable."""
+    impl = contender.impl
+    backend = impl.backends[data.boxes.device.type]
+    device = data.boxes.device
+
+    def op():
+        return backend.fn(data.boxes, data.scores, iou_threshold=iou, labels=data.labels, **params)
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+    result = op()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        contender.peak = torch.cuda.max_memory_allocated(device) - before
+    contender.agreement = compare_keep(result.keep.cpu(), ref_keep)
+    for row in contender.rows:
+        timer = row["timer"]
+        if timer == "graph":
+            contender.calls[timer] = _captured_graph(backend, data, iou, params, result).replay
+        elif timer == "api":
+            contender.calls[timer] = _api_call(impl, data, iou, params, result)
+        else:
+            contender.calls[timer] = op
+    contender.measure = {timer: _measurer(timer, call, grid) for timer, call in contender.calls.items()}

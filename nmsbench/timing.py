@@ -1,22 +1,46 @@
-"""Timers. Two kinds, labelled in every row and never mixed:
+"""Timers, and the rule that calls a measurement noisy.
 
-- ``wall``: ``torch.utils.benchmark.Timer.blocked_autorange`` with a fixed thread count;
-  it synchronizes CUDA, so it is what a Python caller waits for, launches included.
+Timers, labelled in every row and never mixed:
+
+- ``wall``: blocks of back-to-back calls timed by ``torch.utils.benchmark.Timer`` with a
+  fixed thread count (:class:`WallTimer`); it synchronizes CUDA, so it is what a Python
+  caller waits for, launches included.
+- ``api``: the same clock around ``nmsbench.run_nms(name, ...)`` exactly as a user calls
+  it, input validation included (CPU and CUDA).
 - ``device`` (CUDA only): CUDA events around each call, one sync at the end: GPU time.
 - ``graph`` (CUDA, ``graph_safe`` backends only): the op's padded, sync-free form is
   captured once in a CUDA graph and the replays are timed like ``wall`` (replay plus
   synchronize): what a post-processing step inside a captured graph costs.
 
-Both report median, IQR, the number of runs and the relative spread (IQR / median);
-a spread above ``NOISY_SPREAD`` flags the row as noisy. Nothing is trimmed.
+A measurement is a list of rounds (see ``nmsbench.runner``: the implementations of a case
+take turns), each round a list of blocks; a block's time is its per-call mean. A row
+reports (:func:`summarize`):
+
+- ``median_us``: the median of the round medians (with one round: the median block);
+- ``iqr_us``: the IQR of all blocks of all rounds, pooled; ``rel_spread`` = IQR / median;
+- ``runs``: calls timed; ``blocks``: blocks timed, all rounds together;
+- ``round_spread``: (max - min) / median of the round medians (blank with one round).
+
+The noisy rule (:attr:`Timing.noise` names every reason that applies; nothing is trimmed):
+
+- fewer than ``MIN_BLOCKS`` blocks (the runner re-times such a measurement, a bounded
+  number of times, before it flags it): too few to show a spread at all;
+- ``rel_spread`` above ``NOISY_SPREAD``;
+- a long tail: the 90th percentile of the blocks above ``TAIL_RATIO`` x the median (an
+  IQR can stay small while a tenth of the calls wait for a descheduled thread);
+- rounds that disagree: ``round_spread`` above ``ROUND_SPREAD``;
+- CPU contention (CPU rows): while the row was timed, other processes kept busy more of
+  this process's CPUs than ``--threads`` leaves free (:class:`CpuMeter`), so a parallel
+  backend's threads waited for cores.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -26,9 +50,27 @@ import torch
 logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
 import torch.utils.benchmark as benchmark  # noqa: E402
 
-TIMERS = ("wall", "device", "graph")
+TIMERS = ("wall", "api", "device", "graph")
 DEFAULT_TIMERS = ("wall", "device")
+CPU_TIMERS = ("wall", "api")  # the timers that give cpu rows too
+DEFAULT_ROUNDS = 5
+MIN_BLOCKS = 5
 NOISY_SPREAD = 0.10
+TAIL_RATIO = 1.5
+ROUND_SPREAD = 0.25
+
+NOISY_RULE = (f"a row is noisy when it has fewer than {MIN_BLOCKS} timing blocks, its IQR exceeds {NOISY_SPREAD:.0%} "
+              f"of its median, the 90th percentile of its blocks exceeds {TAIL_RATIO:g} x the median, its rounds' "
+              f"medians spread more than {ROUND_SPREAD:.0%} of the median, or (CPU rows) other processes kept busy "
+              "cores that --threads needed")
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """One blocked measurement: the per-call time of each block (µs) and the calls timed."""
+
+    times_us: np.ndarray
+    calls: int
 
 
 @dataclass(frozen=True)
@@ -36,25 +78,85 @@ class Timing:
     median_us: float
     iqr_us: float
     runs: int
+    blocks: Optional[int] = None  # None: as many as runs (one call a block)
+    p90_us: Optional[float] = None
+    rounds: int = 1
+    round_spread: Optional[float] = None  # None with one round
+    contention: str = ""  # why the CPU was contended while this was timed ("" if it was not)
 
     @property
     def rel_spread(self) -> float:
         return self.iqr_us / self.median_us if self.median_us > 0 else 0.0
 
     @property
+    def noise(self) -> str:
+        """Every reason of the noisy rule that applies, "; "-separated ("" when clean)."""
+        reasons = []
+        blocks = self.runs if self.blocks is None else self.blocks
+        if blocks < MIN_BLOCKS:
+            reasons.append(f"{blocks} block{'s' if blocks != 1 else ''} (< {MIN_BLOCKS})")
+        if self.rel_spread > NOISY_SPREAD:
+            reasons.append(f"IQR {self.rel_spread:.0%} of the median")
+        if self.p90_us is not None and self.median_us > 0 and self.p90_us > TAIL_RATIO * self.median_us:
+            reasons.append(f"90th percentile {self.p90_us / self.median_us:.1f}x the median")
+        if self.round_spread is not None and self.round_spread > ROUND_SPREAD:
+            reasons.append(f"rounds spread {self.round_spread:.0%} of the median")
+        if self.contention:
+            reasons.append(self.contention)
+        return "; ".join(reasons)
+
+    @property
     def noisy(self) -> bool:
-        return self.rel_spread > NOISY_SPREAD
+        return bool(self.noise)
 
 
-def time_wall(fn: Callable[[], object], *, min_run_time: float, threads: int) -> Timing:
-    """Median and IQR of ``fn()`` by ``blocked_autorange`` (per-call times, in µs)."""
-    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads)
-    m = timer.blocked_autorange(min_run_time=min_run_time)
-    return Timing(m.median * 1e6, m.iqr * 1e6, len(m.times) * m.number_per_run)
+def summarize(rounds: Sequence[Blocks], contention: str = "") -> Timing:
+    """One row's timing from its rounds (see the module docstring for what each field is)."""
+    rounds = [r for r in rounds if len(r.times_us)]
+    if not rounds:
+        raise ValueError("no timing blocks to summarize")
+    pooled = np.concatenate([r.times_us for r in rounds])
+    medians = np.array([np.median(r.times_us) for r in rounds])
+    median = float(np.median(medians))
+    q1, q3, p90 = np.percentile(pooled, [25, 75, 90])
+    spread = float((medians.max() - medians.min()) / median) if len(rounds) > 1 and median > 0 else None
+    return Timing(median_us=median, iqr_us=float(q3 - q1), runs=sum(r.calls for r in rounds), blocks=len(pooled),
+                  p90_us=float(p90), rounds=len(rounds), round_spread=spread, contention=contention)
 
 
-def time_device(fn: Callable[[], object], *, min_run_time: float, min_runs: int = 10, max_runs: int = 10_000) -> Timing:
-    """GPU time of ``fn()`` from CUDA events around each call, one sync at the end."""
+class WallTimer:
+    """Blocks of back-to-back calls of ``fn()`` on the wall clock (``torch.utils.benchmark``'s
+    timer, with ``threads`` torch threads), as ``blocked_autorange`` times them, but with a
+    block size fixed once from a few single calls, so that a block lasts about
+    ``block_seconds`` (at least one call). A short measurement (one round of several) then
+    still has several blocks, and every round of a row uses the same block size."""
+
+    def __init__(self, fn: Callable[[], object], *, threads: int, block_seconds: float):
+        self._timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads)
+        single = float(np.median([self._timer.timeit(1).raw_times[0] for _ in range(3)]))
+        self.number = int(max(1, min(1_000_000, block_seconds // max(single, 1e-9))))
+
+    def blocks(self, min_run_time: float) -> Blocks:
+        """Blocks until ``min_run_time`` seconds were timed (at least one block)."""
+        times, total = [], 0.0
+        while not times or total < min_run_time:
+            elapsed = self._timer.timeit(self.number).raw_times[0]
+            times.append(elapsed / self.number)
+            total += elapsed
+        return Blocks(np.asarray(times) * 1e6, len(times) * self.number)
+
+
+BLOCKS_PER_MEASUREMENT = 10  # a block lasts about this fraction of a measurement's time
+
+
+def wall_blocks(fn: Callable[[], object], *, min_run_time: float, threads: int) -> Blocks:
+    """``fn()`` timed for ``min_run_time`` seconds in about ``BLOCKS_PER_MEASUREMENT`` blocks."""
+    timer = WallTimer(fn, threads=threads, block_seconds=min_run_time / BLOCKS_PER_MEASUREMENT)
+    return timer.blocks(min_run_time)
+
+
+def device_blocks(fn: Callable[[], object], *, min_run_time: float, min_runs: int = 10, max_runs: int = 10_000) -> Blocks:
+    """GPU time of ``fn()`` from CUDA events around each call (one call a block), one sync at the end."""
     fn()
     torch.cuda.synchronize()
     deadline = time.perf_counter() + min_run_time
@@ -66,9 +168,17 @@ def time_device(fn: Callable[[], object], *, min_run_time: float, min_runs: int 
         end.record()
         events.append((start, end))
     torch.cuda.synchronize()
-    times_us = np.array([s.elapsed_time(e) * 1e3 for s, e in events])
-    q1, median, q3 = np.percentile(times_us, [25, 50, 75])
-    return Timing(float(median), float(q3 - q1), len(times_us))
+    return Blocks(np.array([s.elapsed_time(e) * 1e3 for s, e in events]), len(events))
+
+
+def time_wall(fn: Callable[[], object], *, min_run_time: float, threads: int) -> Timing:
+    """Median and IQR of ``fn()`` by ``blocked_autorange`` (per-call times, in µs), one round."""
+    return summarize([wall_blocks(fn, min_run_time=min_run_time, threads=threads)])
+
+
+def time_device(fn: Callable[[], object], *, min_run_time: float, min_runs: int = 10, max_runs: int = 10_000) -> Timing:
+    """GPU time of ``fn()`` from CUDA events around each call, one round."""
+    return summarize([device_blocks(fn, min_run_time=min_run_time, min_runs=min_runs, max_runs=max_runs)])
 
 
 def capture_graph(fn: Callable[[], object]):
@@ -90,3 +200,104 @@ def capture_graph(fn: Callable[[], object]):
 def time_graph(graph, *, min_run_time: float, threads: int) -> Timing:
     """Median and IQR of ``graph.replay()`` plus the synchronization (wall clock)."""
     return time_wall(graph.replay, min_run_time=min_run_time, threads=threads)
+
+
+# --------------------------------------------------------------------------- CPU load
+
+
+def usable_cpus() -> list[int]:
+    """The CPUs this process may run on."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return list(range(os.cpu_count() or 1))
+
+
+def load_average() -> Optional[tuple[float, float, float]]:
+    """The 1, 5 and 15 minute load averages (None where the platform has none)."""
+    try:
+        return os.getloadavg()
+    except (AttributeError, OSError):
+        return None
+
+
+def load_warning(threads: int) -> str:
+    """A warning when the load leaves fewer free CPUs than ``threads`` ("" otherwise)."""
+    load = load_average()
+    cpus = len(usable_cpus())
+    if load is None or cpus - load[0] >= threads:
+        return ""
+    return (f"the 1-minute load average is {load[0]:.1f} on {cpus} CPU(s), which leaves fewer free than --threads "
+            f"{threads}: parallel CPU backends will wait for cores (their rows are flagged noisy when the meter sees it; "
+            "a lower --threads or a quieter machine gives truer times)")
+
+
+def _busy_jiffies(cpus: list[int]) -> Optional[tuple[int, int]]:
+    """(busy, total) jiffies of ``cpus`` from /proc/stat (None where it cannot be read)."""
+    try:
+        lines = open("/proc/stat").read().splitlines()
+    except OSError:
+        return None
+    wanted = {f"cpu{c}" for c in cpus}
+    busy = total = 0
+    for line in lines:
+        fields = line.split()
+        if fields and fields[0] in wanted:
+            values = [int(v) for v in fields[1:9]]  # user nice system idle iowait irq softirq steal
+            total += sum(values)
+            busy += sum(values) - values[3] - values[4]
+    return busy, total
+
+
+def _own_jiffies() -> Optional[int]:
+    """CPU time of this process (all its threads), in jiffies."""
+    try:
+        fields = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[11]) + int(fields[12])  # utime, stime
+
+
+class CpuMeter:
+    """How many of this process's CPUs other processes kept busy while it timed.
+
+    ``with meter: ...`` around each timed stretch; :meth:`contention` then compares the
+    busy CPUs of others (the CPUs' busy time minus this process's own, over the time
+    measured) with what ``threads`` leaves free. Linux only (/proc); elsewhere it never
+    reports contention."""
+
+    TOLERANCE = 0.25  # of one CPU: jiffies are coarse, and short bursts of others do not matter
+
+    def __init__(self, threads: int):
+        self.threads = threads
+        self.cpus = usable_cpus()
+        self.others = 0.0
+        self.elapsed = 0.0
+        self._start = None
+
+    def __enter__(self):
+        system, own = _busy_jiffies(self.cpus), _own_jiffies()
+        self._start = None if system is None or own is None else (system, own)
+        return self
+
+    def __exit__(self, *exc):
+        if self._start is None:
+            return
+        system, own = _busy_jiffies(self.cpus), _own_jiffies()
+        if system is None or own is None:
+            return
+        (busy0, total0), own0 = self._start
+        self.others += max((system[0] - busy0) - (own - own0), 0)
+        self.elapsed += (system[1] - total0) / len(self.cpus)  # jiffies of wall time
+
+    @property
+    def busy_others(self) -> Optional[float]:
+        """CPUs kept busy by other processes, on average (None before any jiffy was measured)."""
+        return self.others / self.elapsed if self.elapsed > 0 else None
+
+    def contention(self) -> str:
+        busy = self.busy_others
+        free = len(self.cpus) - self.threads
+        if busy is None or busy <= free + self.TOLERANCE:
+            return ""
+        return f"other processes kept {busy:.1f} of {len(self.cpus)} CPUs busy (--threads {self.threads})"
