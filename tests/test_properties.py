@@ -34,7 +34,9 @@ def examples(n: int) -> int:
 
 IMPLS = nmsbench.implementations()
 
-BUILTIN = {
+# The known core set: registry discovery must not lose any of these (a newly registered
+# variant is covered by the family lists below without being named here).
+CORE = {
     "torchvision": "hard",
     "bitmask_two_phase": "hard",
     "bitmask_classic": "hard",
@@ -44,7 +46,10 @@ BUILTIN = {
     "matrix_fused": "matrix",
     "matrix_recompute": "matrix",
 }
-BUILTIN_EXACT_HARD = ("torchvision", "bitmask_two_phase", "bitmask_classic", "hard_fused")
+CORE_EXACT = ("torchvision", "bitmask_two_phase", "bitmask_classic", "hard_fused", "allpairs")
+# The families tests/definitions.py defines, and the property tests that hold a variant to them.
+DEFINITIONS = {"hard": D.hard_nms, "allpairs": D.allpairs_nms, "matrix": D.matrix_nms}
+MATRIX_PARAMS = {"kernel", "sigma", "score_threshold"}
 
 
 def family_impls(family: str) -> list[str]:
@@ -84,19 +89,23 @@ def require(name: str, dtype: torch.dtype, device: str = "cpu") -> None:
 
 
 def test_builtin_implementations_registered():
-    missing = sorted(set(BUILTIN) - set(IMPLS))
+    missing = sorted(set(CORE) - set(IMPLS))
     assert not missing, f"built-in implementations not registered: {missing}"
-    for name, family in BUILTIN.items():
+    for name, family in CORE.items():
         impl = IMPLS[name]
         assert impl.family == family, name
-        assert "cpu" in impl.devices, name
-    for name in ("allpairs", "bitmask_two_phase", "bitmask_classic", "matrix_fused", "matrix_recompute", "torchvision",
-                 "matrix_naive"):
-        assert "cuda" in IMPLS[name].devices, f"{name} should have a CUDA backend"
-    for name in BUILTIN_EXACT_HARD:
+        assert {"cpu", "cuda"} <= set(impl.devices), f"{name} should have a CPU and a CUDA backend"
+    for name in CORE_EXACT:
         assert IMPLS[name].exact, f"{name} should be registered exact=True"
-    for name in ("matrix_naive", "matrix_fused", "matrix_recompute"):
-        assert {p.name for p in IMPLS[name].params} == {"kernel", "sigma", "score_threshold"}
+
+
+def test_every_registered_implementation_is_held_to_a_family_definition():
+    without = sorted(f"{name} ({impl.family})" for name, impl in IMPLS.items() if impl.family not in DEFINITIONS)
+    assert not without, f"no definition in tests/definitions.py for the family of: {without}"
+    exercised = set(HARD) | set(ALLPAIRS) | set(MATRIX)
+    assert exercised == set(IMPLS), f"not exercised by the family property tests: {sorted(set(IMPLS) - exercised)}"
+    for name in MATRIX:
+        assert MATRIX_PARAMS <= {p.name for p in IMPLS[name].params}, name
 
 
 # --------------------------------------------------------------------------- inputs

@@ -9,22 +9,43 @@ import nmsbench
 from nmsbench import NMSResult, register
 from nmsbench.registry import BackendUnavailable, describe, unregister
 
-EXPECTED = {
+# A known core set (name: family, exact); the registry may hold more, and every registered
+# implementation is checked below without being named here.
+CORE = {
     "torchvision": ("hard", True),
     "bitmask_two_phase": ("hard", True),
     "bitmask_classic": ("hard", True),
+    "hard_fused": ("hard", True),
     "allpairs": ("allpairs", True),
     "matrix_naive": ("matrix", False),
     "matrix_fused": ("matrix", False),
     "matrix_recompute": ("matrix", False),
 }
+# The family definitions of tests/definitions.py that the property tests hold each family to.
+DEFINITION_OF = {"hard": "hard_nms", "allpairs": "allpairs_nms", "matrix": "matrix_nms"}
 
 
 def test_builtin_implementations_are_registered():
     impls = nmsbench.implementations()
-    for name, (family, exact) in EXPECTED.items():
-        assert impls[name].family == family and impls[name].exact == exact
-        assert "cpu" in impls[name].devices
+    missing = sorted(set(CORE) - set(impls))
+    assert not missing, f"built-in implementations not registered: {missing}"
+    for name, (family, exact) in CORE.items():
+        assert (impls[name].family, impls[name].exact) == (family, exact), name
+        assert "cpu" in impls[name].devices, name
+
+
+def test_every_registered_implementation_has_a_family_definition():
+    import definitions
+
+    from nmsbench.families import FAMILIES
+
+    for name, impl in nmsbench.implementations().items():
+        assert impl.name == name
+        assert impl.family in FAMILIES, f"{name}: family {impl.family!r} is not in nmsbench.families.FAMILIES"
+        assert impl.family in DEFINITION_OF, f"{name}: no definition of family {impl.family!r} in tests/definitions.py"
+        assert callable(getattr(definitions, DEFINITION_OF[impl.family])), name
+        assert impl.devices and set(impl.devices) <= {"cpu", "cuda"}, name
+        assert set(impl.backends) == set(impl.devices), name
 
 
 @pytest.fixture
