@@ -6,37 +6,25 @@ import json
 import os
 import re
 import shlex
-import signal
-import sys
-import threading
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
 
 import click
 import torch
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from . import datasets
-from .cli_options import case_timeout_option, check_resume_options, resume_option
+from .cli_options import (_check_resume, _console, _floats, _split, StoppableGroup, case_timeout_option,  # noqa: F401
+                          check_resume_options, console, resume_option, run_with_progress)
 from .registry import describe, implementations
-from .results import ResultWriter, default_output_path, environment, open_for_resume, sidecar_path
-from .runner import DTYPES, Grid, run_sweep
-from .timing import DEFAULT_TIMERS, NOISY_SPREAD, TIMERS
-
-def _console(stderr: bool = False) -> Console:
-    """A console that does not squeeze tables to 80 columns when its stream is piped."""
-    stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, soft_wrap=True, width=None if stream.isatty() else 160)
-
-
-console = _console(stderr=True)  # progress, messages and summaries
+from .results import default_output_path
+from .runner import DTYPES, Grid, GridError, run_sweep
+from .timing import DEFAULT_ROUNDS, DEFAULT_TIMERS, NOISY_RULE, TIMERS
 
 
 def parse_sizes(text: str) -> list[int]:
-    """``64..8192`` is 64, 128, ..., 8192 (doubling); ``100,1000`` a list; both mix."""
+    """``64..8192`` is 64, 128, ..., 8192 (doubling from the lower bound; the upper bound
+    always ends the range, on the doubling grid or not: ``100..1000`` is 100, 200, 400,
+    800, 1000); ``100,1000`` a list; both mix. Every size must be positive."""
     sizes: list[int] = []
     for part in (p.strip() for p in text.split(",")):
         if not part:
@@ -47,29 +35,19 @@ def parse_sizes(text: str) -> list[int]:
             if lo < 1 or hi < lo:
                 raise ValueError(f"range {part!r} must go from a positive size up to a size at least as large")
             value = lo
-            while value <= hi:
+            while value < hi:
                 sizes.append(value)
                 value *= 2
+            sizes.append(hi)
         elif part.isdigit():
+            if int(part) < 1:
+                raise ValueError(f"{part!r}: box counts must be positive")
             sizes.append(int(part))
         else:
             raise ValueError(f"{part!r} is not a box count or a range like 64..8192")
     if not sizes:
         raise ValueError("no box counts given")
     return list(dict.fromkeys(sizes))
-
-
-def _split(values: tuple[str, ...]) -> list[str]:
-    """Options given several times and/or comma-separated, in order, without repeats."""
-    items = [v.strip() for value in values for v in value.split(",") if v.strip()]
-    return list(dict.fromkeys(items))
-
-
-def _floats(values: tuple[str, ...], what: str) -> list[float]:
-    try:
-        return [float(v) for v in _split(values)]
-    except ValueError:
-        raise click.BadParameter(f"{what} must be numbers, got {', '.join(values)}") from None
 
 
 def _param_value(text: str):
@@ -81,7 +59,7 @@ def _param_value(text: str):
     return text
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=StoppableGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="nmsbench")
 def main():
     """nmsbench: benchmark and compare non-maximum suppression (NMS) variants.
@@ -114,6 +92,18 @@ def _show_partial_row_warnings() -> None:
     warnings.showwarning = showwarning
 
 
+EXACT_CAPTION = ("exact (hard): keep equals torchvision's index for index; exact (allpairs): keep equals the "
+                 "allpairs definition index for index (it over-suppresses chains, so it is not greedy NMS); approx: "
+                 "follows its family's definition up to floating-point rounding (see README, Families). "
+                 "host_sync: the op waits for the device inside the call; graph_safe: it has a padded, sync-free form "
+                 "that a CUDA graph can capture (--timer graph).")
+
+
+def exactness(row: dict) -> str:
+    """What ``nmsbench list`` says of an implementation's agreement with its definition."""
+    return f"exact ({row['family']})" if row["exact"] else "approx"
+
+
 @main.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON instead of a table.")
 def list_command(as_json: bool):
@@ -122,22 +112,41 @@ def list_command(as_json: bool):
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    table = Table(title="nmsbench implementations")
-    for column in ("name", "family", "exact", "device"):
+    table = Table(title="nmsbench implementations", caption=EXACT_CAPTION, caption_justify="left")
+    for column in ("name", "family", "exact", "device", "host_sync", "graph_safe"):
         table.add_column(column, no_wrap=True)
     table.add_column("available", overflow="fold")
     table.add_column("summary", overflow="fold")
     for row in rows:
         available = "[green]yes[/]" if row["available"] else f"[red]no[/]: {row['reason']}"
-        table.add_row(row["name"], row["family"], "yes" if row["exact"] else "", row["device"], available, row["summary"])
+        table.add_row(row["name"], row["family"], exactness(row), row["device"], "yes" if row["host_sync"] else "no",
+                      "yes" if row["graph_safe"] else "no", available, row["summary"])
     _console().print(table)
 
 
 SCENARIO_HELP = "; ".join(f"{name} (knob: {s.knob})" for name, s in datasets.SCENARIOS.items())
 
 
+# the Grid field a GridError names -> the sweep option that sets it
+GRID_OPTIONS = {"impls": "--impl", "devices": "--device", "dtypes": "--dtype", "scenarios": "--scenario", "ns": "--n",
+                "ious": "--iou", "overlaps": "--overlap", "seed": "--seed", "classes": "--classes", "params": "--param",
+                "timers": "--timer", "min_run_time": "--min-run-time", "threads": "--threads", "file": "--file",
+                "recordings": "--recording", "case_timeout": "--case-timeout", "repeat_noisy": "--repeat-noisy",
+                "rounds": "--rounds"}
+
+
+def _grid(**fields) -> Grid:
+    """A Grid, or the BadParameter of the option behind the field it refuses."""
+    try:
+        return Grid(**fields)
+    except GridError as e:
+        raise click.BadParameter(str(e), param_hint=GRID_OPTIONS.get(e.field, e.field)) from None
+
+
 @main.command()
-@click.option("--n", "sizes", default="64..1024", show_default=True, help="Box counts: 64..8192 doubles from 64 to 8192; or a list 100,1000; or both.")
+@click.option("--n", "sizes", default="64..1024", show_default=True,
+              help="Box counts (positive): 64..8192 doubles from 64 and always ends at the upper bound (100..1000 is "
+                   "100, 200, 400, 800, 1000); or a list 100,1000; or both.")
 @click.option("--impl", "impls", multiple=True, help="Implementations to run (repeat or comma-separate). Default: all; see `nmsbench list`.")
 @click.option("--device", "devices", multiple=True, default=("cpu",), show_default=True, help="cpu and/or cuda (repeat or comma-separate).")
 @click.option("--scenario", "scenarios", multiple=True, help=f"Box-set scenarios. Default: {', '.join(datasets.SYNTHETIC)}. Known: {SCENARIO_HELP}.")
@@ -147,27 +156,35 @@ SCENARIO_HELP = "; ".join(f"{name} (knob: {s.knob})" for name, s in datasets.SCE
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed of the generated box sets.")
 @click.option("--classes", default=1, show_default=True, type=click.IntRange(min=1), help="Number of labels; above 1 the NMS is class-aware.")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="Implementation parameter, given to those that take it (e.g. sigma=0.5, kernel=linear, score_threshold=0.1).")
-@click.option("--file", "file_path", type=click.Path(exists=True, dir_okay=False), help="Boxes file (.npz, .pt, .csv) for the `file` scenario.")
+@click.option("--file", "file_path", type=click.Path(exists=True, dir_okay=False), help="Boxes file (.npz, .pt, .csv) for the `file` scenario (refused without --scenario file).")
 @click.option("--recording", "recordings", multiple=True,
               help=f"For the `real` scenario: recordings photo@size to replay (repeat or comma-separate; `all`). "
                    f"Default: {datasets.real.DEFAULT_RECORDING}. Its knob (--overlap) is the confidence threshold, which "
                    "sets N; --n caps N at the n best candidates by score (a detector's pre-NMS top-k), and rows record "
                    "the N used (n), the cap (n_cap), image and input_size.")
 @click.option("--timer", "timers", multiple=True, default=DEFAULT_TIMERS, show_default=True,
-              help="wall (what a caller waits for), device (CUDA events) and/or graph (the op's padded, sync-free "
-                   "form captured once in a CUDA graph, replays timed; graph-safe CUDA backends only). "
-                   "device and graph give cuda rows only.")
-@click.option("--min-run-time", default=0.2, show_default=True, type=click.FloatRange(min=0.001), help="Seconds of timing per case (blocked_autorange).")
-@click.option("--threads", default=os.cpu_count() or 1, show_default=True, type=click.IntRange(min=1), help="CPU threads for torch and numba during the sweep.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="CSV to write (a sidecar .json goes next to it). Default: a new file under results/.")
+              help="wall (the backend call: what a caller waits for), api (nmsbench.run_nms exactly as a user calls it, "
+                   "validation included), device (CUDA events) and/or graph (the op's padded, sync-free form captured "
+                   "once in a CUDA graph, replays timed; graph-safe CUDA backends only). device and graph give cuda rows only.")
+@click.option("--rounds", default=DEFAULT_ROUNDS, show_default=True, type=click.IntRange(min=1), metavar="K",
+              help="Interleaved rounds: the implementations of a case (one box set, device, dtype and IoU) are timed K "
+                   "times in rotated order (round r starts at the r-th), each turn --min-run-time / K seconds. median_us "
+                   "is the median of the round medians, round_spread their (max - min) / median, iqr_us the IQR of all "
+                   "rounds' timing blocks pooled.")
+@click.option("--min-run-time", default=0.2, show_default=True, type=click.FloatRange(min=0.001),
+              help="Seconds of timing per row, shared by its --rounds.")
+@click.option("--threads", default=os.cpu_count() or 1, show_default=True, type=click.IntRange(min=1),
+              help="CPU threads for torch and numba during the sweep. More threads than free cores makes parallel CPU "
+                   "backends wait for cores: the sweep warns at the start, and flags the rows it sees it in.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="CSV to write (a sidecar .json goes next to it). Default: a new file under results/runs/.")
 @click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
 @resume_option("impl, device, dtype, timer, scenario, recording, overlap, classes, n (n_cap), IoU, seed and params")
-@case_timeout_option("one implementation on one box set, device, dtype and IoU: all its timers")
+@case_timeout_option("one implementation on one box set, device, dtype and IoU: its warm-up and all its timers' rounds")
 @click.option("--repeat-noisy", default=0, show_default=True, type=click.IntRange(min=0), metavar="K",
-              help=f"Re-time a measurement whose IQR exceeds {NOISY_SPREAD:.0%} of its median up to K more times and keep "
-                   "the least noisy (lowest IQR/median); the attempts column says how many timings the row took.")
+              help=f"Re-time a noisy measurement up to K more times and keep the least noisy; the attempts column says "
+                   f"how many timings the row took. Noisy: {NOISY_RULE}; the noise column names the reasons.")
 def sweep(sizes, impls, devices, scenarios, overlaps, ious, dtypes, seed, classes, params, file_path, recordings, timers,
-          min_run_time, threads, out, force, resume, case_timeout, repeat_noisy):
+          rounds, min_run_time, threads, out, force, resume, case_timeout, repeat_noisy):
     """Time implementations over the grid impl x device x dtype x scenario x overlap x n x IoU.
 
     \b
@@ -177,13 +194,14 @@ def sweep(sizes, impls, devices, scenarios, overlaps, ious, dtypes, seed, classe
     nmsbench sweep --scenario file --file boxes.npz --n 500 --param score_threshold=0.1
     nmsbench sweep --scenario real --overlap 0.25,0.01,0.001 --n 8192 --recording all
 
-    nmsbench sweep --n 64..8192 --device cuda --resume results/sweep-20261129-120000-cuda.csv
+    nmsbench sweep --n 64..8192 --device cuda --resume results/runs/sweep-20261129-120000-cuda.csv
 
-    Every case becomes one CSV row per timer, written as soon as it finishes. A variant
-    that raises, runs out of memory or passes --case-timeout gives a row with status=error
-    and the message; a cell it cannot run (no backend, unavailable, dtype) a row with
-    status=skipped. Ctrl-C (or SIGTERM) stops with what was written and the command that
-    resumes it.
+    Every case becomes one CSV row per timer. The implementations of one box set,
+    device, dtype and IoU are timed together (--rounds) and their rows written when the
+    last round ends. A variant that raises, runs out of memory or passes --case-timeout
+    gives a row with status=error and the message; a cell it cannot run (no backend,
+    unavailable, dtype) a row with status=skipped. Ctrl-C (or SIGTERM) at any moment stops
+    with what was written (status 130, or 143) and the command that resumes it.
     """
     try:
         ns = parse_sizes(sizes)
@@ -191,202 +209,82 @@ def sweep(sizes, impls, devices, scenarios, overlaps, ious, dtypes, seed, classe
         raise click.BadParameter(str(e), param_hint="--n") from None
     check_resume_options(resume, out, force)
     known = implementations()
-    impl_list = _split(impls) or sorted(known)
-    unknown = [i for i in impl_list if i not in known]
-    if unknown:
-        raise click.BadParameter(f"unknown {', '.join(unknown)}; known: {', '.join(sorted(known))}", param_hint="--impl")
-    device_list = _split(devices)
-    bad = [d for d in device_list if d not in ("cpu", "cuda")]
-    if bad:
-        raise click.BadParameter(f"{', '.join(bad)}: choose cpu and/or cuda", param_hint="--device")
-    if "cuda" in device_list and not torch.cuda.is_available():
-        raise click.UsageError("--device cuda was asked for, but no CUDA device is available here (torch.cuda.is_available() is False)")
-    scenario_list = _split(scenarios) or list(datasets.SYNTHETIC)
-    bad = [s for s in scenario_list if s not in datasets.SCENARIOS]
-    if bad:
-        raise click.BadParameter(f"unknown {', '.join(bad)}; known: {', '.join(datasets.SCENARIOS)}", param_hint="--scenario")
-    if "file" in scenario_list:
-        if not file_path:
-            raise click.BadParameter("the file scenario needs --file PATH", param_hint="--scenario")
-        try:
-            recorded = len(datasets.load_boxes_file(file_path))
-        except ValueError as e:
-            raise click.BadParameter(str(e), param_hint="--file") from None
-        if max(ns) > recorded:
-            raise click.BadParameter(f"{file_path} holds {recorded} boxes; --n asks for up to {max(ns)}", param_hint="--n")
-    synthetic = [s for s in scenario_list if s in datasets.SYNTHETIC]
-    if synthetic:
-        try:
-            datasets.check_fits(max(ns))
-        except ValueError as e:
-            raise click.BadParameter(str(e), param_hint="--n") from None
-    recording_list = _split(recordings) or None
-    if recording_list:
-        if not any(datasets.SCENARIOS[s].recordings for s in scenario_list):
-            raise click.BadParameter("--recording is for the real scenario (add --scenario real)", param_hint="--recording")
-        try:
-            known_recordings = datasets.real.recording_keys()
-        except ValueError as e:
-            raise click.BadParameter(str(e), param_hint="--recording") from None
-        if "all" in recording_list:
-            recording_list = known_recordings
-        bad = [r for r in recording_list if r not in known_recordings]
-        if bad:
-            raise click.BadParameter(f"unknown {', '.join(bad)}; known: {', '.join(known_recordings)}", param_hint="--recording")
-    overlap_list = _floats(overlaps, "--overlap values") or None
-    for name in scenario_list if overlap_list else []:
-        lo, hi = datasets.SCENARIOS[name].knob_range
-        outside = [v for v in overlap_list if not lo <= v <= hi]
-        if outside:
-            raise click.BadParameter(f"{outside} outside {name}'s knob range [{lo}, {hi}]", param_hint="--overlap")
-    iou_list = _floats(ious, "--iou values")
-    if any(not 0.0 <= v <= 1.0 for v in iou_list):
-        raise click.BadParameter("IoU thresholds must lie in [0, 1]", param_hint="--iou")
-    dtype_list = _split(dtypes)
-    bad = [d for d in dtype_list if d not in DTYPES]
-    if bad:
-        raise click.BadParameter(f"unknown {', '.join(bad)}; choose from {', '.join(DTYPES)}", param_hint="--dtype")
-    timer_list = _split(timers)
-    bad = [t for t in timer_list if t not in TIMERS]
-    if bad or not timer_list:
-        raise click.BadParameter(f"choose from {', '.join(TIMERS)}, got {', '.join(timers)}", param_hint="--timer")
     param_dict = {}
     for item in params:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--param")
         param_dict[key.strip()] = _param_value(value.strip())
-    for name in impl_list:  # check values now, not once per case
+    fields = dict(
+        impls=_split(impls) or sorted(known), devices=_split(devices), dtypes=_split(dtypes),
+        scenarios=_split(scenarios) or list(datasets.SYNTHETIC), ns=ns, ious=_floats(ious, "--iou values"),
+        overlaps=_floats(overlaps, "--overlap values") or None, seed=seed, classes=classes, params=param_dict,
+        timers=_split(timers), min_run_time=min_run_time, threads=threads, file=file_path,
+        recordings=_split(recordings) or None, case_timeout=case_timeout, repeat_noisy=repeat_noisy, rounds=rounds,
+    )
+    grid = _grid(**fields)  # every check of the core first, then what only a command line needs
+    if "cuda" in grid.devices and not torch.cuda.is_available():
+        raise click.UsageError("--device cuda was asked for, but no CUDA device is available here (torch.cuda.is_available() is False)")
+    if "file" in grid.scenarios:
+        try:
+            recorded = len(datasets.load_boxes_file(file_path))
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--file") from None
+        if max(ns) > recorded:
+            raise click.BadParameter(f"{file_path} holds {recorded} boxes; --n asks for up to {max(ns)}", param_hint="--n")
+    if any(s in datasets.SYNTHETIC for s in grid.scenarios):
+        try:
+            datasets.check_fits(max(ns))
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--n") from None
+    if grid.recordings:
+        try:
+            known_recordings = datasets.real.recording_keys()
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--recording") from None
+        recording_list = known_recordings if "all" in grid.recordings else grid.recordings
+        bad = [r for r in recording_list if r not in known_recordings]
+        if bad:
+            raise click.BadParameter(f"unknown {', '.join(bad)}; known: {', '.join(known_recordings)}", param_hint="--recording")
+        grid = _grid(**fields | {"recordings": recording_list})
+    for name in grid.impls:  # check values now, not once per case
         try:
             known[name].resolve_params(known[name].accepted_params(param_dict))
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="--param") from None
-    accepted = {p.name for i in impl_list for p in known[i].params}
+    accepted = {p.name for i in grid.impls for p in known[i].params}
     if set(param_dict) - accepted:
         raise click.BadParameter(f"no selected implementation takes {', '.join(sorted(set(param_dict) - accepted))}", param_hint="--param")
 
-    grid = Grid(
-        impls=impl_list, devices=device_list, dtypes=dtype_list, scenarios=scenario_list, ns=ns, ious=iou_list,
-        overlaps=overlap_list, seed=seed, classes=classes, params=param_dict, timers=timer_list,
-        min_run_time=min_run_time, threads=threads, file=file_path, recordings=recording_list,
-        case_timeout=case_timeout, repeat_noisy=repeat_noisy,
-    )
     done: set = set()
     if resume:
         done = _check_resume(resume, grid)
-    out = resume or out or default_output_path(device_list)
+    out = resume or out or default_output_path(grid.devices)
     counts = run_with_progress(
         "sweep", out, force, grid.count(), grid.__dict__, reproduce_command(grid, out, resume=bool(resume)),
         lambda write, on_case: run_sweep(grid, write, on_case, done=done),
         describe=lambda row: f"{row['scenario']:>10} n={row['n']:<6} {row['impl']:<18} {row['device']}",
-        where=lambda row: f"{row['scenario']} n={row['n']}",
+        label=lambda row: case_label(row, given_params=bool(grid.params)),
         append=bool(resume), completed=min(len(done), grid.count()), resume_command=reproduce_command(grid, out, resume=True),
     )
     _print_summary(out, counts)
 
 
-# measurement settings a resumed file must share (rows do not record --min-run-time)
-RESUME_SAME = ("min_run_time", "threads")
-
-
-def _check_resume(path: Path, grid, benchmark: str = "nms") -> set:
-    """The case keys already in ``path`` (a ``benchmark`` file of this machine, timed with
-    ``grid``'s measurement settings), or a UsageError saying why it cannot be resumed."""
-    import warnings
-
-    from .results import PartialRowWarning
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", PartialRowWarning)
-        try:
-            done = open_for_resume(path, environment(), benchmark)
-        except ValueError as e:
-            raise click.UsageError(f"cannot resume: {e}") from None
-    for warning in caught:
-        console.print(f"[yellow]warning[/]: {warning.message}")
-    try:
-        recorded = json.loads(sidecar_path(path).read_text())["grid"]
-    except (OSError, ValueError, KeyError, TypeError):
-        console.print(f"[yellow]warning[/]: no readable sidecar {sidecar_path(path).name}; cannot check the grid options")
-        return done
-    now = json.loads(json.dumps(grid.__dict__, default=str))
-    for name in RESUME_SAME:
-        if name in recorded and recorded[name] != now[name]:
-            option = "--" + name.replace("_", "-")
-            raise click.UsageError(f"cannot resume: {path} was timed with {option} {recorded[name]}, this command asks for "
-                                   f"{now[name]}; rows of one file must be measured alike")
-    differ = [k for k in now if k in recorded and recorded[k] != now[k] and k not in ("case_timeout", "repeat_noisy")]
-    if differ:
-        console.print(f"[yellow]note[/]: the grid differs from the run that wrote {path.name} in {', '.join(differ)}: "
-                      "cases of this grid that the file lacks are added")
-    return done
-
-
-def run_with_progress(command: str, out: Path, force: bool, total: int, grid: dict, reproduce: str,
-                      run: Callable, describe: Callable[[dict], str], where: Callable[[dict], str], *,
-                      append: bool = False, completed: int = 0, resume_command: str | None = None) -> dict:
-    """Write a run's rows to ``out`` (refusing to overwrite without ``force``; ``append``
-    adds to it) behind a progress bar; error and noisy rows are printed as they come;
-    Ctrl-C stops with a summary of what was written (and ``resume_command``) and exit
-    status 130; SIGTERM likewise, with 143. ``run(write, on_case)`` does the work and
-    returns the counts, to which ``noisy_rows`` (descriptions of this run's noisy rows)
-    is added."""
-    if out.exists() and not force and not append:
-        raise click.UsageError(f"{out} exists; pass --force to overwrite it or choose another --out")
-    console.print(f"nmsbench {command}: {total} rows -> {out}" + (f" ({completed} already there)" if append else ""))
-    tally = {"ok": 0, "error": 0, "skipped": 0}
-    noisy_rows: list[str] = []
-    with ResultWriter(out, environment(), grid, reproduce, append=append) as writer, Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-        console=console, transient=False,
-    ) as progress:
-        task = progress.add_task("starting", total=total, completed=completed)
-
-        def on_case(row):
-            progress.update(task, advance=1, description=describe(row))
-            tally[row["status"]] += 1
-            if row["status"] == "error":
-                progress.console.print(f"[red]error[/] {row['impl']} {row['device']} {where(row)}: {row['error']}")
-            if row.get("noisy"):
-                text = (f"{row['impl']} {row['device']} {row.get('timer', '')} {where(row)}: IQR {row['rel_spread']:.0%} of "
-                        f"the median" + (f" after {row['attempts']} timings" if (row.get("attempts") or 1) > 1 else ""))
-                noisy_rows.append(text)
-                progress.console.print(f"[yellow]noisy[/] {text}")
-
-        try:
-            with _sigterm_as_interrupt():
-                counts = run(writer.write, on_case)
-        except KeyboardInterrupt as stop:
-            progress.stop()
-            terminated = isinstance(stop, Terminated)
-            console.print(f"[yellow]{'terminated (SIGTERM)' if terminated else 'interrupted'}[/]: {writer.rows_written} "
-                          f"of {total} rows are in {out} (this run: {tally['ok']} ok, {tally['error']} error, "
-                          f"{tally['skipped']} skipped" + (f"; {completed} were there before" if append else "") + ")")
-            if resume_command:
-                console.print(f"resume with: {resume_command}", soft_wrap=True)
-            raise SystemExit(128 + signal.SIGTERM if terminated else 130)
-    return counts | {"noisy_rows": noisy_rows}
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (a job scheduler's or `kill`'s stop), handled like Ctrl-C."""
-
-
-@contextmanager
-def _sigterm_as_interrupt():
-    """Within the block, SIGTERM raises ``Terminated`` (main thread only; elsewhere a no-op)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def terminate(signum, frame):
-        raise Terminated()
-
-    previous = signal.signal(signal.SIGTERM, terminate)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+def case_label(row: dict, given_params: bool = False) -> str:
+    """The whole case of a sweep row, for warnings: impl, device, dtype, timer, scenario,
+    recording, overlap, n (and its cap), IoU, classes, and the parameters when given."""
+    parts = [str(row["impl"]), str(row["device"]), str(row["dtype"]), str(row["timer"]), str(row["scenario"])]
+    if row.get("image"):
+        parts.append(f"{row['image']}@{row.get('input_size', '')}")
+    parts.append(f"overlap={float(row['overlap']):g}")
+    cap = row.get("n_cap")
+    parts.append(f"n={row['n']}" + (f" (cap {cap})" if cap not in (None, "") and str(cap) != str(row["n"]) else ""))
+    parts.append(f"iou={float(row['iou_threshold']):g}")
+    if int(row.get("classes") or 1) > 1:
+        parts.append(f"classes={row['classes']}")
+    if given_params and row.get("params") not in (None, "", "{}"):
+        parts.append(f"params={row['params']}")
+    return " ".join(parts)
 
 
 def reproduce_command(grid: Grid, out: Path, resume: bool = False) -> str:
@@ -395,7 +293,7 @@ def reproduce_command(grid: Grid, out: Path, resume: bool = False) -> str:
             "--device", ",".join(grid.devices), "--dtype", ",".join(grid.dtypes),
             "--scenario", ",".join(grid.scenarios), "--iou", ",".join(map(str, grid.ious)),
             "--seed", str(grid.seed), "--classes", str(grid.classes), "--timer", ",".join(grid.timers),
-            "--min-run-time", str(grid.min_run_time), "--threads", str(grid.threads)]
+            "--rounds", str(grid.rounds), "--min-run-time", str(grid.min_run_time), "--threads", str(grid.threads)]
     if grid.overlaps:
         args += ["--overlap", ",".join(map(str, grid.overlaps))]
     for key, value in grid.params.items():
@@ -411,6 +309,28 @@ def reproduce_command(grid: Grid, out: Path, resume: bool = False) -> str:
     return shlex.join(args + ["--resume" if resume else "--out", str(out)])
 
 
+# the grid dimensions a summary never pools over: one table per combination of their values
+# (recordings: image and input_size), each table impl x n
+SUMMARY_BLOCKS = ("device", "timer", "scenario", "image", "input_size", "overlap", "dtype", "iou_threshold", "classes")
+SUMMARY_COLUMNS = 12  # n values per table; more are split over several tables, never cut
+
+
+def _summary_title(key: dict, varying: set) -> str:
+    parts = [f"median µs ({key['timer']} timer)", str(key["scenario"])]
+    if isinstance(key.get("image"), str) and key["image"]:
+        parts.append(f"{key['image']}@{int(float(key['input_size']))}")
+    if "overlap" in varying:
+        parts.append(f"overlap {float(key['overlap']):g}")
+    if "dtype" in varying:
+        parts.append(str(key["dtype"]))
+    if "iou_threshold" in varying:
+        parts.append(f"IoU {float(key['iou_threshold']):g}")
+    if "classes" in varying:
+        parts.append(f"{int(key['classes'])} classes")
+    parts.append(str(key["device"]))
+    return " · ".join(parts)
+
+
 def _print_summary(out: Path, counts: dict) -> None:
     import pandas as pd
 
@@ -418,28 +338,39 @@ def _print_summary(out: Path, counts: dict) -> None:
 
     frame = read_results(out)
     ok = frame[frame.status == "ok"]
-    for (scenario, device, timer), group in ok.groupby(["scenario", "device", "timer"], sort=False):
-        pivot = group.pivot_table(index="impl", columns="n", values="median_us", aggfunc="median")
-        table = Table(title=f"median µs ({timer} timer) · {scenario} · {device}")
-        table.add_column("impl")
-        for n in pivot.columns:
-            table.add_column(str(n), justify="right")
-        for impl, values in pivot.iterrows():
-            table.add_row(str(impl), *("" if pd.isna(v) else f"{v:,.1f}" for v in values))
-        console.print(table)
+    varying = {c for c in SUMMARY_BLOCKS if ok[c].nunique(dropna=False) > 1}
+    for values, group in ok.groupby(list(SUMMARY_BLOCKS), sort=False, dropna=False):
+        key = dict(zip(SUMMARY_BLOCKS, values))
+        # within one block every (impl, n) is one row: nothing is pooled
+        pivot = group.pivot_table(index="impl", columns="n", values="median_us", aggfunc="first")
+        for start in range(0, len(pivot.columns), SUMMARY_COLUMNS):
+            part = pivot.iloc[:, start:start + SUMMARY_COLUMNS]
+            table = Table(title=_summary_title(key, varying))
+            table.add_column("impl", no_wrap=True)
+            for n in part.columns:
+                table.add_column(str(int(n)), justify="right", no_wrap=True, min_width=len(str(int(n))))
+            for impl, row in part.iterrows():
+                table.add_row(str(impl), *("" if pd.isna(v) else f"{v:,.1f}" for v in row))
+            console.print(table)
     written = counts["ok"] + counts["error"] + counts["skipped"]
     noisy = counts.get("noisy_rows", [])
     if noisy:
-        console.print(f"[yellow]warning[/]: {len(noisy)} row(s) above {NOISY_SPREAD:.0%} spread (IQR / median); their "
-                      "times are less certain (a busy machine? try --repeat-noisy K or a longer --min-run-time):")
+        console.print(f"[yellow]warning[/]: {len(noisy)} noisy row(s); their times are less certain (a busy machine? "
+                      "fewer --threads, --repeat-noisy K or a longer --min-run-time):")
         for text in noisy[:20]:
             console.print(f"  {text}")
         if len(noisy) > 20:
-            console.print(f"  ... and {len(noisy) - 20} more (the noisy column marks them)")
+            console.print(f"  ... and {len(noisy) - 20} more (the noisy and noise columns mark them)")
+    errors = counts.get("error_rows", [])
+    if errors:
+        console.print(f"[red]errors[/]: {len(errors)} row(s):")
+        for text in errors[:20]:
+            console.print(f"  {text}")
+        if len(errors) > 20:
+            console.print(f"  ... and {len(errors) - 20} more (the error column holds each message)")
     console.print(
         f"wrote {written} rows to {out}" + (f" (now {len(frame)} rows)" if len(frame) != written else "")
-        + f": {counts['ok']} ok, {counts['error']} error, "
-        f"{counts['skipped']} skipped, {counts['noisy']} noisy (IQR > {NOISY_SPREAD:.0%} of median)"
+        + f": {counts['ok']} ok, {counts['error']} error, {counts['skipped']} skipped, {counts['noisy']} noisy"
     )
 
 
@@ -457,8 +388,8 @@ def _selected_results(paths, scenarios, impls, devices, timers, baseline=None, b
 
     try:
         frame = tables.load_results(paths)
-    except ValueError as e:
-        raise click.ClickException(str(e)) from None
+    except ValueError as e:  # not a results file: bad input, exit status 2 like every other
+        raise click.BadParameter(str(e), param_hint="RESULTS") from None
     files = ", ".join(Path(p).name for p in paths)
     checks = (("--benchmark", "benchmark", benchmarks), ("--scenario", "scenario", scenarios), ("--impl", "impl", impls),
               ("--device", "device", devices), ("--timer", "timer", timers))
@@ -712,6 +643,8 @@ def _write_or_echo(text: str, out: Path | None, summary: str) -> None:
     else:
         click.echo(text, nl=False)
 
+
+# --- subcommands defined in their own modules, registered here (none of them imports this one)
 
 from .pipeline_cli import pipeline_command  # noqa: E402
 

@@ -1,13 +1,50 @@
-"""Options that ``nmsbench sweep`` and ``nmsbench pipeline`` share: stopping and resuming.
+"""What ``nmsbench sweep`` and ``nmsbench pipeline`` share: options, option parsing, the
+progress display, stopping (Ctrl-C, SIGTERM) and resuming.
 
-A module of its own so that both command modules can import it at import time (the
-command modules import each other's helpers only when a command runs)."""
+A module of its own so that neither command module imports the other: ``nmsbench.cli``
+imports this module and ``nmsbench.pipeline_cli`` (and registers its command);
+``nmsbench.pipeline_cli`` imports only this module.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
+import json
+import signal
+import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable
 
 import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from .results import ResultWriter, environment, open_for_resume, sidecar_path
+from .timing import NOISY_SPREAD, load_average, load_warning, usable_cpus
+
+
+def _console(stderr: bool = False) -> Console:
+    """A console that does not squeeze tables to 80 columns when its stream is piped."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, soft_wrap=True, width=None if stream.isatty() else 160)
+
+
+console = _console(stderr=True)  # progress, messages and summaries
+
+
+def _split(values: tuple[str, ...]) -> list[str]:
+    """Options given several times and/or comma-separated, in order, without repeats."""
+    items = [v.strip() for value in values for v in value.split(",") if v.strip()]
+    return list(dict.fromkeys(items))
+
+
+def _floats(values: tuple[str, ...], what: str) -> list[float]:
+    try:
+        return [float(v) for v in _split(values)]
+    except ValueError:
+        raise click.BadParameter(f"{what} must be numbers, got {', '.join(values)}") from None
 
 
 def resume_option(what_is_a_row: str):
@@ -16,7 +53,8 @@ def resume_option(what_is_a_row: str):
         "--resume", "resume", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
         help=f"Continue a stopped run: append to FILE the rows of this grid it lacks, never repeating one (a row is "
              f"{what_is_a_row}). Refused when FILE has another schema or other benchmarks' rows, came from another "
-             "machine, or was timed with another --min-run-time or --threads. Give the same options as the stopped run.")
+             "machine, or was timed with another --min-run-time, --threads or --rounds. Give the same options as the "
+             "stopped run.")
 
 
 def case_timeout_option(what_is_a_case: str):
@@ -35,3 +73,158 @@ def check_resume_options(resume: Path | None, out: Path | None, force: bool) -> 
         raise click.BadParameter("--resume FILE writes to FILE; leave --out out", param_hint="--resume")
     if resume and force:
         raise click.BadParameter("--resume appends to FILE; --force (overwrite) contradicts it", param_hint="--force")
+
+
+# measurement settings a resumed file must share (rows do not record --min-run-time)
+RESUME_SAME = ("min_run_time", "threads", "rounds")
+# what a sidecar written before a setting existed was timed with
+RECORDED_BEFORE = {"rounds": 1}
+# grid fields that may differ between a run and its resumption without a note
+RESUME_FREE = ("case_timeout", "repeat_noisy")
+
+
+def _check_resume(path: Path, grid, benchmark: str = "nms") -> set:
+    """The case keys already in ``path`` (a ``benchmark`` file of this machine, timed with
+    ``grid``'s measurement settings), or a UsageError saying why it cannot be resumed."""
+    import warnings
+
+    from .results import PartialRowWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PartialRowWarning)
+        try:
+            done = open_for_resume(path, environment(), benchmark)
+        except ValueError as e:
+            raise click.UsageError(f"cannot resume: {e}") from None
+    for warning in caught:
+        console.print(f"[yellow]warning[/]: {warning.message}")
+    try:
+        recorded = json.loads(sidecar_path(path).read_text())["grid"]
+    except (OSError, ValueError, KeyError, TypeError):
+        console.print(f"[yellow]warning[/]: no readable sidecar {sidecar_path(path).name}; cannot check the grid options")
+        return done
+    now = json.loads(json.dumps(grid.__dict__, default=str))
+    for name in RESUME_SAME:
+        was = recorded.get(name, RECORDED_BEFORE.get(name))
+        if name in now and was is not None and was != now[name]:
+            option = "--" + name.replace("_", "-")
+            raise click.UsageError(f"cannot resume: {path} was timed with {option} {was}, this command asks for "
+                                   f"{now[name]}; rows of one file must be measured alike")
+    differ = [k for k in now if k in recorded and recorded[k] != now[k] and k not in RESUME_FREE]
+    if differ:
+        console.print(f"[yellow]note[/]: the grid differs from the run that wrote {path.name} in {', '.join(differ)}: "
+                      "cases of this grid that the file lacks are added")
+    return done
+
+
+def _load_note(when: str) -> dict:
+    load = load_average()
+    return {"when": when, "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "loadavg": list(load) if load else None, "cpus": len(usable_cpus())}
+
+
+def run_with_progress(command: str, out: Path, force: bool, total: int, grid: dict, reproduce: str,
+                      run: Callable, describe: Callable[[dict], str], label: Callable[[dict], str], *,
+                      append: bool = False, completed: int = 0, resume_command: str | None = None) -> dict:
+    """Write a run's rows to ``out`` (refusing to overwrite without ``force``; ``append``
+    adds to it) behind a progress bar; error and noisy rows are printed as they come,
+    named by ``label(row)`` (the whole case); the machine's load goes into the sidecar at
+    the start and the end, with a warning at the start when it leaves fewer free CPUs
+    than the run's threads. Ctrl-C at any moment stops with a summary of what was written
+    (and ``resume_command``) and exit status 130; SIGTERM likewise, with 143.
+    ``run(write, on_case)`` does the work and returns the counts, to which ``noisy_rows``
+    (descriptions of this run's noisy rows) and ``error_rows`` are added."""
+    if out.exists() and not force and not append:
+        raise click.UsageError(f"{out} exists; pass --force to overwrite it or choose another --out")
+    tally = {"ok": 0, "error": 0, "skipped": 0}
+    noisy_rows: list[str] = []
+    error_rows: list[str] = []
+    writer = None
+    try:
+        with _sigterm_as_interrupt():
+            console.print(f"nmsbench {command}: {total} rows -> {out}" + (f" ({completed} already there)" if append else ""))
+            warning = load_warning(int(grid.get("threads") or 1))
+            if warning:
+                console.print(f"[yellow]warning[/]: {warning}")
+            writer = ResultWriter(out, environment(), grid, reproduce, append=append)
+            writer.note("load", _load_note("start"))
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          TimeRemainingColumn(), console=console, transient=False) as progress:
+                task = progress.add_task("starting", total=total, completed=completed)
+
+                def on_case(row):
+                    progress.update(task, advance=1, description=describe(row))
+                    tally[row["status"]] += 1
+                    if row["status"] == "error":
+                        text = f"{label(row)}: {row['error']}"
+                        error_rows.append(text)
+                        progress.console.print(f"[red]error[/] {text}")
+                    if row.get("noisy"):
+                        reason = row.get("noise") or f"IQR {row['rel_spread']:.0%} of the median"
+                        text = f"{label(row)}: {reason}" + (
+                            f" (after {row['attempts']} timings)" if (row.get("attempts") or 1) > 1 else "")
+                        noisy_rows.append(text)
+                        progress.console.print(f"[yellow]noisy[/] {text}")
+
+                counts = run(writer.write, on_case)
+            writer.note("load", _load_note("end"))
+    except KeyboardInterrupt as stop:
+        terminated = isinstance(stop, Terminated)
+        what = "terminated (SIGTERM)" if terminated else "interrupted"
+        if writer is None:
+            console.print(f"[yellow]{what}[/] before {out} was opened: no rows written")
+            if not append:
+                console.print(f"start it again with: {reproduce}", soft_wrap=True)
+            elif resume_command:
+                console.print(f"resume with: {resume_command}", soft_wrap=True)
+        else:
+            console.print(f"[yellow]{what}[/]: {writer.rows_written} of {total - completed if append else total} rows "
+                          f"are in {out} (this run: {tally['ok']} ok, {tally['error']} error, {tally['skipped']} skipped"
+                          + (f"; {completed} were there before" if append else "") + ")")
+            if resume_command:
+                console.print(f"resume with: {resume_command}", soft_wrap=True)
+        raise SystemExit(128 + signal.SIGTERM if terminated else 130) from None
+    finally:
+        if writer is not None:
+            writer.close()
+    return counts | {"noisy_rows": noisy_rows, "error_rows": error_rows}
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a job scheduler's or `kill`'s stop), handled like Ctrl-C."""
+
+
+@contextmanager
+def _sigterm_as_interrupt():
+    """Within the block, SIGTERM raises ``Terminated`` (main thread only; elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class StoppableGroup(click.Group):
+    """A click group whose commands stop on Ctrl-C or SIGTERM at any moment with status
+    130 or 143 and one line (click's own handling prints ``Aborted!`` and exits 1). A run
+    that has opened its results file says more, and how to resume (:func:`run_with_progress`)."""
+
+    def invoke(self, ctx):
+        try:
+            with _sigterm_as_interrupt():
+                return super().invoke(ctx)
+        except KeyboardInterrupt as stop:
+            terminated = isinstance(stop, Terminated)
+            console.print(f"[yellow]{'terminated (SIGTERM)' if terminated else 'interrupted'}[/]")
+            raise SystemExit(128 + signal.SIGTERM if terminated else 130) from None
+
+
+__all__ = ["NOISY_SPREAD", "RESUME_SAME", "StoppableGroup", "Terminated", "case_timeout_option", "check_resume_options",
+           "console", "resume_option", "run_with_progress"]

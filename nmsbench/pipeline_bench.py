@@ -180,8 +180,8 @@ def _run_case(pipeline: Optional[Pipeline], name: str, device: str, raw: np.ndar
         t = timings[row["stage"], row["timer"]]
         yield row | agreement | {
             "status": "ok", "error": "", "median_us": t.median_us, "iqr_us": t.iqr_us, "runs": t.runs,
-            "rel_spread": t.rel_spread, "noisy": t.noisy, "peak_mem_bytes": peak,
-            "host_sync": device == "cuda" and name != REFERENCE_PIPELINE,
+            "rel_spread": t.rel_spread, "noisy": t.noisy, "peak_mem_bytes": peak, "blocks": t.blocks, "rounds": t.rounds,
+            "noise": t.noise, "host_sync": device == "cuda" and name != REFERENCE_PIPELINE,
         }
 
 

@@ -1,7 +1,7 @@
 """``nmsbench pipeline``: time detector post-processing (raw output -> detections) by stage.
 
-``nmsbench.cli`` adds this command to its group; the helpers shared with ``sweep`` are
-imported from there when the command runs, so either module can be imported first.
+``nmsbench.cli`` adds this command to its group; the helpers shared with ``sweep`` live in
+``nmsbench.cli_options``, which both import (this module does not import ``nmsbench.cli``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import torch
 from rich.table import Table
 
 from . import datasets
-from .cli_options import case_timeout_option, check_resume_options, resume_option
+from .cli_options import (_check_resume, _console, _floats, _split, case_timeout_option, check_resume_options, console,
+                          resume_option, run_with_progress)
 from .pipeline import STAGES, pipelines
 from .pipeline_bench import DEFAULT_BATCHES, SOURCES, PipelineGrid, run_pipeline_bench
 from .results import default_output_path
@@ -23,8 +24,6 @@ from .timing import DEFAULT_TIMERS as TIMERS  # the graph timer is for NMS ops o
 
 
 def _positive_ints(text: str, what: str) -> list[int]:
-    from .cli import _split
-
     try:
         values = [int(v) for v in _split((text,))]
     except ValueError:
@@ -72,8 +71,6 @@ def pipeline_command(batches, devices, sources, names, confs, iou, max_det, max_
     all-pairs NMS. Rows (stage decode, nms, total) go to the sweep's CSV schema with
     benchmark=pipeline, batch, stage, candidates, and agreement with the numpy reference.
     """
-    from .cli import _check_resume, _console, _floats, _split, run_with_progress
-
     known = pipelines()
     if show_list:
         table = Table(title="nmsbench pipelines")
@@ -134,7 +131,8 @@ def pipeline_command(batches, devices, sources, names, confs, iou, max_det, max_
         "pipeline", out, force, grid.count(), grid.__dict__, reproduce_pipeline_command(grid, out, resume=bool(resume)),
         lambda write, on_case: run_pipeline_bench(grid, write, on_case, done),
         describe=lambda row: f"{row['scenario']:>9} B={row['batch']:<3} {row['impl']:<24} {row['device']}",
-        where=lambda row: f"{row['scenario']} B={row['batch']} conf={row['overlap']}",
+        label=lambda row: (f"{row['impl']} {row['device']} {row['timer']} {row['stage']} {row['scenario']} "
+                           f"B={row['batch']} conf={row['overlap']} iou={row['iou_threshold']}"),
         append=bool(resume), completed=min(len(done), grid.count()),
         resume_command=reproduce_pipeline_command(grid, out, resume=True),
     )
@@ -172,7 +170,6 @@ def reproduce_pipeline_command(grid: PipelineGrid, out: Path, resume: bool = Fal
 def _print_pipeline_summary(out: Path, counts: dict) -> None:
     import pandas as pd
 
-    from .cli import console
     from .pipeline_bench import per_image_table
 
     frame = pd.read_csv(out)
@@ -189,7 +186,7 @@ def _print_pipeline_summary(out: Path, counts: dict) -> None:
         console.print(table)
     console.print(
         f"wrote {len(frame)} rows to {out}: {counts['ok']} ok, {counts['error']} error, "
-        f"{counts['skipped']} skipped, {counts['noisy']} noisy (IQR > 10% of median)"
+        f"{counts['skipped']} skipped, {counts['noisy']} noisy"
     )
 
 

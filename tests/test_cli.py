@@ -25,7 +25,8 @@ def run(*args):
     "text, sizes",
     [
         ("64..8192", [64, 128, 256, 512, 1024, 2048, 4096, 8192]),
-        ("64..100", [64]),
+        ("64..100", [64, 100]),  # the upper bound ends the range, on the doubling grid or not
+        ("100..1000", [100, 200, 400, 800, 1000]),
         ("100,1000", [100, 1000]),
         ("64..256, 1000", [64, 128, 256, 1000]),
         ("5", [5]),
@@ -36,7 +37,7 @@ def test_parse_sizes(text, sizes):
     assert parse_sizes(text) == sizes
 
 
-@pytest.mark.parametrize("text", ["", "abc", "0..8", "256..64", "64..", "1.5", "-4"])
+@pytest.mark.parametrize("text", ["", "abc", "0..8", "256..64", "64..", "1.5", "-4", "0", "8,0"])
 def test_parse_sizes_rejects(text):
     with pytest.raises(ValueError):
         parse_sizes(text)
@@ -85,11 +86,11 @@ def test_tiny_sweep_writes_tidy_rows(tmp_path):
     assert "median µs" in result.output
 
 
-def test_default_output_goes_under_results(tmp_path, monkeypatch):
+def test_default_output_goes_under_results_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = run("sweep", "--n", "4", "--impl", "torchvision", "--scenario", "uniform", "--min-run-time", "0.01")
     assert result.exit_code == 0, result.output
-    written = list((tmp_path / "results").glob("sweep-*-cpu.csv"))
+    written = list((tmp_path / "results" / "runs").glob("sweep-*-cpu.csv"))
     assert len(written) == 1 and len(pd.read_csv(written[0])) == 1
 
 
@@ -165,13 +166,15 @@ def test_class_aware_sweep(tmp_path):
         (["--iou", "half"], "must be numbers"),
         (["--dtype", "int8"], "unknown int8"),
         (["--scenario", "moon"], "unknown moon"),
-        (["--scenario", "file"], "needs --file"),
+        (["--scenario", "file"], "needs a boxes file"),
+        (["--n", "0"], "must be positive"),
+        (["--n", "4", "--rounds", "0"], "0 is not in the range"),
         (["--scenario", "chain", "--overlap", "1.5"], "outside chain's knob range"),
         (["--impl", "matrix_fused", "--param", "sigma=-1"], "sigma must be a positive number"),
         (["--impl", "matrix_fused", "--param", "colour=red"], "no selected implementation takes colour"),
         (["--param", "sigma"], "is not KEY=VALUE"),
         (["--classes", "0"], "0 is not in the range"),
-        (["--timer", "stopwatch"], "choose from wall, device"),
+        (["--timer", "stopwatch"], "choose from wall, api, device, graph"),
     ],
 )
 def test_bad_options_exit_nonzero_with_a_message(tmp_path, args, message):
