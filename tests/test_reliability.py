@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -24,7 +25,6 @@ from nmsbench.cli import main
 from nmsbench.registry import unregister
 from nmsbench.results import (COLUMNS, KEY_COLUMNS, PartialRowWarning, ResultWriter, case_key, environment,
                               open_for_resume, read_results)
-from nmsbench.timing import Timing
 
 TESTS = Path(__file__).resolve().parent
 
@@ -169,11 +169,12 @@ def test_resume_refuses_another_schema_machine_or_measurement(tmp_path):
     good = tmp_path / "good.csv"
     assert run(*base, "--out", str(good)).exit_code == 0
 
-    schema2 = tmp_path / "schema2.csv"  # a file written before the attempts column
-    frame = pd.read_csv(good).drop(columns="attempts")
-    frame.to_csv(schema2, index=False)
-    result = run(*base, "--resume", str(schema2))
-    assert result.exit_code == 2 and "not this nmsbench's results schema 3 (missing attempts)" in result.output
+    schema3 = tmp_path / "schema3.csv"  # a file written before the rounds columns
+    frame = pd.read_csv(good).drop(columns=["blocks", "rounds", "round_spread", "noise"])
+    frame.to_csv(schema3, index=False)
+    result = run(*base, "--resume", str(schema3))
+    assert result.exit_code == 2
+    assert "not this nmsbench's results schema 4 (missing blocks, rounds, round_spread, noise)" in result.output
 
     other = tmp_path / "other.csv"
     frame = pd.read_csv(good)
@@ -184,6 +185,11 @@ def test_resume_refuses_another_schema_machine_or_measurement(tmp_path):
 
     result = run(*[a if a != "0.01" else "0.02" for a in base], "--resume", str(good))
     assert result.exit_code == 2 and "timed with --min-run-time 0.01" in result.output
+    result = run(*base, "--rounds", "2", "--resume", str(good))
+    assert result.exit_code == 2 and "timed with --rounds 5, this command asks for 2" in result.output
+    meta = json.loads(good.with_suffix(".json").read_text())
+    assert meta["grid"]["rounds"] == 5 and meta["grid"]["min_run_time"] == 0.01
+    assert "--rounds 5 --min-run-time 0.01" in meta["command"]
 
     result = run(*base, "--resume", str(tmp_path / "missing.csv"))
     assert result.exit_code == 2 and "no such file" in result.output
@@ -192,6 +198,11 @@ def test_resume_refuses_another_schema_machine_or_measurement(tmp_path):
     before = good.read_bytes()
     assert run(*base, "--resume", str(good)).exit_code == 0  # nothing missing: nothing added
     assert good.read_bytes() == before
+    del meta["grid"]["rounds"]  # a sidecar written before --rounds: timed in one round
+    good.with_suffix(".json").write_text(json.dumps(meta))
+    result = run(*base, "--resume", str(good))
+    assert result.exit_code == 2 and "timed with --rounds 1, this command asks for 5" in result.output
+    assert run(*base, "--rounds", "1", "--resume", str(good)).exit_code == 0
 
 
 def test_open_for_resume_returns_the_keys_of_the_written_cases(tmp_path):
@@ -312,68 +323,80 @@ def logged_impl():
 def test_the_timed_callable_is_the_checked_one(monkeypatch, logged_impl):
     """The warm-up call (whose output is compared with the reference) and every timed call
     go through one callable with identical arguments; nothing else calls the backend."""
-    timed = []
-    real_time_wall = runner.time_wall
+    timers = []
+    real_wall_timer = runner.WallTimer
 
-    def spy(fn, **kwargs):
-        timed.append([fn, len(logged_impl)])
-        timing = real_time_wall(fn, **kwargs)
-        timed[-1].append(len(logged_impl))
-        return timing
+    class Spy(real_wall_timer):
+        def __init__(self, fn, **kwargs):
+            timers.append(fn)
+            super().__init__(fn, **kwargs)
 
-    monkeypatch.setattr(runner, "time_wall", spy)
+    monkeypatch.setattr(runner, "WallTimer", Spy)
     checked = []
     real_compare = runner.compare_keep
     monkeypatch.setattr(runner, "compare_keep", lambda keep, ref: checked.append((len(logged_impl), keep)) or real_compare(keep, ref))
     rows = []
     grid = runner.Grid(impls=["test_logs_calls"], devices=["cpu"], dtypes=["float32"], scenarios=["uniform"], ns=[16],
-                       ious=[0.5], min_run_time=0.01, repeat_noisy=0)
+                       ious=[0.5], min_run_time=0.01, repeat_noisy=0, rounds=3)
     runner.run_sweep(grid, rows.append)
-    assert len(rows) == 1 and rows[0]["kept"] == 16
+    assert len(rows) == 1 and rows[0]["kept"] == 16 and rows[0]["rounds"] == 3
     assert checked == [(1, checked[0][1])]  # compared right after the first (warm-up) call
-    assert len(timed) == 1
-    fn, before, after = timed[0]
-    assert before == 1 and after == len(logged_impl) > 1  # every other call happened inside the timer
+    assert len(timers) == 1  # one timer for the row, its block size fixed once for every round
+    assert len(logged_impl) > 1 + rows[0]["runs"] - 1  # the timed calls, plus the warm-up and the calibration
     assert len(set(logged_impl)) == 1  # the timed calls got exactly the warm-up call's arguments
     # and the timed callable is that call: calling it again reproduces the checked output
-    assert fn().keep.tolist() == list(range(16)) and len(set(logged_impl)) == 1
+    assert timers[0]().keep.tolist() == list(range(16)) and len(set(logged_impl)) == 1
+
+
+def fake_blocks(*medians_and_spreads):
+    """A WallTimer stand-in whose successive measurements have the given (median, IQR/median):
+    five blocks each, at median * (1 - s, 1 - s/2, 1, 1 + s/2, 1 + s)."""
+    values = iter(medians_and_spreads)
+
+    class Fake:
+        def __init__(self, fn, **kwargs):
+            self.fn = fn
+
+        def blocks(self, seconds):
+            self.fn()
+            median, s = next(values)
+            return runner.Blocks(np.array([1 - s, 1 - s / 2, 1, 1 + s / 2, 1 + s]) * median, 5)
+
+    return Fake
 
 
 def test_repeat_noisy_retimes_the_same_call_and_keeps_the_least_noisy(monkeypatch, logged_impl):
-    spreads = iter([0.5, 0.3, 0.4, 0.05, 0.01])  # noisy, noisier-than-kept..., then clean
-    fns = []
-
-    def fake_time_wall(fn, **kwargs):
-        fns.append(fn)
-        fn()
-        return Timing(median_us=100.0, iqr_us=100.0 * next(spreads), runs=10)
-
-    monkeypatch.setattr(runner, "time_wall", fake_time_wall)
+    # IQR / median of five blocks at (1 - s, 1 - s/2, 1, 1 + s/2, 1 + s) is s
+    monkeypatch.setattr(runner, "WallTimer", fake_blocks((100, 0.5), (100, 0.3), (100, 0.4), (100, 0.05), (100, 0.01)))
+    monkeypatch.setattr(runner.CpuMeter, "contention", lambda self: "")
     rows = []
     grid = runner.Grid(impls=["test_logs_calls"], devices=["cpu"], dtypes=["float32"], scenarios=["uniform"], ns=[8],
-                       ious=[0.5], min_run_time=0.01, repeat_noisy=5)
+                       ious=[0.5], min_run_time=0.01, repeat_noisy=5, rounds=1)
     runner.run_sweep(grid, rows.append)
     row = rows[0]
-    assert row["attempts"] == 4 and row["rel_spread"] == pytest.approx(0.05) and not row["noisy"]
-    assert len(set(map(id, fns))) == 1 and len(set(logged_impl)) == 1
+    assert row["attempts"] == 4 and row["rel_spread"] == pytest.approx(0.05) and not row["noisy"] and row["noise"] == ""
+    assert len(set(logged_impl)) == 1
 
-    spreads = iter([0.5, 0.3, 0.4])
+    monkeypatch.setattr(runner, "WallTimer", fake_blocks((100, 0.5), (100, 0.3), (100, 0.4)))
     rows.clear()
     runner.run_sweep(runner.Grid(**grid.__dict__ | {"repeat_noisy": 2}), rows.append)
     assert rows[0]["attempts"] == 3 and rows[0]["rel_spread"] == pytest.approx(0.3) and rows[0]["noisy"]
+    assert rows[0]["noise"] == "IQR 30% of the median"
 
 
 def test_noisy_rows_are_warned_about_and_listed_in_the_summary(tmp_path, monkeypatch):
-    monkeypatch.setattr(runner, "time_wall", lambda fn, **kw: Timing(median_us=10.0, iqr_us=5.0, runs=10))
+    monkeypatch.setattr(runner, "WallTimer", fake_blocks(*[(10, 0.5)] * 6))
+    monkeypatch.setattr(runner.CpuMeter, "contention", lambda self: "")
     out = tmp_path / "run.csv"
     result = run("sweep", "--impl", "torchvision", "--scenario", "uniform", "--n", "4,8", "--min-run-time", "0.01",
-                 "--repeat-noisy", "2", "--out", str(out))
+                 "--repeat-noisy", "2", "--rounds", "1", "--out", str(out))
     assert result.exit_code == 0, result.output
-    assert result.output.count("noisy torchvision cpu wall uniform n=") == 2
-    assert "IQR 50% of the median after 3 timings" in result.output
-    assert "warning: 2 row(s) above 10% spread" in result.output and "2 noisy" in result.output
+    # the warning names the whole case
+    assert result.output.count("noisy torchvision cpu float32 wall uniform overlap=") == 2
+    assert "torchvision cpu float32 wall uniform overlap=0.05 n=8 iou=0.5: IQR 50% of the median (after 3 timings)" in result.output
+    assert "warning: 2 noisy row(s)" in result.output and "2 noisy" in result.output
     frame = read_results(out)
-    assert list(frame.attempts) == [3, 3] and frame.noisy.all()
+    assert list(frame.attempts) == [3, 3] and frame.noisy.all() and set(frame.noise) == {"IQR 50% of the median"}
     assert "--repeat-noisy 2" in json.loads(out.with_suffix(".json").read_text())["command"]
 
 
