@@ -4,11 +4,11 @@
 // arithmetic type (float16 is computed in float32, as the other kernels do).
 //
 // The verdict is 0 for valid input, else (1 + the first bad row) * 8 + the reason
-// (VALIDATE_* below). Rows are taken in blocks of `rows_per_block`; a block reduces its
-// rows to the first bad one, encoded so that a larger value means an earlier row, and
-// with several blocks each adds its value to scratch[0] by atomicMax and takes a ticket
-// from scratch[1]; the block with the last ticket publishes the verdict and leaves both
-// words at 0 for the next launch on the stream. No block waits for another.
+// (VALIDATE_* below). A thread checks one row; a block reduces its rows to the first bad
+// one, encoded so that a larger value means an earlier row; with several blocks each adds
+// its value to scratch[0] by atomicMax and takes a ticket from scratch[1], and the block
+// with the last ticket publishes the verdict and leaves both words at 0 (for the next
+// launch on the stream that shares them). No block waits for another.
 
 #define VALIDATE_BOX_NOT_FINITE 1
 #define VALIDATE_SCORE_NOT_FINITE 2
@@ -41,21 +41,18 @@ __device__ __forceinline__ unsigned int block_max(unsigned int value, unsigned i
     return value;  // the block's maximum, in thread 0
 }
 
-// n < 2^28, so that (n - row) * 8 + reason fits 31 bits; blockDim.x a multiple of 32 (at most 1024).
-// verdict_host (mapped pinned memory) and verdict_device may each be null.
+// n < 2^28, so that (n - row) * 8 + reason fits 31 bits; blockDim.x a multiple of 32 (at
+// most 1024) and gridDim.x * blockDim.x >= n. scratch: two words at 0 (unused with one
+// block); verdict_host (mapped pinned memory) and verdict_device may each be null.
 template <typename T>
-__global__ void validate_kernel(const T* boxes, const T* scores, int n, int rows_per_block, unsigned int* scratch,
+__global__ void validate_kernel(const T* boxes, const T* scores, int n, unsigned int* scratch,
                                 long long* verdict_host, long long* verdict_device) {
     __shared__ unsigned int warp_values[32];
-    const long long first = (long long)blockIdx.x * rows_per_block;
-    const long long last = min((long long)n, first + rows_per_block);
-    unsigned int value = 0;  // (n - row) * 8 + reason of the first bad row seen, 0 for none
-    for (long long row = first + threadIdx.x; row < last; row += blockDim.x) {
+    const long long row = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned int value = 0;  // (n - row) * 8 + reason where the row is bad, else 0
+    if (row < n) {
         const unsigned int reason = bad_reason(boxes, scores, row);
-        if (reason) {
-            value = (unsigned int)(n - row) * 8u + reason;
-            break;  // this thread's later rows come after it
-        }
+        if (reason) value = (unsigned int)(n - row) * 8u + reason;
     }
     value = block_max(value, warp_values);
     if (threadIdx.x != 0) return;

@@ -14,12 +14,13 @@ import threading
 
 import torch
 
-from ._cuda import Address, CudaModule, HostCount, on_torch_stream, stream_counters
+from ._cuda import CompiledLaunch, CudaModule, HostCount, cached_plan, stream_counters
 
 MODULE = CudaModule("_validate.cu", templates=("validate_kernel",))
-THREADS = 256
-ROWS_PER_BLOCK = 4 * THREADS
+THREADS = 256  # one row a thread
 MAX_ROWS = (1 << 28) - 1  # the verdict's encoding: (n - row) * 8 + reason in 31 bits
+_DTYPES = (torch.float32, torch.float64, torch.float16)
+_CODES = "QQiQQQ"  # boxes, scores, n, scratch, verdict_host, verdict_device (validate_kernel's parameters)
 
 
 def supported(boxes: torch.Tensor, scores: torch.Tensor) -> bool:
@@ -28,8 +29,13 @@ def supported(boxes: torch.Tensor, scores: torch.Tensor) -> bool:
             and scores.is_contiguous())
 
 
-_DTYPES = (torch.float32, torch.float64, torch.float16)
+_plans: dict = {}  # (dtype, device index, n) -> the CompiledLaunch of the check
 _verdicts = threading.local()
+
+
+def _plan(dtype: torch.dtype, index: int, n: int) -> CompiledLaunch:
+    kernel = MODULE.get("validate_kernel", dtype, torch.device("cuda", index))
+    return CompiledLaunch(kernel, (-(-n // THREADS),), (THREADS,), _CODES, index)
 
 
 def _host_verdict(index: int) -> HostCount:
@@ -43,25 +49,25 @@ def _host_verdict(index: int) -> HostCount:
 
 
 def launch_check(boxes: torch.Tensor, scores: torch.Tensor, *, padded: bool = False):
-    """Queue the check of ``boxes`` and ``scores`` (on one CUDA device, N > 0, ``supported``).
+    """Queue the check of ``boxes`` and ``scores`` (on one CUDA device, N > 0, ``supported``)
+    on torch's current stream.
 
     Returns a ``HostCount`` to read with :func:`host_verdict` after the op, or, with
-    ``padded``, the 0-d int64 device tensor the verdict is written to (one block then
-    checks every row, so no scratch shared between launches is involved)."""
-    n, device = boxes.shape[0], boxes.device
-    with on_torch_stream(device) as launch:
-        kernel = MODULE.get("validate_kernel", boxes.dtype, device)
-        if padded:
-            verdict = torch.empty((), dtype=torch.int64, device=device)
-            launch(kernel, (1,), (1024,), (boxes, scores, n, n, None, None, verdict))
-            return verdict
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        host = _host_verdict(index)
-        host.value[0] = -1
-        grid = -(-n // ROWS_PER_BLOCK)
-        scratch = Address(stream_counters(index, launch.stream, 2)) if grid > 1 else None
-        launch(kernel, (grid,), (THREADS,), (boxes, scores, n, ROWS_PER_BLOCK, scratch, host.address, None))
-        return host
+    ``padded``, the 0-d int64 device tensor the verdict is written to (its scratch is the
+    call's own, zeroed on the stream, so a CUDA graph may capture the call)."""
+    n, index = boxes.shape[0], boxes.get_device()
+    launch = cached_plan(_plans, (boxes.dtype, index, n), _plan, boxes.dtype, index, n)
+    stream = torch._C._cuda_getCurrentRawStream(index)
+    if padded:
+        words = torch.zeros(4, dtype=torch.int32, device=boxes.device)  # scratch[2], then the int64 verdict
+        address = words.data_ptr()
+        launch(stream, boxes.data_ptr(), scores.data_ptr(), n, address, 0, address + 8)
+        return words[2:].view(torch.int64)[0]
+    host = _host_verdict(index)
+    host.value[0] = -1
+    scratch = stream_counters(index, stream, 2) if launch.grid[0] > 1 else 0
+    launch(stream, boxes.data_ptr(), scores.data_ptr(), n, scratch, host.address, 0)
+    return host
 
 
 def host_verdict(host: HostCount, device: torch.device) -> int:

@@ -31,7 +31,7 @@ def run_nms(name: str, boxes, scores, iou_threshold: float = 0.5, labels=None, *
     check_input_structure(boxes, scores, labels)
     threshold = validate_iou_threshold(iou_threshold)
     resolved = impl.resolve_params(params)
-    backend = impl.backend(boxes.device.type)
+    backend = impl.backend("cuda" if boxes.is_cuda else boxes.device.type)
     available, reason = backend.availability()
     if not available:
         raise BackendUnavailable(f"{name} on {boxes.device.type} is unavailable: {reason}")

@@ -186,6 +186,8 @@ def check_input_values(boxes: torch.Tensor, scores: torch.Tensor) -> None:
 
 def validate_iou_threshold(iou_threshold) -> float:
     """The threshold as a float in [0, 1], or a ``ValueError``."""
+    if type(iou_threshold) is float and 0.0 <= iou_threshold <= 1.0:  # the common case, on every call's path
+        return iou_threshold
     if isinstance(iou_threshold, torch.Tensor) and iou_threshold.numel() == 1:
         iou_threshold = iou_threshold.item()
     if isinstance(iou_threshold, bool) or not isinstance(iou_threshold, numbers.Real):

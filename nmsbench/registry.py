@@ -83,6 +83,11 @@ class Implementation:
 
     def resolve_params(self, given: dict[str, Any]) -> dict[str, Any]:
         """Defaults filled in and every value checked; unknown names are a ValueError."""
+        if not given:  # the common case, on every call's path: the defaults, checked once
+            defaults = self.__dict__.get("_checked_defaults")
+            if defaults is None:
+                defaults = self.__dict__["_checked_defaults"] = {p.name: p.check(p.default) for p in self.params}
+            return dict(defaults)
         known = {p.name: p for p in self.params}
         unknown = sorted(set(given) - set(known))
         if unknown:

@@ -45,6 +45,18 @@ def _cpu_pass():
     return _first_bad_row
 
 
+_validate = None  # the CUDA check's launcher, imported on the first CUDA call (it needs cupy)
+
+
+def _device_check():
+    global _validate
+    if _validate is None:
+        from nmsbench.variants import _validate as module
+
+        _validate = module
+    return _validate
+
+
 def start_value_check(boxes: torch.Tensor, scores: torch.Tensor, *, padded: bool = False):
     """Check the values of structurally valid inputs: on the CPU at once (raising the
     reference ``ValueError``); on CUDA queued ahead of the op. Returns what
@@ -52,15 +64,14 @@ def start_value_check(boxes: torch.Tensor, scores: torch.Tensor, *, padded: bool
     ``padded`` the 0-d device tensor that will hold the verdict."""
     if boxes.shape[0] == 0:
         return None
-    if boxes.device.type == "cpu":
+    if not boxes.is_cuda:
         if boxes.dtype in (torch.float32, torch.float64):
             b, s = boxes.detach().numpy(), scores.detach().numpy()
             if _cpu_pass()(b, s) < 0:
                 return None
         check_input_values(boxes, scores)  # words the error (float16: does the whole check)
         return None
-    from nmsbench.variants import _validate
-
+    _validate = _device_check()
     boxes, scores = boxes.contiguous(), scores.contiguous()
     if not _validate.supported(boxes, scores):  # beyond the kernel's encoding: the torch checks
         check_input_values(boxes, scores)
@@ -72,8 +83,6 @@ def finish_value_check(pending, boxes: torch.Tensor, scores: torch.Tensor) -> No
     """After the op: raise the reference ``ValueError`` where the queued check found bad input."""
     if pending is None or isinstance(pending, torch.Tensor):
         return
-    from nmsbench.variants import _validate
-
-    if _validate.host_verdict(pending, boxes.device):
+    if _device_check().host_verdict(pending, boxes.device):
         check_input_values(boxes, scores)
         raise RuntimeError("the device input check found a bad row that the reference checks accept")

@@ -99,12 +99,12 @@ def test_exports_of_truncated_and_foreign_results(tmp_path):
     garbage = tmp_path / "garbage.csv"
     garbage.write_bytes(bytes(range(256)) * 4)
     result = run("export", str(garbage))
-    assert result.exit_code == 1 and "garbage.csv: not" in result.output and "Traceback" not in result.output
+    assert result.exit_code == 2 and "garbage.csv: not" in result.output and "Traceback" not in result.output
     npz = tmp_path / "boxes.csv"
     np.savez(tmp_path / "boxes.npz", boxes=np.zeros((1, 4)))
     npz.write_bytes((tmp_path / "boxes.npz").read_bytes())  # an npz named .csv
     result = run("export", str(npz))
-    assert result.exit_code == 1 and "boxes.csv: not" in result.output
+    assert result.exit_code == 2 and "boxes.csv: not" in result.output
 
 
 def test_a_truncated_upload_loads_its_complete_rows_with_a_warning(tmp_path, monkeypatch):
