@@ -7,9 +7,10 @@ Usage: python3 .ci/launch_golden.py TREE OUT.json   (TREE: a checkout's root)"""
 import sys, hashlib, json
 sys.path.insert(0, sys.argv[1])
 import numpy as np, torch
+import os
 import implementations._cuda as cuda
-import implementations.hard_fused as hf
-import implementations.matrix_recompute as mr
+import implementations.hard_fused.cuda as hf  # the host sides of the two packages
+import implementations.matrix_recompute.cuda as mr
 
 records = []
 allocs = []
@@ -29,7 +30,7 @@ def rel(v):
     return "ext" if v > 1 << 20 else v
 class K:
     def __init__(self, name): self.name = name; self.ptr = 1
-cuda.CudaModule.get = lambda self, name, dtype, device: K(f"{self.cu_file}:{name}:{dtype}")
+cuda.CudaModule.get = lambda self, name, dtype, device: K(f"{os.path.basename(self.cu_file)}:{name}:{dtype}")
 class Count:
     address = np.uint64(12345)
     def wait(self, device): return 1  # <= every n that waits

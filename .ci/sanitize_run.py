@@ -1,8 +1,15 @@
 """One small run of each of our CUDA kernels, for compute-sanitizer (see .ci/gpu).
 
-Sizes that are not multiples of 16, 32 or 64 and ones that are, with and without labels,
-float32 and float16, both Matrix NMS kernels; matrix_recompute on each of its three paths
-(single block, counting, torch.sort), forced, at every size it takes, padded output too.
+What runs comes from the registry: every implementation whose CUDA backend launches our
+kernels (``_kernels.kernel_implementations``). A backend with a table of paths (``PATHS``
+beside it: hard_fused, matrix_recompute) runs every path, forced with ``path=``, at every
+size below that the path takes, eager and padded; the others run at a few sizes, padded
+too where graph safe, all through ``nmsbench.run_nms`` (its input check's kernel
+included). Sizes are multiples of 16, 32 or 64 and not, with and without
+labels, float32 and float16; rank.cu's merge runs through the largest sizes (from 8193
+boxes) and at small sizes directly. Then the pipelines whose kernels are ours.
+Arguments pick what to run (default: everything), e.g. `hard_fused` or `pipelines`;
+SANITIZE_SIZES=31,1500 runs those sizes only (racecheck is slow: split it over processes).
 """
 
 import os
@@ -12,52 +19,53 @@ import torch
 
 import nmsbench
 from nmsbench import datasets
+from nmsbench.variants._kernels import holds_cuda_module, kernel_implementations
 
-# Arguments pick what to run (default: everything), e.g. `cupy_seed_kernels` alone.
-ALL = ["allpairs", "bitmask_classic", "bitmask_two_phase", "hard_fused", "matrix_fused", "matrix_recompute",
-       "cupy_seed_kernels"]
-# hard_fused has a path per size range: one block (<= 160), one cooperative launch (eager,
-# <= 1024), the tile mask and the staged resolve (padded, <= 1024), the streamed resolve
-# (> 1024; the tile mask and the block resolve when forced); its padded form runs too.
-# matrix_recompute's four paths are forced one by one at each size below.
-SIZES = {"hard_fused": (31, 64, 100, 200, 257, 1000, 1500, 4500), "matrix_recompute": (31, 64, 100, 1000, 1025, 3000)}
-SELECTED = sys.argv[1:] or ALL
-# SANITIZE_SIZES=31,1025 runs those sizes only (racecheck is slow: split it over processes)
-if os.environ.get("SANITIZE_SIZES"):
-    ONLY = tuple(int(v) for v in os.environ["SANITIZE_SIZES"].split(","))
-    SIZES = {name: tuple(n for n in SIZES.get(name, (31, 64, 100, 1000)) if n in ONLY) for name in ALL}
-KERNEL_IMPLS = [name for name in ALL[:-1] if name in SELECTED]
+SIZES = {"hard_fused": (31, 100, 257, 1000, 1500, 4500), "matrix_recompute": (31, 64, 100, 1000, 1025, 3000)}
+OTHER_SIZES = (31, 64, 100, 1000)
+CASES = ((1, torch.float32), (3, torch.float32), (3, torch.float16))  # (classes, dtype)
+PARAMS = {"matrix": [{"kernel": "gaussian", "sigma": 0.5, "score_threshold": 0.05},
+                     {"kernel": "linear", "sigma": 0.5, "score_threshold": 0.05}]}
+KERNEL_IMPLS = kernel_implementations()
+SELECTED = sys.argv[1:] or KERNEL_IMPLS + ["pipelines"]
+ONLY = tuple(int(v) for v in os.environ["SANITIZE_SIZES"].split(",")) if os.environ.get("SANITIZE_SIZES") else None
 
-for name in KERNEL_IMPLS:
-    for n in SIZES.get(name, (31, 64, 100, 1000)):
-        for classes in (1, 3):
-            for dtype in (torch.float32, torch.float16):
-                boxes = datasets.generate("clustered", n, seed=n, classes=classes).to("cuda", dtype)
-                variants = [{}, {"kernel": "linear"}] if name.startswith("matrix_") else [{}]
-                if name == "hard_fused":
-                    variants = [{}, {"padded": True}]
-                for params in variants:
-                    if name == "matrix_recompute":
-                        from nmsbench.variants import matrix_recompute as mr
 
-                        full = {"kernel": "gaussian", "sigma": 0.5, "score_threshold": 0.05, **params}
-                        for path in ("single", "cooperative", "counting", "sort"):
-                            if path == "single" and n > mr.single_block_capacity(dtype):
-                                continue
-                            if path == "cooperative" and (n > mr.COOPERATIVE_MAX_N or mr.cooperative_grid(
-                                    n, dtype, boxes.boxes.device, boxes.labels is not None) == 0):
-                                continue
-                            for padded in (False, True):
-                                mr.matrix_recompute_cuda_path(boxes.boxes, boxes.scores, boxes.labels, full["kernel"],
-                                                              full["sigma"], full["score_threshold"], padded, path=path)
-                        continue
-                    nmsbench.run_nms(name, boxes.boxes, boxes.scores, 0.5, labels=boxes.labels, **params)
-                    if name == "hard_fused" and n > 1024:  # the block resolve after the tile mask, forced
-                        from nmsbench.variants import hard_fused as hf
+def paths_of(backend):
+    """(PATHS, check_path) of the backend's module, or None where it has no table of paths."""
+    module = sys.modules[backend.fn.__module__]
+    return (module.PATHS, module.check_path) if hasattr(module, "PATHS") else None
 
-                        limit, plans, hf.STREAMED_MAX_N, hf._plans = hf.STREAMED_MAX_N, hf._plans, 0, {}
-                        nmsbench.run_nms(name, boxes.boxes, boxes.scores, 0.5, labels=boxes.labels, **params)
-                        hf.STREAMED_MAX_N, hf._plans = limit, plans
+
+def takes(check_path, path, n, dtype, padded, device, labels) -> bool:
+    try:
+        check_path(path, n, dtype, padded, device, labels)
+    except ValueError:
+        return False
+    return True
+
+
+for name in (n for n in KERNEL_IMPLS if n in SELECTED):
+    impl = nmsbench.implementations()[name]
+    backend, table = impl.backend("cuda"), paths_of(impl.backend("cuda"))
+    sizes = SIZES.get(name, OTHER_SIZES)
+    for n in (s for s in sizes if ONLY is None or s in ONLY):
+        for classes, dtype in CASES:
+            boxes = datasets.generate("clustered", n, seed=n, classes=classes).to("cuda", dtype)
+            device, labels = boxes.boxes.device, boxes.labels is not None
+            for params in PARAMS.get(impl.family, [{}]):
+                # through the public call (its input check's kernel too), on the path the chooser picks
+                for padded in (False, True) if backend.graph_safe else (False,):
+                    nmsbench.run_nms(name, boxes.boxes, boxes.scores, 0.5, labels=boxes.labels,
+                                     **({"padded": True} if padded else {}), **params)
+                if table is None:
+                    continue
+                paths, check_path = table
+                for path in paths:
+                    for padded in (False, True):
+                        if takes(check_path, path, n, dtype, padded, device, labels):
+                            backend.fn(boxes.boxes, boxes.scores, iou_threshold=0.5, labels=boxes.labels,
+                                       padded=padded, path=path, **params)
     if name == "hard_fused":  # rank.cu's merge (every kernel backend's rank from 8193 boxes), at small sizes
         from nmsbench.variants._cuda import on_torch_stream, rank_by_score
 
@@ -69,14 +77,16 @@ for name in KERNEL_IMPLS:
     torch.cuda.synchronize()
     print(name, "ran", flush=True)
 
-# The YOLOv5 seed's three pipeline kernels, on the recorded raw rows (one small batch).
-from nmsbench.datasets import real  # noqa: E402
-from nmsbench.pipeline import PipelineConfig, run_pipeline  # noqa: E402
+# The registered pipelines whose CUDA build is ours (its module holds a CudaModule), on the recorded raw rows.
+if "pipelines" in SELECTED:
+    from nmsbench.datasets import real
+    from nmsbench.pipeline import PipelineConfig, pipelines, run_pipeline
 
-if "cupy_seed_kernels" not in SELECTED:
-    sys.exit(0)
-raw, _, size = real.real_raw(2)
-for conf in (0.25, 0.001):
-    run_pipeline("cupy_seed_kernels", torch.from_numpy(raw).cuda(), PipelineConfig(conf, input_size=(size, size)), "cuda")
-torch.cuda.synchronize()
-print("cupy_seed_kernels ran", flush=True)
+    raw, _, size = real.real_raw(2)
+    for name, pipe in pipelines().items():
+        if "cuda" not in pipe.devices or not holds_cuda_module(pipe.build.__module__):
+            continue
+        for conf in (0.25, 0.001):
+            run_pipeline(name, torch.from_numpy(raw).cuda(), PipelineConfig(conf, input_size=(size, size)), "cuda")
+        torch.cuda.synchronize()
+        print(name, "ran", flush=True)

@@ -71,11 +71,9 @@ __device__ __forceinline__ bool ranks_above(unsigned long long key_i, int i, uns
 
 // Counting kernels (rank.cu, matrix_fused.cu's select): a block takes COUNT_BOXES items,
 // one per lane, and each of its COUNT_WARPS warps counts over a slice of the N others.
-#define COUNT_BOXES 32
-#define COUNT_WARPS 8
+// (COUNT_BOXES, COUNT_WARPS, RANK_WARPS and BALLOT_WARPS come from _cuda.COMMON_DEFINES.)
 // rank.cu and matrix_recompute's rank_kernel: 32 warps, slices of N / 32. Each step of a
 // slice waits on a shuffle, so the count is latency-bound: 8 warps took 16.5 us at N = 4096.
-#define RANK_WARPS 32
 
 // The narrowest unsigned integer that holds score_key of arithmetic type A: float keys
 // fit 32 bits, so a counting rank shuffles half as much (one shuffle per item, not two).
@@ -193,7 +191,6 @@ __device__ __forceinline__ bool may_overlap(const Box<A>& a, const Box<A>& b) {
 // at a time (one global load per thread and chunk). Launch blocks(n, BALLOT_WARPS) blocks
 // of 32 * BALLOT_WARPS threads. Used by bitmask_two_phase (the seed's kernel);
 // hard_fused.cu's tile_mask_kernel writes the same mask.
-#define BALLOT_WARPS 8
 
 template <typename T>
 __global__ void ballot_mask_kernel(const T* sorted_boxes, const long long* sorted_labels, int n, int words,

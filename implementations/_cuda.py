@@ -34,6 +34,13 @@ NVRTC_OPTIONS = ("--std=c++17", "--fmad=false", "-ftz=false")
 SOURCE_TYPES = {torch.float32: "float", torch.float64: "double", torch.float16: "unsigned short"}
 CUDA_DTYPES = tuple(SOURCE_TYPES)
 
+# _common.cuh's constants, defined for every CudaModule: the counting kernels' items per
+# block and warps (rank.cu, matrix_fused.cu's select), the counting rank's warps
+# (rank.cu, matrix_recompute's rank_kernel), rows per block of ballot_mask_kernel.
+COMMON_DEFINES = {"COUNT_BOXES": 32, "COUNT_WARPS": 8, "RANK_WARPS": 32, "BALLOT_WARPS": 8}
+COUNT_BOXES, COUNT_WARPS, RANK_WARPS, BALLOT_WARPS = (COMMON_DEFINES[name] for name in
+                                                      ("COUNT_BOXES", "COUNT_WARPS", "RANK_WARPS", "BALLOT_WARPS"))
+
 
 class CompileError(RuntimeError):
     """NVRTC rejected a kernel source; the message carries its log."""
@@ -41,15 +48,31 @@ class CompileError(RuntimeError):
 
 class CudaModule:
     """One ``.cu`` file: its template kernels (instantiated for every input dtype) and
-    plain kernels, compiled once per device on first use."""
+    plain kernels, compiled once per device on first use.
 
-    def __init__(self, cu_file: str, templates: tuple[str, ...] = (), plain: tuple[str, ...] = ()):
+    ``templates`` and ``plain`` name the kernels; as a dict they also give each kernel's
+    argument layout (the struct codes a launch packs: "Q" a pointer, "i" an int, "d" a
+    double, ...), which tests/test_kernel_layout.py checks against the C signature.
+    ``defines`` are the file's constants, passed to NVRTC as ``-D NAME=value`` (beside
+    ``COMMON_DEFINES``, those of _common.cuh), so the host reads the same values the
+    kernels were compiled with and the ``.cu`` file does not #define them itself."""
+
+    def __init__(self, cu_file: str, templates: tuple[str, ...] | dict[str, str] = (),
+                 plain: tuple[str, ...] | dict[str, str] = (), defines: dict[str, int] | None = None):
         self.cu_file = cu_file
         self.expressions = [f"{name}<{t}>" for name in templates for t in SOURCE_TYPES.values()] + list(plain)
+        self.templates, self.plain = tuple(templates), tuple(plain)
+        self.codes = {name: codes for kernels in (templates, plain) if isinstance(kernels, dict)
+                      for name, codes in kernels.items()}
+        self.defines = {**COMMON_DEFINES, **(defines or {})}
         self._loaded: dict[int, tuple[object, dict[str, object]]] = {}
         # (name, dtype) -> expression: on every launch's path, so no string is formatted there
         self._expression = {(name, dtype): f"{name}<{t}>" for name in templates for dtype, t in SOURCE_TYPES.items()}
         self._expression.update({(name, None): name for name in plain})
+
+    def options(self, arch: str) -> list[str]:
+        """NVRTC's options for ``arch``: ``NVRTC_OPTIONS``, the defines, the target."""
+        return [*NVRTC_OPTIONS, *(f"-D{name}={value}" for name, value in self.defines.items()), f"-arch={arch}"]
 
     def source(self) -> str:
         """The code NVRTC compiles: ``_common.cuh`` followed by the ``.cu`` file."""
@@ -66,7 +89,7 @@ class CudaModule:
             for expression in self.expressions:
                 nvrtc.addNameExpression(program, expression)
             try:
-                nvrtc.compileProgram(program, [*NVRTC_OPTIONS, f"-arch={arch}"])
+                nvrtc.compileProgram(program, self.options(arch))
             except Exception as error:
                 raise CompileError(f"{self.cu_file} does not compile: {error}\n{nvrtc.getProgramLog(program)}") from None
             names = {expression: nvrtc.getLoweredName(program, expression) for expression in self.expressions}
@@ -377,10 +400,10 @@ class Scratch:
         return self.memory[offset : offset + count * dtype.itemsize].view(dtype)
 
 
-RANK_MODULE = CudaModule("rank.cu", templates=("rank_by_score_kernel", "chunk_sort_kernel", "group_merge_kernel",
-                                                  "merge_rank_kernel"))
-COUNT_BOXES, COUNT_WARPS, RANK_WARPS = 32, 8, 32  # as #defined in _common.cuh
-MERGE_CHUNK = 256  # as #defined in rank.cu
+MERGE_CHUNK = 256  # keys per chunk of the merge rank (rank.cu), one per thread
+RANK_MODULE = CudaModule("rank.cu", templates={"rank_by_score_kernel": "QQQiQQQQ", "chunk_sort_kernel": "QiQ",
+                                                  "group_merge_kernel": "iQQ", "merge_rank_kernel": "QQQiiQQQQQ"},
+                         defines={"MERGE_CHUNK": MERGE_CHUNK})
 # From here up rank_by_score merges sorted chunks (three launches, O(N log N)) instead of
 # counting (one launch, O(N^2)); measured on the H200 (PERFLOG).
 MERGE_RANK_MIN = 8193  # H200: 8192 counting 13.7 vs merge 14.6 us (GPU), 16384 47.4 vs 17.3
@@ -507,12 +530,13 @@ class RankLaunches:
         self.n, self.slots = n, chunks * MERGE_CHUNK
         if method == "counting":
             self.launches = (CompiledLaunch(RANK_MODULE.get("rank_by_score_kernel", dtype, device),
-                                            (blocks(n, COUNT_BOXES),), (32 * RANK_WARPS,), "QQQiQQQQ", index),)
+                                            (blocks(n, COUNT_BOXES),), (32 * RANK_WARPS,),
+                                            RANK_MODULE.codes["rank_by_score_kernel"], index),)
         else:
             self.launches = tuple(
-                CompiledLaunch(RANK_MODULE.get(name, dtype, device), (chunks,), (MERGE_CHUNK,), codes, index)
-                for name, codes in (("chunk_sort_kernel", "QiQ"), ("group_merge_kernel", "iQQ"),
-                                    ("merge_rank_kernel", "QQQiiQQQQQ")))
+                CompiledLaunch(RANK_MODULE.get(name, dtype, device), (chunks,), (MERGE_CHUNK,), RANK_MODULE.codes[name],
+                               index)
+                for name in ("chunk_sort_kernel", "group_merge_kernel", "merge_rank_kernel"))
 
     def __call__(self, stream: int, boxes: int, scores: int, labels: int, order: int, sorted_boxes: int,
                  sorted_scores: int, sorted_labels: int, chunk_sorted: int = 0, group_sorted: int = 0) -> None:
@@ -621,5 +645,3 @@ def opted_in_shared_limit(kernel, device: torch.device) -> int:
         _shared_limits[kernel.ptr, index] = limit
     return limit
 
-
-BALLOT_WARPS = 8  # rows per block of _common.cuh's ballot_mask_kernel, as #defined there

@@ -43,7 +43,6 @@ __global__ void rank_by_score_kernel(const T* boxes, const T* scores, const long
 // padded to MERGE_CHUNK with keys that rank below every box (score key 0, which no score
 // has, and indices >= n), so every search reads only written slots and every padded key
 // ends up past rank n - 1.
-#define MERGE_CHUNK 256
 #define GROUP_BYTES 32768  // one group's keys in group_merge_kernel's shared memory
 
 // Float keys (float32, float16) pack the 32-bit score key over the complemented index in

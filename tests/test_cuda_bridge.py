@@ -15,8 +15,15 @@ from nmsbench.variants import (
     _cuda, allpairs, bitmask_classic, bitmask_two_phase, hard_fused, matrix_fused, matrix_recompute, yolo_postprocess,
 )
 
-MODULES = [_cuda.RANK_MODULE, allpairs.CUDA_MODULE, bitmask_classic.CUDA_MODULE, bitmask_two_phase.CUDA_MODULE,
-           hard_fused.CUDA_MODULE, matrix_fused.CUDA_MODULE, matrix_recompute.CUDA_MODULE, yolo_postprocess.CUDA_MODULE]
+from nmsbench.variants._kernels import cuda_modules
+
+MODULES = cuda_modules()  # every CudaModule in the variants' modules (a new .cu is tested without a list)
+
+
+def test_discovery_finds_the_shared_rank_and_the_packages_modules():
+    files = {module.cu_file for module in MODULES}
+    assert {"rank.cu", "hard_fused/hard_fused.cu", "matrix_recompute/matrix_recompute.cu"} <= files
+    assert _cuda.RANK_MODULE in MODULES and hard_fused.CUDA_MODULE in MODULES
 
 
 def test_kernel_sources_ship_beside_their_wrappers():
@@ -136,7 +143,7 @@ def ptxas_report(module: _cuda.CudaModule) -> str:
     try:
         for expression in module.expressions:
             nvrtc.addNameExpression(program, expression)
-        nvrtc.compileProgram(program, [*_cuda.NVRTC_OPTIONS, "-arch=sm_90", "--ptxas-options=-v"])
+        nvrtc.compileProgram(program, [*module.options("sm_90"), "--ptxas-options=-v"])
         return nvrtc.getProgramLog(program)
     finally:
         nvrtc.destroyProgram(program)
@@ -149,9 +156,10 @@ def test_hard_fused_kernels_fit_their_block_sizes_in_the_register_file():
     registers = {}
     for entry, used in re.findall(r"Compiling entry function '(\w+)'.*?Used (\d+) registers", log, flags=re.S):
         registers[entry] = max(registers.get(entry, 0), int(used))
-    threads = {"small_nms_kernel": hard_fused.SMALL_THREADS, "block_resolve_kernel": hard_fused.RESOLVE_THREADS,
-               "tile_mask_kernel": 32 * hard_fused.TILE_WARPS, "staged_resolve_kernel": hard_fused.STAGED_THREADS,
-               "mid_nms_kernel": hard_fused.MID_THREADS}
+    defines = hard_fused.DEFINES  # the block sizes the kernels are compiled with
+    threads = {"small_nms_kernel": defines["SMALL_THREADS"], "block_resolve_kernel": defines["RESOLVE_THREADS"],
+               "tile_mask_kernel": 32 * defines["TILE_WARPS"], "staged_resolve_kernel": defines["STAGED_THREADS"],
+               "mid_nms_kernel": defines["MID_THREADS"]}
     checked = 0
     for entry, used in registers.items():
         for name, block in threads.items():
@@ -216,9 +224,10 @@ def test_hard_fused_block_resolve_fits_shared_memory_up_to_its_limit_and_refuses
     bitmap: at the largest N hard_fused takes that is ~88 KiB, within what a block may opt
     in to on every GPU from sm_80 (99 KiB on sm_86 and sm_89, 227 KiB on the H200). One
     box more is refused before any CUDA call, with the limit in the message."""
-    assert hard_fused.block_resolve_shared_bytes(hard_fused.MAX_WORDS) <= 99 * 1024
-    assert hard_fused.block_resolve_shared_bytes(2) - hard_fused.block_resolve_shared_bytes(1) == 4
-    n = hard_fused.MAX_WORDS * 32 + 1
+    host = hard_fused.cuda  # the host side
+    assert host.block_resolve_shared_bytes(host.MAX_WORDS) <= 99 * 1024
+    assert host.block_resolve_shared_bytes(2) - host.block_resolve_shared_bytes(1) == 4
+    n = host.MAX_WORDS * 32 + 1
     with pytest.raises(ValueError, match=f"above its limit of {n - 1}"):
         hard_fused.hard_fused_cuda(torch.zeros((n, 4)), torch.zeros(n), iou_threshold=0.5)
 

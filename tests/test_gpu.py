@@ -304,12 +304,15 @@ def test_cuda_sweep_writes_both_timers():
 
 @pytest.mark.parametrize("n", [161, 192, 256, 257, 300, 511, 777, 1000, 1024])
 def test_hard_fused_one_launch_mid_path_equals_the_cpu_and_the_padded_path(n):
-    """SMALL_PATH_MAX < N <= MID_MAX runs as one cooperative launch when not padded; it must
-    give the CPU backend's indices and the padded (three-kernel) path's, call after call,
-    on torch's default stream and on another (the grid barrier's counters are per stream)."""
+    """Past the one block and up to COOPERATIVE_MAX_N eager calls run as one cooperative
+    launch; it must give the CPU backend's indices and the padded (rank, mask, staged
+    resolve) path's, call after call, on torch's default stream and on another (the grid
+    barrier's counters are per stream)."""
     from nmsbench.variants import hard_fused
 
-    assert hard_fused.mid_grid(n, torch.float32, torch.device("cuda")) > 0
+    device = torch.device("cuda")
+    assert hard_fused.choose_path(n, torch.float32, False, device) == "cooperative"
+    assert hard_fused.choose_path(n, torch.float32, True, device) == "mask_then_staged_resolve"
     for scenario in ("clustered", "ties", "chain"):
         for classes in (1, 3):
             boxes = box_set(scenario, n, classes)
@@ -326,49 +329,54 @@ def test_hard_fused_one_launch_mid_path_equals_the_cpu_and_the_padded_path(n):
                 assert torch.equal(keep.cpu(), cpu) and torch.equal(keep, padded)
 
 
-@pytest.mark.parametrize("n", [161, 200, 255, 256])
-def test_hard_fused_one_block_kernel_up_to_its_capacity_equals_the_cpu(n, monkeypatch):
-    """The one-block kernel takes up to SMALL_MAX boxes, past the SMALL_PATH_MAX the calls
-    use: forced there (eager and padded), it gives the CPU backend's indices, repeatably."""
+def hard_fused_forced(boxes: BoxSet, path: str, padded: bool = False):
+    """hard_fused's CUDA backend on ``path``, forced (``path=``), checked like run_nms's."""
+    from nmsbench.api import check_padded_result, check_result
     from nmsbench.variants import hard_fused
 
-    monkeypatch.setattr(hard_fused, "SMALL_PATH_MAX", hard_fused.SMALL_MAX)
-    monkeypatch.setattr(hard_fused, "_plans", {})
-    assert hard_fused._plan(n, torch.float32, False, False, torch.device("cuda")).path == "small"
+    result = hard_fused.hard_fused_cuda(boxes.boxes, boxes.scores, iou_threshold=0.5, labels=boxes.labels,
+                                        padded=padded, path=path)
+    if padded:
+        check_padded_result("hard_fused", result, boxes.boxes)
+        return result.trimmed()
+    check_result("hard_fused", result, boxes.boxes)
+    return result
+
+
+@pytest.mark.parametrize("n", [161, 200, 255, 256])
+def test_hard_fused_one_block_kernel_up_to_its_capacity_equals_the_cpu(n):
+    """The one-block kernel takes up to ONE_BLOCK_CAPACITY boxes, past the ONE_BLOCK_MAX_N
+    the calls use: forced there (eager and padded), it gives the CPU backend's indices,
+    repeatably."""
     for scenario in ("clustered", "uniform", "ties", "chain"):
         for classes in (1, 3):
             boxes = box_set(scenario, n, classes)
             cpu = run("hard_fused", boxes).keep
             gpu_boxes = boxes.to("cuda")
-            eager = [run("hard_fused", gpu_boxes).keep for _ in range(3)]
-            padded = run("hard_fused", gpu_boxes, padded=True).trimmed().keep
+            eager = [hard_fused_forced(gpu_boxes, "one_block").keep for _ in range(3)]
+            padded = hard_fused_forced(gpu_boxes, "one_block", padded=True).keep
             for keep in eager + [padded]:
                 assert torch.equal(keep.cpu(), cpu), (scenario, classes)
 
 
 @pytest.mark.parametrize("n", [1025, 2080, 2304, 2305, 6000, 12289])
-@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "tile_mask_then_block_resolve"])
-def test_hard_fused_block_resolve_rounds_equal_the_cpu(n, streamed, monkeypatch):
+@pytest.mark.parametrize("path", ["streamed", "mask_then_block_resolve"])
+def test_hard_fused_block_resolve_rounds_equal_the_cpu(n, path):
     """The block resolve (N > 1024) decides 256 boxes a round while the other warps stage
     the next round and OR the last one's kept rows: sizes that end a round exactly, one
     box past it, mid-word and mid-round, scenes where a round keeps almost all its boxes
     (uniform: the grouped OR) or few (clustered, chains of suppression), score ties and
     labels, eager and padded, against the CPU backend; then 20 identical repeats. Both as
     the streamed resolve (the other blocks make the mask meanwhile, by row words, and the
-    resolving block waits for each round's rows) and after the tile mask kernel."""
-    from nmsbench.variants import hard_fused
-
-    # the streamed kernel takes any N (calls use it up to STREAMED_MAX_N): tested past that too
-    monkeypatch.setattr(hard_fused, "STREAMED_MAX_N", hard_fused.MAX_WORDS * 32 if streamed else 0)
-    monkeypatch.setattr(hard_fused, "_plans", {})
-    assert hard_fused._plan(n, torch.float32, False, False, torch.device("cuda")).streamed == streamed
+    resolving block waits for each round's rows; calls take it up to STREAMED_MAX_N, forced
+    past that too) and after the tile mask kernel."""
     for scenario in ("clustered", "uniform", "chain", "ties"):
         for classes in (1, 3):
             boxes = box_set(scenario, n, classes)
             expected = run("hard_fused", boxes).keep
             gpu_boxes = boxes.to("cuda")
-            assert torch.equal(run("hard_fused", gpu_boxes).keep.cpu(), expected), (scenario, classes)
-            assert torch.equal(run("hard_fused", gpu_boxes, padded=True).trimmed().keep.cpu(), expected)
-    first = run("hard_fused", gpu_boxes).keep
+            assert torch.equal(hard_fused_forced(gpu_boxes, path).keep.cpu(), expected), (scenario, classes)
+            assert torch.equal(hard_fused_forced(gpu_boxes, path, padded=True).keep.cpu(), expected)
+    first = hard_fused_forced(gpu_boxes, path).keep
     for _ in range(20):
-        assert torch.equal(run("hard_fused", gpu_boxes).keep, first)
+        assert torch.equal(hard_fused_forced(gpu_boxes, path).keep, first)

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from nmsbench.variants import _cuda
-from nmsbench.variants import hard_fused as hf
-from nmsbench.variants import matrix_recompute as mr
+from nmsbench.variants.hard_fused import cuda as hf  # the host sides, where the stubs go
+from nmsbench.variants.matrix_recompute import cuda as mr
 
 
 class FakeKernel:
@@ -100,7 +100,7 @@ def stubbed(monkeypatch):
     monkeypatch.setattr(mr, "cooperative_grid", lambda n, dtype, device, labels=False: _cuda.blocks(n, 8))
     monkeypatch.setattr(mr, "_resident_blocks", lambda dtype, device, threads, shared: 132 if shared <= 227 * 1024 else 0)
     monkeypatch.setattr(hf, "_plans", {})
-    monkeypatch.setattr(mr, "_one_launch_plans", {})
+    monkeypatch.setattr(mr, "_plans", {})
     _cuda.rank_launches.cache_clear()
     yield driver, count, kernels, allocations
     _cuda.rank_launches.cache_clear()
@@ -118,9 +118,9 @@ def inside(address: int, tensor: torch.Tensor) -> bool:
 
 @pytest.mark.parametrize("n, padded, kernels", [
     (1, False, ["small_nms_kernel"]),
-    (hf.SMALL_PATH_MAX, False, ["small_nms_kernel"]),
-    (hf.SMALL_PATH_MAX + 1, False, ["mid_nms_kernel"]),
-    (hf.SMALL_PATH_MAX + 1, True, ["rank_by_score_kernel", "tile_mask_kernel", "staged_resolve_kernel"]),
+    (hf.ONE_BLOCK_MAX_N, False, ["small_nms_kernel"]),
+    (hf.ONE_BLOCK_MAX_N + 1, False, ["mid_nms_kernel"]),
+    (hf.ONE_BLOCK_MAX_N + 1, True, ["rank_by_score_kernel", "tile_mask_kernel", "staged_resolve_kernel"]),
     (1024, False, ["mid_nms_kernel"]),
     (1025, False, ["rank_by_score_kernel", "streamed_resolve_kernel"]),
     (1025, True, ["rank_by_score_kernel", "streamed_resolve_kernel"]),
@@ -141,9 +141,9 @@ def test_hard_fused_takes_its_kernels_by_size(stubbed, n, padded, kernels):
     count.count = min(n, 3)
     result = hf.hard_fused_cuda(boxes, scores, iou_threshold=0.5, padded=padded)
     assert launched(driver, known) == kernels
-    assert hf.SMALL_PATH_MAX <= hf.SMALL_MAX
+    assert hf.ONE_BLOCK_MAX_N <= hf.ONE_BLOCK_CAPACITY
     [memory] = allocations
-    plan = hf._plan(n, torch.float32, False, padded, torch.device("cpu"))
+    plan = hf.plan_for(n, torch.float32, False, padded, torch.device("cpu"))
     assert memory.numel() == plan.memory_words
     for (call, pointers), name in zip(driver.launches, kernels):
         assert call[8] == 5  # torch's current stream
@@ -174,14 +174,15 @@ def test_hard_fused_refuses_a_count_above_n(stubbed):
         hf.hard_fused_cuda(torch.rand(4, 4), torch.rand(4), iou_threshold=0.5)
 
 
-@pytest.mark.parametrize("n, path", [(4, None), (200, None), (200, "counting")])  # single, cooperative, counting
+@pytest.mark.parametrize("n, path", [(4, None), (200, None), (200, "counting_passes")])  # one_block, cooperative
 def test_matrix_recompute_refuses_a_count_above_n(stubbed, monkeypatch, n, path):
     """The same on matrix_recompute's one-launch paths and on its multi-launch ones."""
     _, count, _, _ = stubbed
     count.count = n + 1
     monkeypatch.setattr(mr, "on_torch_stream", lambda device: contextlib.nullcontext(lambda *args, **kwargs: None))
     with pytest.raises(RuntimeError, match=f"{n + 1} kept boxes of {n}"):
-        mr.matrix_recompute_cuda_path(torch.rand(n, 4), torch.rand(n), None, "gaussian", 2.0, 0.05, False, path=path)
+        mr.matrix_recompute_cuda(torch.rand(n, 4), torch.rand(n), iou_threshold=0.5, kernel="gaussian", sigma=2.0,
+                                 score_threshold=0.05, path=path)
 
 
 def test_compiled_launch_hands_the_driver_the_packed_arguments(stubbed):
@@ -201,9 +202,9 @@ def test_compiled_launch_hands_the_driver_the_packed_arguments(stubbed):
         _cuda.CompiledLaunch(kernel, (1,), (1,), "Q" * 513, 0)
 
 
-@pytest.mark.parametrize("n, padded, path", [(1, False, "single"), (mr.SINGLE_BLOCK_MAX_N, False, "single"),
-                                             (mr.SINGLE_BLOCK_MAX_N + 1, False, "cooperative"),
-                                             (mr.PADDED_SINGLE_BLOCK_MAX_N, True, "single"),
+@pytest.mark.parametrize("n, padded, path", [(1, False, "one_block"), (mr.ONE_BLOCK_MAX_N, False, "one_block"),
+                                             (mr.ONE_BLOCK_MAX_N + 1, False, "cooperative"),
+                                             (mr.PADDED_ONE_BLOCK_MAX_N, True, "one_block"),
                                              (4096, False, "cooperative")])
 @pytest.mark.parametrize("labels", [None, "int32", "int64"])
 def test_matrix_recompute_one_launch_paths_place_everything_in_one_allocation(stubbed, n, padded, path, labels):
@@ -217,8 +218,8 @@ def test_matrix_recompute_one_launch_paths_place_everything_in_one_allocation(st
     count.count = min(n, 2)
     result = mr.matrix_recompute_cuda(boxes, scores, iou_threshold=0.5, labels=label_tensor, kernel="gaussian",
                                       sigma=2.0, score_threshold=0.05, padded=padded)
-    chosen, plan = mr._one_launch_plans[(n, torch.float32, labels is not None, padded, torch.device("cpu"))]
-    assert chosen == plan.path == path and launched(driver, known) == [f"{path}_block_kernel" if path == "single"
+    chosen, plan = mr._plans[(n, torch.float32, labels is not None, padded, torch.device("cpu"), None)]
+    assert chosen == plan.path == path and launched(driver, known) == ["single_block_kernel" if path == "one_block"
                                                               else "cooperative_kernel"]
     [memory] = allocations
     codes = plan.launch.codes
@@ -237,5 +238,79 @@ def test_matrix_recompute_one_launch_paths_place_everything_in_one_allocation(st
     assert result.keep.data_ptr() == keep_at and result.scores.data_ptr() == keep_at + 8 * n
     mr.matrix_recompute_cuda(boxes, scores, iou_threshold=0.5, labels=label_tensor, kernel="gaussian", sigma=2.0,
                              score_threshold=0.05, padded=padded)
-    assert mr._one_launch_plans[(n, torch.float32, labels is not None, padded, torch.device("cpu"))][1] is plan
+    assert mr._plans[(n, torch.float32, labels is not None, padded, torch.device("cpu"), None)][1] is plan
     assert driver.launches[1][0] == driver.launches[0][0]
+
+
+HARD_FUSED_FORCED = [  # (path, n, padded, kernels after the rank)
+    ("one_block", 256, True, ["small_nms_kernel"]),
+    ("cooperative", 1024, False, ["mid_nms_kernel"]),
+    ("mask_then_staged_resolve", 100, False, ["tile_mask_kernel", "staged_resolve_kernel"]),
+    ("streamed", 20000, False, ["streamed_resolve_kernel"]),
+    ("mask_then_block_resolve", 100, True, ["tile_mask_kernel", "block_resolve_kernel"]),
+]
+
+
+def test_hard_fused_forced_paths_cover_the_table():
+    assert sorted(path for path, *_ in HARD_FUSED_FORCED) == sorted(hf.PATHS)
+
+
+@pytest.mark.parametrize("path, n, padded, kernels", HARD_FUSED_FORCED)
+def test_hard_fused_path_override_launches_that_paths_kernels(stubbed, path, n, padded, kernels):
+    """``path=`` runs the named path wherever it can take the input, beyond the sizes the
+    chooser gives it; a plan per forced path, apart from the chosen one's."""
+    driver, count, known, _ = stubbed
+    result = hf.hard_fused_cuda(torch.rand(n, 4), torch.rand(n), iou_threshold=0.5, padded=padded, path=path)
+    ranked = [] if path in ("one_block", "cooperative") else ["chunk_sort_kernel", "group_merge_kernel",
+                                                             "merge_rank_kernel"] if n > 8192 else ["rank_by_score_kernel"]
+    assert launched(driver, known) == ranked + kernels
+    assert hf.plan_for(n, torch.float32, False, padded, torch.device("cpu"), path).path == path
+    assert result.keep.shape == ((n,) if padded else (0,))
+
+
+@pytest.mark.parametrize("path, n, padded, reason", [
+    ("one_block", 257, False, "at most 256 boxes"),
+    ("cooperative", 100, True, "eager calls only"),
+    ("cooperative", 1025, False, "at most 1024 boxes"),
+    ("mask_then_staged_resolve", 1025, False, "at most 1024 boxes"),
+    ("streamed", 1024, False, "more than 1024 boxes"),
+    ("no_such_path", 10, False, "no path 'no_such_path'"),
+])
+def test_hard_fused_path_override_refuses_what_a_path_cannot_take(stubbed, path, n, padded, reason):
+    """A ValueError naming why and the paths that can take the call, before any launch."""
+    driver, _, _, _ = stubbed
+    with pytest.raises(ValueError, match=reason) as error:
+        hf.hard_fused_cuda(torch.rand(n, 4), torch.rand(n), iou_threshold=0.5, padded=padded, path=path)
+    assert "mask_then_block_resolve" in str(error.value) and driver.launches == []
+
+
+def test_hard_fused_choose_path_without_a_device():
+    """Without a device the chooser asks no GPU: no cooperative launch, the staged resolve fits."""
+    assert hf.choose_path(1) == hf.choose_path(hf.ONE_BLOCK_MAX_N) == "one_block"
+    assert hf.choose_path(hf.ONE_BLOCK_MAX_N + 1) == "mask_then_staged_resolve"
+    assert hf.choose_path(1025) == hf.choose_path(hf.STREAMED_MAX_N) == "streamed"
+    assert hf.choose_path(hf.STREAMED_MAX_N + 1) == "mask_then_block_resolve"
+
+
+@pytest.mark.parametrize("path, n, padded, kernels", [
+    ("one_block", 100, True, ["single_block_kernel"]),
+    ("cooperative", 20, False, ["cooperative_kernel"]),
+    ("counting_passes", 20, False, ["rank_kernel", "cmax_kernel", "decay_kernel", "select_kernel"]),
+])
+def test_matrix_recompute_path_override_launches_that_paths_kernels(stubbed, monkeypatch, path, n, padded, kernels):
+    driver, _, known, _ = stubbed
+    monkeypatch.setattr(_cuda, "_current_stream", lambda device: (0, 5))  # on_torch_stream's (the multi-launch paths)
+    mr.matrix_recompute_cuda(torch.rand(n, 4), torch.rand(n), iou_threshold=0.5, kernel="gaussian", sigma=2.0,
+                             score_threshold=0.05, padded=padded, path=path)
+    assert launched(driver, known) == kernels
+    assert sorted(mr.PATHS) == sorted(["one_block", "cooperative", "counting_passes", "merge_sort_passes"])
+
+
+def test_matrix_recompute_path_override_refuses_what_a_path_cannot_take(stubbed):
+    n = mr.one_block_capacity(torch.float32) + 1
+    with pytest.raises(ValueError, match="at most 1024 boxes.*valid paths are cooperative, counting_passes"):
+        mr.matrix_recompute_cuda(torch.rand(n, 4), torch.rand(n), iou_threshold=0.5, kernel="gaussian", sigma=2.0,
+                                 score_threshold=0.05, path="one_block")
+    with pytest.raises(ValueError, match="no path 'single'"):
+        mr.matrix_recompute_cuda(torch.rand(3, 4), torch.rand(3), iou_threshold=0.5, kernel="gaussian", sigma=2.0,
+                                 score_threshold=0.05, path="single")

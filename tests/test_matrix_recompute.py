@@ -12,7 +12,8 @@ import torch
 import nmsbench
 from nmsbench import datasets
 from nmsbench.boxes import PaddedNMSResult
-from nmsbench.variants import matrix_recompute as mr
+from nmsbench.variants.matrix_recompute import cuda as mr  # the CUDA host side
+from nmsbench.variants.matrix_recompute import matrix_recompute_cpu
 from nmsbench.variants._cuda import MAX_SHARED_BYTES
 
 BORDER = 1e-5
@@ -90,8 +91,8 @@ def test_empty_and_single():
 def test_cpu_padded_output_is_the_trimmed_result():
     bs = datasets.generate("clustered", 300, seed=1, classes=2)
     params = dict(kernel="gaussian", sigma=0.5, score_threshold=0.05)
-    eager = mr.matrix_recompute_cpu(bs.boxes, bs.scores, iou_threshold=0.5, labels=bs.labels, **params)
-    padded = mr.matrix_recompute_cpu(bs.boxes, bs.scores, iou_threshold=0.5, labels=bs.labels, padded=True, **params)
+    eager = matrix_recompute_cpu(bs.boxes, bs.scores, iou_threshold=0.5, labels=bs.labels, **params)
+    padded = matrix_recompute_cpu(bs.boxes, bs.scores, iou_threshold=0.5, labels=bs.labels, padded=True, **params)
     assert isinstance(padded, PaddedNMSResult) and padded.keep.shape == (300,) and padded.count.dim() == 0
     count = int(padded.count)
     assert torch.equal(padded.keep[:count], eager.keep) and torch.equal(padded.scores[:count], eager.scores)
@@ -111,17 +112,17 @@ def test_registration():
 
 def test_single_block_fits_in_shared_memory_and_paths():
     for dtype in (torch.float32, torch.float16, torch.float64):
-        cap = mr.single_block_capacity(dtype)
+        cap = mr.one_block_capacity(dtype)
         assert cap % 32 == 0 and 256 <= cap <= 1024
-        assert mr.single_block_shared_bytes(cap, dtype) <= MAX_SHARED_BYTES
-        for padded, single_max in ((True, mr.PADDED_SINGLE_BLOCK_MAX_N), (False, mr.SINGLE_BLOCK_MAX_N)):
+        assert mr.one_block_shared_bytes(cap, dtype) <= MAX_SHARED_BYTES
+        for padded, single_max in ((True, mr.PADDED_ONE_BLOCK_MAX_N), (False, mr.ONE_BLOCK_MAX_N)):
             # no device given: never the cooperative launch (tests/test_matrix_recompute_gpu.py checks it on a GPU)
-            assert mr.choose_path(1, dtype, padded) == "single"
-            assert mr.choose_path(min(cap, single_max), dtype, padded) == "single"
-            assert mr.choose_path(min(cap, single_max) + 1, dtype, padded) == "counting"
-            assert mr.choose_path(mr.COUNTING_MAX_N, dtype, padded) == "counting"
-            assert mr.choose_path(mr.COUNTING_MAX_N + 1, dtype, padded) == "sort"
-    assert mr.single_block_capacity(torch.float32) == 1024
+            assert mr.choose_path(1, dtype, padded) == "one_block"
+            assert mr.choose_path(min(cap, single_max), dtype, padded) == "one_block"
+            assert mr.choose_path(min(cap, single_max) + 1, dtype, padded) == "counting_passes"
+            assert mr.choose_path(mr.COUNTING_MAX_N, dtype, padded) == "counting_passes"
+            assert mr.choose_path(mr.COUNTING_MAX_N + 1, dtype, padded) == "merge_sort_passes"
+    assert mr.one_block_capacity(torch.float32) == 1024
 
 
 class ReportedCount:

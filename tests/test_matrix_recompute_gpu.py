@@ -1,4 +1,4 @@
-"""matrix_recompute on CUDA: every path (single block, cooperative, counting, torch.sort) against the CPU
+"""matrix_recompute on CUDA: every path (mr.PATHS, forced with path=) against the CPU
 backend and matrix_naive, determinism, the padded (graph-safe) output, CUDA graph capture
 and replay, and N = 131072.
 
@@ -16,7 +16,7 @@ from nmsbench.api import check_padded_result, check_result
 from nmsbench.boxes import BoxSet, NMSResult, PaddedNMSResult
 from nmsbench.timing import capture_graph
 from nmsbench import datasets
-from nmsbench.variants import matrix_recompute as mr
+from nmsbench.variants.matrix_recompute import cuda as mr  # the CUDA host side
 from test_gpu import assert_same_result, box_set
 
 pytestmark = [
@@ -31,20 +31,18 @@ DEFAULTS = dict(kernel="gaussian", sigma=0.5, score_threshold=0.05)
 
 
 def paths(n: int, dtype: torch.dtype, labels: bool = True) -> list[str]:
-    """Every path that can take n boxes (the single block only up to its capacity, the
-    cooperative launch up to COOPERATIVE_MAX_N where its grid fits this GPU)."""
-    out = ["counting", "sort"]
-    if n <= mr.COOPERATIVE_MAX_N and mr.cooperative_grid(n, dtype, torch.device("cuda"), labels) > 0:
-        out.insert(0, "cooperative")
-    if n <= mr.single_block_capacity(dtype):
-        out.insert(0, "single")
-    return out
+    """Every path that can take n boxes on this GPU (``mr.PATHS``, each asked whether it
+    refuses the input: the one block only up to its capacity, the cooperative launch
+    where its grid fits)."""
+    device = torch.device("cuda")
+    return [name for name, path in mr.PATHS.items() if path.refuses(n, dtype, False, device, labels) is None]
 
 
 def cuda_run(bs: BoxSet, path=None, padded=False, **params):
     params = {**DEFAULTS, **params}
-    result = mr.matrix_recompute_cuda_path(bs.boxes, bs.scores, bs.labels, params["kernel"], params["sigma"],
-                                           params["score_threshold"], padded, path=path)
+    result = mr.matrix_recompute_cuda(bs.boxes, bs.scores, iou_threshold=0.5, labels=bs.labels, kernel=params["kernel"],
+                                      sigma=params["sigma"], score_threshold=params["score_threshold"], padded=padded,
+                                      path=path)
     if padded:
         check_padded_result(NAME, result, bs.boxes)
     else:
@@ -93,9 +91,9 @@ def test_sort_path_ranks_by_merging_above_8192_and_equals_the_cpu_backend(dtype)
         for scenario in ("ties", "clustered"):
             bs = box_set(scenario, n, 3).to("cpu", dtype)
             cpu = cpu_run(bs if dtype != torch.float16 else bs.to("cpu", torch.float32))
-            got = cuda_run(bs.to("cuda"), "sort")
+            got = cuda_run(bs.to("cuda"), "merge_sort_passes")
             assert_same_result(NAME, cpu, got, dtype)
-            padded = cuda_run(bs.to("cuda"), "sort", padded=True).trimmed()
+            padded = cuda_run(bs.to("cuda"), "merge_sort_passes", padded=True).trimmed()
             assert torch.equal(padded.keep, got.keep) and torch.equal(padded.scores, got.scores)
 
 
@@ -189,7 +187,7 @@ def test_cuda_graph_capture_and_replay(n, classes):
 
 
 def test_launches_on_torchs_current_stream_every_path():
-    for n, path in ((4097, "counting"), (4097, "sort"), (1000, "cooperative"), (4096, "cooperative")):
+    for n, path in ((4097, "counting_passes"), (4097, "merge_sort_passes"), (1000, "cooperative"), (4096, "cooperative")):
         bs = box_set("clustered", n, 3).to("cuda")
         expected = cuda_run(bs, path)
         stream = torch.cuda.Stream()
@@ -204,10 +202,10 @@ def test_eager_calls_take_the_cooperative_path_between_the_single_block_and_its_
     """The path choice on this GPU: one cooperative launch for eager calls from the first
     size past the single block up to COOPERATIVE_MAX_N; padded (graph) calls never take it."""
     device = torch.device("cuda")
-    first = min(mr.SINGLE_BLOCK_MAX_N, mr.single_block_capacity(torch.float32)) + 1
+    first = min(mr.ONE_BLOCK_MAX_N, mr.one_block_capacity(torch.float32)) + 1
     for n in (first, 1000, mr.COOPERATIVE_MAX_N):
         assert mr.choose_path(n, torch.float32, False, device) == "cooperative"
-        assert mr.choose_path(n, torch.float32, True, device) == "counting"
+        assert mr.choose_path(n, torch.float32, True, device) == "counting_passes"
     assert mr.choose_path(mr.COOPERATIVE_MAX_N + 1, torch.float32, False, device) != "cooperative"
     # its shared memory (every ranked box in every block) fits an H200 to 8192 float32 boxes
     # without labels, 4096 with labels or in float64 (the tests force it wherever it fits)
@@ -215,7 +213,7 @@ def test_eager_calls_take_the_cooperative_path_between_the_single_block_and_its_
         assert mr.cooperative_grid(mr.COOPERATIVE_MAX_N, dtype, device) > 0
         assert mr.cooperative_grid(4096, dtype, device, labels=True) > 0
     assert mr.cooperative_grid(4096, torch.float64, device) > 0
-    assert mr.choose_path(mr.COOPERATIVE_MAX_N, torch.float32, False, device, labels=True) == "counting"
+    assert mr.choose_path(mr.COOPERATIVE_MAX_N, torch.float32, False, device, labels=True) == "counting_passes"
 
 
 @pytest.mark.parametrize("n, classes", [(1500, 1), (3000, 3), (4096, 1)])

@@ -1,30 +1,29 @@
-// Matrix NMS in O(N) memory (matrix_recompute.py explains the design). No IoU is ever
-// stored: pass 1 keeps each box's max IoU with its parents (cmax), pass 2 recomputes the
-// IoUs and keeps each box's minimum candidate decay. Three paths:
+// Matrix NMS in O(N) memory (the host side is cuda.py beside this file, the design
+// implementations/DESIGN.md). No IoU is ever stored: pass 1 keeps each box's max IoU with
+// its parents (cmax), pass 2 recomputes the IoUs and keeps each box's minimum candidate
+// decay. CHILDREN, PTILE, SEL_WARPS, SB_MAX_THREADS and MID_MAX_THREADS come from cuda.py's
+// DEFINES (NVRTC -D). The kernels of its four paths (cuda.py's PATHS):
 //
-//   single_block_kernel   N small: ONE block does everything in shared memory (rank by
+//   single_block_kernel   "one_block": ONE block does everything in shared memory (rank by
 //                         counting, cmax, decay, final scores, selection and order by
 //                         counting), writes keep / scores padded to N and the count.
-//   cooperative_kernel    N mid, eager calls: ONE cooperative launch, the same four
+//   cooperative_kernel    "cooperative": ONE cooperative launch, the same four
 //                         phases over the whole GPU, a warp per box, grid barriers between.
-//   rank_kernel           N mid: rank by counting and write the ranked boxes (+ areas,
-//     or gather_kernel    labels, scores); N large: torch.sort's order gathered. Both also
+//   rank_kernel           "counting_passes": rank by counting and write the ranked boxes
+//     or gather_kernel    (+ areas, labels, scores); "merge_sort_passes": rank_by_score's
+//                         order (rank.cu's merge) gathered. Both also
 //                         initialise the accumulators and counters of the passes.
 //   cmax_kernel           pass 1, grid (parent segment, child chunk): a thread owns one
 //   decay_kernel          child, parents stream through shared memory in tiles; partial
 //                         results combine with atomic max / min (exact, order-free, so
 //                         deterministic). The last segment block of a chunk to finish
 //                         pass 2 writes final scores (-inf: not kept) by input index.
-//   select_kernel         N mid: keep / scores padded to N and the count, by counting.
-//   finalize_kernel       N large: after torch.sort of the final scores, the same outputs.
+//   select_kernel         "counting_passes": keep / scores padded to N and the count, by counting.
+//   finalize_kernel       "merge_sort_passes": after torch.sort of the final scores, the same outputs.
 //
 // The decay arithmetic is in double, as in the numba backend (matrix_fused's passes), so
 // both give the same final scores to the last bit in all but rare exp rounding cases.
 
-#define SB_MAX_THREADS 1024
-#define CHILDREN 128  // children per block of the pass kernels, one per thread
-#define PTILE 64      // parents per shared-memory tile of the pass kernels
-#define SEL_WARPS 8   // select_kernel: 32 boxes per block, 8 warps each count a slice
 
 __device__ __forceinline__ long long load_label(const void* labels, long long i, int wide) {
     return wide ? ((const long long*)labels)[i] : (long long)((const int*)labels)[i];
@@ -576,8 +575,7 @@ __global__ void finalize_kernel(const typename Arith<T>::type* sorted_final, con
 // task's running max or min, hence not the combined one).
 // Blocks of 256 to 1024 threads (the host picks; at most 512 for float64, whose passes
 // need more than the 64 registers a 1024-thread block leaves); dynamic shared memory as
-// cooperative_shared_bytes in matrix_recompute.py lays it out.
-#define MID_MAX_THREADS 1024
+// cooperative_shared_bytes in cuda.py lays it out.
 // The copies from global memory into every block's shared memory (after the grid
 // barriers) keep COPY_BATCH items a thread in flight: one L2 latency per batch, not per
 // item (ncu at 1024 clustered: half the warp samples in those copies and barriers).

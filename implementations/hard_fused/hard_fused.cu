@@ -1,15 +1,14 @@
-// hard_fused: exact greedy NMS (family hard), our own design; see hard_fused.py.
+// hard_fused: exact greedy NMS (family hard), our own design; the host side is cuda.py beside
+// this file, the design implementations/DESIGN.md. SMALL_MAX, SMALL_THREADS, ROUND_WORDS,
+// RESOLVE_THREADS, TILE_WARPS, STAGED_THREADS and MID_THREADS come from cuda.py's DEFINES
+// (NVRTC -D), so host and kernels share one value of each.
 //
 // Every kernel writes the same outputs: keep[0, count) the kept boxes' input indices in
 // rank order, keep[count, n) = -1 (the padded output), *count_out = count on the device
 // and, when host_count is not null, the count into mapped pinned host memory (the host
 // then learns it with one stream synchronization and no copy).
 
-#define SMALL_MAX 256     // the one-block kernel takes N <= SMALL_MAX (hard_fused.py: SMALL_PATH_MAX picks it)
-#define SMALL_THREADS 1024
 #define SMALL_WORDS (SMALL_MAX / 32)
-#define ROUND_WORDS 8     // words the deciding warp resolves per block-wide round
-#define RESOLVE_THREADS 512  // the block resolve: one deciding warp, 12 that stage and OR (128 registers each)
 
 __device__ __forceinline__ unsigned int valid_bits(int n, int word) {
     const int valid = n - word * 32;
@@ -170,7 +169,6 @@ __global__ void small_nms_kernel(const T* boxes, const T* scores, const long lon
 // the tile suppresses nothing). No barrier in the loops, each column box loaded once per
 // 32 rows. Tiles left of the diagonal are not written.
 // grid (ceil(words / TILE_WARPS), words), block 32 * TILE_WARPS.
-#define TILE_WARPS 8
 
 // Row word `row_word` against column words first_column_word ... + WARPS - 1, one per warp
 // of a WARPS-warp block (tile_mask_kernel's block, or a mask task of the streamed
@@ -261,7 +259,6 @@ __global__ void __launch_bounds__(32 * TILE_WARPS) tile_mask_kernel(const T* sor
 // loads in flight at once; then warp 0 resolves from shared memory, lane w holding the
 // "removed" word w. Rows are words | 1 apart (an odd stride: a warp reading one word of
 // 32 consecutive rows hits 32 different banks).
-#define STAGED_THREADS 1024
 #define COPY_UNROLL 8
 // The staged resolve's body, for any block size: the block copies, warp 0 resolves. Loads
 // go to L2 (__ldcg): each value is read once, and in mid_nms_kernel the mask was written
@@ -315,10 +312,9 @@ extern "C" __global__ void __launch_bounds__(STAGED_THREADS) staged_resolve_kern
 // resolves from shared memory. One launch instead of three plus two allocations: on the
 // H200 host that is most of the op at these sizes. What other blocks wrote is read once
 // per block, from L2 (__ldcg).
-#define MID_THREADS 1024
 
 // Dynamic shared memory: the larger of block 0's staged resolve (staged_shared_bytes) and
-// the first two phases' n keys, n boxes and n labels (mid_shared_bytes in hard_fused.py).
+// the first two phases' n keys, n boxes and n labels (mid_shared_bytes in cuda.py).
 template <typename T>
 __global__ void __launch_bounds__(MID_THREADS, 1) mid_nms_kernel(
         const T* boxes, const T* scores, const long long* labels, int n, double iou_threshold,
@@ -488,7 +484,7 @@ __device__ __forceinline__ void or_kept_rows(const unsigned int* mask, int words
     }
 }
 
-// Dynamic shared memory (block_resolve_shared_bytes in hard_fused.py): input indices
+// Dynamic shared memory (block_resolve_shared_bytes in cuda.py): input indices
 // [2][ROUND_BOXES] (long long), staged rows [2][ROUND_BOXES][STAGE_STRIDE], kept rows
 // [2][ROUND_BOXES] (int), then the bitmap [words]; two of each by round parity.
 // The streamed resolve's producers finish the mask by row words, in order; before a warp

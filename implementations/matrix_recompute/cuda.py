@@ -1,128 +1,73 @@
-"""Matrix NMS in O(N) memory: recompute the IoUs instead of storing them.
+"""matrix_recompute's CUDA backend (host side): one path chooser, one table of paths.
 
-Matrix NMS needs every pairwise IoU twice: once for each box's max IoU with its parents
-(cmax) and once for the decays f(iou_ij) / f(cmax_i), which need cmax of the *parent*.
-``matrix_naive`` materializes the N x N IoU matrix (and several more); ``matrix_fused``
-stores half of it. Storing is the slow choice on a GPU: at N = 8192 the float32 matrix is
-268 MB, written once and read back once, ~110 us of HBM traffic on an H200, while all
-N^2 / 2 pairwise IoUs cost ~0.7 GFLOP, ~10 us of its FP32 throughput. So both passes
-recompute the IoUs from the boxes, which stay in shared memory, and nothing N x N exists:
-memory is O(N) and N = 131072 runs (the naive matrix would need 68 GB).
+Matrix NMS in matrix_recompute.cu with every IoU recomputed, never stored (O(N) memory),
+by one of four paths (``PATHS``), named for what runs:
 
-CPU (numba, ``prange``): ``matrix_fused``'s two passes, which are exactly this design.
+- "one_block": one launch of one block (a thread per box) ranks by counting, computes
+  cmax, the decays and final scores, and selects and orders the kept boxes;
+- "cooperative": one cooperative launch, the same four phases over the whole GPU, a warp
+  per box, grid barriers between them (where the device holds the grid at once);
+- "counting_passes": rank by counting, pass 1 (cmax), pass 2 (decay), select by
+  counting: four launches;
+- "merge_sort_passes": rank_by_score's merge rank and a gather, the same passes, then
+  torch.sort of the final scores and a finalize launch.
 
-CUDA (matrix_recompute.cu), four paths by N:
-
-- N <= ``SINGLE_BLOCK_MAX_N`` (``PADDED_SINGLE_BLOCK_MAX_N`` for padded calls), and what
-  fits in 48 KiB of shared memory (1024 boxes, 704 for float64): ONE launch of ONE block
-  (one thread per box) ranks by counting,
-  computes cmax, decays, final scores, and selects and orders the kept boxes by counting;
-  it writes keep / scores padded to N and the count (into pinned host memory too, so the
-  host waits once: ``HostCount``). One allocation, one launch, one synchronization. The
-  block is one SM, and its threads' loops are long chains: on the H200 the launches over
-  the whole GPU are faster from ~100 boxes (eager) and from 64 (in a graph).
-- N <= ``COOPERATIVE_MAX_N``, eager calls, where the device holds the grid with its
-  shared memory: ONE cooperative launch (every block resident at once), the same four
-  phases as the single block but over the whole GPU, a warp per box in each (rank, cmax,
-  decay, select; lanes split the other boxes), grid barriers between them. Every block
-  copies all ranked boxes, areas and labels into its shared memory after the first
-  barrier (its loops read there, not L2: 1024 boxes 91 -> 69 us `wall` on the H200), and
-  each parent's cmax before the decays, so it takes 28 bytes per box for float32 without
-  labels (8192 boxes) and 36 with labels (up to ~6400); float64 to ~4400. Children t and
-  n - 1 - t make a pair (n - 1 parents in all), and each pair's parents are split into two
-  tasks, one warp each, combined by atomic max / min: n tasks of ~n / 2 parents, dealt
-  block after block, and the grid is sized so every warp has as many as the others.
-  Phase 2's marks (which parents may overlap, a word a lane per 1024 parents) stay in
-  the warp's slots of shared memory where they fit (``cooperative_marks``: to 6838
-  float32 boxes on the H200), and phase 3 reads them back instead of testing every pair
-  again (kernel at 4096 clustered: 48.0 -> 43.6 us). The grid barriers are one release
-  add a block and acquire polls (50.8 -> 48.0). The rank and select phases compare one
-  64-bit key (score key, then index) for float scores. At these sizes the four launches,
-  their allocations and the host work around them were most of the op on the H200 host.
-- In every path the passes skip the pairs that cannot overlap by four comparisons (the
-  ranked boxes are stored as ``quick_box``-es, compared with bitwise ``&``: NVRTC branched
-  after each ``&&``). The multi-block passes mark those pairs first and visit only the
-  marked: a lane's overlapping parent visited in the marking loop made its whole warp
-  walk the exact step (80 % of the steps at 8192, clustered). Float shortcuts
-  (``MaxIou``, ``MinDecay``) skip the division or the double step where it provably
-  changes nothing (bit-exact). See results/PERFLOG.md.
-- N <= ``COUNTING_MAX_N``: rank by counting (rank_kernel), pass 1 (cmax_kernel), pass 2
-  (decay_kernel), select by counting (select_kernel): four launches, no host sync but the
-  final count. Pass kernels: grid (parent segment, child chunk of 128); a thread owns one
-  child, parents stream through shared memory 64 at a time; only segments below a chunk's
-  last child run (the triangle), with ~32 segments per chunk so every block has about the
-  same work and there are enough blocks; partial maxima / minima combine by atomics on
-  order-preserving bit patterns (exact, hence deterministic), and the last block of each
-  chunk writes the final scores.
-- larger N: ``rank_by_score``'s merge (sorted chunks merged, three launches, O(N log N);
-  the same order as the counting rank) and a gather instead of the O(N^2) counting rank;
-  the same passes; torch.sort of the final scores (not kept: -inf) and finalize_kernel
-  instead of the counting select.
-
-``padded=True`` (graph safe): the same launches with no host synchronization at all; the
-count stays on the device (``PaddedNMSResult``).
+``choose_path`` picks one from N, padded or not, labels and the device; ``path=`` forces
+one (a ValueError names the paths that take the input). The kernels' constants are
+``DEFINES``, passed to NVRTC. ``padded=True`` (graph safe): no host synchronization at
+all, the count stays on the device. Why the paths and their limits are what they are:
+implementations/DESIGN.md; their measurements: results/PERFLOG.md.
 """
 
 from __future__ import annotations
 
 import functools
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
 
-from nmsbench.boxes import NMSResult, PaddedNMSResult, result_by_final_score
+from nmsbench.boxes import NMSResult, PaddedNMSResult
 from nmsbench.families import MATRIX_PARAMS
 from nmsbench.registry import register
 
-from ._cpu import sorted_inputs
-from ._cuda import (COUNT_BOXES, CUDA_DTYPES, MAX_SHARED_BYTES, RANK_WARPS, Address, CompiledLaunch, CudaModule, Scratch,
-                    _current_stream, blocks, cached_plan, device_index, grid_barrier_address, host_count, kept_count,
-                    on_torch_stream, opted_in_shared_limit, rank_by_score)
-from .matrix_fused import decay_factors, max_iou_with_parents
+from .._cuda import (COUNT_BOXES, CUDA_DTYPES, MAX_SHARED_BYTES, RANK_WARPS, Address, CompiledLaunch, CudaModule,
+                     Scratch, _current_stream, blocks, cached_plan, device_index, grid_barrier_address, host_count,
+                     kept_count, on_torch_stream, opted_in_shared_limit, rank_by_score)
 
+# The kernels' compile-time constants (NVRTC -D): children per block of the pass kernels
+# (one a thread), parents per shared-memory tile, warps of select_kernel, and the most
+# threads of the one-block and the cooperative kernels.
+DEFINES = {"CHILDREN": 128, "PTILE": 64, "SEL_WARPS": 8, "SB_MAX_THREADS": 1024, "MID_MAX_THREADS": 1024}
+CHILDREN, PTILE, SEL_WARPS = DEFINES["CHILDREN"], DEFINES["PTILE"], DEFINES["SEL_WARPS"]
+SB_MAX_THREADS, MID_MAX_THREADS = DEFINES["SB_MAX_THREADS"], DEFINES["MID_MAX_THREADS"]
 
-def _padded(keep: torch.Tensor, scores: torch.Tensor, n: int) -> PaddedNMSResult:
-    count = keep.shape[0]
-    padded_keep = torch.full((n,), -1, dtype=torch.int64, device=keep.device)
-    padded_scores = torch.zeros(n, dtype=scores.dtype, device=scores.device)
-    padded_keep[:count], padded_scores[:count] = keep, scores
-    return PaddedNMSResult(padded_keep, torch.tensor(count, dtype=torch.int64, device=keep.device), padded_scores)
-
-
-@register(
-    name="matrix_recompute", family="matrix", devices=("cpu",), requires=("numba",), params=MATRIX_PARAMS,
-    summary="numba prange: pass 1 max IoU with parents, pass 2 recomputes IoUs for the min decay; O(N) memory",
-)
-def matrix_recompute_cpu(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold, padded=False):
-    order, sorted_boxes, sorted_labels = sorted_inputs(boxes, scores, labels)
-    cmax = max_iou_with_parents(sorted_boxes, sorted_labels)
-    decay = decay_factors(sorted_boxes, sorted_labels, cmax, kernel == "linear", sigma)
-    final = scores.detach()[order] * torch.from_numpy(decay).to(scores.dtype)
-    kept = (final >= score_threshold).nonzero().squeeze(1)
-    result = result_by_final_score(order[kept], final[kept])
-    return _padded(result.keep, result.scores, boxes.shape[0]) if padded else result
-
-
+# Argument layouts (struct codes): pointers "Q", ints "i", doubles "d".
+_RANKED = "QQQii" + "Q" * 8 + "iQ"  # boxes scores labels | wide n | order sbox sarea slabel sscore cmax acc done | chunks count
 CUDA_MODULE = CudaModule(
-    "matrix_recompute.cu",
-    templates=("single_block_kernel", "rank_kernel", "gather_kernel", "cmax_kernel", "decay_kernel", "select_kernel",
-               "finalize_kernel", "cooperative_kernel"),
+    "matrix_recompute/matrix_recompute.cu",
+    templates={
+        "single_block_kernel": "QQQiiiddQQQQ",  # boxes scores labels | wide n linear | sigma threshold | outputs host
+        "rank_kernel": _RANKED,
+        "gather_kernel": _RANKED,
+        "cmax_kernel": "QQQiiQ",  # sbox sarea slabel | n segment | cmax
+        "decay_kernel": "Q" * 6 + "iiidd" + "Q" * 4,  # sbox sarea slabel cmax sscore order | n segment linear | sigma
+        "select_kernel": "QiQQQQ",  # final | n | keep scores count host
+        "finalize_kernel": "QQiQQQQ",  # sorted_final sorted_index | n | count keep scores host
+        # ... | order sbox sarea slabel sscore acc cmax barrier | outputs host | mark_slots
+        "cooperative_kernel": "QQQiiidd" + "Q" * 12 + "i",
+    },
+    defines=DEFINES,
 )
-CHILDREN, PTILE, SEL_WARPS, SB_MAX_THREADS, MID_MAX_THREADS = 128, 64, 8, 1024, 1024  # as #defined in matrix_recompute.cu
 TARGET_SEGMENTS = 32  # parent segments per child chunk (the pass kernels' grid x)
-# The single-block path up to here (a tuning choice: one SM's throughput against more
-# launches; measured on the H200, results/PERFLOG.md). At most single_block_capacity(dtype).
-# Eager calls: up to 96 boxes, then the cooperative launch (six same-day probes, wall,
-# clustered: the single block 53-82 vs 55-84 us at 64, 70-95 vs 58-84 at 128);
-# padded (graph) calls: up to 32, then the multi-block launches, which a graph replays
-# without host costs (GPU time, clustered / uniform: 20.7 / 11.3 vs 16.2 / 11.5 us at 64,
-# 34.5 / 22.2 vs 18.3 / 13.6 at 128, once their rank counts over 32 warps).
-SINGLE_BLOCK_MAX_N = 96
-PADDED_SINGLE_BLOCK_MAX_N = 32
-COUNTING_MAX_N = 8192  # rank and select by counting up to here; above, the merge rank and a torch.sort select
-# Eager calls above the single-block path and up to here: one cooperative launch, where
-# the device holds its grid at once with its shared memory (cooperative_shared_bytes).
+# The default choice's limits (tuning; measured in results/PERFLOG.md): "one_block" up to
+# ONE_BLOCK_MAX_N boxes for eager calls and PADDED_ONE_BLOCK_MAX_N for padded ones (and
+# at most one_block_capacity(dtype)); "cooperative" for eager calls to COOPERATIVE_MAX_N;
+# "counting_passes" to COUNTING_MAX_N; above, "merge_sort_passes".
+ONE_BLOCK_MAX_N = 96
+PADDED_ONE_BLOCK_MAX_N = 32
 COOPERATIVE_MAX_N = 8192
+COUNTING_MAX_N = 8192
 
 
 def arith_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -130,15 +75,15 @@ def arith_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def single_block_shared_bytes(n: int, dtype: torch.dtype) -> int:
+def one_block_shared_bytes(n: int, dtype: torch.dtype) -> int:
     """single_block_kernel's dynamic shared memory for n boxes (layout in the .cu file)."""
     return n * (6 * arith_dtype(dtype).itemsize + 20)
 
 
 @functools.lru_cache(maxsize=None)
-def single_block_capacity(dtype: torch.dtype) -> int:
+def one_block_capacity(dtype: torch.dtype) -> int:
     """The most boxes one block takes: one thread each, within 48 KiB of shared memory."""
-    fits = MAX_SHARED_BYTES // single_block_shared_bytes(1, dtype)
+    fits = MAX_SHARED_BYTES // one_block_shared_bytes(1, dtype)
     return min(SB_MAX_THREADS, fits // 32 * 32)
 
 
@@ -170,27 +115,6 @@ def cooperative_mark_slots(n: int, grid: int, threads: int) -> int:
     tasks, warps = 2 * ((n + 1) // 2), grid * (threads // 32)
     half = -(-(n - 1) // 2)  # a task's parents, at most
     return -(-tasks // warps) * (-(-half // MARK_PARENTS) + 1)
-
-
-def choose_path(n: int, dtype: torch.dtype, padded: bool = True, device: torch.device | None = None,
-                labels: bool = False) -> str:
-    """The CUDA path for ``n`` boxes: "single" (one block), "cooperative" (one launch over
-    the GPU; eager calls on ``device`` only, where it holds the grid at once), "counting"
-    or "sort" (four or more launches)."""
-    return _path_and_grid(n, dtype, padded, device, labels)[0]
-
-
-def _path_and_grid(n: int, dtype: torch.dtype, padded: bool, device: torch.device | None,
-                   labels: bool) -> tuple[str, int]:
-    """``choose_path``'s path and, for "cooperative", its grid (0 otherwise): asked once
-    per call."""
-    if n <= min(PADDED_SINGLE_BLOCK_MAX_N if padded else SINGLE_BLOCK_MAX_N, single_block_capacity(dtype)):
-        return "single", 0
-    if not padded and n <= COOPERATIVE_MAX_N and device is not None:
-        grid = cooperative_grid(n, dtype, device, labels)
-        if grid > 0:
-            return "cooperative", grid
-    return ("counting" if n <= COUNTING_MAX_N else "sort"), 0
 
 
 _resident: dict[tuple[torch.dtype, int, int, int], int] = {}  # (dtype, device, threads, shared step) -> blocks at once
@@ -333,18 +257,11 @@ def labels_for_kernels(labels: torch.Tensor | None) -> tuple[torch.Tensor | None
     return labels.to(torch.int64).contiguous(), 1
 
 
-# The one-launch kernels' arguments (struct codes): pointers "Q", ints "i", doubles "d".
-SINGLE_BLOCK_CODES = "QQQiiiddQQQQ"  # boxes scores labels | wide n linear | sigma threshold | keep scores count host
-# ... | order sbox sarea slabel sscore acc cmax barrier | outputs | mark_slots
-COOPERATIVE_CODES = "QQQiiidd" + "Q" * 12 + "i"
-
-
 class _OneLaunch:
-    """A one-launch path ("single" or "cooperative") at one (n, dtype, labels or not,
+    """A one-launch path ("one_block" or "cooperative") at one (n, dtype, labels or not,
     device), prepared once: the kernel's ``CompiledLaunch``, the size of the allocation
     (``_Outputs``' layout: keep, scores, the count, then the cooperative kernel's scratch)
-    and the scratch's offsets. ``run`` is a whole call; on the H200 host an eager call's
-    Python before its launch was ~20 µs, most of it re-deriving all this."""
+    and the scratch's offsets. ``run`` is a whole call."""
 
     __slots__ = ("path", "n", "dtype", "words", "count_word", "scores_start", "scratch_offsets", "mark_slots", "launch")
 
@@ -353,28 +270,21 @@ class _OneLaunch:
         self.path, self.n, self.dtype = path, n, dtype
         self.count_word, self.scores_start = _output_layout(n, dtype)
         self.mark_slots = 0
-        if path == "single":
-            if n > single_block_capacity(dtype):
-                raise ValueError(f"the single-block path takes at most {single_block_capacity(dtype)} boxes, got {n}")
+        if path == "one_block":
             scratch_words, self.scratch_offsets = 0, ()
             self.launch = CompiledLaunch(CUDA_MODULE.get("single_block_kernel", dtype, device), (1,),
-                                         (blocks(n, 32) * 32,), SINGLE_BLOCK_CODES, index,
-                                         single_block_shared_bytes(n, dtype))
-        elif path == "cooperative":
-            if grid == 0:
-                raise ValueError(f"this GPU cannot hold cooperative_kernel's grid for {n} boxes at once")
+                                         (blocks(n, 32) * 32,), CUDA_MODULE.codes["single_block_kernel"], index,
+                                         one_block_shared_bytes(n, dtype))
+        else:
             scratch_words, offsets, threads = _cooperative_plan(n, dtype, labels)
             self.mark_slots, shared = cooperative_marks(n, dtype, device, labels, grid)
             self.scratch_offsets = tuple(8 * (self.count_word + 1) + offset for offset in offsets)
             self.launch = CompiledLaunch(CUDA_MODULE.get("cooperative_kernel", dtype, device), (grid,), (threads,),
-                                         COOPERATIVE_CODES, index, shared, cooperative=True)
-        else:
-            raise ValueError(f"not a one-launch path: {path!r}")
+                                         CUDA_MODULE.codes["cooperative_kernel"], index, shared, cooperative=True)
         self.words = self.count_word + 1 + scratch_words
 
     def run(self, boxes, scores, labels, linear: bool, sigma: float, score_threshold: float, padded: bool):
-        """The op on this path: keep, scores and the count, as ``matrix_recompute_cuda_path``
-        returns them."""
+        """The op on this path: keep, scores and the count, as ``matrix_recompute_cuda`` returns them."""
         n, device = self.n, boxes.device
         memory = torch.empty(self.words, dtype=torch.int64, device=device)
         base = memory.data_ptr()
@@ -385,7 +295,7 @@ class _OneLaunch:
         host = None if padded else host_count(device)
         host_at = 0 if host is None else host.address
         index, stream = _current_stream(device)
-        if self.path == "single":
+        if self.path == "one_block":
             self.launch(stream, boxes.data_ptr(), scores.data_ptr(), labels_at, wide, n, linear, sigma, score_threshold,
                         keep, out_scores, count, host_at)
         else:
@@ -397,44 +307,13 @@ class _OneLaunch:
         return _result(memory, n, self.dtype, self.count_word, self.scores_start, host, device, padded)
 
 
-# (n, dtype, labels, padded, device) -> (path, its _OneLaunch or None for the multi-launch paths)
-_one_launch_plans: dict[tuple, tuple[str, _OneLaunch | None]] = {}
-
-
-def _one_launch_plan(n: int, dtype: torch.dtype, labels: bool, padded: bool,
-                     device: torch.device) -> tuple[str, _OneLaunch | None]:
-    """``choose_path``'s path for a call with no forced path, and its cached ``_OneLaunch``
-    (None where the path is a multi-launch one)."""
-    return cached_plan(_one_launch_plans, (n, dtype, labels, padded, device), _path_and_plan, n, dtype, labels, padded,
-                       device)
-
-
-def _path_and_plan(n: int, dtype: torch.dtype, labels: bool, padded: bool,
-                   device: torch.device) -> tuple[str, _OneLaunch | None]:
-    path, grid = _path_and_grid(n, dtype, padded, device, labels)
-    return path, (_OneLaunch(path, n, dtype, labels, device, grid) if path in ("single", "cooperative") else None)
-
-
-def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_threshold, padded, path=None):
-    """The CUDA backend with the path chosen by ``choose_path`` or forced (tests)."""
+def _run_passes(path: str, boxes, scores, labels, linear: bool, sigma: float, score_threshold: float, padded: bool):
+    """The multi-launch paths ("counting_passes", "merge_sort_passes"): rank, the two
+    passes, select; n > 0."""
     n, device, dtype = boxes.shape[0], boxes.device, boxes.dtype
-    linear = kernel == "linear"
-    if n > 0:
-        if path is None:
-            path, plan = _one_launch_plan(n, dtype, labels is not None, padded, device)
-        elif path in ("single", "cooperative"):  # forced (tests)
-            grid = cooperative_grid(n, dtype, device, labels is not None) if path == "cooperative" else 0
-            plan = _OneLaunch(path, n, dtype, labels is not None, device, grid)
-        else:
-            plan = None
-        if plan is not None:
-            return plan.run(boxes, scores, labels, linear, float(sigma), float(score_threshold), padded)
+    counting = path == "counting_passes"
     outputs = _Outputs(n, dtype, device)
     keep, out_scores, count = outputs.keep, outputs.scores, outputs.count
-    if n == 0:
-        if padded:
-            outputs.memory.zero_()
-        return outputs.result(None, device, padded)
     boxes, scores = boxes.contiguous(), scores.contiguous()  # kernels take pointers: grad or not
     labels, wide = labels_for_kernels(labels)
     host = None if padded else host_count(device)
@@ -445,12 +324,12 @@ def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_thres
         chunks, segment = blocks(n, CHILDREN), segment_length(n)
         segments = max(1, -(-(n - 1) // segment))
         scratch = Scratch(
-            device, order=(n if path == "counting" else 0, torch.int64), sbox=(4 * n, arith), sarea=(n, arith),
+            device, order=(n if counting else 0, torch.int64), sbox=(4 * n, arith), sarea=(n, arith),
             slabel=(0 if labels is None else n, torch.int64), sscore=(n, arith), cmax=(n, arith),
             acc=(n, torch.int64), done=(chunks, torch.int32), final=(n, arith),
         )
         slabel = None if labels is None else scratch.slabel
-        if path == "counting":
+        if counting:
             order = scratch.order
             launch(
                 CUDA_MODULE.get("rank_kernel", dtype, device), (blocks(n, COUNT_BOXES),), (32 * RANK_WARPS,),
@@ -472,9 +351,9 @@ def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_thres
         launch(
             CUDA_MODULE.get("decay_kernel", dtype, device), grid, (CHILDREN,),
             (scratch.sbox, scratch.sarea, slabel, scratch.cmax, scratch.sscore, order, n, segment, linear, sigma,
-             threshold, scratch.acc, scratch.done, scratch.final, None if path == "counting" else count),
+             threshold, scratch.acc, scratch.done, scratch.final, None if counting else count),
         )
-        if path == "counting":
+        if counting:
             launch(
                 CUDA_MODULE.get("select_kernel", dtype, device), (blocks(n, 32),), (32 * SEL_WARPS,),
                 (scratch.final, n, keep, out_scores, count, host_address),
@@ -488,11 +367,105 @@ def matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_thres
     return outputs.result(host, device, padded)
 
 
+# ------------------------------------------------------------------ the paths
+
+def _refuses_one_block(n, dtype, padded, device, labels):
+    capacity = one_block_capacity(dtype)
+    return None if n <= capacity else f"it takes at most {capacity} boxes of {dtype}"
+
+
+def _refuses_cooperative(n, dtype, padded, device, labels):
+    if device is None:
+        return "it needs a device to size its grid"
+    return None if cooperative_grid(n, dtype, device, labels) > 0 else "this GPU cannot hold its grid at once"
+
+
+def _refuses_nothing(n, dtype, padded, device, labels):
+    return None
+
+
+class Path(NamedTuple):
+    """One way of running matrix_recompute: why it cannot take an input (None: it can),
+    and whether it is one launch (prepared once per call shape as a ``_OneLaunch``)."""
+
+    refuses: Callable
+    one_launch: bool
+
+
+PATHS: dict[str, Path] = {
+    "one_block": Path(_refuses_one_block, True),
+    "cooperative": Path(_refuses_cooperative, True),
+    "counting_passes": Path(_refuses_nothing, False),
+    "merge_sort_passes": Path(_refuses_nothing, False),
+}
+
+
+def choose_path(n: int, dtype: torch.dtype = torch.float32, padded: bool = False,
+                device: torch.device | None = None, labels: bool = False) -> str:
+    """The path a call with ``n`` boxes takes (see the module docstring). Without a
+    ``device`` nothing is asked of a GPU and "cooperative" is not considered."""
+    if n <= min(PADDED_ONE_BLOCK_MAX_N if padded else ONE_BLOCK_MAX_N, one_block_capacity(dtype)):
+        return "one_block"
+    if not padded and n <= COOPERATIVE_MAX_N and device is not None and cooperative_grid(n, dtype, device, labels) > 0:
+        return "cooperative"
+    return "counting_passes" if n <= COUNTING_MAX_N else "merge_sort_passes"
+
+
+def check_path(path: str, n: int, dtype: torch.dtype, padded: bool, device: torch.device | None,
+               labels: bool = False) -> None:
+    """A ValueError where ``path`` is no path or cannot take this input, naming those that can."""
+    if path not in PATHS:
+        raise ValueError(f"matrix_recompute: no path {path!r}; the paths are {', '.join(PATHS)}")
+    reason = PATHS[path].refuses(n, dtype, padded, device, labels)
+    if reason is not None:
+        valid = [name for name, p in PATHS.items() if p.refuses(n, dtype, padded, device, labels) is None]
+        raise ValueError(f"matrix_recompute: path {path!r} cannot take this call: {reason}; "
+                         f"for N = {n} (padded={padded}) the valid paths are {', '.join(valid)}")
+
+
+# (n, dtype, labels, padded, device, path or None) -> (path, its _OneLaunch or None for the multi-launch paths)
+_plans: dict[tuple, tuple[str, _OneLaunch | None]] = {}
+
+
+def plan_for(n: int, dtype: torch.dtype, labels: bool, padded: bool, device: torch.device,
+             path: str | None = None) -> tuple[str, _OneLaunch | None]:
+    """(the path, its cached ``_OneLaunch`` or None for a multi-launch path) of a call
+    shape (``path`` None: the one ``choose_path`` picks)."""
+    return cached_plan(_plans, (n, dtype, labels, padded, device, path), _make_plan, n, dtype, labels, padded, device,
+                       path)
+
+
+def _make_plan(n: int, dtype: torch.dtype, labels: bool, padded: bool, device: torch.device,
+               path: str | None) -> tuple[str, _OneLaunch | None]:
+    if path is None:
+        path = choose_path(n, dtype, padded, device, labels)
+    else:
+        check_path(path, n, dtype, padded, device, labels)
+    if not PATHS[path].one_launch:
+        return path, None
+    grid = cooperative_grid(n, dtype, device, labels) if path == "cooperative" else 0
+    return path, _OneLaunch(path, n, dtype, labels, device, grid)
+
+
 @register(
     name="matrix_recompute", family="matrix", devices=("cuda",), requires=("cupy",), params=MATRIX_PARAMS,
     dtypes=CUDA_DTYPES, host_sync=True, graph_safe=True,
     summary="CUDA: IoUs recomputed in both passes, O(N) memory; one launch for small N (one block) and for eager "
             "calls to 8192 (cooperative, the whole GPU)",
 )
-def matrix_recompute_cuda(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold, padded=False):
-    return matrix_recompute_cuda_path(boxes, scores, labels, kernel, sigma, score_threshold, padded)
+def matrix_recompute_cuda(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold, padded=False,
+                          path=None):
+    """Matrix NMS on CUDA; ``path`` (a name in ``PATHS``) forces a path, else ``choose_path``'s."""
+    n, device, dtype = boxes.shape[0], boxes.device, boxes.dtype
+    linear = kernel == "linear"
+    if n == 0:
+        if path is not None and path not in PATHS:
+            check_path(path, n, dtype, padded, None)
+        outputs = _Outputs(n, dtype, device)
+        if padded:
+            outputs.memory.zero_()
+        return outputs.result(None, device, padded)
+    path, plan = plan_for(n, dtype, labels is not None, padded, device, path)
+    if plan is not None:
+        return plan.run(boxes, scores, labels, linear, float(sigma), float(score_threshold), padded)
+    return _run_passes(path, boxes, scores, labels, linear, sigma, score_threshold, padded)

@@ -1,0 +1,359 @@
+"""hard_fused's CUDA backend (host side): one path chooser, one table of paths, their plans.
+
+Exact greedy NMS in hard_fused.cu, by one of five paths (``PATHS``), named for what runs:
+
+- "one_block": one launch of one block ranks, masks and resolves in shared memory;
+- "cooperative": one cooperative launch over N / 32 blocks, grid barriers between phases
+  (eager calls only: a padded call may be captured in a graph);
+- "mask_then_staged_resolve": the rank, the tile mask, then one block resolves from the
+  mask rows staged in shared memory (N <= 1024);
+- "streamed": the rank, then one launch in which block 0 resolves while the other blocks
+  make the mask it waits for, row word by row word (N > 1024);
+- "mask_then_block_resolve": the rank, the tile mask, then the block resolve in rounds.
+
+``choose_path`` picks one from N, padded or not and the device; ``path=`` forces one (a
+ValueError names the paths that take the input). Each call shape has a ``_Plan`` made once
+(its launches with their argument layouts compiled, and its one allocation's layout).
+The kernels' constants are ``DEFINES``, passed to NVRTC. Why the paths and their limits
+are what they are: implementations/DESIGN.md; their measurements: results/PERFLOG.md.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, NamedTuple
+
+import torch
+
+from nmsbench.boxes import NMSResult, PaddedNMSResult
+from nmsbench.registry import register
+
+from .._cuda import (CUDA_DTYPES, MAX_SHARED_BYTES, CompiledLaunch, CudaModule, _current_stream, _ranked_offsets, blocks,
+                     cached_plan, device_index, grid_barrier_address, host_count, kept_count, opted_in_shared_limit,
+                     rank_launches, rank_scratch_words, stream_counters)
+
+SUMMARY_CUDA = ("CUDA: one launch for N <= 160 (one block) and for eager calls to 1024 (cooperative); else rank, "
+                "a mask of 32 x 32 tiles, and a resolve from shared memory (N <= 1024) "
+                "or in rounds of 256 boxes, one warp deciding while the block stages the next round and ORs the last; "
+                "padded graph-safe output")
+
+# The kernels' compile-time constants (NVRTC -D): the one-block kernel's capacity and
+# threads, warps per tile mask block, the block resolve's and staged resolve's threads,
+# the cooperative kernel's threads, and the words the block resolve decides per round.
+DEFINES = {"SMALL_MAX": 256, "SMALL_THREADS": 1024, "TILE_WARPS": 8, "RESOLVE_THREADS": 512, "STAGED_THREADS": 1024,
+           "MID_THREADS": 1024, "ROUND_WORDS": 8}
+ONE_BLOCK_CAPACITY = DEFINES["SMALL_MAX"]
+SMALL_THREADS, TILE_WARPS, RESOLVE_THREADS = DEFINES["SMALL_THREADS"], DEFINES["TILE_WARPS"], DEFINES["RESOLVE_THREADS"]
+STAGED_THREADS, MID_THREADS, ROUND_WORDS = DEFINES["STAGED_THREADS"], DEFINES["MID_THREADS"], DEFINES["ROUND_WORDS"]
+
+# Argument layouts (struct codes): pointers "Q", ints "i", the IoU threshold "d".
+CUDA_MODULE = CudaModule(
+    "hard_fused/hard_fused.cu",
+    templates={
+        "small_nms_kernel": "QQQidQQQ",  # boxes scores labels | n threshold | keep count host_count
+        "tile_mask_kernel": "QQiidQ",  # sorted_boxes sorted_labels | n words threshold | mask
+        "mid_nms_kernel": "QQQid" + "Q" * 8,  # ... | order sorted_boxes sorted_labels mask barrier | outputs
+        "streamed_resolve_kernel": "QQiidQQQQQQ",  # sorted_boxes sorted_labels | n words threshold | mask row_done order | outputs
+    },
+    plain={"staged_resolve_kernel": "QQiiQQQ", "block_resolve_kernel": "QQiiQQQ"},  # mask order | n words | outputs
+    defines=DEFINES,
+)
+
+# The default choice's limits (tuning, not capacity; measured in results/PERFLOG.md):
+ONE_BLOCK_MAX_N = 160  # "one_block" up to here (the kernel takes up to ONE_BLOCK_CAPACITY)
+COOPERATIVE_MAX_N = 1024  # "cooperative" (eager calls) up to here; also its shared memory's size
+STREAMED_MAX_N = 8192  # "streamed" from 1025 boxes to here; above, "mask_then_block_resolve"
+MAX_WORDS = MAX_SHARED_BYTES // 4  # the resolves' bitmap of N / 32 words in shared memory: N <= 32 x MAX_WORDS
+
+
+@functools.lru_cache(maxsize=256)  # on every call's path
+def block_resolve_shared_bytes(words: int) -> int:
+    """block_resolve_kernel's (and streamed_resolve_kernel's) dynamic shared memory, laid
+    out in hard_fused.cu: two rounds' input indices (8 bytes), staged rows (2 x
+    ROUND_WORDS words at an odd stride) and kept rows (4 bytes) of 32 x ROUND_WORDS boxes
+    each, then the bitmap (4 bytes a word)."""
+    round_boxes = 32 * ROUND_WORDS
+    return 2 * round_boxes * (8 + 4 * (2 * ROUND_WORDS + 1) + 4) + 4 * words
+
+
+@functools.lru_cache(maxsize=256)  # on every call's path
+def staged_shared_bytes(n: int) -> int:
+    """staged_resolve_kernel's dynamic shared memory: the mask rows at an odd stride, then
+    the input indices (8-byte aligned), as laid out in hard_fused.cu."""
+    stride = ((n + 31) // 32) | 1
+    return ((n * stride + 1) & ~1) * 4 + 8 * n
+
+
+def staged_resolve_fits(n: int, device: torch.device) -> bool:
+    """Whether the staged resolve's shared memory fits one block on ``device`` (above the
+    default 48 KiB at N = 1024, so the kernel is opted in)."""
+    kernel = CUDA_MODULE.get("staged_resolve_kernel", None, device)
+    return staged_shared_bytes(n) <= opted_in_shared_limit(kernel, device)
+
+
+@functools.lru_cache(maxsize=256)  # on every call's path
+def mid_shared_bytes(n: int, dtype: torch.dtype) -> int:
+    """mid_nms_kernel's dynamic shared memory: block 0's staged resolve, or the first
+    phases' n score keys, ranked boxes and labels if more (as laid out in hard_fused.cu)."""
+    box_bytes = 32 if dtype == torch.float64 else 16
+    return max(staged_shared_bytes(n), n * (box_bytes + 16))
+
+
+_mid_blocks: dict[tuple[torch.dtype, int], int] = {}  # (dtype, device index) -> blocks resident at once
+
+
+def mid_grid(n: int, dtype: torch.dtype, device: torch.device) -> int:
+    """Blocks for mid_nms_kernel at ``n`` (a warp per box: n / 32 blocks of 32 warps), or 0
+    when the device cannot hold them all at once with COOPERATIVE_MAX_N's shared memory, which a
+    cooperative launch needs."""
+    index = device_index(device)
+    resident = _mid_blocks.get((dtype, index))
+    if resident is None:
+        from cupy_backends.cuda.api import driver
+
+        kernel = CUDA_MODULE.get("mid_nms_kernel", dtype, device)
+        shared = mid_shared_bytes(COOPERATIVE_MAX_N, dtype)
+        resident = 0
+        if shared <= opted_in_shared_limit(kernel, device):
+            per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, MID_THREADS, shared)
+            resident = per_sm * torch.cuda.get_device_properties(index).multi_processor_count
+        _mid_blocks[dtype, index] = resident
+    needed = blocks(n, MID_THREADS // 32)
+    return needed if needed <= resident else 0
+
+
+# ------------------------------------------------------------------ the paths
+
+def _refuses_one_block(n, dtype, padded, device):
+    return None if n <= ONE_BLOCK_CAPACITY else f"it takes at most {ONE_BLOCK_CAPACITY} boxes"
+
+
+def _refuses_cooperative(n, dtype, padded, device):
+    if padded:
+        return "it runs eager calls only (padded calls may be captured in a CUDA graph)"
+    if n > COOPERATIVE_MAX_N:
+        return f"it takes at most {COOPERATIVE_MAX_N} boxes"
+    if device is not None and mid_grid(n, dtype, device) == 0:
+        return "this GPU cannot hold its grid at once"
+    return None
+
+
+def _refuses_staged(n, dtype, padded, device):
+    if n > 1024:
+        return "it takes at most 1024 boxes"
+    if device is not None and not staged_resolve_fits(n, device):
+        return "its shared memory does not fit one block on this GPU"
+    return None
+
+
+def _refuses_streamed(n, dtype, padded, device):
+    return None if n > 1024 else "it takes more than 1024 boxes"
+
+
+def _refuses_nothing(n, dtype, padded, device):
+    return None
+
+
+class Path(NamedTuple):
+    """One way of running hard_fused: why it cannot take an input (None: it can), the
+    launches after the rank that a ``_Plan`` prepares, and the call that runs them."""
+
+    refuses: Callable
+    prepare: Callable
+    run: Callable
+
+
+def choose_path(n: int, dtype: torch.dtype = torch.float32, padded: bool = False,
+                device: torch.device | None = None, labels: bool = False) -> str:
+    """The path a call with ``n`` boxes takes (see the module docstring). Without a
+    ``device`` nothing is asked of a GPU: "cooperative" is not considered and the staged
+    resolve's shared memory is taken to fit. ``labels`` changes nothing here (it is taken
+    for the same signature as matrix_recompute's)."""
+    if n <= ONE_BLOCK_MAX_N:
+        return "one_block"
+    if device is not None and _refuses_cooperative(n, dtype, padded, device) is None:
+        return "cooperative"
+    if _refuses_staged(n, dtype, padded, device) is None:
+        return "mask_then_staged_resolve"
+    if _refuses_streamed(n, dtype, padded, device) is None and n <= STREAMED_MAX_N:
+        return "streamed"
+    return "mask_then_block_resolve"
+
+
+def check_path(path: str, n: int, dtype: torch.dtype, padded: bool, device: torch.device | None,
+               labels: bool = False) -> None:
+    """A ValueError where ``path`` is no path or cannot take this input, naming those that can."""
+    if path not in PATHS:
+        raise ValueError(f"hard_fused: no path {path!r}; the paths are {', '.join(PATHS)}")
+    reason = PATHS[path].refuses(n, dtype, padded, device)
+    if reason is not None:
+        valid = [name for name, p in PATHS.items() if p.refuses(n, dtype, padded, device) is None]
+        raise ValueError(f"hard_fused: path {path!r} cannot take this call: {reason}; "
+                         f"for N = {n} (padded={padded}) the valid paths are {', '.join(valid)}")
+
+
+def _tile_mask(n: int, words: int, dtype: torch.dtype, device: torch.device, index: int) -> CompiledLaunch:
+    return CompiledLaunch(CUDA_MODULE.get("tile_mask_kernel", dtype, device), (blocks(words, TILE_WARPS), words),
+                          (32 * TILE_WARPS,), CUDA_MODULE.codes["tile_mask_kernel"], index)
+
+
+def _checked_shared(kernel, n: int, words: int, device: torch.device) -> int:
+    shared, limit = block_resolve_shared_bytes(words), opted_in_shared_limit(kernel, device)
+    if shared > limit:
+        raise ValueError(f"hard_fused: N = {n} needs {shared} bytes of shared memory in one block for its "
+                         f"resolve; this GPU gives {limit}")
+    return shared
+
+
+def _prepare_one_block(n, words, dtype, device, index):
+    return (CompiledLaunch(CUDA_MODULE.get("small_nms_kernel", dtype, device), (1,), (SMALL_THREADS,),
+                           CUDA_MODULE.codes["small_nms_kernel"], index),)
+
+
+def _prepare_cooperative(n, words, dtype, device, index):
+    return (CompiledLaunch(CUDA_MODULE.get("mid_nms_kernel", dtype, device), (mid_grid(n, dtype, device),),
+                           (MID_THREADS,), CUDA_MODULE.codes["mid_nms_kernel"], index, mid_shared_bytes(n, dtype),
+                           cooperative=True),)
+
+
+def _prepare_staged(n, words, dtype, device, index):
+    resolve = CompiledLaunch(CUDA_MODULE.get("staged_resolve_kernel", None, device), (1,), (STAGED_THREADS,),
+                             CUDA_MODULE.codes["staged_resolve_kernel"], index, staged_shared_bytes(n))
+    return _tile_mask(n, words, dtype, device, index), resolve
+
+
+def _prepare_streamed(n, words, dtype, device, index):
+    kernel = CUDA_MODULE.get("streamed_resolve_kernel", dtype, device)
+    shared = _checked_shared(kernel, n, words, device)
+    # a resolving block and a mask producer on every other SM (one block an SM fits)
+    grid = max(2, torch.cuda.get_device_properties(index).multi_processor_count)
+    return (CompiledLaunch(kernel, (grid,), (RESOLVE_THREADS,), CUDA_MODULE.codes["streamed_resolve_kernel"], index,
+                           shared),)
+
+
+def _prepare_block_resolve(n, words, dtype, device, index):
+    kernel = CUDA_MODULE.get("block_resolve_kernel", None, device)
+    shared = _checked_shared(kernel, n, words, device)
+    resolve = CompiledLaunch(kernel, (1,), (RESOLVE_THREADS,), CUDA_MODULE.codes["block_resolve_kernel"], index, shared)
+    return _tile_mask(n, words, dtype, device, index), resolve
+
+
+def _run_one_block(plan, stream, index, boxes, scores, labels_at, ranked_labels, threshold, base, keep, count, host_at):
+    plan.launches[0](stream, boxes, scores, labels_at, plan.n, threshold, keep, count, host_at)
+
+
+def _run_cooperative(plan, stream, index, boxes, scores, labels_at, ranked_labels, threshold, base, keep, count,
+                     host_at):
+    n = plan.n
+    order = base + plan.scratch_at  # then the ranked labels, then the ranked boxes (the kernel's scratch)
+    plan.launches[0](stream, boxes, scores, labels_at, n, threshold, order, order + 16 * n, order + 8 * n,
+                     base + plan.mask_at, grid_barrier_address(index, stream), keep, count, host_at)
+
+
+def _run_streamed(plan, stream, index, boxes, scores, labels_at, ranked_labels, threshold, base, keep, count, host_at):
+    plan.launches[0](stream, base + plan.ranked_boxes_at, ranked_labels, plan.n, plan.words, threshold,
+                     base + plan.mask_at, stream_counters(index, stream, MAX_WORDS), base + plan.scratch_at, keep,
+                     count, host_at)
+
+
+def _run_mask_then_resolve(plan, stream, index, boxes, scores, labels_at, ranked_labels, threshold, base, keep, count,
+                           host_at):
+    mask, resolve = plan.launches
+    mask(stream, base + plan.ranked_boxes_at, ranked_labels, plan.n, plan.words, threshold, base + plan.mask_at)
+    resolve(stream, base + plan.mask_at, base + plan.scratch_at, plan.n, plan.words, keep, count, host_at)
+
+
+PATHS: dict[str, Path] = {
+    "one_block": Path(_refuses_one_block, _prepare_one_block, _run_one_block),
+    "cooperative": Path(_refuses_cooperative, _prepare_cooperative, _run_cooperative),
+    "mask_then_staged_resolve": Path(_refuses_staged, _prepare_staged, _run_mask_then_resolve),
+    "streamed": Path(_refuses_streamed, _prepare_streamed, _run_streamed),
+    "mask_then_block_resolve": Path(_refuses_nothing, _prepare_block_resolve, _run_mask_then_resolve),
+}
+RANKED_FIRST = ("mask_then_staged_resolve", "streamed", "mask_then_block_resolve")  # rank_by_score's launches first
+
+
+class _Plan:
+    """Everything a call at one (n, dtype, labels or not, padded or not, device, path)
+    needs, prepared once: its path, its ``CompiledLaunch``-es (``rank``: rank_by_score's,
+    for the paths that rank first) and the layout of its one allocation: keep (n words),
+    the count, then (not one_block) the n x words int32 mask, then the ranking's scratch
+    (the cooperative kernel's order, labels and boxes, or ``rank_by_score``'s)."""
+
+    __slots__ = ("path", "n", "words", "memory_words", "mask_at", "scratch_at", "rank", "ranked_boxes_at",
+                 "ranked_labels_at", "chunk_keys_at", "group_keys_at", "launches", "run")
+
+    def __init__(self, n: int, dtype: torch.dtype, labels: bool, padded: bool, device: torch.device,
+                 path: str | None):
+        words = (n + 31) // 32
+        if words > MAX_WORDS:
+            raise ValueError(f"hard_fused on cuda resolves in one block with N/8 bytes of shared memory (and its "
+                             f"N x N/8-byte mask in GPU memory); N = {n} is above its limit of {MAX_WORDS * 32}")
+        if path is None:
+            path = choose_path(n, dtype, padded, device)
+        else:
+            check_path(path, n, dtype, padded, device)
+        index = device_index(device)
+        self.path, self.n, self.words, self.run = path, n, words, PATHS[path].run
+        mask_words = 0 if path == "one_block" else (n * words + 1) // 2
+        self.mask_at, self.scratch_at = 8 * (n + 1), 8 * (n + 1 + mask_words)
+        self.rank = None
+        if path == "one_block":
+            scratch_words = 0
+        elif path == "cooperative":
+            scratch_words = 2 * n + (4 * n if dtype == torch.float64 else 2 * n)  # order, labels, boxes
+        else:
+            scratch_words = rank_scratch_words(n, dtype, labels)
+            self.rank = rank_launches(n, dtype, None, device)
+            # from base, as rank_by_score(..., into=base + scratch_at) lays them out (labels: -1 without)
+            boxes_at, labels_at, chunk_at, group_at = (self.scratch_at + at for at in _ranked_offsets(n, dtype, labels))
+            self.ranked_boxes_at, self.ranked_labels_at, self.chunk_keys_at, self.group_keys_at = \
+                boxes_at, labels_at, chunk_at, group_at
+        self.launches = PATHS[path].prepare(n, words, dtype, device, index)
+        self.memory_words = n + 1 + mask_words + scratch_words
+
+
+_plans: dict[tuple, _Plan] = {}  # (n, dtype, labels, padded, device, path or None) -> plan
+
+
+def plan_for(n: int, dtype: torch.dtype, labels: bool, padded: bool, device: torch.device,
+             path: str | None = None) -> _Plan:
+    """The prepared ``_Plan`` of a call shape (``path`` None: the one ``choose_path`` picks)."""
+    return cached_plan(_plans, (n, dtype, labels, padded, device, path), _Plan, n, dtype, labels, padded, device, path)
+
+
+
+@register(
+    name="hard_fused", family="hard", devices=("cuda",), exact=True, requires=("cupy",), dtypes=CUDA_DTYPES,
+    host_sync=True, graph_safe=True, summary=SUMMARY_CUDA,
+)
+def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False, path=None):
+    """Greedy NMS on CUDA; ``path`` (a name in ``PATHS``) forces a path, else ``choose_path``'s."""
+    n, device = boxes.shape[0], boxes.device
+    if n == 0:
+        if path is not None and path not in PATHS:
+            check_path(path, n, boxes.dtype, padded, None)
+        out = torch.zeros(1, dtype=torch.int64, device=device)
+        return PaddedNMSResult(out[:0], out[0]) if padded else NMSResult(out[:0])
+    plan = plan_for(n, boxes.dtype, labels is not None, padded, device, path)
+    memory = torch.empty(plan.memory_words, dtype=torch.int64, device=device)
+    base = memory.data_ptr()
+    labels_at = 0
+    if labels is not None:
+        labels = labels.to(torch.int64).contiguous()
+        labels_at = labels.data_ptr()
+    boxes, scores = boxes.contiguous(), scores.contiguous()
+    index, stream = _current_stream(device)
+    ranked_labels = 0
+    if plan.rank is not None:  # the rank launched first: the host prepares the rest while the GPU ranks
+        ranked_labels = base + plan.ranked_labels_at if labels is not None else 0
+        plan.rank(stream, boxes.data_ptr(), scores.data_ptr(), labels_at, base + plan.scratch_at,
+                  base + plan.ranked_boxes_at, 0, ranked_labels, base + plan.chunk_keys_at, base + plan.group_keys_at)
+    host = None if padded else host_count(device)
+    keep, count, host_at = base, base + 8 * n, 0 if host is None else host.address
+    plan.run(plan, stream, index, boxes.data_ptr(), scores.data_ptr(), labels_at, ranked_labels, float(iou_threshold),
+             base, keep, count, host_at)
+    if padded:
+        return PaddedNMSResult(memory[:n], memory[n])
+    kept_keep = memory[:n]  # made while the GPU works; the wait's count only shortens it
+    return NMSResult(kept_keep.resize_(kept_count(host, device, n, "hard_fused")))
