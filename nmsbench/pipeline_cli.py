@@ -51,7 +51,7 @@ def _positive_ints(text: str, what: str) -> list[int]:
 @click.option("--timer", "timers", multiple=True, default=TIMERS, show_default=True, help="wall and/or device (CUDA events; cuda rows only).")
 @click.option("--min-run-time", default=0.2, show_default=True, type=click.FloatRange(min=0.001), help="Seconds of timing per row.")
 @click.option("--threads", default=os.cpu_count() or 1, show_default=True, type=click.IntRange(min=1), help="CPU threads for torch and numba.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="CSV to write (a sidecar .json goes next to it). Default: results/pipeline-<time>-<device>.csv.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="CSV to write (a sidecar .json goes next to it). Default: results/runs/pipeline-<time>-<device>.csv.")
 @click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
 @resume_option("pipeline, device, source, images, batch, conf, IoU, params, stage and timer")
 @case_timeout_option("one pipeline on one device, batch and conf: all its stages")

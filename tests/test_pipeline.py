@@ -373,7 +373,7 @@ def test_pipeline_list_and_default_output(tmp_path, monkeypatch):
     result = run("pipeline", "--batch", "1", "--source", "real", "--pipeline", "numpy", "--stage", "total",
                  "--min-run-time", "0.001")
     assert result.exit_code == 0, result.output
-    written = list((tmp_path / "results").glob("pipeline-*-cpu.csv"))
+    written = list((tmp_path / "results" / "runs").glob("pipeline-*-cpu.csv"))
     assert len(written) == 1 and len(pd.read_csv(written[0])) == 1
 
 
