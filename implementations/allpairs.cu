@@ -7,8 +7,6 @@
 // finds a suppressor stores 1 to suppressed[j]. Several blocks may store 1 to one flag;
 // none ever stores 0 (the buffer starts zeroed), so the result does not depend on the
 // order in which blocks run.
-#define CANDIDATES 128
-#define CHUNK 1024
 
 template <typename T>
 __global__ void allpairs_kernel(const T* boxes, const long long* labels, int n, double iou_threshold,

@@ -42,8 +42,11 @@ def allpairs_cpu(boxes, scores, *, iou_threshold, labels=None):
     return keep_from_sorted(order, np.flatnonzero(~suppressed))
 
 
-CUDA_MODULE = CudaModule("allpairs.cu", templates=("allpairs_kernel",))
-CANDIDATES, CHUNK = 128, 1024  # as #defined in allpairs.cu
+# Candidates per block (one a thread) and parents per chunk of a block's grid row (NVRTC -D).
+DEFINES = {"CANDIDATES": 128, "CHUNK": 1024}
+CANDIDATES, CHUNK = DEFINES["CANDIDATES"], DEFINES["CHUNK"]
+# sorted_boxes sorted_labels | n | threshold | suppressed
+CUDA_MODULE = CudaModule("allpairs.cu", templates={"allpairs_kernel": "QQidQ"}, defines=DEFINES)
 
 
 @register(

@@ -56,7 +56,7 @@ def bitmask_classic_cpu(boxes, scores, *, iou_threshold, labels=None):
     return keep_from_sorted(order, resolve_greedy(mask, BLOCK))
 
 
-CUDA_MODULE = CudaModule("bitmask_classic.cu", templates=("block_mask_kernel",))
+CUDA_MODULE = CudaModule("bitmask_classic.cu", templates={"block_mask_kernel": "QQidQ"})  # boxes labels | n | threshold | mask
 
 
 @register(

@@ -51,7 +51,8 @@ def bitmask_two_phase_cpu(boxes, scores, *, iou_threshold, labels=None):
     return keep_from_sorted(order, resolve_greedy(mask, WORD_BITS))
 
 
-CUDA_MODULE = CudaModule("bitmask_two_phase.cu", templates=("ballot_mask_kernel",), plain=("greedy_resolve_kernel",))
+CUDA_MODULE = CudaModule("bitmask_two_phase.cu", templates={"ballot_mask_kernel": "QQiidQ"},  # boxes labels | n words | t | mask
+                         plain={"greedy_resolve_kernel": "QQiiQ"})  # mask order | n words | keep
 MAX_RESOLVE_WORDS = MAX_SHARED_BYTES // 4  # the resolve's "removed" bitmap, in shared memory
 
 

@@ -23,9 +23,6 @@
 // The decay arithmetic is in double, like the numba backend, so both agree to the last
 // bit of the float32 final score in all but rare exp rounding cases.
 
-#define TILE 16
-#define TILES_PER_BLOCK 8  // x 32 boxes = one box per thread to load
-#define TILES_PER_SPLIT 16  // column tiles per thread of a decay split (4 batches)
 #define DECAY_BATCH 4  // column tiles whose loads a thread issues together
 #define NOT_A_PARENT (-1)
 

@@ -84,10 +84,15 @@ def matrix_fused_cpu(boxes, scores, *, iou_threshold, labels=None, kernel, sigma
     return result_by_final_score(order[kept], final[kept])
 
 
+# Boxes per IoU tile side, tiles per block of the IoU kernel, column tiles per decay split (NVRTC -D).
+DEFINES = {"TILE": 16, "TILES_PER_BLOCK": 8, "TILES_PER_SPLIT": 16}
+TILE, TILES_PER_BLOCK, TILES_PER_SPLIT = DEFINES["TILE"], DEFINES["TILES_PER_BLOCK"], DEFINES["TILES_PER_SPLIT"]
 CUDA_MODULE = CudaModule(
-    "matrix_fused.cu", templates=("iou_tile_kernel", "max_reduce_kernel", "decay_kernel", "select_kernel")
+    "matrix_fused.cu",
+    templates={"iou_tile_kernel": "QQiqQQ", "max_reduce_kernel": "QiQQ", "decay_kernel": "QQQQiiidQQQ",
+               "select_kernel": "QidQQ"},
+    defines=DEFINES,
 )
-TILE, TILES_PER_BLOCK, TILES_PER_SPLIT = 16, 8, 16  # as #defined in matrix_fused.cu
 MAX_DECAY_SPLITS = 32
 
 

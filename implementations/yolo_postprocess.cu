@@ -46,7 +46,6 @@ extern "C" __global__ void decode_filter_kernel(const float* raw, int rows, int 
 // higher (greater score, or equal score and lower raw row) overlaps it above the
 // threshold. The rank uses the raw row, not the slot, so the result does not depend on
 // the order the decode threads ran in. Candidates stream through shared memory.
-#define NMS_THREADS 128
 
 extern "C" __global__ void allpairs_nms_kernel(const float* boxes, const float* scores, const long long* labels,
                                                const long long* raw_rows, const int* counts, int capacity,

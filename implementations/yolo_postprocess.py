@@ -20,9 +20,12 @@ from nmsbench.pipeline import CandidateOverflow, Detections, Pipeline, Prepared,
 
 from ._cuda import CudaModule, blocks, on_torch_stream
 
-CUDA_MODULE = CudaModule("yolo_postprocess.cu", plain=("decode_filter_kernel", "allpairs_nms_kernel", "compact_kernel"))
+DEFINES = {"NMS_THREADS": 128}  # threads (candidates) per block of allpairs_nms_kernel (NVRTC -D)
+CUDA_MODULE = CudaModule("yolo_postprocess.cu", plain={"decode_filter_kernel": "QiifffiQQQQQ",
+                                                       "allpairs_nms_kernel": "QQQQQidQ", "compact_kernel": "QQQQQQiQQ"},
+                         defines=DEFINES)
 DECODE_THREADS = 256
-NMS_THREADS = 128  # as #defined in yolo_postprocess.cu
+NMS_THREADS = DEFINES["NMS_THREADS"]
 OUT_FIELDS = 7  # x1, y1, x2, y2, score, label, raw row
 
 
