@@ -224,3 +224,114 @@ def test_file_scenario_sweep(tmp_path):
     broken.write_bytes(path.read_bytes()[:100])
     bad = run("sweep", "--scenario", "file", "--file", str(broken), "--n", "8", "--out", str(tmp_path / "y.csv"))
     assert bad.exit_code == 2 and "broken.npz" in bad.output
+
+
+def test_list_table_shows_host_sync_graph_safe_and_what_exact_means():
+    result = run("list")
+    assert result.exit_code == 0
+    header = next(line for line in result.output.splitlines() if "name" in line and "family" in line)
+    assert "host_sync" in header and "graph_safe" in header
+    rows = {}
+    for line in result.output.splitlines():
+        cells = [c.strip() for c in line.replace("┃", "│").split("│")]
+        if len(cells) > 4 and cells[4] == "cpu":
+            rows[cells[1]] = cells
+    assert rows["torchvision"][3] == "exact (hard)" and rows["hard_fused"][3] == "exact (hard)"
+    assert rows["allpairs"][3] == "exact (allpairs)"
+    assert rows["matrix_fused"][3] == "approx" and rows["matrix_naive"][3] == "approx"
+    assert "exact (hard): keep equals torchvision's index for index" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("command", [["plot", "-o", "fig.png"], ["export"]])
+def test_plot_and_export_refuse_a_file_that_is_not_results_with_status_2(tmp_path, command):
+    foreign = tmp_path / "notresults.csv"
+    foreign.write_text("name,age\nada,36\n")
+    result = CliRunner().invoke(main, [command[0], str(foreign), *command[1:]])
+    assert result.exit_code == 2 and "notresults.csv: not an nmsbench results file" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_the_summary_shows_one_block_per_varying_dimension_and_never_pools(tmp_path):
+    out = tmp_path / "run.csv"
+    result = run("sweep", "--n", "16,32", "--impl", "torchvision", "--scenario", "uniform", "--iou", "0.3,0.7",
+                 "--min-run-time", "0.005", "--rounds", "1", "--threads", "1", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "median µs (wall timer) · uniform · IoU 0.3 · cpu" in text
+    assert "median µs (wall timer) · uniform · IoU 0.7 · cpu" in text
+    frame = pd.read_csv(out)
+    # every printed number is one row's median (no median over IoU thresholds)
+    for value in frame.median_us:
+        assert f"{value:,.1f}" in result.output
+
+
+def test_the_summary_splits_many_box_counts_into_tables_without_cutting_them(tmp_path):
+    from nmsbench import cli
+
+    sizes = [2 ** k for k in range(2, 2 + cli.SUMMARY_COLUMNS + 3)]
+    rows = [{"schema_version": 4, "benchmark": "nms", "impl": "torchvision", "family": "hard", "device": "cpu",
+             "dtype": "float32", "timer": "wall", "scenario": "real", "image": "bus.jpg", "input_size": 640,
+             "overlap": 0.25, "classes": 1, "n": n, "iou_threshold": 0.5, "seed": 0, "params": "{}", "status": "ok",
+             "median_us": 1000.0 + n} for n in sizes]
+    path = tmp_path / "r.csv"
+    pd.DataFrame(rows).reindex(columns=COLUMNS).to_csv(path, index=False)
+    console = cli.console
+    with console.capture() as captured:
+        cli._print_summary(path, {"ok": len(rows), "error": 0, "skipped": 0, "noisy": 0})
+    text = captured.get()
+    assert text.count("bus.jpg@640") == 2  # two tables, both naming the recording
+    for n in sizes:
+        assert f" {n} " in text and f"{1000 + n:,.1f}" in text
+
+
+def test_interrupt_during_start_up_exits_130_without_a_traceback(tmp_path, monkeypatch):
+    import nmsbench.cli_options as options
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(options, "environment", interrupted)
+    out = tmp_path / "run.csv"
+    result = CliRunner().invoke(main, ["sweep", "--n", "4", "--impl", "torchvision", "--scenario", "uniform",
+                                       "--out", str(out)])
+    assert result.exit_code == 130, result.output
+    assert f"interrupted before {out} was opened: no rows written" in result.output
+    assert "start it again with: nmsbench sweep --n 4" in result.output and "Aborted" not in result.output
+
+
+def test_interrupt_before_the_first_row_exits_130_with_the_resume_command(tmp_path, monkeypatch):
+    import nmsbench.runner as runner
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner.datasets, "generate", interrupted)
+    out = tmp_path / "run.csv"
+    result = CliRunner().invoke(main, ["sweep", "--n", "4", "--impl", "torchvision", "--scenario", "uniform",
+                                       "--out", str(out)])
+    assert result.exit_code == 130, result.output
+    assert f"interrupted: 0 of 1 rows are in {out}" in result.output
+    assert "resume with: nmsbench sweep --n 4" in result.output and f"--resume {out}" in result.output
+
+
+def test_sigterm_during_start_up_exits_143(tmp_path, monkeypatch):
+    import nmsbench.cli_options as options
+
+    def terminated():
+        raise options.Terminated
+
+    monkeypatch.setattr(options, "load_warning", lambda threads: terminated())
+    result = CliRunner().invoke(main, ["sweep", "--n", "4", "--impl", "torchvision", "--scenario", "uniform",
+                                       "--out", str(tmp_path / "run.csv")])
+    assert result.exit_code == 143 and "terminated (SIGTERM) before" in result.output
+
+
+def test_interrupt_in_any_command_exits_130(monkeypatch):
+    import nmsbench.cli as cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "describe", interrupted)
+    result = CliRunner().invoke(main, ["list"])
+    assert result.exit_code == 130 and "interrupted" in result.output and "Aborted" not in result.output
