@@ -9,7 +9,8 @@ included). Sizes are multiples of 16, 32 or 64 and not, with and without
 labels, float32 and float16; rank.cu's merge runs through the largest sizes (from 8193
 boxes) and at small sizes directly. Then the pipelines whose kernels are ours.
 Arguments pick what to run (default: everything), e.g. `hard_fused` or `pipelines`;
-SANITIZE_SIZES=31,1500 runs those sizes only (racecheck is slow: split it over processes).
+SANITIZE_SIZES=31,1500 runs those sizes only (racecheck is slow: .ci/gpu splits it over
+processes); `--groups` prints the split .ci/gpu uses, one "name [sizes]" a line.
 """
 
 import os
@@ -27,6 +28,13 @@ CASES = ((1, torch.float32), (3, torch.float32), (3, torch.float16))  # (classes
 PARAMS = {"matrix": [{"kernel": "gaussian", "sigma": 0.5, "score_threshold": 0.05},
                      {"kernel": "linear", "sigma": 0.5, "score_threshold": 0.05}]}
 KERNEL_IMPLS = kernel_implementations()
+if sys.argv[1:] == ["--groups"]:  # one process each: the implementations with paths by size, the rest together
+    rest = [name for name in KERNEL_IMPLS if name not in SIZES] + ["pipelines"]
+    for name in KERNEL_IMPLS:
+        if name in SIZES:
+            print(name, ",".join(map(str, SIZES[name])))
+    print(" ".join(rest))
+    sys.exit(0)
 SELECTED = sys.argv[1:] or KERNEL_IMPLS + ["pipelines"]
 ONLY = tuple(int(v) for v in os.environ["SANITIZE_SIZES"].split(",")) if os.environ.get("SANITIZE_SIZES") else None
 
@@ -66,7 +74,8 @@ for name in (n for n in KERNEL_IMPLS if n in SELECTED):
                         if takes(check_path, path, n, dtype, padded, device, labels):
                             backend.fn(boxes.boxes, boxes.scores, iou_threshold=0.5, labels=boxes.labels,
                                        padded=padded, path=path, **params)
-    if name == "hard_fused":  # rank.cu's merge (every kernel backend's rank from 8193 boxes), at small sizes
+    # rank.cu's merge (every kernel backend's rank from 8193 boxes), at small sizes, in one process of a split
+    if name == "hard_fused" and (ONLY is None or min(sizes) in ONLY):
         from nmsbench.variants._cuda import on_torch_stream, rank_by_score
 
         for n in (1, 300, 5000):

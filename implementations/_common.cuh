@@ -73,7 +73,7 @@ __device__ __forceinline__ bool ranks_above(unsigned long long key_i, int i, uns
 // one per lane, and each of its COUNT_WARPS warps counts over a slice of the N others.
 // (COUNT_BOXES, COUNT_WARPS, RANK_WARPS and BALLOT_WARPS come from _cuda.COMMON_DEFINES.)
 // rank.cu and matrix_recompute's rank_kernel: 32 warps, slices of N / 32. Each step of a
-// slice waits on a shuffle, so the count is latency-bound: 8 warps took 16.5 us at N = 4096.
+// slice waits on a shuffle, so the count is latency-bound: more warps hide it.
 
 // The narrowest unsigned integer that holds score_key of arithmetic type A: float keys
 // fit 32 bits, so a counting rank shuffles half as much (one shuffle per item, not two).
@@ -177,7 +177,7 @@ __device__ __forceinline__ Box<A> quick_box(const Box<A>& b) {
     return (b.x2 > b.x1 && b.y2 > b.y1) ? b : Box<A>{inf, inf, -inf, -inf};
 }
 // Bitwise & on purpose: with && NVRTC branched after every comparison (and reloaded the
-// box), which made the matrix passes slower than no test at all on the H200 (5a83452).
+// box), which made the matrix passes slower than no test at all.
 template <typename A>
 __device__ __forceinline__ bool may_overlap(const Box<A>& a, const Box<A>& b) {
     return (a.x2 > b.x1) & (b.x2 > a.x1) & (a.y2 > b.y1) & (b.y2 > a.y1);
@@ -246,7 +246,7 @@ __device__ __forceinline__ int warp_sum(int v) {
 // Release / acquire at GPU scope: what a thread wrote (and, after a __syncthreads(), what
 // its block wrote) before a release add is visible to a thread whose acquire load sees
 // that add. Cheaper than __threadfence(), which is a sequentially consistent fence
-// (MEMBAR.SC.GPU: the barrier phases' samples on the H200 sat there).
+// (MEMBAR.SC.GPU, where the barrier phases' profiler samples sat).
 __device__ __forceinline__ unsigned int atomic_add_release(unsigned int* p, unsigned int v) {
     unsigned int old;
     asm volatile("atom.add.release.gpu.global.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");

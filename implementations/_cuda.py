@@ -127,9 +127,9 @@ class on_torch_stream:  # noqa: N801 - used as a function: `with on_torch_stream
 
     A launch packs the arguments itself (``struct``, C alignment) into a per-thread buffer
     and calls ``cuLaunchKernel`` with pointers into it: CuPy's ``Function.__call__`` costs
-    about 1 us per argument on the H200 host (16 us for 6 arguments, 31 us for 15), and our
-    small ops are made of a few launches. CuPy's device context is entered only when the
-    current device is another one. A class, not a generator: it is on every op's path."""
+    host time per argument, and our small ops are made of a few launches. CuPy's device
+    context is entered only when the current device is another one. A class, not a
+    generator: it is on every op's path."""
 
     __slots__ = ("launch", "_context")
 
@@ -160,7 +160,7 @@ class on_torch_stream:  # noqa: N801 - used as a function: `with on_torch_stream
 class Address(int):
     """A device (or mapped host) address as a launch argument: an 8-byte pointer. An int
     subclass because an op passes several per call and building one costs less than a
-    ``np.uint64`` (~0.1 against ~0.25 us here)."""
+    ``np.uint64``."""
 
     __slots__ = ()
 
@@ -289,8 +289,8 @@ class CompiledLaunch:
     prepared once for an op's per-call path: a call packs plain numbers (device addresses
     as ints, 0 for a null pointer) with a precompiled ``struct`` and calls the driver on
     ``stream``, from the kernel's device (``device_index``). ``launch``'s argument handling
-    (a type lookup per call, tensors' ``data_ptr``, a list) cost the H200 host ~3 µs of a
-    launch's ~8 (.ci/launch_cost_probe.py)."""
+    (a type lookup per call, tensors' ``data_ptr``, a list) was a large part of a launch's
+    host time."""
 
     __slots__ = ("function", "grid", "block", "dims", "shared_mem", "cooperative", "codes", "device_index", "_pack")
 
@@ -405,8 +405,8 @@ RANK_MODULE = CudaModule("rank.cu", templates={"rank_by_score_kernel": "QQQiQQQQ
                                                   "group_merge_kernel": "iQQ", "merge_rank_kernel": "QQQiiQQQQQ"},
                          defines={"MERGE_CHUNK": MERGE_CHUNK})
 # From here up rank_by_score merges sorted chunks (three launches, O(N log N)) instead of
-# counting (one launch, O(N^2)); measured on the H200 (PERFLOG).
-MERGE_RANK_MIN = 8193  # H200: 8192 counting 13.7 vs merge 14.6 us (GPU), 16384 47.4 vs 17.3
+# counting (one launch, O(N^2)): where the merge became faster (results/PERFLOG.md).
+MERGE_RANK_MIN = 8193
 
 
 def _box_words(n: int, dtype: torch.dtype) -> int:
@@ -576,9 +576,9 @@ class HostCount:
         """Wait for the work queued so far on ``device``'s current stream; the count.
 
         The thread first reads the count until the kernel has written it (it is -1 until
-        then), then synchronizes the stream, which returns at once by then. On the H200
-        host the driver's wait alone left the thread's next host work 2-3x slower after
-        waits of 100 us or more (PERFLOG). The synchronization still decides: it waits for
+        then), then synchronizes the stream, which returns at once by then: the driver's
+        wait alone, after long waits, left the thread's next host work slower
+        (results/PERFLOG.md). The synchronization still decides: it waits for
         the kernels' completion and raises their errors, whatever the reads saw."""
         value = self.value
         for _ in range(self.SPIN_READS):

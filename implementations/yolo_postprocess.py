@@ -66,8 +66,8 @@ def _build(raw: np.ndarray, config: PipelineConfig, device: str) -> Prepared:
 
     def nms(b: _Buffers) -> list[Detections]:
         # The survivor counts start at 0 on every call: the benchmark times this stage
-        # alone, again and again on one decoded batch (the H200 run before this reset
-        # saw the counts grow past the buffer).
+        # alone, again and again on one decoded batch (without this reset the counts grew
+        # past the buffer).
         b.counts[1].zero_()
         with on_torch_stream(device) as launch:
             launch(allpairs_nms, (blocks(capacity, NMS_THREADS), batch), (NMS_THREADS,),

@@ -309,8 +309,8 @@ extern "C" __global__ void __launch_bounds__(STAGED_THREADS) staged_resolve_kern
 // every block puts all n score keys in shared memory and ranks its 32 boxes (a warp per
 // box), grid barrier, every block puts all n ranked boxes in shared memory and writes
 // its 32 mask rows (a warp per row, a ballot per word), grid barrier, and block 0
-// resolves from shared memory. One launch instead of three plus two allocations: on the
-// H200 host that is most of the op at these sizes. What other blocks wrote is read once
+// resolves from shared memory. One launch instead of three plus two allocations, which
+// were most of the op's host time at these sizes. What other blocks wrote is read once
 // per block, from L2 (__ldcg).
 
 // Dynamic shared memory: the larger of block 0's staged resolve (staged_shared_bytes) and
@@ -381,17 +381,15 @@ __global__ void __launch_bounds__(MID_THREADS, 1) mid_nms_kernel(
 // warp from the staged rows when round r - 1 ends (the staged rows reach one round
 // further for that). One __syncthreads() per round. The deciding warp's chain is the
 // resolve's time, so inside the round it only decides; the kept boxes' indices, the list
-// of kept rows and their bits at the next round wait for the round's end. H200 clock64
-// trace (.ci/resolve_trace_probe.py), N = 8192 clustered: the design before, which ORed
-// and prefetched between two barriers, took 7,600 cycles a round (32 % the OR, 10 %
-// issuing the prefetch); this one 5,600 (~460 a word, ~1,500 the round's end).
+// of kept rows and their bits at the next round wait for the round's end (a clock64 trace
+// of the design before, which ORed and prefetched between two barriers, showed the OR and
+// the prefetch's issue on that chain; results/PERFLOG.md).
 #define ROUND_BOXES (32 * ROUND_WORDS)
 #define STAGE_WORDS (2 * ROUND_WORDS)  // a staged row: the round's words, then the next round's
 #define STAGE_STRIDE (STAGE_WORDS + 1)  // odd: a warp reading one word of 32 rows hits 32 banks
 // The other warps work beside the deciding warp 0, but not those that share its scheduler
 // (warps 4, 8, 12: warp i issues from scheduler i % 4), whose instructions took issue
-// slots from its chain (H200 clock64 trace, N = 8192 clustered: 7,500 -> 6,200 cycles a
-// round).
+// slots from its chain.
 #define HELPER_THREADS (RESOLVE_THREADS / 4 * 3)
 
 // The block resolve reads the mask from L2 (__ldcg): each word is read once, and in the
@@ -446,8 +444,7 @@ struct StagedRound {
 // with many kept rows and fewer words left than half the threads, `group` threads per
 // word (a power of two within a warp) each take every group-th row, 16 predicated loads
 // in flight, and OR by shuffles: ~m / (16 group) memory latencies in a row instead of
-// ~m / 32 (H200 probe: uniform 4096 resolve 120 -> 88 us, when this ran between two
-// barriers; with few kept rows the plain loop was as fast).
+// ~m / 32 (with few kept rows the plain loop is as fast).
 template <int THREADS>
 __device__ __forceinline__ void or_kept_rows(const unsigned int* mask, int words, const int* kept_rows, int m, int past,
                                              unsigned int* removed, int t) {

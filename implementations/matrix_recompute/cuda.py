@@ -91,7 +91,7 @@ def cooperative_shared_bytes(n: int, dtype: torch.dtype, labels: bool) -> int:
     """cooperative_kernel's dynamic shared memory: every block holds all n ranked boxes
     (where the 8-byte keys and the final scores of the first and last phases go), labels
     (if any), areas, the parents' cmax and float constants: 28 n bytes for float32 without
-    labels (N = 8192 fits the H200's 227 KiB). Phase 2's marks come after, where they fit
+    labels: COOPERATIVE_MAX_N boxes fit a block's opt-in shared memory on sm_90). Phase 2's marks come after, where they fit
     (``cooperative_marks``)."""
     a = arith_dtype(dtype).itemsize
     return n * (6 * a + 4 + (8 if labels else 0))
@@ -136,7 +136,7 @@ def cooperative_grid(n: int, dtype: torch.dtype, device: torch.device, labels: b
 def cooperative_marks(n: int, dtype: torch.dtype, device: torch.device, labels: bool, grid: int) -> tuple[int, int]:
     """(mark slots a warp, dynamic shared memory) of cooperative_kernel on ``grid`` blocks:
     phase 2's marks kept in shared memory for phase 3 where they fit and the device still
-    holds the grid at once (float32 without labels on the H200: to 6838 boxes), else no
+    holds the grid at once, else no
     slots (phase 3 tests every pair again) and ``cooperative_shared_bytes``."""
     threads, shared = cooperative_threads(n, dtype), cooperative_shared_bytes(n, dtype, labels)
     slots = cooperative_mark_slots(n, grid, threads)
