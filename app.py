@@ -2,10 +2,13 @@
 
 A thin page over :mod:`nmsbench.tables`, :mod:`nmsbench.plots` and
 :mod:`nmsbench.differences` (the same builders ``nmsbench plot`` and ``nmsbench export``
-use). It loads every results CSV under ``results/`` (or ``$NMSBENCH_RESULTS_DIR``) and any
-CSV uploaded in the sidebar, and has four views: curves, the post-processing pipeline
-(time per image vs batch, stage costs, CPU vs GPU, agreement), suppression differences
-on a regenerated box set, and the environment of the selected runs with a CSV download.
+use). It reads results only, never runs NMS: the reference runs at the top of
+``results/`` (or ``$NMSBENCH_RESULTS_DIR``), the user's own runs under ``results/runs/``,
+``results/archive/`` when asked, and CSVs uploaded in the sidebar. By default each case
+shows its newest measurement per machine (one line per implementation, not per commit);
+a sidebar toggle compares runs. Four views: curves, the post-processing pipeline (time
+per image vs batch, stage costs, CPU vs GPU, agreement), suppression differences (files
+written by ``nmsbench diff``), and the runs' environment with a CSV download.
 """
 
 from __future__ import annotations
@@ -20,17 +23,28 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from nmsbench import datasets, differences, plots, tables
-from nmsbench.registry import describe, implementations
+from nmsbench import differences, plots, tables
 from nmsbench.results import PartialRowWarning
 
 APP_DIR = Path(__file__).resolve().parent
 VIEWS = ["Curves", "Pipeline", "Suppression differences", "Environment & data"]
-MAX_DIFF_N = 8192
+DIFF_COMMAND = "nmsbench diff --scenario clustered --n 512"
 
 
 def results_dir() -> Path:
     return Path(os.environ.get("NMSBENCH_RESULTS_DIR") or APP_DIR / "results")
+
+
+def result_files(folder: Path, include_archive: bool = False) -> list[Path]:
+    """The results CSVs the dashboard loads: the reference shelf at the top of ``folder``,
+    everything under ``runs/`` (the user's own sweeps) and, when asked, the CSVs at the top
+    of ``archive/`` (older runs; its gpu-check-* folders hold logs, not runs)."""
+    if not folder.is_dir():
+        return []
+    found = [*folder.glob("*.csv"), *folder.glob("runs/**/*.csv")]
+    if include_archive:
+        found += folder.glob("archive/*.csv")
+    return sorted(found)
 
 
 # --- cached loading ---------------------------------------------------------------------
@@ -48,9 +62,10 @@ def _load(source, name: str):
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
-def load_csv(path: str, mtime_ns: int, size: int):
-    """``_load`` of a file of the folder; mtime and size make an edited file reload."""
-    return _load(path, Path(path).name)
+def load_csv(path: str, name: str, mtime_ns: int, size: int):
+    """``_load`` of a file of the folder (``name``: its path in the folder); mtime and size
+    make an edited file reload."""
+    return _load(path, name)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -66,27 +81,34 @@ def sidecar_command(path: str, mtime_ns: int) -> str:
         return ""
 
 
-@st.cache_data(show_spinner="Regenerating the box set and running every implementation on it…", max_entries=64)
-def run_case(scenario: str, n: int, overlap: float, seed: int, iou: float, classes: int, device: str):
-    return differences.run_case(scenario, n, overlap, seed, iou, classes=classes, device=device)
+@st.cache_data(show_spinner=False, max_entries=64)
+def load_diff(path: str, mtime_ns: int, size: int):
+    """(case, None) or (None, what is wrong) for an ``nmsbench diff`` file."""
+    try:
+        return differences.read_case(path), None
+    except ValueError as e:
+        return None, str(e)
 
 
 @st.cache_data(show_spinner=False)
 def implementation_table() -> pd.DataFrame:
+    from nmsbench.registry import describe  # imports every implementation (numba, ...): only when asked
+
     rows = pd.DataFrame(describe())
     rows["available here"] = rows.apply(lambda r: "yes" if r["available"] else f"no: {r['reason']}", axis=1)
     return rows[["name", "family", "device", "available here", "summary"]]
 
 
-def load_all(uploads) -> tuple[pd.DataFrame, list[str], dict[str, str], tuple, list[str]]:
-    """Every results file of the folder plus the uploads: (rows, problems, commands, data
-    key, notes); the key names the loaded files' versions, for caching what is computed
-    from them; notes are warnings about files that did load."""
+def load_all(uploads, include_archive: bool = False) -> tuple[pd.DataFrame, list[str], dict[str, str], tuple, list[str]]:
+    """The results files of the folder (:func:`result_files`) plus the uploads: (rows,
+    problems, commands, data key, notes); the key names the loaded files' versions, for
+    caching what is computed from them; notes are warnings about files that did load."""
     frames, problems, commands, sources, notes = [], [], {}, [], []
     folder = results_dir()
-    for path in sorted(folder.glob("*.csv")) if folder.is_dir() else []:
+    for path in result_files(folder, include_archive):
         stat = path.stat()
-        frame, error, dropped = load_csv(str(path), stat.st_mtime_ns, stat.st_size)
+        name = str(path.relative_to(folder))
+        frame, error, dropped = load_csv(str(path), name, stat.st_mtime_ns, stat.st_size)
         notes += dropped
         if error:
             problems.append(error)
@@ -95,7 +117,7 @@ def load_all(uploads) -> tuple[pd.DataFrame, list[str], dict[str, str], tuple, l
         sources.append((str(path), stat.st_mtime_ns, stat.st_size))
         sidecar = path.with_suffix(".json")
         if sidecar.exists():
-            commands[path.name] = sidecar_command(str(sidecar), sidecar.stat().st_mtime_ns)
+            commands[name] = sidecar_command(str(sidecar), sidecar.stat().st_mtime_ns)
     for upload in uploads or []:
         data = upload.getvalue()
         frame, error, dropped = load_upload(upload.name, data)
@@ -108,23 +130,26 @@ def load_all(uploads) -> tuple[pd.DataFrame, list[str], dict[str, str], tuple, l
     return tables.concat(frames), problems, commands, tuple(sources), notes
 
 
-@st.cache_data(show_spinner="Drawing…", max_entries=32)
-def curve_figures(data_key: tuple, choices_key: tuple, scenario: str | None, baseline: str, at_n: int,
-                  _rows: pd.DataFrame, _all_timers: pd.DataFrame, _without_impl: pd.DataFrame, _colors: dict) -> dict:
-    """The curves view's figures; the arguments without ``_`` say which data and choices
-    they show (the frames themselves are not hashed: tens of thousands of rows)."""
+@st.cache_data(show_spinner="Drawing…", max_entries=64)
+def curve_figure(kind: str, data_key: tuple, choices_key: tuple, scenario: str | None, baseline: str, at_n: int,
+                 _rows: pd.DataFrame, _all_timers: pd.DataFrame, _without_impl: pd.DataFrame, _colors: dict):
+    """One figure of the curves view (built one at a time, so the first is on the page
+    while the rest are drawn); the arguments without ``_`` say which data and choices it
+    shows (the frames themselves are not hashed: tens of thousands of rows)."""
     facet = None if scenario else "scenario"
     rows, all_timers, without_impl = _rows, _all_timers, _without_impl
     if scenario:
         rows, all_timers, without_impl = (tables.select(f, scenario=[scenario]) for f in (rows, all_timers, without_impl))
-    shown = tables.options(tables.ok_rows(rows), "impl")
-    return {
-        "time": plots.time_vs_n(rows, facet=facet, colors=_colors),
-        "speedup": plots.speedup_vs_n(without_impl, baseline, show=shown, facet=facet, colors=_colors),
-        "timers": plots.wall_vs_device(all_timers, facet=facet, colors=_colors),
-        "memory": plots.memory_vs_n(rows, facet=facet, colors=_colors),
-        "overlap": plots.time_vs_overlap(rows, at_n, colors=_colors),
-    }
+    if kind == "time":
+        return plots.time_vs_n(rows, facet=facet, colors=_colors)
+    if kind == "speedup":
+        shown = tables.options(tables.ok_rows(rows), "impl")
+        return plots.speedup_vs_n(without_impl, baseline, show=shown, facet=facet, colors=_colors)
+    if kind == "timers":
+        return plots.wall_vs_device(all_timers, facet=facet, colors=_colors)
+    if kind == "memory":
+        return plots.memory_vs_n(rows, facet=facet, colors=_colors)
+    return plots.time_vs_overlap(rows, at_n, colors=_colors)
 
 
 @st.cache_data(show_spinner="Drawing…", max_entries=32)
@@ -195,27 +220,31 @@ def curves_view(rows: pd.DataFrame, all_timers: pd.DataFrame, without_impl: pd.D
     baseline = c3.selectbox("Speedup baseline", impls, key="baseline",
                             index=impls.index(tables.DEFAULT_BASELINE) if tables.DEFAULT_BASELINE in impls else 0)
     sizes = [int(n) for n in tables.options(measured, "n")]
-    at_n = c4.selectbox("N for time vs overlap", sizes, index=len(sizes) - 1, key="overlap_n")
+    widest = tables.widest_n(measured)
+    at_n = c4.selectbox("N for time vs overlap", sizes, index=sizes.index(widest) if widest in sizes else len(sizes) - 1,
+                        key="overlap_n", help="Default: the largest N at which every implementation of the selection has rows")
 
-    figures = curve_figures(data_key, choices_key, scenario, baseline, at_n, rows, all_timers, without_impl, colors)
+    def figure(kind: str):
+        return curve_figure(kind, data_key, choices_key, scenario, baseline, at_n, rows, all_timers, without_impl, colors)
+
     st.subheader("Median time vs N")
-    st.plotly_chart(figures["time"], key="chart_time")
+    st.plotly_chart(figure("time"), key="chart_time")
     st.caption("Log-log axes; the band is the median ± IQR/2 of the timed runs. Timer(s): "
                f"{', '.join(tables.options(measured, 'timer'))}. Hover a point for its numbers; click a legend entry to hide a line.")
 
     st.subheader(f"Speedup vs {baseline}")
-    st.plotly_chart(figures["speedup"], key="chart_speedup")
+    st.plotly_chart(figure("speedup"), key="chart_speedup")
     st.caption(f"{baseline}'s median divided by each implementation's median on the same case (hardware, device, "
                "dtype, timer, scenario, knob, N, IoU); above 1 is faster.")
 
-    timers = figures["timers"]
+    timers = figure("timers")
     st.subheader("Wall vs device time")
     if timers is None:
         st.info("No device-timer rows in this selection: device (CUDA event) time is recorded for CUDA runs only.")
     else:
         st.plotly_chart(timers, key="chart_timers")
 
-    memory = figures["memory"]
+    memory = figure("memory")
     st.subheader("Peak memory vs N")
     if memory is None:
         st.info("No peak-memory values in this selection: peak device memory is recorded for CUDA rows only.")
@@ -223,7 +252,7 @@ def curves_view(rows: pd.DataFrame, all_timers: pd.DataFrame, without_impl: pd.D
         st.plotly_chart(memory, key="chart_memory")
 
     st.subheader(f"Time vs realized overlap at N = {at_n}")
-    st.plotly_chart(figures["overlap"], key="chart_overlap")
+    st.plotly_chart(figure("overlap"), key="chart_overlap")
 
     skipped = tables.not_measured(rows)
     if not skipped.empty:
@@ -315,85 +344,112 @@ def pipeline_view(frame: pd.DataFrame, data_key: tuple) -> None:
             st.dataframe(skipped, hide_index=True, width="stretch")
 
 
-def differences_view(colors: dict) -> None:
-    st.caption("Regenerates one box set exactly as a sweep does, runs every implementation on it once and "
-               "shows which boxes two of them keep. Times of one call are shown for orientation, not as a benchmark.")
-    scenarios = list(datasets.SYNTHETIC)
-    c1, c2, c3, c4, c5, c6 = st.columns([1.1, 1.4, 0.9, 0.8, 1.1, 0.8])
-    scenario = c1.selectbox("Scenario", scenarios, index=scenarios.index("chain"), key="diff_scenario")
-    spec = datasets.SCENARIOS[scenario]
-    lo, hi = (float(v) for v in spec.knob_range)
-    overlap = c2.slider("Overlap knob", lo, hi, float(spec.default_overlap), step=0.01 if hi - lo <= 2 else 0.1,
-                        key=f"diff_knob_{scenario}", help=spec.knob)
-    n = int(c3.number_input("N boxes", 1, MAX_DIFF_N, 256, step=64, key="diff_n"))
-    seed = int(c4.number_input("Seed", 0, 2**31 - 1, 0, key="diff_seed"))
-    iou = c5.slider("IoU threshold", 0.0, 1.0, 0.5, step=0.05, key="diff_iou")
-    classes = int(c6.number_input("Classes", 1, 80, 1, key="diff_classes",
-                                  help="Above 1, boxes get labels and NMS is class-aware"))
-    device_options = differences.devices()
-    d1, d2, d3 = st.columns([1, 1.5, 1.5])
-    device = d1.radio("Device", device_options, horizontal=True, key="diff_device",
-                      help="The GPU is offered when there is one" if len(device_options) > 1 else "No CUDA device on this machine")
-    ready = differences.availability(device)
-    runnable = [name for name, reason in ready.items() if not reason]
-    if len(runnable) < 1:
-        st.error(f"No implementation can run on {device} here.")
-        return
-    default_b = "allpairs" if "allpairs" in runnable else runnable[-1]
-    name_a = d2.selectbox("Implementation A", runnable, key="diff_a",
-                          index=runnable.index("torchvision") if "torchvision" in runnable else 0)
-    name_b = d3.selectbox("Implementation B", runnable, key="diff_b", index=runnable.index(default_b))
+def _diff_label(folder: Path, path: Path, case) -> str:
+    where = str(path.relative_to(folder)) if path.is_relative_to(folder) else path.name
+    if case is None:
+        return f"{where} (unreadable)"
+    return (f"{case.scenario}, N = {case.n}, knob {case.overlap:g}, IoU {case.iou_threshold:g}, seed {case.seed}, "
+            f"{case.device} · {where}")
 
-    case = run_case(scenario, n, overlap, seed, float(iou), classes, device)
-    for name, reason in {**case.unavailable, **case.errors}.items():
-        if name in (name_a, name_b):
-            st.error(f"{name} did not run: {reason}")
-    if name_a not in case.keeps or name_b not in case.keeps:
+
+def differences_view(include_archive: bool) -> None:
+    folder = results_dir()
+    paths = differences.diff_files(folder, include_archive)
+    st.caption("What two implementations keep on one box set, read from a file `nmsbench diff` wrote: it regenerates "
+               "the box set exactly as a sweep does and runs each implementation on it once. To look at another case, "
+               f"run e.g. `{DIFF_COMMAND.replace('clustered', 'chain').replace('512', '256')} --impl torchvision,allpairs` "
+               "(it writes results/runs/diff-<time>.json) and reload.")
+    if not paths:
+        st.info(f"No `nmsbench diff` file in `{folder}` (diff-*.json at the top or under runs/). Make one with "
+                f"`{DIFF_COMMAND}` and reload.")
         return
+    loaded = {}
+    for path in paths:
+        stat = path.stat()
+        loaded[path] = load_diff(str(path), stat.st_mtime_ns, stat.st_size)
+    for path, (case, error) in loaded.items():
+        if error:
+            st.error(error)
+    readable = [p for p, (case, _) in loaded.items() if case is not None and case.keeps]
+    if not readable:
+        return
+    newest = max(readable, key=lambda p: (str(loaded[p][0].meta.get("created", "")), p.stat().st_mtime_ns))
+    c1, c2, c3 = st.columns([2.4, 1, 1])
+    path = c1.selectbox("Case (an `nmsbench diff` file)", readable, index=readable.index(newest), key="diff_file",
+                        format_func=lambda p: _diff_label(folder, p, loaded[p][0]), help="Default: the newest file")
+    case = loaded[path][0]
+    names = list(case.keeps)
+    default_a = "torchvision" if "torchvision" in names else names[0]
+    others = [n for n in names if n != default_a] or names
+    default_b = "allpairs" if "allpairs" in others else others[0]
+    name_a = c2.selectbox("Implementation A", names, index=names.index(default_a), key="diff_a")
+    name_b = c3.selectbox("Implementation B", names, index=names.index(default_b), key="diff_b")
+    for name, reason in {**case.unavailable, **case.errors}.items():
+        st.caption(f"{name} did not run for this file: {reason}")
+
     codes, counts = differences.classify(case.n, case.keeps[name_a], case.keeps[name_b])
     jac = differences.jaccard(case.keeps[name_a], case.keeps[name_b])
+    remaining = differences.remaining_score(case, [name_a, name_b])
     m = st.columns(5)
     m[0].metric("kept by both", counts["kept by both"])
     m[1].metric(f"kept only by A ({name_a})", counts["only A"])
     m[2].metric(f"kept only by B ({name_b})", counts["only B"])
     m[3].metric("suppressed by both", counts["suppressed by both"])
     m[4].metric("Jaccard of kept sets", f"{jac:.3f}")
-    title = (f"{scenario}, knob {overlap:g}, N = {case.n}, seed {seed}, IoU {iou:g}: "
-             f"A = {name_a} keeps {len(case.keeps[name_a])}, B = {name_b} keeps {len(case.keeps[name_b])}")
-    st.plotly_chart(plots.boxes_canvas(case.boxes, codes, (name_a, name_b), scores=case.scores, title=title), key="chart_boxes")
-
-    st.subheader("Pairwise agreement on this box set")
-    left, right = st.columns([3, 2])
+    for name in dict.fromkeys((name_a, name_b)):
+        if name in case.finals:
+            family = case.families.get(name) or "this family"
+            params = case.params.get(name, {})
+            left = differences.remaining_score(case, [name])[case.keeps[name]]
+            what = "Matrix NMS" if family == "matrix" else "Soft-NMS" if family == "soft" else name
+            st.info(f"**{what} decays scores rather than removing boxes.** {name} keeps every box whose final "
+                    f"(decayed) score is at least score_threshold = {params.get('score_threshold', '?')}: "
+                    f"{len(case.keeps[name])} of {case.n} here, {int((left < 0.5).sum())} of them with less than half their "
+                    "score left. A kept box is drawn fainter the less of its score is left (the legend's last group); "
+                    "hover a box's centre for its final score.")
+    left_col, right_col = st.columns([2.2, 1])
+    left_col.markdown(f"**{case.scenario}, knob {case.overlap:g}, N = {case.n}, seed {case.seed}, IoU {case.iou_threshold:g}:** "
+                      f"A = {name_a} keeps {len(case.keeps[name_a])}, B = {name_b} keeps {len(case.keeps[name_b])}")
+    left_col.plotly_chart(plots.boxes_canvas(case.boxes, codes, (name_a, name_b), scores=case.scores, remaining=remaining,
+                                             height=900), key="chart_boxes")
+    right_col.markdown("**Pairwise agreement on this box set** (Jaccard of the kept sets)")
     matrix = differences.agreement_matrix(case.keeps)
-    left.plotly_chart(plots.agreement_heatmap(matrix), key="chart_agreement")
+    right_col.plotly_chart(plots.agreement_heatmap(matrix), key="chart_agreement")
     kept = pd.DataFrame({
-        "implementation": list(case.keeps),
-        "kept": [len(k) for k in case.keeps.values()],
-        "one warm call (ms)": [round(case.seconds[name] * 1e3, 3) for name in case.keeps],
+        "implementation": names,
+        "family": [case.families.get(n, "") for n in names],
+        "kept": [len(case.keeps[n]) for n in names],
+        "one warm call (ms)": [round(case.seconds[n] * 1e3, 3) if n in case.seconds else None for n in names],
     })
-    right.dataframe(kept, hide_index=True, width="stretch")
-    missing = {**case.unavailable, **case.errors}
-    if missing:
-        right.dataframe(pd.DataFrame({"implementation": list(missing), f"not run on {device}": list(missing.values())}),
-                        hide_index=True, width="stretch")
+    right_col.dataframe(kept, hide_index=True, width="stretch")
+    right_col.caption(f"Times of one call on {case.device or 'the device'}, for orientation only, not a benchmark.")
+    if case.meta.get("command"):
+        with right_col.expander("The command that wrote this file"):
+            st.code(case.meta["command"], language="bash", wrap_lines=True)
 
 
 def environment_view(selected: pd.DataFrame, commands: dict) -> None:
-    st.subheader("Environment of the selected runs")
-    env = tables.environment_table(selected, commands)
-    if env.empty or not len(env.columns):
+    st.subheader("The selected runs")
+    runs = tables.runs_table(selected)
+    if runs.empty:
         st.info("No rows selected.")
     else:
-        st.dataframe(env, width="stretch", height=35 * (len(env) + 1) + 3)
-        for source, command in commands.items():
-            if source in set(selected["source"]) and command:
-                st.caption(f"{source} was made by:")
-                st.code(command, language="bash", wrap_lines=True)
+        st.dataframe(runs, hide_index=True, width="stretch", key="runs_table")
+        shown = [(source, command) for source, command in commands.items() if source in set(runs["file"]) and command]
+        if shown:
+            with st.expander(f"The commands that made them ({len(shown)})"):
+                for source, command in shown:
+                    st.markdown(f"`{source}`")
+                    st.code(command, language="bash", wrap_lines=True)
+        with st.expander("Versions of every run (torch, CUDA, cupy, numba, ...)"):
+            st.dataframe(tables.environment_table(selected), width="stretch", key="env_table")
     columns = [c for c in selected.columns if c not in ("hardware", "source")]
     st.download_button(f"Download the {len(selected):,} selected rows as CSV", selected[columns].to_csv(index=False),
                        file_name="nmsbench-selection.csv", mime="text/csv", key="download", disabled=selected.empty)
     st.subheader("Implementations on this machine")
-    st.dataframe(implementation_table(), hide_index=True, width="stretch")
+    if st.toggle("Check which implementations run here", key="check_impls",
+                 help="Imports every implementation (numba, cupy where installed); the other views never do"):
+        st.dataframe(implementation_table(), hide_index=True, width="stretch", key="impl_table")
 
 
 def main() -> None:
@@ -402,8 +458,14 @@ def main() -> None:
     with st.sidebar:
         st.header("Results")
         uploads = st.file_uploader("Add results CSVs", type=["csv"], accept_multiple_files=True, key="uploads")
-        frame, problems, commands, data_key, notes = load_all(uploads)
-        st.caption(f"{len(frame):,} rows from {len(data_key)} file(s) in `{results_dir()}` and uploads.")
+        compare = st.toggle("Compare runs", key="compare_runs",
+                            help="Off: each case's newest measurement per machine, one line per implementation. "
+                                 "On: every loaded run, one line per implementation and commit.")
+        include_archive = st.toggle("Include archived runs", key="include_archive",
+                                    help="Also load the older runs in results/archive/")
+        frame, problems, commands, data_key, notes = load_all(uploads, include_archive)
+        st.caption(f"{len(frame):,} rows from {len(data_key)} file(s) in `{results_dir()}` (the references at its top, "
+                   "runs/" + (", archive/" if include_archive else "") + ") and uploads.")
         for problem in problems:
             st.error(problem)
         for note in notes:
@@ -413,27 +475,34 @@ def main() -> None:
     if frame.empty:
         st.info(f"No results yet: `{results_dir()}` has no results CSV. Upload one in the sidebar, or make one with "
                 "`nmsbench sweep --n 64..1024 --device cpu`. The suppression differences view works without results.")
+
+    def pick(**chosen):
+        rows = tables.select(frame, **chosen) if not frame.empty else frame
+        # newest per case unless comparing; the commit then names no line (one run per case is left)
+        return rows if compare else tables.latest_runs(rows).assign(git_commit="")
+
     selected = tables.select(frame, **choices) if not frame.empty else frame
-    all_timers = tables.select(frame, **{k: v for k, v in choices.items() if k != "timer"}) if not frame.empty else frame
-    without_impl = tables.select(frame, **{k: v for k, v in choices.items() if k != "impl"}) if not frame.empty else frame
+    shown = pick(**choices)
+    all_timers = pick(**{k: v for k, v in choices.items() if k != "timer"})
+    without_impl = pick(**{k: v for k, v in choices.items() if k != "impl"})
     if not frame.empty:
-        status = selected["status"].value_counts()
-        st.caption(f"Selection: {len(selected):,} rows ({', '.join(f'{v:,} {k}' for k, v in status.items()) or 'none'}) "
-                   f"of {len(frame):,}.")
-    names = sorted(set(implementations()) | set(tables.options(frame, "impl")))
-    colors = plots.color_map(names)
+        status = shown["status"].value_counts()
+        st.caption(f"Drawn: {len(shown):,} rows ({', '.join(f'{v:,} {k}' for k, v in status.items()) or 'none'}) of "
+                   f"{len(frame):,}" + ("." if compare else ", each case's newest run per machine (the sidebar's "
+                                                         "Compare runs draws every run)."))
+    colors = plots.color_map(tables.options(frame, "impl"))
 
     curves_tab, pipeline_tab, diff_tab, env_tab = st.tabs(VIEWS, key="view", on_change="rerun")
     if curves_tab.open:
         with curves_tab:
-            choices_key = tuple(sorted((k, tuple(map(str, v))) for k, v in choices.items()))
-            curves_view(selected, all_timers, without_impl, colors, data_key, choices_key)
+            choices_key = tuple(sorted((k, tuple(map(str, v))) for k, v in choices.items())) + (("compare", compare),)
+            curves_view(shown, all_timers, without_impl, colors, data_key, choices_key)
     if pipeline_tab.open:
         with pipeline_tab:
-            pipeline_view(frame, data_key)
+            pipeline_view(frame if compare else tables.latest_runs(frame), data_key + (("compare", compare),))
     if diff_tab.open:
         with diff_tab:
-            differences_view(colors)
+            differences_view(include_archive)
     if env_tab.open:
         with env_tab:
             environment_view(selected, commands)

@@ -215,12 +215,14 @@ def latest_runs(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def widest_n(frame: pd.DataFrame) -> int | None:
-    """The largest N at which the most implementations have measured rows: a default N
-    that shows every implementation of the selection (None when nothing is measured)."""
+    """The largest N at which the most lines (implementation, hardware, device, threads)
+    have measured rows: a default N that shows every implementation of the selection on
+    every machine (None when nothing is measured)."""
     ok = ok_rows(frame)
     if ok.empty:
         return None
-    counts = ok.groupby("n")["impl"].nunique()
+    keys = [k for k in ("impl", "hardware", "device", "threads") if k in ok.columns]
+    counts = ok.groupby("n")[keys].apply(lambda part: len(part.drop_duplicates()))
     return int(counts[counts == counts.max()].index.max())
 
 
@@ -582,6 +584,29 @@ def environment_table(frame: pd.DataFrame, commands: Mapping[str, str] | None = 
     out = out.reindex(order).fillna("")
     out.index.name = "field"
     return out
+
+
+def runs_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per results file and hardware: file, machine, GPU (or CPU), devices, driver,
+    commit, time, implementations and row counts by status; the compact form of
+    :func:`environment_table` (the versions stay there)."""
+    columns = ["file", "machine", "GPU / CPU", "devices", "driver", "commit", "time (UTC)", "implementations",
+               "rows", "ok", "error", "skipped"]
+    if frame.empty:
+        return pd.DataFrame(columns=columns)
+    out = []
+    for (source, hardware), part in frame.groupby(["source", "hardware"], sort=True):
+        status = part["status"].value_counts()
+        cuda = part["device"].eq("cuda").any()
+        out.append({
+            "file": source, "machine": ", ".join(sorted(set(part["machine"]) - {""})),
+            "GPU / CPU": hardware.split(": ", 1)[-1], "devices": ", ".join(sorted(set(part["device"]) - {""})),
+            "driver": ", ".join(sorted(set(part["driver"]) - {""})) if cuda else "",
+            "commit": ", ".join(sorted(set(part["git_commit"]) - {""})), "time (UTC)": _span(part["timestamp"]),
+            "implementations": part["impl"].nunique(), "rows": len(part),
+            **{s: int(status.get(s, 0)) for s in ("ok", "error", "skipped")},
+        })
+    return pd.DataFrame(out, columns=columns)
 
 
 def _span(stamps: pd.Series) -> str:

@@ -15,8 +15,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nmsbench.cli import main
-
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results"
 COMMITTED = sorted(RESULTS.glob("*.csv"))
@@ -48,6 +46,8 @@ def with_made_up_cuda_rows(frame, factor: float = 4.0):
 @pytest.fixture(scope="session")
 def cpu_results(tmp_path_factory) -> Path:
     """A CPU-only results CSV: 3 implementations x 2 scenarios x N = 16, 32, 64."""
+    from nmsbench.cli import main  # here, not at import: the browser and app tests need no CLI
+
     out = tmp_path_factory.mktemp("cpu-run") / "cpu.csv"
     result = CliRunner().invoke(main, [
         "sweep", "--n", "16..64", "--impl", "torchvision,allpairs,matrix_naive", "--scenario", "uniform,chain",
@@ -60,6 +60,8 @@ def cpu_results(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def pipeline_results(tmp_path_factory) -> Path:
     """A schema-2 file of `nmsbench pipeline` rows (benchmark=pipeline, batch, stage)."""
+    from nmsbench.cli import main
+
     out = tmp_path_factory.mktemp("pipeline-run") / "pipeline.csv"
     result = CliRunner().invoke(main, [
         "pipeline", "--batch", "1", "--source", "synthetic", "--pipeline", "numpy,torch_batched_nms",
