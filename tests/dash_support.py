@@ -5,7 +5,8 @@ CUDA rows with device timers, peak memory and skipped implementations; host CPU 
 so the tests' numbers do not move when results/ is re-measured; ``COMMITTED`` are whatever
 runs results/ holds now (tests on them check only that everything renders);
 ``cpu_results`` is a tiny CPU-only sweep made here through the real CLI, once per session;
-``PIPELINE_CSV`` a small frozen ``nmsbench pipeline`` run of the development machine.
+``PIPELINE_CSV`` a small frozen ``nmsbench pipeline`` run of the development machine;
+``diff_results`` an ``nmsbench diff`` file made here through the real command.
 """
 
 from __future__ import annotations
@@ -67,5 +68,21 @@ def pipeline_results(tmp_path_factory) -> Path:
         "pipeline", "--batch", "1", "--source", "synthetic", "--pipeline", "numpy,torch_batched_nms",
         "--min-run-time", "0.005", "--threads", "1", "--out", str(out),
     ], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return out
+
+
+DIFF_IMPLS = ["torchvision", "allpairs", "bitmask_two_phase", "matrix_naive"]
+
+
+@pytest.fixture(scope="session")
+def diff_results(tmp_path_factory) -> Path:
+    """`nmsbench diff` on chain boxes (N = 256, where greedy and all-pairs differ) with a
+    Matrix NMS variant among the implementations, on the CPU."""
+    from nmsbench.diff_cli import diff_command
+
+    out = tmp_path_factory.mktemp("diff-run") / "diff-chain-256.json"
+    result = CliRunner().invoke(diff_command, ["--scenario", "chain", "--n", "256", "--overlap", "0.6", "--impl",
+                                               ",".join(DIFF_IMPLS), "--out", str(out)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return out

@@ -13,9 +13,9 @@ pytest.importorskip("streamlit", reason="the dashboard needs streamlit (a GPU bo
 pytest.importorskip("plotly", reason="the dashboard needs plotly")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from dash_support import (COMMITTED, CPU_CSV, DATA, PIPELINE_CSV, REPO, cpu_results, pipeline_results,  # noqa: F401  (fixtures)
-                          with_made_up_cuda_rows)
-from nmsbench import tables
+from dash_support import (COMMITTED, CPU_CSV, CUDA_CSV, DATA, PIPELINE_CSV, REPO, cpu_results, diff_results,  # noqa: F401  (fixtures)
+                          pipeline_results, with_made_up_cuda_rows)
+from nmsbench import plots, tables
 
 APP = str(REPO / "app.py")
 
@@ -67,14 +67,72 @@ def samples(tmp_path):
 
 
 def test_curves_on_the_committed_results(monkeypatch):
-    at = start(REPO / "results", monkeypatch)  # whatever results/ holds now
+    at = start(REPO / "results", monkeypatch)  # whatever results/ holds now (and a user's own runs/)
     assert not at.error
     figs = figures(at)
     assert {"time_vs_n", "speedup_vs_n", "time_vs_overlap"} <= set(figs)
-    wall = tables.select(tables.load_results(COMMITTED), timer=["wall"], benchmark=["nms"])  # the curves view: sweeps
+    loaded = [*COMMITTED, *sorted((REPO / "results" / "runs").glob("**/*.csv"))]
+    wall = tables.select(tables.load_results(loaded), timer=["wall"], benchmark=["nms"])  # the curves view: sweeps
     impls = {t["meta"]["impl"] for t in figs["time_vs_n"]["data"] if t["meta"]["role"] == "line"}
     assert impls == set(tables.ok_rows(wall)["impl"])
-    assert f"rows from {len(COMMITTED)} file(s)" in " ".join(c.value for c in at.sidebar.caption)
+    assert f"rows from {len(loaded)} file(s)" in " ".join(c.value for c in at.sidebar.caption)
+    # one legend entry per implementation and machine (device, threads), none per commit
+    legend = [t["name"] for t in figs["time_vs_n"]["data"] if t["meta"]["role"] == "line" and t.get("showlegend", True)]
+    assert len(legend) == len(set(legend)) and not any("@" in name for name in legend)
+    lines = tables.latest_runs(tables.ok_rows(wall))[["impl", "hardware", "device", "threads"]].drop_duplicates()
+    assert len(legend) == len(lines)
+    # the overlap chart opens at an N that every one of those lines has
+    overlap = figs["time_vs_overlap"]
+    assert len(line_names(overlap)) == len(legend), (overlap["layout"]["meta"], line_names(overlap))
+
+
+def test_each_implementation_has_its_fixed_colour_and_marker(samples, monkeypatch):
+    figs = figures(start(samples, monkeypatch))
+    for trace in figs["time_vs_n"]["data"]:
+        if trace["meta"]["role"] == "line":
+            impl = trace["meta"]["impl"]
+            assert trace["line"]["color"] == plots.PINNED_COLORS[impl]
+            assert trace["marker"]["symbol"] == plots.PINNED_SYMBOLS[impl]
+
+
+def _run_of(frame, commit: str, stamp: str, factor: float):
+    out = frame.copy()
+    out["git_commit"], out["timestamp"], out["median_us"] = commit, stamp, out["median_us"] * factor
+    return out
+
+
+def test_newest_run_per_case_unless_comparing_runs(tmp_path, monkeypatch):
+    import pandas as pd
+
+    raw = pd.read_csv(CPU_CSV)
+    raw = raw[raw["impl"].isin(["torchvision", "allpairs"]) & raw["scenario"].eq("chain")]
+    _run_of(raw, "aaaaaaa", "2026-01-01T00:00:00+00:00", 1.0).to_csv(tmp_path / "old.csv", index=False)
+    (tmp_path / "runs" / "mine").mkdir(parents=True)  # a user's own run, under runs/
+    _run_of(raw, "bbbbbbb", "2026-02-01T00:00:00+00:00", 2.0).to_csv(tmp_path / "runs" / "mine" / "new.csv", index=False)
+    at = start(tmp_path, monkeypatch)
+    assert "rows from 2 file(s)" in " ".join(c.value for c in at.sidebar.caption)
+    time = figures(at)["time_vs_n"]
+    assert line_names(time) == {"torchvision", "allpairs"}  # one line each, no commit in the name
+    expected = tables.ok_rows(tables.prepare(raw[raw["impl"] == "torchvision"]))
+    tv = next(t for t in time["data"] if t["name"] == "torchvision" and t["meta"]["role"] == "line")
+    assert np.allclose(values(tv, "y"), 2.0 * expected.sort_values("n")["median_us"])  # the newer run's numbers
+    at.toggle(key="compare_runs").set_value(True).run()
+    assert not at.exception
+    assert line_names(figures(at)["time_vs_n"]) == {"torchvision · @aaaaaaa", "torchvision · @bbbbbbb",
+                                                    "allpairs · @aaaaaaa", "allpairs · @bbbbbbb"}
+
+
+def test_archived_runs_load_only_when_asked(tmp_path, monkeypatch):
+    shutil.copy(CPU_CSV, tmp_path / "reference.csv")
+    (tmp_path / "archive").mkdir()
+    shutil.copy(CUDA_CSV, tmp_path / "archive" / "older.csv")
+    at = start(tmp_path, monkeypatch)
+    assert "rows from 1 file(s)" in " ".join(c.value for c in at.sidebar.caption)
+    assert "older.csv" not in " ".join(at.multiselect(key="filter_source").options)
+    at.toggle(key="include_archive").set_value(True).run()
+    assert not at.exception and "rows from 2 file(s)" in " ".join(c.value for c in at.sidebar.caption)
+    assert "archive/older.csv" in at.multiselect(key="filter_source").options
+    assert "torchvision · cuda" in line_names(figures(at)["time_vs_n"])
 
 
 def test_curves_and_filters_on_gpu_and_cpu_runs(samples, monkeypatch):
@@ -120,34 +178,70 @@ def test_one_scenario_at_a_time(samples, monkeypatch):
     assert time["layout"]["meta"]["figure"] == "time_vs_n" and "xaxis2" not in time["layout"]
 
 
-def test_differences_view_draws_the_boxes_and_the_agreement(samples, monkeypatch):
+def test_differences_view_draws_a_diff_file(samples, diff_results, monkeypatch):
+    from nmsbench import differences
+
+    (samples / "runs").mkdir()
+    shutil.copy(diff_results, samples / "runs")
     at = show(start(samples, monkeypatch), "Suppression differences")
     figs = figures(at)
     assert {"boxes_canvas", "agreement"} <= set(figs) and "time_vs_n" not in figs
     canvas = figs["boxes_canvas"]
-    classes = {t["meta"]["class"]: t["meta"]["count"] for t in canvas["data"] if t["meta"]["role"] == "boxes"}
-    assert set(classes) == {"kept by both", "only A", "only B", "suppressed by both"} and sum(classes.values()) == 256
+    counts: dict[str, int] = {}
+    for t in canvas["data"]:
+        if t["meta"]["role"] == "boxes":
+            counts[t["meta"]["class"]] = counts.get(t["meta"]["class"], 0) + t["meta"]["count"]
+    assert set(counts) == {"kept by both", "only A", "only B", "suppressed by both"} and sum(counts.values()) == 256
+    case = differences.read_case(diff_results)
+    _, expected = differences.classify(case.n, case.keeps["torchvision"], case.keeps["allpairs"])
+    assert counts == {k: expected[k] for k in counts}  # A = torchvision, B = allpairs: the file's keeps
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["kept only by A (torchvision)"] == str(classes["only A"]) and float(metrics["Jaccard of kept sets"]) < 1
-    assert set(figs["agreement"]["data"][0]["x"]) >= {"torchvision", "allpairs", "matrix_naive"}
+    assert metrics["kept only by A (torchvision)"] == str(counts["only A"]) and float(metrics["Jaccard of kept sets"]) < 1
+    assert set(figs["agreement"]["data"][0]["x"]) == {"torchvision", "allpairs", "bitmask_two_phase", "matrix_naive"}
+    assert not any("decays scores" in i.value for i in at.info)
     at.selectbox(key="diff_b").select("bitmask_two_phase").run()
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Jaccard of kept sets"] == "1.000" and metrics["kept only by B (bitmask_two_phase)"] == "0"
-    at.number_input(key="diff_n").set_value(100).run()
+
+    # Matrix NMS keeps nearly every box with a decayed score: said in words, drawn as opacity
+    at.selectbox(key="diff_b").select("matrix_naive").run()
+    assert not at.exception
+    note = next(i.value for i in at.info if "decays scores rather than removing boxes" in i.value)
+    assert f"{len(case.keeps['matrix_naive'])} of 256" in note and "score_threshold = 0.05" in note
     canvas = figures(at)["boxes_canvas"]
-    assert sum(t["meta"]["count"] for t in canvas["data"] if t["meta"]["role"] == "boxes") == 100
+    assert canvas["layout"]["meta"]["decayed"]
+    faint = [t for t in canvas["data"] if t["meta"]["role"] == "boxes" and t["meta"]["opacity"] < 1]
+    assert faint and {t["meta"]["class"] for t in faint} <= {"kept by both", "only B"}
+    key = [t for t in canvas["data"] if t["meta"]["role"] == "decay key"]
+    left = differences.remaining_score(case, ["torchvision", "matrix_naive"])
+    assert sum(t["meta"]["count"] for t in key) == int(np.isfinite(left).sum())
+
+
+def test_differences_view_without_a_diff_file_says_how_to_make_one(samples, monkeypatch):
+    at = show(start(samples, monkeypatch), "Suppression differences")
+    assert not at.get("plotly_chart")
+    assert any("nmsbench diff" in i.value for i in at.info)
+
+
+def test_a_broken_diff_file_is_named(samples, monkeypatch):
+    (samples / "diff-broken.json").write_text('{"format": "something else"}')
+    at = show(start(samples, monkeypatch), "Suppression differences")
+    assert any(e.value.startswith("diff-broken.json: not an `nmsbench diff` file") for e in at.error)
 
 
 def test_environment_view_and_download(samples, monkeypatch):
     at = show(start(samples, monkeypatch), "Environment & data")
-    env = at.dataframe[0].value
-    assert "NVIDIA H200" in env.to_string() and "580.159.04" in env.to_string()
-    assert any("nmsbench sweep" in c.value for c in at.code)  # the commands from the sidecar JSON
-    available = at.dataframe[1].value
+    runs = at.dataframe[0].value
+    assert list(runs.columns[:4]) == ["file", "machine", "GPU / CPU", "devices"] and len(runs) == 2  # one row per run
+    assert "NVIDIA H200" in runs.to_string() and "580.159.04" in runs.to_string()
+    assert any("nmsbench sweep" in c.value for c in at.code)  # the commands from the sidecar JSON, in an expander
+    assert at.get("download_button")
+    assert len(at.dataframe) == 2  # the runs and, folded away, their versions; the implementations only when asked
+    at.toggle(key="check_impls").set_value(True).run()
+    available = at.dataframe[-1].value
     assert {"allpairs", "torchvision"} <= set(available["name"])
     if not available["available here"].str.startswith("yes").all():
         assert available["available here"].str.contains("no: ").any()  # CUDA backends without a GPU, with the reason
-    assert at.get("download_button")
 
 
 def test_empty_results_folder(tmp_path, monkeypatch):
@@ -155,12 +249,41 @@ def test_empty_results_folder(tmp_path, monkeypatch):
     assert any("No results yet" in i.value for i in at.info)
     assert not at.get("plotly_chart")
     at = show(at, "Suppression differences")
-    assert "boxes_canvas" in figures(at)  # works without results
+    assert any("nmsbench diff" in i.value for i in at.info)
 
 
 def test_missing_results_folder(tmp_path, monkeypatch):
     at = start(tmp_path / "nowhere", monkeypatch)
     assert any("No results yet" in i.value for i in at.info)
+
+
+DASHBOARD_IMPORTS = """
+import os, sys
+from streamlit.testing.v1 import AppTest
+at = AppTest.from_file(sys.argv[1], default_timeout=120)
+at.run()
+for view in ("Pipeline", "Suppression differences", "Environment & data", "Curves"):
+    at.session_state["view"] = view
+    at.run()
+    assert not at.exception, (view, at.exception)
+print(sorted(m for m in ("numba", "cupy") if m in sys.modules))
+"""
+
+
+def test_the_dashboard_reads_results_without_running_nms(samples, diff_results, tmp_path):
+    """Every view, in a fresh interpreter: neither numba nor cupy is imported (no NMS runs)."""
+    import os
+    import subprocess
+    import sys
+
+    shutil.copy(diff_results, samples)
+    shutil.copy(PIPELINE_CSV, samples)
+    script = tmp_path / "imports.py"
+    script.write_text(DASHBOARD_IMPORTS)
+    done = subprocess.run([sys.executable, str(script), APP], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "NMSBENCH_RESULTS_DIR": str(samples)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
 
 
 def test_cpu_only_results_and_a_bad_file_in_the_folder(tmp_path, monkeypatch, cpu_results):
