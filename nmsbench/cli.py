@@ -2,23 +2,46 @@
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import shlex
-from pathlib import Path
+import signal
+import sys
+import threading
 
-import click
-import torch
-from rich.table import Table
 
-from . import datasets
-from .cli_options import (_check_resume, _console, _floats, _split, StoppableGroup, case_timeout_option,  # noqa: F401
+def _stop_while_starting(signum, frame):
+    """Ctrl-C or SIGTERM while the command line's modules (torch...) are imported: nothing
+    has been written yet; one line and the usual status, no traceback."""
+    sys.stderr.write(f"{'terminated (SIGTERM)' if signum == signal.SIGTERM else 'interrupted'} while starting: "
+                     "no rows written\n")
+    sys.stderr.flush()
+    os._exit(128 + signum)
+
+
+# only when this process is the `nmsbench` program: the handlers are set before anything
+# else is imported and given back when a command starts (StoppableGroup.invoke, which
+# handles both signals from then on); a library import leaves the handlers alone
+_STARTING = (threading.current_thread() is threading.main_thread()
+             and (__name__ == "__main__" or os.path.basename(sys.argv[0]) == "nmsbench")
+             and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+             and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)
+_previous = {s: signal.signal(s, _stop_while_starting) for s in (signal.SIGINT, signal.SIGTERM)} if _STARTING else {}
+
+import json  # noqa: E402
+import re  # noqa: E402
+import shlex  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import click  # noqa: E402
+import torch  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from . import datasets  # noqa: E402
+from .cli_options import (_check_resume, _console, _floats, _split, StoppableGroup, case_timeout_option,  # noqa: F401,E402
                           check_resume_options, console, resume_option, run_with_progress)
-from .registry import describe, implementations
-from .results import default_output_path
-from .runner import DTYPES, Grid, GridError, run_sweep
-from .timing import DEFAULT_ROUNDS, DEFAULT_TIMERS, NOISY_RULE, TIMERS
+from .registry import describe, implementations  # noqa: E402
+from .results import default_output_path  # noqa: E402
+from .runner import DTYPES, Grid, GridError, run_sweep  # noqa: E402
+from .timing import DEFAULT_ROUNDS, DEFAULT_TIMERS, NOISY_RULE, TIMERS  # noqa: E402
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -649,6 +672,7 @@ def _write_or_echo(text: str, out: Path | None, summary: str) -> None:
 from .pipeline_cli import pipeline_command  # noqa: E402
 
 main.add_command(pipeline_command)
+main.restore_signals = _previous  # given back when the command starts
 
 if __name__ == "__main__":
     main()

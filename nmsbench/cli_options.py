@@ -216,7 +216,12 @@ class StoppableGroup(click.Group):
     130 or 143 and one line (click's own handling prints ``Aborted!`` and exits 1). A run
     that has opened its results file says more, and how to resume (:func:`run_with_progress`)."""
 
+    restore_signals: dict = {}  # handlers to set back when a command starts (see nmsbench.cli)
+
     def invoke(self, ctx):
+        for signum, handler in self.restore_signals.items():
+            signal.signal(signum, handler)
+        self.restore_signals = {}
         try:
             with _sigterm_as_interrupt():
                 return super().invoke(ctx)

@@ -442,3 +442,63 @@ def test_resume_of_real_and_file_scenarios_keys_by_the_requested_case(tmp_path):
     assert run(*args, "--resume", str(out)).exit_code == 0
     final = read_results(out)
     assert list(final.status) == ["ok", "skipped"] and list(final.n_cap) == [5, 100000]
+
+
+# --------------------------------------------------------------------------- a loaded CPU
+
+
+def _pinned(cpus):
+    def pin():
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.sched_setaffinity(0, cpus)
+    return pin
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="pins processes to two CPUs (Linux)")
+def test_a_parallel_backend_oversubscribed_by_a_busy_core_is_flagged_or_correct(tmp_path):
+    """A busy process holds one of two CPUs; a numba parallel backend swept with --threads 2
+    on those two CPUs waits for the busy one. Its rows must come out noisy, or within
+    reach of the same sweep with --threads 1 (which leaves the busy CPU alone)."""
+    cpus = set(sorted(os.sched_getaffinity(0))[:2])
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=_pinned({min(cpus)}))
+    try:
+        frames = {}
+        for threads in (1, 2):
+            out = tmp_path / f"threads{threads}.csv"
+            args = ["sweep", "--impl", "allpairs,hard_fused", "--scenario", "uniform", "--n", "512,2048",
+                    "--min-run-time", "0.1", "--threads", str(threads), "--out", str(out)]
+            done = subprocess.run(cli_command(*args), capture_output=True, text=True, timeout=600,
+                                  preexec_fn=_pinned(cpus))
+            assert done.returncode == 0, done.stderr[-3000:]
+            frames[threads] = read_results(out).set_index(["impl", "n"])
+            if threads == 2:
+                assert "warning" in done.stderr or frames[2].noisy.any()
+    finally:
+        busy.kill()
+        busy.wait()
+    one, two = frames[1], frames[2]
+    assert set(two.status) == {"ok"}
+    for case, row in two.iterrows():
+        assert row.noisy or row.median_us <= 2 * one.loc[case, "median_us"], (
+            f"{case}: {row.median_us:.0f} µs with --threads 2 against {one.loc[case, 'median_us']:.0f} µs with "
+            f"--threads 1, and not flagged ({row.noise!r})")
+    assert two.noise.str.contains("other processes kept").any()  # the meter saw the busy CPU
+
+
+@pytest.mark.parametrize("signal_number, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_while_the_program_starts_exits_quietly(tmp_path, signal_number, status):
+    """Ctrl-C (SIGINT) or SIGTERM while `nmsbench` still imports its modules: the usual
+    status and one line, no traceback."""
+    script = Path(sys.executable).parent / "nmsbench"
+    if not script.exists():
+        pytest.skip("the nmsbench console script is not installed next to this Python")
+    child = subprocess.Popen([str(script), "sweep", "--n", "4", "--impl", "torchvision", "--scenario", "uniform",
+                              "--out", str(tmp_path / "run.csv")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    time.sleep(0.5)  # after the interpreter started, while torch is imported
+    child.send_signal(signal_number)
+    _, stderr = child.communicate(timeout=120)
+    assert child.returncode == status, stderr[-2000:]
+    assert "Traceback" not in stderr and "Aborted" not in stderr
+    assert ("terminated" if signal_number == signal.SIGTERM else "interrupted") in stderr
