@@ -15,6 +15,7 @@ import nmsbench
 from nmsbench import datasets
 from nmsbench.boxes import BoxSet
 from nmsbench.runner import Grid, run_sweep
+from nmsbench.variants._kernels import kernel_implementations
 from test_properties import Case, check_allpairs, check_hard, check_matrix
 
 pytestmark = [
@@ -24,8 +25,7 @@ pytestmark = [
 
 IMPLS = nmsbench.implementations()
 CUDA_IMPLS = sorted(name for name, impl in IMPLS.items() if "cuda" in impl.backends)
-KERNEL_IMPLS = ["allpairs", "bitmask_classic", "bitmask_two_phase", "hard_fused", "matrix_fused",
-                "matrix_recompute"]  # ours, in .cu files
+KERNEL_IMPLS = kernel_implementations()  # ours: backends whose module holds a CudaModule (.cu files)
 EXACT_HARD = sorted(name for name, impl in IMPLS.items() if impl.family == "hard" and impl.exact)
 SIZES = [1, 2, 31, 32, 33, 63, 64, 65, 256, 512, 1000, 4096, 4097, 8192]
 SCENARIOS = list(datasets.SYNTHETIC) + ["ties"]
@@ -197,18 +197,47 @@ def grid_boxes(n: int, seed: int) -> BoxSet:
     return BoxSet(boxes, scores, None)
 
 
+def path_tables():
+    """(name, PATHS, check_path) of each kernel backend with a table of paths."""
+    import sys
+
+    for name in KERNEL_IMPLS:
+        module = sys.modules[IMPLS[name].backend("cuda").fn.__module__]
+        if hasattr(module, "PATHS"):
+            yield name, module.PATHS, module.check_path
+
+
+def resolved(name: str, params: dict) -> dict:
+    """The implementation's parameters with its defaults, as run_nms passes them to a backend."""
+    return IMPLS[name].resolve_params(IMPLS[name].accepted_params(params))
+
+
+def test_path_tables_are_found():
+    assert {name for name, _, _ in path_tables()} >= {"hard_fused", "matrix_recompute"}
+
+
 @pytest.mark.parametrize("n", [300, 1500, 5000])
 def test_grid_boxes_with_touching_edges_empty_boxes_and_iou_ties(n):
-    """hard_fused (every path: one launch, mask tiles, block resolve) and matrix_recompute
-    on boxes where most pairs touch, share an edge or sit at IoU 0.5 exactly: the same
-    answer as the CPU backends (and torchvision for the hard family)."""
+    """The kernel backends with a table of paths (hard_fused, matrix_recompute), on every
+    path that takes the input (forced with ``path=``), on boxes where most pairs touch,
+    share an edge or sit at IoU 0.5 exactly: the same answer as the CPU backends (and
+    torchvision for the hard family)."""
     import torchvision
 
     case = grid_boxes(n, seed=n)
-    for name in ("hard_fused", "matrix_recompute"):
+    on_gpu = case.to("cuda")
+    for name, paths, check_path in path_tables():
         params = {"score_threshold": 0.0} if IMPLS[name].family == "matrix" else {}
-        cpu, gpu = run(name, case, **params), run(name, case.to("cuda"), **params)
+        cpu, gpu = run(name, case, **params), run(name, on_gpu, **params)
         assert_same_result(name, cpu, gpu)
+        for path in paths:
+            try:
+                check_path(path, n, on_gpu.boxes.dtype, False, on_gpu.boxes.device, on_gpu.labels is not None)
+            except ValueError:
+                continue
+            forced = IMPLS[name].backend("cuda").fn(on_gpu.boxes, on_gpu.scores, iou_threshold=0.5,
+                                                    labels=on_gpu.labels, path=path, **resolved(name, params))
+            assert_same_result(name, cpu, forced)
     expected = torchvision.ops.nms(case.boxes, case.scores, 0.5)
     assert torch.equal(run("hard_fused", case.to("cuda")).keep.cpu(), expected)
 

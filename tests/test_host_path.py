@@ -129,8 +129,8 @@ def inside(address: int, tensor: torch.Tensor) -> bool:
                                     "tile_mask_kernel", "block_resolve_kernel"]),
 ])
 def test_hard_fused_takes_its_kernels_by_size(stubbed, n, padded, kernels):
-    """One block up to SMALL_PATH_MAX (the kernel itself takes up to SMALL_MAX), one
-    cooperative launch for eager calls to MID_MAX, else rank (counting, or merging from
+    """One block up to ONE_BLOCK_MAX_N (the kernel itself takes up to ONE_BLOCK_CAPACITY),
+    one cooperative launch for eager calls to COOPERATIVE_MAX_N, else rank (counting, or merging from
     MERGE_RANK_MIN), then the tile mask and the staged resolve (to 1024 boxes), the
     streamed resolve (mask and resolve in one launch, to STREAMED_MAX_N) or the tile mask
     and the block resolve; every address a kernel gets but the

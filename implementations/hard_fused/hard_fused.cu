@@ -92,7 +92,7 @@ __device__ __forceinline__ void finish(int count, int n, long long* keep, long l
     }
 }
 
-// ---------------------------------------------------------------- N <= SMALL_MAX: one launch
+// ---------------------------------------------------------------- "one_block": N <= SMALL_MAX, one launch
 // One block of SMALL_THREADS does everything in shared memory. Everything on one SM is
 // latency-bound, so the work is spread over all threads: the rank of each box is counted
 // by RANK_SPLIT threads over slices of the others; each (row, word) of the suppression
@@ -159,7 +159,7 @@ __global__ void small_nms_kernel(const T* boxes, const T* scores, const long lon
     finish(kept_count, n, keep, count_out, host_count);
 }
 
-// ---------------------------------------------------------------- N > SMALL_MAX
+// ---------------------------------------------------------------- the tile mask and the staged resolve
 // The suppression mask (as _common.cuh's ballot_mask_kernel defines it) by 32 x 32 tiles:
 // block (x, y) takes row word y (its 32 boxes in shared memory) against column words
 // x * TILE_WARPS ... (one per warp, lane k holding column box k in registers). Each lane
@@ -303,7 +303,7 @@ extern "C" __global__ void __launch_bounds__(STAGED_THREADS) staged_resolve_kern
     resolve_from_shared(mask, order, n, words, staged, &kept_count, keep, count_out, host_count);
 }
 
-// ---------------------------------------------------------------- SMALL_MAX < N <= MID_MAX: one launch
+// ---------------------------------------------------------------- "cooperative": N <= 1024, one launch
 // A cooperative launch (every block resident at once, which cuLaunchCooperativeKernel
 // guarantees or refuses), so blocks can wait for each other. n / 32 blocks of 32 warps:
 // every block puts all n score keys in shared memory and ranks its 32 boxes (a warp per
@@ -616,7 +616,7 @@ extern "C" __global__ void __launch_bounds__(RESOLVE_THREADS, 1) block_resolve_k
     resolve_in_rounds(mask, order, n, words, nullptr, keep, count_out, host_count);
 }
 
-// ---------------------------------------------------------------- streamed: mask and resolve in one launch
+// ---------------------------------------------------------------- "streamed": mask and resolve in one launch
 // The resolve cannot start before the mask rows of its first rounds exist, but it needs
 // the rest only later, and it is one block: the other SMs idle through it. So one launch
 // does both: block 0 resolves (resolve_in_rounds, waiting for each round's rows), the

@@ -163,7 +163,7 @@ __device__ __forceinline__ void atomic_max_nonnegative(double* p, double v) {
     atomicMax((unsigned long long*)p, (unsigned long long)__double_as_longlong(v));
 }
 
-// --------------------------------------------------------------------------- small N
+// --------------------------------------------------------------------------- "one_block"
 
 // Shared memory, n boxes (A = float, or double for float64 input): ranked boxes Box<A>,
 // labels (long long), keys / parent constants / final keys (8 bytes), areas (A),
@@ -270,7 +270,7 @@ __global__ void __launch_bounds__(SB_MAX_THREADS) single_block_kernel(
     }
 }
 
-// --------------------------------------------------------------------------- mid and large N
+// --------------------------------------------------------------------------- "counting_passes", "merge_sort_passes"
 
 // Rank `rank` is input box j: write its ranked entries and reset the passes' accumulators.
 template <typename T>
@@ -547,7 +547,7 @@ __global__ void finalize_kernel(const typename Arith<T>::type* sorted_final, con
     if (p == 0 && host_count != nullptr) *host_count = c;
 }
 
-// --------------------------------------------------------------------------- N mid: one launch
+// --------------------------------------------------------------------------- "cooperative": one launch
 // One cooperative launch (cuLaunchCooperativeKernel: every block resident at once, or the
 // launch is refused), warps over the boxes in each phase (lanes split the other boxes,
 // then a warp reduction), grid barriers between the phases:
