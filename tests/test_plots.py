@@ -309,3 +309,73 @@ def test_boxes_canvas_colours_the_four_classes():
 def test_results_columns_are_all_known_to_the_tables():
     assert set(tables.NUMERIC_COLUMNS) <= set(COLUMNS)
     assert set(tables.CASE_KEYS) - {"hardware"} <= set(COLUMNS)
+
+
+# --- the dashboard's defaults ---------------------------------------------------------
+
+def _two_runs(sample):
+    rows = tables.select(sample, device=["cpu"], impl=["torchvision", "allpairs"], scenario=["chain"])
+    old = rows.assign(source="old.csv", git_commit="aaaaaaa", timestamp="2026-01-01T00:00:00+00:00")
+    new = rows[rows["n"] <= 1024].assign(source="new.csv", git_commit="bbbbbbb", timestamp="2026-02-01T00:00:00+00:00",
+                                         median_us=lambda d: d["median_us"] * 2)
+    return old, new
+
+
+def test_latest_runs_keeps_each_cases_newest_file(sample):
+    old, new = _two_runs(sample)
+    latest = tables.latest_runs(pd.concat([old, new], ignore_index=True))
+    assert set(latest.loc[latest["n"] <= 1024, "source"]) == {"new.csv"}  # measured by both: the newer file
+    assert set(latest.loc[latest["n"] > 1024, "source"]) == {"old.csv"}   # measured only by the older one: kept
+    assert len(latest) == len(old)
+    other = old.assign(hardware="another machine: another CPU")  # another machine's run is its own newest
+    both = tables.latest_runs(pd.concat([other, new], ignore_index=True))
+    assert len(both) == len(other) + len(new)
+
+
+def test_widest_n_is_the_largest_n_every_line_has(sample):
+    rows = tables.select(sample, timer=["wall"])
+    n = tables.widest_n(rows)
+    ok = tables.ok_rows(rows)
+    lines = ok[["impl", "hardware", "device", "threads"]].drop_duplicates()
+    at_n = ok[ok["n"] == n][["impl", "hardware", "device", "threads"]].drop_duplicates()
+    assert len(at_n) == len(lines) and n == ok["n"].max()
+    more = pd.concat([rows, rows[(rows["impl"] == "torchvision") & (rows["n"] == n)].assign(n=2 * n)], ignore_index=True)
+    assert tables.widest_n(more) == n  # a larger N that only one line has is not the default
+    assert tables.widest_n(rows.iloc[0:0]) is None
+
+
+def test_thread_counts_name_cpu_lines_only(sample):
+    rows = tables.ok_rows(tables.select(sample, impl=["torchvision"], timer=["wall"]))
+    rows = pd.concat([rows, rows[rows["device"] == "cpu"].assign(threads=2)], ignore_index=True)
+    names = set(tables.add_series(rows, ["device", "threads"])["series"])
+    assert names == {"torchvision · cpu · 16 threads", "torchvision · cpu · 2 threads", "torchvision · cuda"}
+
+
+def test_runs_table_is_one_row_per_file_and_machine(sample):
+    runs = tables.runs_table(sample)
+    assert len(runs) == sample.groupby(["source", "hardware"]).ngroups
+    cuda = runs[runs["devices"] == "cuda"].iloc[0]
+    assert cuda["GPU / CPU"] == "NVIDIA H200" and cuda["driver"] == "580.159.04" and cuda["rows"] == (sample["device"] == "cuda").sum()
+    assert runs["ok"].sum() + runs["error"].sum() + runs["skipped"].sum() == len(sample)
+
+
+def test_lines_carry_their_implementations_marker(sample):
+    fig = plots.time_vs_n(tables.select(sample, timer=["wall"]))
+    for trace in lines(fig):
+        assert trace.marker.symbol == plots.PINNED_SYMBOLS[trace.meta["impl"]]
+        assert trace.line.color == plots.PINNED_COLORS[trace.meta["impl"]]
+
+
+def test_boxes_canvas_draws_decayed_boxes_fainter():
+    boxes = np.array([[0, 0, 10, 10], [5, 5, 15, 15], [100, 100, 120, 130], [200, 200, 210, 210]], dtype=float)
+    codes, _ = differences.classify(4, [0, 2], [0, 1, 2, 3])
+    remaining = np.array([1.0, 0.1, 0.6, np.nan])  # B decays: box 1 keeps a tenth of its score, box 2 sixty percent
+    fig = plots.boxes_canvas(boxes, codes, ("tv", "matrix"), scores=np.ones(4), remaining=remaining)
+    outlines = lines(fig, "boxes")
+    opacity = {(t.meta["class"], t.meta["opacity"]): t.meta["count"] for t in outlines}
+    assert opacity == {("kept by both", 1.0): 1, ("kept by both", 0.6): 1, ("only B", 0.15): 1, ("only B", 1.0): 1,
+                       ("only A", 1.0): 0, ("suppressed by both", 1.0): 0}
+    assert sum(t.showlegend is not False for t in outlines) == 4  # one legend entry per class, whatever its opacities
+    key = lines(fig, "decay key")
+    assert [t.meta["count"] for t in key] == [1, 1, 0, 1] and fig.layout.meta["decayed"]
+    assert not plots.boxes_canvas(boxes, codes).layout.meta["decayed"]

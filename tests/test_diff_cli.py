@@ -1,0 +1,119 @@
+"""`nmsbench diff` (nmsbench.diff_cli.diff_command): one regenerated box set, every
+implementation's keep and final scores, written to a JSON file the dashboard reads."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from dash_support import DIFF_IMPLS, diff_results  # noqa: F401  (fixture)
+from nmsbench import datasets, differences, run_nms
+from nmsbench.diff_cli import default_diff_path, diff_command
+
+
+def test_the_file_holds_the_sweeps_box_set_and_each_keep(diff_results):
+    data = json.loads(diff_results.read_text())
+    assert data["format"] == "nmsbench-diff" and data["format_version"] == 1
+    assert data["case"] == {"scenario": "chain", "overlap": 0.6, "n": 256, "seed": 0, "iou_threshold": 0.5, "classes": 1,
+                            "device": "cpu"}
+    box_set = datasets.generate("chain", 256, overlap=0.6, seed=0)  # exactly what a sweep's case times
+    assert np.array_equal(np.asarray(data["boxes"]), box_set.boxes.numpy().astype(float))
+    assert np.array_equal(np.asarray(data["scores"]), box_set.scores.numpy().astype(float))
+    assert set(data["implementations"]) == set(DIFF_IMPLS)
+    for name, entry in data["implementations"].items():
+        result = run_nms(name, box_set.boxes, box_set.scores, iou_threshold=0.5)
+        assert entry["keep"] == result.keep.tolist(), name
+        if result.scores is None:
+            assert entry["final_scores"] is None
+        else:
+            assert np.allclose(entry["final_scores"], result.scores.numpy())
+    matrix = data["implementations"]["matrix_naive"]
+    assert matrix["family"] == "matrix" and matrix["params"] == {"kernel": "gaussian", "sigma": 0.5, "score_threshold": 0.05}
+    assert data["environment"]["torch"] == torch.__version__ and data["created"] == data["environment"]["timestamp"]
+    assert data["command"].startswith("nmsbench diff --scenario chain --overlap 0.6 --n 256 --seed 0 --iou 0.5")
+
+
+def test_read_case_gives_back_what_was_written(diff_results):
+    case = differences.read_case(diff_results)
+    assert case.n == 256 and case.boxes.shape == (256, 4) and set(case.keeps) == set(DIFF_IMPLS)
+    assert set(case.finals) == {"matrix_naive"} and len(case.finals["matrix_naive"]) == len(case.keeps["matrix_naive"])
+    codes, counts = differences.classify(case.n, case.keeps["torchvision"], case.keeps["allpairs"])
+    assert counts["only A"] > 0 and counts["only B"] == 0  # all-pairs over-suppresses chains
+    left = differences.remaining_score(case, ["matrix_naive"])
+    kept = case.keeps["matrix_naive"]
+    assert np.isnan(np.delete(left, kept)).all()
+    assert np.allclose(left[kept], case.finals["matrix_naive"] / case.scores[kept]) and (left[kept] <= 1 + 1e-9).all()
+
+
+def test_the_command_reruns_the_same_file(diff_results, tmp_path):
+    again = tmp_path / "again.json"
+    command = json.loads(diff_results.read_text())["command"].split()
+    args = command[2:command.index("--out")] + ["--out", str(again)]
+    result = CliRunner().invoke(diff_command, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    first, second = (json.loads(p.read_text()) for p in (diff_results, again))
+    assert first["boxes"] == second["boxes"]
+    assert {k: v["keep"] for k, v in first["implementations"].items()} == {k: v["keep"] for k, v in second["implementations"].items()}
+
+
+def test_params_reach_the_implementations_that_take_them(tmp_path):
+    out = tmp_path / "diff.json"
+    result = CliRunner().invoke(diff_command, ["--n", "64", "--impl", "torchvision,matrix_naive", "--param", "score_threshold=0.3",
+                                               "--out", str(out)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["implementations"]["matrix_naive"]["params"]["score_threshold"] == 0.3
+    assert min(data["implementations"]["matrix_naive"]["final_scores"]) >= 0.3
+    assert data["implementations"]["torchvision"]["params"] == {}
+    assert "matrix_naive: keeps" in result.output and f"wrote {out}" in result.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--impl", "nope"], "unknown implementation(s) nope"),
+    (["--overlap", "99"], "runs from"),
+    (["--param", "sigma"], "expected KEY=VALUE"),
+    (["--impl", "torchvision", "--param", "sigma=0.5"], "no chosen implementation takes sigma"),
+    (["--impl", "matrix_naive", "--param", "kernel=cubic"], "kernel"),
+    (["--scenario", "nowhere"], "nowhere"),
+])
+def test_bad_options_are_one_clear_message(tmp_path, args, message):
+    result = CliRunner().invoke(diff_command, [*args, "--n", "16", "--out", str(tmp_path / "d.json")])
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert not (tmp_path / "d.json").exists()
+
+
+def test_an_existing_file_needs_force(tmp_path):
+    out = tmp_path / "d.json"
+    out.write_text("{}")
+    result = CliRunner().invoke(diff_command, ["--n", "16", "--impl", "torchvision", "--out", str(out)])
+    assert result.exit_code == 1 and "--force" in result.output and out.read_text() == "{}"
+    result = CliRunner().invoke(diff_command, ["--n", "16", "--impl", "torchvision", "--out", str(out), "--force"])
+    assert result.exit_code == 0 and json.loads(out.read_text())["case"]["n"] == 16
+
+
+def test_the_default_file_goes_under_results_runs():
+    path = default_diff_path()
+    assert path.parent.as_posix() == "results/runs" and path.name.startswith("diff-") and path.suffix == ".json"
+
+
+def test_a_file_that_is_not_a_diff_is_named(tmp_path):
+    bad = tmp_path / "diff-x.json"
+    bad.write_text('{"format": "nmsbench-diff", "case": {"scenario": "chain"}}')
+    with pytest.raises(ValueError, match="diff-x.json: an `nmsbench diff` file without"):
+        differences.read_case(bad)
+    bad.write_text("not json")
+    with pytest.raises(ValueError, match="diff-x.json: not readable JSON"):
+        differences.read_case(bad)
+
+
+def test_diff_files_are_found_at_the_top_and_under_runs(tmp_path):
+    for path in ("diff-a.json", "runs/diff-b.json", "runs/x/diff-c.json", "archive/diff-d.json", "other.json"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("{}")
+    assert [p.name for p in differences.diff_files(tmp_path)] == ["diff-a.json", "diff-b.json", "diff-c.json"]
+    assert "diff-d.json" in [p.name for p in differences.diff_files(tmp_path, include_archive=True)]
+    assert differences.diff_files(tmp_path / "nowhere") == []
