@@ -63,6 +63,7 @@ CUDA_MODULE = CudaModule(
 ONE_BLOCK_MAX_N = 160  # "one_block" up to here (the kernel takes up to ONE_BLOCK_CAPACITY)
 COOPERATIVE_MAX_N = 1024  # "cooperative" (eager calls) up to here; also its shared memory's size
 STREAMED_MAX_N = 8192  # "streamed" from 1025 boxes to here; above, "mask_then_block_resolve"
+STAGED_MAX_N = 32 * 32  # the staged resolve: a row of at most 32 mask words (one warp's lanes)
 MAX_WORDS = MAX_SHARED_BYTES // 4  # the resolves' bitmap of N / 32 words in shared memory: N <= 32 x MAX_WORDS
 
 
@@ -139,15 +140,16 @@ def _refuses_cooperative(n, dtype, padded, device):
 
 
 def _refuses_staged(n, dtype, padded, device):
-    if n > 1024:
-        return "it takes at most 1024 boxes"
+    if n > STAGED_MAX_N:
+        return f"it takes at most {STAGED_MAX_N} boxes"
     if device is not None and not staged_resolve_fits(n, device):
         return "its shared memory does not fit one block on this GPU"
     return None
 
 
 def _refuses_streamed(n, dtype, padded, device):
-    return None if n > 1024 else "it takes more than 1024 boxes"
+    # past the staged resolve's sizes only (where it was built and tested for)
+    return None if n > STAGED_MAX_N else f"it takes more than {STAGED_MAX_N} boxes"
 
 
 def _refuses_nothing(n, dtype, padded, device):
