@@ -2,9 +2,9 @@
 
 Timers, labelled in every row and never mixed:
 
-- ``wall``: blocks of back-to-back calls timed by ``torch.utils.benchmark.Timer`` with a
-  fixed thread count (:class:`WallTimer`); it synchronizes CUDA, so it is what a Python
-  caller waits for, launches included.
+- ``wall``: blocks of back-to-back calls with a fixed thread count (:class:`WallTimer`,
+  the loop and CUDA-synchronizing clock of ``torch.utils.benchmark``); it waits for the
+  GPU, so it is what a Python caller waits for, launches included.
 - ``api``: the same clock around ``nmsbench.run_nms(name, ...)`` exactly as a user calls
   it, input validation included (CPU and CUDA).
 - ``device`` (CUDA only): CUDA events around each call, one sync at the end: GPU time.
@@ -36,19 +36,15 @@ The noisy rule (:attr:`Timing.noise` names every reason that applies; nothing is
 
 from __future__ import annotations
 
-import logging
+import contextlib
 import os
 import time
+import timeit
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
-
-# torch.utils.benchmark imports cpp_extension, which warns about CUDA_HOME on machines
-# without a CUDA runtime; that is noise for a benchmark that never builds extensions.
-logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
-import torch.utils.benchmark as benchmark  # noqa: E402
 
 TIMERS = ("wall", "api", "device", "graph")
 DEFAULT_TIMERS = ("wall", "device")
@@ -124,26 +120,51 @@ def summarize(rounds: Sequence[Blocks], contention: str = "") -> Timing:
                   p90_us=float(p90), rounds=len(rounds), round_spread=spread, contention=contention)
 
 
+def wall_clock() -> float:
+    """``time.perf_counter`` after waiting for the GPU when CUDA is in use (the clock
+    ``torch.utils.benchmark`` times with), so a block's time includes its kernels."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
 class WallTimer:
-    """Blocks of back-to-back calls of ``fn()`` on the wall clock (``torch.utils.benchmark``'s
-    timer, with ``threads`` torch threads), as ``blocked_autorange`` times them, but with a
-    block size fixed once from a few single calls, so that a block lasts about
-    ``block_seconds`` (at least one call). A short measurement (one round of several) then
-    still has several blocks, and every round of a row uses the same block size."""
+    """Blocks of back-to-back calls of ``fn()`` on :func:`wall_clock`, timed by the
+    standard library's ``timeit.Timer`` (the loop ``torch.utils.benchmark`` runs too,
+    garbage collection off) with ``threads`` torch threads, and a block size fixed once
+    from a few single calls so that a block lasts about ``block_seconds`` (at least one
+    call). A short measurement (one round of several) then still has several blocks, and
+    every round of a row uses the same block size. (``torch.utils.benchmark.Timer.timeit``
+    would add warm-up calls to every block: for slow calls, most of the time.)"""
 
     def __init__(self, fn: Callable[[], object], *, threads: int, block_seconds: float):
-        self._timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads)
-        single = float(np.median([self._timer.timeit(1).raw_times[0] for _ in range(3)]))
+        self.threads = threads
+        self._timer = timeit.Timer(stmt=fn, timer=wall_clock)
+        with _torch_threads(threads):
+            single = float(np.median([self._timer.timeit(1) for _ in range(3)]))
         self.number = int(max(1, min(1_000_000, block_seconds // max(single, 1e-9))))
 
     def blocks(self, min_run_time: float) -> Blocks:
         """Blocks until ``min_run_time`` seconds were timed (at least one block)."""
         times, total = [], 0.0
-        while not times or total < min_run_time:
-            elapsed = self._timer.timeit(self.number).raw_times[0]
-            times.append(elapsed / self.number)
-            total += elapsed
+        with _torch_threads(self.threads):
+            while not times or total < min_run_time:
+                elapsed = self._timer.timeit(self.number)
+                times.append(elapsed / self.number)
+                total += elapsed
         return Blocks(np.asarray(times) * 1e6, len(times) * self.number)
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int):
+    previous = torch.get_num_threads()
+    if previous != threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        if previous != threads:
+            torch.set_num_threads(previous)
 
 
 BLOCKS_PER_MEASUREMENT = 10  # a block lasts about this fraction of a measurement's time
