@@ -407,7 +407,7 @@ def differences_view(include_archive: bool) -> None:
                     f"{len(case.keeps[name])} of {case.n} here, {int((left < 0.5).sum())} of them with less than half their "
                     "score left. A kept box is drawn fainter the less of its score is left (the legend's last group); "
                     "hover a box's centre for its final score.")
-    left_col, right_col = st.columns([2.2, 1])
+    left_col, right_col = st.columns([1.7, 1])
     left_col.markdown(f"**{case.scenario}, knob {case.overlap:g}, N = {case.n}, seed {case.seed}, IoU {case.iou_threshold:g}:** "
                       f"A = {name_a} keeps {len(case.keeps[name_a])}, B = {name_b} keeps {len(case.keeps[name_b])}")
     left_col.plotly_chart(plots.boxes_canvas(case.boxes, codes, (name_a, name_b), scores=case.scores, remaining=remaining,

@@ -776,13 +776,13 @@ def agreement_heatmap(matrix: pd.DataFrame, title: str | None = None) -> go.Figu
     z = matrix.to_numpy(dtype=float)
     fig = go.Figure(go.Heatmap(
         z=z, x=list(matrix.columns), y=list(matrix.index), zmin=0, zmax=1, colorscale="Viridis",
-        text=[[f"{v:.2f}" for v in row] for row in z], texttemplate="%{text}", textfont=dict(size=13),
-        colorbar=dict(title=dict(text="Jaccard")),
+        text=[[f"{v:.2f}" for v in row] for row in z], texttemplate="%{text}", textfont=dict(size=13 if len(matrix) <= 5 else 10),
+        colorbar=dict(title=dict(text="Jaccard"), thickness=12),
         hovertemplate="%{y} vs %{x}<br>Jaccard of kept sets %{z:.3f}<extra></extra>",
     ))
     fig.update_yaxes(autorange="reversed")
     size = 110 + 60 * len(matrix)
-    fig.update_layout(height=max(size, 300), title=title, margin=dict(l=150, r=20, t=60 if title else 30, b=150),
+    fig.update_layout(height=max(size, 300), title=title, margin=dict(l=130, r=10, t=60 if title else 30, b=130),
                       meta={"figure": "agreement"})
     return fig
 
