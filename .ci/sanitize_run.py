@@ -82,7 +82,7 @@ for name in (n for n in KERNEL_IMPLS if n in SELECTED):
             for dtype in (torch.float32, torch.float16, torch.float64):
                 boxes = datasets.generate("degenerate", n, seed=n, classes=3).to("cuda", dtype)
                 with on_torch_stream(boxes.boxes.device) as launch:
-                    rank_by_score(launch, boxes.boxes, boxes.scores, boxes.labels, with_scores=True, method="merge")
+                    rank_by_score(launch, boxes.boxes, boxes.scores, boxes.labels, with_scores=True, path="merge")
     torch.cuda.synchronize()
     print(name, "ran", flush=True)
 

@@ -414,12 +414,17 @@ def _box_words(n: int, dtype: torch.dtype) -> int:
     return -(-4 * n * dtype.itemsize // 8)
 
 
-def _rank_method(n: int, method: str | None) -> str:
-    if method is None:
+RANK_PATHS = ("counting", "merge")  # rank_by_score's paths: one counting launch, or sorted chunks merged
+
+
+def choose_rank_path(n: int, path: str | None = None) -> str:
+    """The rank's path for n boxes: ``path`` if given (a ValueError naming the paths if it
+    is none of them), else "merge" from MERGE_RANK_MIN boxes and "counting" below."""
+    if path is None:
         return "merge" if n >= MERGE_RANK_MIN else "counting"
-    if method not in ("counting", "merge"):
-        raise ValueError(f"rank_by_score: method must be 'counting' or 'merge', not {method!r}")
-    return method
+    if path not in RANK_PATHS:
+        raise ValueError(f"rank_by_score: no path {path!r}; the paths are {', '.join(RANK_PATHS)}")
+    return path
 
 
 def _key_array_words(n: int, dtype: torch.dtype) -> int:
@@ -441,12 +446,12 @@ def _ranked_offsets(n: int, dtype: torch.dtype, labels: bool) -> tuple[int, int,
 
 
 @functools.lru_cache(maxsize=256)
-def rank_scratch_words(n: int, dtype: torch.dtype, labels: bool, method: str | None = None) -> int:
+def rank_scratch_words(n: int, dtype: torch.dtype, labels: bool, path: str | None = None) -> int:
     """8-byte words that ``rank_by_score(..., into=address)`` writes at ``address``: the
     order, the ranked boxes (input dtype), the ranked labels and, for the merge rank, its
     two key arrays (``_ranked_offsets``' layout)."""
     _, _, chunk_at, group_at = _ranked_offsets(n, dtype, labels)
-    if _rank_method(n, method) == "merge":
+    if choose_rank_path(n, path) == "merge":
         return group_at // 8 + _key_array_words(n, dtype)
     return chunk_at // 8
 
@@ -466,12 +471,12 @@ class _Ranked:
 
 
 def rank_by_score(launch, boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor | None,
-                  with_scores: bool = False, into: int | None = None, method: str | None = None):
+                  with_scores: bool = False, into: int | None = None, path: str | None = None):
     """Rank the boxes on the device: descending score, ties by lower input index, NaN
     first, as ``torch.sort(descending=True, stable=True)`` does. Below ``MERGE_RANK_MIN``
     boxes one launch counts (rank.cu's rank_by_score_kernel); from there three launches
     sort chunks, merge groups of chunks, and merge the groups (chunk_sort_kernel,
-    group_merge_kernel, merge_rank_kernel). ``method`` ("counting" or "merge") forces one
+    group_merge_kernel, merge_rank_kernel). ``path`` (one of RANK_PATHS) forces one
     (tests, probes).
 
     Returns ``(order, ranked)``: ``order`` (int64 tensor, input index of each rank) and
@@ -479,18 +484,18 @@ def rank_by_score(launch, boxes: torch.Tensor, scores: torch.Tensor, labels: tor
     is None) and, with ``with_scores``, ``sorted_scores``, all in rank order and in the
     input dtype.
     With ``into`` (a device address with ``rank_scratch_words`` 8-byte words the caller
-    owns, for the same ``method``; not with ``with_scores``) nothing is allocated:
+    owns, for the same ``path``; not with ``with_scores``) nothing is allocated:
     ``order`` is its address there and ``ranked`` holds the others' addresses.
     """
     n, device, dtype = boxes.shape[0], boxes.device, boxes.dtype
-    method = _rank_method(n, method)
+    path = choose_rank_path(n, path)
     if into is not None:
         if with_scores:
             raise ValueError("rank_by_score: into= does not take with_scores")
         order, scratch = Address(into), _Ranked(into, n, dtype, labels is not None)
     else:
         order = torch.empty(n, dtype=torch.int64, device=device)
-        key_words = _key_array_words(n, dtype) if method == "merge" else 0
+        key_words = _key_array_words(n, dtype) if path == "merge" else 0
         scratch = Scratch(
             device, sorted_boxes=(4 * n, dtype), sorted_scores=(n if with_scores else 0, dtype),
             sorted_labels=(0 if labels is None else n, torch.int64),
@@ -503,7 +508,7 @@ def rank_by_score(launch, boxes: torch.Tensor, scores: torch.Tensor, labels: tor
     if labels is not None:
         labels = labels.to(torch.int64).contiguous()
     boxes, scores = boxes.contiguous(), scores.contiguous()
-    rank_launches(n, dtype, method, device)(
+    rank_launches(n, dtype, path, device)(
         launch.stream, boxes.data_ptr(), scores.data_ptr(), _address(labels), _address(order),
         _address(scratch.sorted_boxes), _address(scratch.sorted_scores), _address(scratch.sorted_labels),
         _address(scratch.chunk_sorted), _address(scratch.group_sorted))
@@ -518,17 +523,17 @@ def _address(value) -> int:
 
 
 class RankLaunches:
-    """``rank_by_score``'s launches at one (n, dtype, method, device), prepared once
+    """``rank_by_score``'s launches at one (n, dtype, path, device), prepared once
     (``rank_launches``): a call takes the raw stream and the addresses of the inputs
     (labels 0: none), the outputs (0: not wanted) and, for the merge, its two key arrays."""
 
     __slots__ = ("n", "slots", "launches")
 
-    def __init__(self, n: int, dtype: torch.dtype, method: str, device: torch.device):
+    def __init__(self, n: int, dtype: torch.dtype, path: str, device: torch.device):
         index = device_index(device)
         chunks = blocks(n, MERGE_CHUNK)
         self.n, self.slots = n, chunks * MERGE_CHUNK
-        if method == "counting":
+        if path == "counting":
             self.launches = (CompiledLaunch(RANK_MODULE.get("rank_by_score_kernel", dtype, device),
                                             (blocks(n, COUNT_BOXES),), (32 * RANK_WARPS,),
                                             RANK_MODULE.codes["rank_by_score_kernel"], index),)
@@ -551,10 +556,10 @@ class RankLaunches:
 
 
 @functools.lru_cache(maxsize=256)
-def rank_launches(n: int, dtype: torch.dtype, method: str | None, device: torch.device) -> RankLaunches:
-    """The ``RankLaunches`` for n boxes of ``dtype`` on ``device`` (method None: by n, as
+def rank_launches(n: int, dtype: torch.dtype, path: str | None, device: torch.device) -> RankLaunches:
+    """The ``RankLaunches`` for n boxes of ``dtype`` on ``device`` (path None: by n, as
     ``rank_by_score`` picks)."""
-    return RankLaunches(n, dtype, _rank_method(n, method), device)
+    return RankLaunches(n, dtype, choose_rank_path(n, path), device)
 
 
 class HostCount:

@@ -243,17 +243,18 @@ def test_kernel_lookup_names_the_compiled_expressions(module):
         assert expression == (name if dtype is None else f"{name}<{_cuda.SOURCE_TYPES[dtype]}>")
 
 
-def test_rank_method_is_counting_below_the_merge_size_and_refuses_unknown_names():
+def test_rank_path_is_counting_below_the_merge_size_and_refuses_unknown_names():
     """rank_by_score counts below MERGE_RANK_MIN and merges from there (its scratch grows by
-    two padded key arrays, 16 bytes a slot for float32); a method it does not know is a
-    ValueError before any launch."""
+    two padded key arrays, 16 bytes a slot for float32); a path it does not know is a
+    ValueError naming the paths, before any launch."""
     n = _cuda.MERGE_RANK_MIN
-    assert _cuda._rank_method(n - 1, None) == "counting" and _cuda._rank_method(n, None) == "merge"
-    plain = _cuda.rank_scratch_words(n, torch.float32, False, method="counting")
+    assert _cuda.choose_rank_path(n - 1) == "counting" and _cuda.choose_rank_path(n) == "merge"
+    assert _cuda.RANK_PATHS == ("counting", "merge")
+    plain = _cuda.rank_scratch_words(n, torch.float32, False, path="counting")
     slots = -(-n // _cuda.MERGE_CHUNK) * _cuda.MERGE_CHUNK
     assert _cuda.rank_scratch_words(n, torch.float32, False) == plain + 2 * slots
-    with pytest.raises(ValueError, match="method must be"):
-        _cuda.rank_by_score(None, torch.zeros((3, 4)), torch.zeros(3), None, method="bitonic")
+    with pytest.raises(ValueError, match="no path 'bitonic'; the paths are counting, merge"):
+        _cuda.rank_by_score(None, torch.zeros((3, 4)), torch.zeros(3), None, path="bitonic")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])

@@ -255,18 +255,18 @@ def rank_inputs(n: int, dtype: torch.dtype):
     return boxes.cuda(), scores.cuda(), labels.cuda()
 
 
-@pytest.mark.parametrize("method", ["counting", "merge"])
+@pytest.mark.parametrize("path", ["counting", "merge"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
 @pytest.mark.parametrize("n", [1, 127, 128, 129, 255, 256, 257, 1000, 4096, 8192, 40000])
-def test_rank_by_score_equals_a_stable_descending_sort(n, dtype, method):
-    """rank.cu, which every kernel backend ranks with, against torch.sort, both methods
+def test_rank_by_score_equals_a_stable_descending_sort(n, dtype, path):
+    """rank.cu, which every kernel backend ranks with, against torch.sort, both paths
     (one counting launch; sorted chunks of 256 merged): NaN first, ties by lower index,
     -0.0 equal to 0.0, labels carried along, input dtype kept; sizes at chunk edges."""
     from nmsbench.variants._cuda import on_torch_stream, rank_by_score
 
     boxes, scores, labels = rank_inputs(n, dtype)
     with on_torch_stream(boxes.device) as launch:
-        order, ranked = rank_by_score(launch, boxes, scores, labels, with_scores=True, method=method)
+        order, ranked = rank_by_score(launch, boxes, scores, labels, with_scores=True, path=path)
     sorted_boxes, sorted_scores = ranked.tensor("sorted_boxes").view(n, 4), ranked.tensor("sorted_scores")
     sorted_labels = ranked.tensor("sorted_labels")
     expected = torch.sort(scores, descending=True, stable=True).indices
@@ -275,21 +275,21 @@ def test_rank_by_score_equals_a_stable_descending_sort(n, dtype, method):
     assert torch.equal(sorted_labels, labels[expected].to(torch.int64))
 
 
-@pytest.mark.parametrize("method", ["counting", "merge"])
+@pytest.mark.parametrize("path", ["counting", "merge"])
 @pytest.mark.parametrize("n", [257, 5000])
-def test_rank_by_score_into_a_callers_allocation(n, method):
+def test_rank_by_score_into_a_callers_allocation(n, path):
     """``into=``: the order, ranked boxes and labels (and the merge's chunks) land in the
     caller's ``rank_scratch_words`` words, nothing past them is written, and 20 repeats
     give the same order."""
     from nmsbench.variants._cuda import on_torch_stream, rank_by_score, rank_scratch_words
 
     boxes, scores, labels = rank_inputs(n, torch.float32)
-    words = rank_scratch_words(n, torch.float32, True, method=method)
+    words = rank_scratch_words(n, torch.float32, True, path=path)
     memory = torch.full((words + 64,), -7, dtype=torch.int64, device="cuda")
     expected = torch.sort(scores, descending=True, stable=True).indices
     for _ in range(20):
         with on_torch_stream(boxes.device) as launch:
-            rank_by_score(launch, boxes, scores, labels, into=memory.data_ptr(), method=method)
+            rank_by_score(launch, boxes, scores, labels, into=memory.data_ptr(), path=path)
         assert torch.equal(memory[:n], expected)
         assert torch.equal(memory[n : 3 * n].view(torch.float32).view(n, 4), boxes[expected])
         assert torch.equal(memory[3 * n : 4 * n], labels[expected].to(torch.int64))
