@@ -569,7 +569,7 @@ class HostCount:
     memory is mapped and its device address is its host address, so ``address`` is passed
     to the kernel as an ``long long*``."""
 
-    # Reads of the count before the driver's wait (~10 ms at most; see wait).
+    # Reads of the count before the driver's wait (a bounded spin; see wait).
     SPIN_READS = 100_000
 
     def __init__(self):
