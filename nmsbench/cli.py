@@ -669,9 +669,11 @@ def _write_or_echo(text: str, out: Path | None, summary: str) -> None:
 
 # --- subcommands defined in their own modules, registered here (none of them imports this one)
 
+from .diff_cli import diff_command  # noqa: E402
 from .pipeline_cli import pipeline_command  # noqa: E402
 
 main.add_command(pipeline_command)
+main.add_command(diff_command)
 main.restore_signals = _previous  # given back when the command starts
 
 if __name__ == "__main__":

@@ -311,27 +311,30 @@ def _within_budget(contender: _Contender, grid: Grid, work: Callable[[], None]) 
 
 
 def _timing(contender: _Contender, timer: str, grid: Grid) -> tuple[Timing, int]:
-    """(timing, attempts) of one row: its rounds summarized; re-timed (bounded) while it has
-    fewer than MIN_BLOCKS blocks, and up to ``grid.repeat_noisy`` times while noisy (then
-    the measurement with the lowest relative spread is kept, the first of equals)."""
+    """(timing, attempts) of one row: its rounds summarized, after re-timing (at most
+    MIN_BLOCKS more turns) while it has fewer than MIN_BLOCKS blocks. While the timing is
+    noisy it is re-timed, up to ``grid.repeat_noisy`` times, in ``grid.rounds`` turns of
+    this implementation alone, with a CPU meter of its own; the measurement kept is the
+    first clean one, else the one with the lowest relative spread."""
     rounds = contender.rounds[timer]
     share = grid.min_run_time / grid.rounds
     measure = contender.measure[timer]
-    for extra in range(MIN_BLOCKS):  # each re-timing adds at least one block
+    for _ in range(MIN_BLOCKS):  # each re-timing adds at least one block
         if sum(len(r.times_us) for r in rounds) >= MIN_BLOCKS:
             break
         _within_budget(contender, grid, lambda: rounds.append(measure(share)))
-    contention = contender.meter.contention() if contender.meter else ""
-    best, attempts = summarize(rounds, contention), 1
+    best, attempts = summarize(rounds, contender.meter.contention() if contender.meter else ""), 1
     while best.noisy and attempts <= grid.repeat_noisy:
         again: list[Blocks] = []
+        meter = CpuMeter(grid.threads) if contender.meter else None
 
         def retime():
-            for _ in range(grid.rounds):
-                again.append(measure(share))
+            with meter or contextlib.nullcontext():
+                for _ in range(grid.rounds):
+                    again.append(measure(share))
 
         _within_budget(contender, grid, retime)
-        timing, attempts = summarize(again, contender.meter.contention() if contender.meter else ""), attempts + 1
+        timing, attempts = summarize(again, meter.contention() if meter else ""), attempts + 1
         if (timing.noisy, timing.rel_spread) < (best.noisy, best.rel_spread):
             best = timing
     return best, attempts
