@@ -14,59 +14,65 @@ import threading
 
 import torch
 
-from ._cuda import CompiledLaunch, CudaModule, HostCount, cached_plan, stream_counters
+from ._cuda import CompiledLaunch, CudaModule, HostCount, stream_counters
 
 MODULE = CudaModule("_validate.cu", templates=("validate_kernel",))
 THREADS = 256  # one row a thread
 MAX_ROWS = (1 << 28) - 1  # the verdict's encoding: (n - row) * 8 + reason in 31 bits
-_DTYPES = (torch.float32, torch.float64, torch.float16)
+_DTYPES = frozenset((torch.float32, torch.float64, torch.float16))
 _CODES = "QQiQQQ"  # boxes, scores, n, scratch, verdict_host, verdict_device (validate_kernel's parameters)
+PLANS_KEPT = 4096  # call shapes whose launch a thread keeps
 
 
-def supported(boxes: torch.Tensor, scores: torch.Tensor) -> bool:
-    """Whether the kernel can check these (validated-shape) inputs: contiguous, a kernel dtype, n < 2^28."""
-    return (boxes.dtype in _DTYPES and boxes.shape[0] <= MAX_ROWS and boxes.is_contiguous()
-            and scores.is_contiguous())
+class _Check:
+    """One thread's check of one call shape (dtype, device, N): its launch, the pinned
+    memory its verdict goes to, and its scratch per stream (with several blocks)."""
 
+    __slots__ = ("launch", "host", "scratch")
 
-_plans: dict = {}  # (dtype, device index, n) -> the CompiledLaunch of the check
-_verdicts = threading.local()
-
-
-def _plan(dtype: torch.dtype, index: int, n: int) -> CompiledLaunch:
-    kernel = MODULE.get("validate_kernel", dtype, torch.device("cuda", index))
-    return CompiledLaunch(kernel, (-(-n // THREADS),), (THREADS,), _CODES, index)
-
-
-def _host_verdict(index: int) -> HostCount:
-    by_device = getattr(_verdicts, "by_device", None)
-    if by_device is None:
-        by_device = _verdicts.by_device = {}
-    verdict = by_device.get(index)
-    if verdict is None:
-        verdict = by_device[index] = HostCount()
-    return verdict
+    def __init__(self, dtype: torch.dtype, index: int, n: int):
+        kernel = MODULE.get("validate_kernel", dtype, torch.device("cuda", index))
+        self.launch = CompiledLaunch(kernel, (-(-n // THREADS),), (THREADS,), _CODES, index)
+        self.host = _host_verdict(index)
+        self.scratch = {} if self.launch.grid[0] > 1 else None
 
 
 def launch_check(boxes: torch.Tensor, scores: torch.Tensor, *, padded: bool = False):
-    """Queue the check of ``boxes`` and ``scores`` (on one CUDA device, N > 0, ``supported``)
-    on torch's current stream.
+    """Queue the check of ``boxes`` and ``scores`` (validated shapes, on one CUDA device,
+    N > 0) on torch's current stream; ``None`` where the kernel cannot take them
+    (not contiguous, another dtype, N >= 2^28), which leaves the check to the caller.
 
     Returns a ``HostCount`` to read with :func:`host_verdict` after the op, or, with
     ``padded``, the 0-d int64 device tensor the verdict is written to (its scratch is the
     call's own, zeroed on the stream, so a CUDA graph may capture the call)."""
-    n, index = boxes.shape[0], boxes.get_device()
-    launch = cached_plan(_plans, (boxes.dtype, index, n), _plan, boxes.dtype, index, n)
+    n = boxes.shape[0]
+    if not (boxes.dtype in _DTYPES and n <= MAX_ROWS and boxes.is_contiguous() and scores.is_contiguous()):
+        return None
+    index = boxes.get_device()
     stream = torch._C._cuda_getCurrentRawStream(index)
     if padded:
+        launch = _Check(boxes.dtype, index, n).launch
         words = torch.zeros(4, dtype=torch.int32, device=boxes.device)  # scratch[2], then the int64 verdict
         address = words.data_ptr()
         launch(stream, boxes.data_ptr(), scores.data_ptr(), n, address, 0, address + 8)
         return words[2:].view(torch.int64)[0]
-    host = _host_verdict(index)
+    try:
+        plans = _local.plans
+    except AttributeError:
+        plans = _local.plans = {}
+    check = plans.get((boxes.dtype, index, n))
+    if check is None:
+        if len(plans) >= PLANS_KEPT:
+            plans.clear()
+        check = plans[boxes.dtype, index, n] = _Check(boxes.dtype, index, n)
+    scratch = 0
+    if check.scratch is not None:
+        scratch = check.scratch.get(stream)
+        if scratch is None:
+            scratch = check.scratch[stream] = stream_counters(index, stream, 2)
+    host = check.host
     host.value[0] = -1
-    scratch = stream_counters(index, stream, 2) if launch.grid[0] > 1 else 0
-    launch(stream, boxes.data_ptr(), scores.data_ptr(), n, scratch, host.address, 0)
+    check.launch(stream, boxes.data_ptr(), scores.data_ptr(), n, scratch, host.address, 0)
     return host
 
 

@@ -63,7 +63,7 @@ def check_result(name: str, result: NMSResult, boxes: torch.Tensor) -> None:
     keep = result.keep
     if not isinstance(result, NMSResult) or keep.dtype != torch.int64 or keep.dim() != 1:
         raise RuntimeError(f"{name} broke the output contract: keep must be a 1-D int64 tensor in an NMSResult")
-    if keep.device != boxes.device:
+    if keep.get_device() != boxes.get_device():
         raise RuntimeError(f"{name} returned keep on {keep.device}, inputs were on {boxes.device}")
     if result.scores is not None and result.scores.shape != keep.shape:
         raise RuntimeError(f"{name} returned {result.scores.shape[0]} scores for {keep.shape[0]} kept boxes")

@@ -122,6 +122,13 @@ def validate_nms_inputs(boxes, scores, labels=None) -> None:
 
 def check_input_structure(boxes, scores, labels=None) -> None:
     """The checks that read no tensor data: types, shapes, dtypes and devices."""
+    if (type(boxes) is torch.Tensor and type(scores) is torch.Tensor and boxes.dim() == 2 and boxes.shape[1] == 4
+            and scores.dim() == 1 and scores.shape[0] == boxes.shape[0] and scores.dtype is boxes.dtype
+            and boxes.is_floating_point() and scores.get_device() == boxes.get_device()
+            and (labels is None or (type(labels) is torch.Tensor and labels.dim() == 1 and labels.shape[0] == boxes.shape[0]
+                                    and not labels.is_floating_point() and not labels.is_complex()
+                                    and labels.dtype is not torch.bool and labels.get_device() == boxes.get_device()))):
+        return  # valid: the common case, on every call's path, in a few attribute reads
     for name, t in (("boxes", boxes), ("scores", scores)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")

@@ -45,7 +45,7 @@ class Backend:
         for module in self.requires:
             if not _installed(module):
                 return False, f"{module} not installed"
-        if self.device == "cuda" and not torch.cuda.is_available():
+        if self.device == "cuda" and not _cuda_available():
             return False, "no CUDA device"
         return True, ""
 
@@ -59,6 +59,17 @@ def _installed(module: str) -> bool:
     if found is None:
         found = _INSTALLED[module] = importlib.util.find_spec(module) is not None
     return found
+
+
+_CUDA_SEEN = False
+
+
+def _cuda_available() -> bool:
+    """``torch.cuda.is_available()``, asked until it is True (it then stays True)."""
+    global _CUDA_SEEN
+    if not _CUDA_SEEN:
+        _CUDA_SEEN = torch.cuda.is_available()
+    return _CUDA_SEEN
 
 
 @dataclass

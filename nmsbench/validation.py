@@ -71,12 +71,10 @@ def start_value_check(boxes: torch.Tensor, scores: torch.Tensor, *, padded: bool
                 return None
         check_input_values(boxes, scores)  # words the error (float16: does the whole check)
         return None
-    _validate = _device_check()
-    boxes, scores = boxes.contiguous(), scores.contiguous()
-    if not _validate.supported(boxes, scores):  # beyond the kernel's encoding: the torch checks
+    pending = _device_check().launch_check(boxes, scores, padded=padded)
+    if pending is None:  # a layout or size the kernel does not take
         check_input_values(boxes, scores)
-        return None
-    return _validate.launch_check(boxes, scores, padded=padded)
+    return pending
 
 
 def finish_value_check(pending, boxes: torch.Tensor, scores: torch.Tensor) -> None:
