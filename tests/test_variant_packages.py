@@ -4,8 +4,14 @@ works in the editable checkout and fails in a wheel, so it is checked here."""
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
+
+import pytest
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    tomllib = pytest.importorskip("tomli")
 
 REPO = Path(__file__).resolve().parent.parent
 
