@@ -1,6 +1,6 @@
-"""What the probes share: an op spec ("impl" or "impl:path") turned into a zero-argument
-call on a case's tensors, through public surfaces only (the registry's CUDA backend and
-its ``path=`` override), and the sweep's timers (nmsbench.timing)."""
+"""What the probes share: a case's boxes on the GPU, and an op spec ("impl" or
+"impl:path") turned into a zero-argument call on them, through public surfaces only
+(the registry's CUDA backend, its ``choose_path`` and its ``path=`` override)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import torch
 
 import nmsbench
 from nmsbench import datasets
-
 
 MATRIX_DEFAULTS = {"kernel": "gaussian", "sigma": 0.5, "score_threshold": 0.05}
 
