@@ -53,17 +53,20 @@ CUDA_MODULE = CudaModule(
         "small_nms_kernel": "QQQidQQQ",  # boxes scores labels | n threshold | keep count host_count
         "tile_mask_kernel": "QQiidQ",  # sorted_boxes sorted_labels | n words threshold | mask
         "mid_nms_kernel": "QQQid" + "Q" * 8,  # ... | order sorted_boxes sorted_labels mask barrier | outputs
-        "streamed_resolve_kernel": "QQiidQQQQQQ",  # sorted_boxes sorted_labels | n words threshold | mask row_done order | outputs
+        # sorted_boxes sorted_labels | n words threshold | mask row_done order | outputs
+        "streamed_resolve_kernel": "QQiidQQQQQQ",
     },
     plain={"staged_resolve_kernel": "QQiiQQQ", "block_resolve_kernel": "QQiiQQQ"},  # mask order | n words | outputs
     defines=DEFINES,
 )
 
-# The default choice's limits (tuning, not capacity; measured in results/PERFLOG.md):
+# The chooser's limits. Tuning (where the next path became faster; results/PERFLOG.md):
 ONE_BLOCK_MAX_N = 160  # "one_block" up to here (the kernel takes up to ONE_BLOCK_CAPACITY)
-COOPERATIVE_MAX_N = 1024  # "cooperative" (eager calls) up to here; also its shared memory's size
 STREAMED_MAX_N = 8192  # "streamed" from 1025 boxes to here; above, "mask_then_block_resolve"
-STAGED_MAX_N = 32 * 32  # the staged resolve: a row of at most 32 mask words (one warp's lanes)
+# What the kernels take: a staged resolve (its own, and block 0's in "cooperative") holds
+# rows of at most 32 mask words, one warp's lanes.
+STAGED_MAX_N = 32 * 32
+COOPERATIVE_MAX_N = STAGED_MAX_N  # "cooperative" (eager calls) up to here
 MAX_WORDS = MAX_SHARED_BYTES // 4  # the resolves' bitmap of N / 32 words in shared memory: N <= 32 x MAX_WORDS
 
 

@@ -43,7 +43,9 @@ CHILDREN, PTILE, SEL_WARPS = DEFINES["CHILDREN"], DEFINES["PTILE"], DEFINES["SEL
 SB_MAX_THREADS, MID_MAX_THREADS = DEFINES["SB_MAX_THREADS"], DEFINES["MID_MAX_THREADS"]
 
 # Argument layouts (struct codes): pointers "Q", ints "i", doubles "d".
-_RANKED = "QQQii" + "Q" * 8 + "iQ"  # boxes scores labels | wide n | order sbox sarea slabel sscore cmax acc done | chunks count
+# rank_kernel's and gather_kernel's: boxes scores labels | wide n | order sbox sarea slabel
+# sscore cmax acc done | chunks | count
+_RANKED = "QQQii" + "Q" * 8 + "iQ"
 CUDA_MODULE = CudaModule(
     "matrix_recompute/matrix_recompute.cu",
     templates={
@@ -91,8 +93,8 @@ def cooperative_shared_bytes(n: int, dtype: torch.dtype, labels: bool) -> int:
     """cooperative_kernel's dynamic shared memory: every block holds all n ranked boxes
     (where the 8-byte keys and the final scores of the first and last phases go), labels
     (if any), areas, the parents' cmax and float constants: 28 n bytes for float32 without
-    labels: COOPERATIVE_MAX_N boxes fit a block's opt-in shared memory on sm_90). Phase 2's marks come after, where they fit
-    (``cooperative_marks``)."""
+    labels, so COOPERATIVE_MAX_N boxes fit a block's opt-in shared memory on sm_90. Phase
+    2's marks come after, where they fit (``cooperative_marks``)."""
     a = arith_dtype(dtype).itemsize
     return n * (6 * a + 4 + (8 if labels else 0))
 
