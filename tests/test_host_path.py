@@ -314,3 +314,16 @@ def test_matrix_recompute_path_override_refuses_what_a_path_cannot_take(stubbed)
     with pytest.raises(ValueError, match="no path 'single'"):
         mr.matrix_recompute_cuda(torch.rand(3, 4), torch.rand(3), iou_threshold=0.5, kernel="gaussian", sigma=2.0,
                                  score_threshold=0.05, path="single")
+
+
+@pytest.mark.parametrize("module", [hf, mr], ids=["hard_fused", "matrix_recompute"])
+def test_the_chooser_picks_only_paths_that_take_the_input(stubbed, module):
+    """``choose_path`` and the table agree: at every size around the limits, eager and
+    padded, with labels and without, the chosen path is one ``check_path`` accepts."""
+    device = torch.device("cpu")
+    sizes = sorted({1, 31, 32, 33, 96, 97, 160, 161, 256, 257, 1000, 1024, 1025, 4096, 8192, 8193, 20000})
+    for n in sizes:
+        for padded in (False, True):
+            for labels in (False, True):
+                path = module.choose_path(n, torch.float32, padded, device, labels)
+                module.check_path(path, n, torch.float32, padded, device, labels)
