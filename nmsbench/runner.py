@@ -25,6 +25,7 @@ import contextlib
 import itertools
 import json
 import math
+import numbers
 import signal
 import threading
 import time
@@ -106,7 +107,7 @@ class Grid:
         need(not bad, "scenarios", f"unknown {', '.join(map(str, bad))}; known: {', '.join(datasets.SCENARIOS)}")
         bad = [t for t in names(self.timers, "timers") if t not in TIMERS]
         need(not bad, "timers", f"choose from {', '.join(TIMERS)}, got {', '.join(map(str, self.timers))}")
-        bad = [n for n in names(self.ns, "ns") if isinstance(n, bool) or not isinstance(n, int) or n < 1]
+        bad = [n for n in names(self.ns, "ns") if not _whole(n) or n < 1]
         need(not bad, "ns", f"box counts must be positive whole numbers, got {', '.join(map(repr, bad))}")
         bad = [v for v in names(self.ious, "ious") if not _real(v) or not 0.0 <= v <= 1.0]
         need(not bad, "ious", f"IoU thresholds must lie in [0, 1], got {', '.join(map(repr, bad))}")
@@ -156,11 +157,11 @@ class Grid:
 
 
 def _real(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _whole(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _resolve_params(impl: Implementation, given: dict) -> tuple[dict, Optional[str]]:

@@ -199,3 +199,11 @@ def test_rounds_and_min_run_time_are_in_the_sidecar_and_the_command(tmp_path):
     assert all(len(entry["loadavg"]) == 3 and entry["cpus"] >= 1 for entry in meta["load"])
     frame = read_results(out)
     assert list(frame.rounds) == [2] and frame.blocks.iloc[0] >= 5 and frame.round_spread.iloc[0] >= 0
+
+
+def test_a_grid_takes_numpy_numbers():
+    g = runner.Grid(impls=["torchvision"], devices=["cpu"], dtypes=["float32"], scenarios=["uniform"], ns=[np.int64(8)],
+                    ious=[np.float32(0.5)], min_run_time=0.01, rounds=1)
+    rows = []
+    runner.run_sweep(g, rows.append)
+    assert rows[0]["status"] == "ok" and rows[0]["n"] == 8
