@@ -204,30 +204,33 @@ def _log_ticks(fig: go.Figure, values, axis: str = "y", **selector) -> None:
 def _add_lines(fig, data: pd.DataFrame, *, x: str, y: str, row: int, col: int, styles, shown: set,
                band: tuple[str, str] | None = None, hover: str = "", customdata: Sequence[str] = (),
                name_suffix: str = "", dash: str | None = None, mode: str = "lines+markers", group_suffix: str = ""):
-    """One line per series (and its band first, so the line draws on top)."""
-    for series in sorted(data["series"].unique()):
-        part = data[data["series"] == series].sort_values(x)
+    """One line per series (and its band first, so the line draws on top; ``band`` names
+    the columns of its lower and upper edge), added to the
+    figure in one batch (plotly's per-trace add with row/col is what costs)."""
+    traces = []
+    for series, part in sorted(data.groupby("series", sort=False), key=lambda item: item[0]):
+        part = part.sort_values(x)
+        xs = part[x].to_numpy()
         color, series_dash, symbol = styles[series]
         group = series + group_suffix
         if band is not None:
             lo, hi = part[band[0]].to_numpy(float), part[band[1]].to_numpy(float)
-            if np.isfinite(lo).any():
-                fig.add_trace(go.Scatter(x=part[x], y=hi, mode="lines", line=dict(width=0, color=color), hoverinfo="skip",
-                                         showlegend=False, legendgroup=group, name=series + " IQR",
-                                         meta={"role": "band", "series": series, "edge": "upper"}), row=row, col=col)
-                fig.add_trace(go.Scatter(x=part[x], y=lo, mode="lines", line=dict(width=0, color=color), hoverinfo="skip",
-                                         fill="tonexty", fillcolor=_rgba(color, 0.18), showlegend=False, legendgroup=group,
-                                         name=series + " IQR", meta={"role": "band", "series": series, "edge": "lower"}),
-                              row=row, col=col)
-        fig.add_trace(go.Scatter(
-            x=part[x], y=part[y], mode=mode, name=series + name_suffix, legendgroup=group,
+            if np.isfinite(lo).any():  # one closed polygon: along the upper edge, back along the lower
+                traces.append(go.Scatter(x=np.concatenate([xs, xs[::-1]]), y=np.concatenate([hi, lo[::-1]]), mode="lines",
+                                         line=dict(width=0, color=color), hoverinfo="skip", fill="toself",
+                                         fillcolor=_rgba(color, 0.18), showlegend=False, legendgroup=group,
+                                         name=series + " IQR", meta={"role": "band", "series": series, "points": len(xs)}))
+        traces.append(go.Scatter(
+            x=xs, y=part[y].to_numpy(), mode=mode, name=series + name_suffix, legendgroup=group,
             showlegend=group not in shown, line=dict(color=color, dash=dash or series_dash, width=2),
             marker=dict(size=7, color=color, symbol=symbol),
             customdata=part[list(customdata)].to_numpy() if customdata else None,
             hovertemplate=f"<b>{series}{name_suffix}</b><br>{hover}<extra></extra>",
             meta={"role": "line", "series": series, "impl": str(part["impl"].iloc[0])},
-        ), row=row, col=col)
+        ))
         shown.add(group)
+    if traces:
+        fig.add_traces(traces, rows=[row] * len(traces), cols=[col] * len(traces))
 
 
 def _finish(fig: go.Figure, rows: int, title: str | None, legend_title: str = "implementation") -> go.Figure:

@@ -125,13 +125,14 @@ def test_time_vs_n_is_log_log_with_one_line_per_impl_and_an_iqr_band(sample):
         assert list(trace.x) == part["n"].tolist()
         assert np.allclose(trace.y, part["median_us"])
     bands = lines(fig, "band")
-    assert len(bands) == 2 * len(drawn)
+    assert len(bands) == len(drawn)  # one closed polygon per line
     tv = rows[rows["impl"] == "torchvision"].sort_values("n")
-    upper = next(t for t in bands if t.meta["series"] == "torchvision" and t.meta["edge"] == "upper")
-    lower = next(t for t in bands if t.meta["series"] == "torchvision" and t.meta["edge"] == "lower")
-    assert np.allclose(upper.y, tv["median_us"] + tv["iqr_us"] / 2)
-    assert lower.fill == "tonexty" and np.all(np.asarray(lower.y) <= tv["median_us"].to_numpy())
-    assert np.all(np.asarray(lower.y) > 0)  # stays on the log axis
+    band = next(t for t in bands if t.meta["series"] == "torchvision")
+    k = band.meta["points"]
+    upper, lower = np.asarray(band.y[:k]), np.asarray(band.y[k:])[::-1]
+    assert band.fill == "toself" and list(band.x[:k]) == list(band.x[k:][::-1]) == tv["n"].tolist()
+    assert np.allclose(upper, tv["median_us"] + tv["iqr_us"] / 2)
+    assert np.all(lower <= tv["median_us"].to_numpy()) and np.all(lower > 0)  # stays on the log axis
 
 
 def test_time_vs_n_facets_by_scenario(sample):
