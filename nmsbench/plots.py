@@ -259,10 +259,12 @@ def time_vs_n(frame: pd.DataFrame, *, facet: str | None = "scenario", colors=Non
               max_cols: int = 3) -> go.Figure:
     """Median time vs N on log-log axes, one line per implementation (per series when the
     selection mixes devices, timers, ...), the IQR as a band (median ± IQR/2), one panel
-    per ``facet`` value."""
+    per ``facet`` value. A point's hover names the results file it came from."""
     ok = ok_rows(_slim(frame))
     if ok.empty:
         return empty_figure("No measured rows in this selection.")
+    if "source" not in ok.columns:
+        ok = ok.assign(source="")
     ok = _series(ok, facet)
     styles = _styles(ok, colors)
     panels = _panels(ok, facet)
@@ -271,7 +273,8 @@ def time_vs_n(frame: pd.DataFrame, *, facet: str | None = "scenario", colors=Non
     for (_, part), (r, c) in zip(panels, positions):
         agg = _iqr_band(aggregate(part, ["series", "impl", "n"]))
         _add_lines(fig, agg, x="n", y="median_us", row=r, col=c, styles=styles, shown=shown, band=("band_lo", "band_hi"),
-                   customdata=["iqr_us", "rows"], hover="N = %{x}<br>median %{y:,.4g} µs<br>IQR %{customdata[0]:,.3g} µs")
+                   customdata=["iqr_us", "rows", "source"],
+                   hover="N = %{x}<br>median %{y:,.4g} µs<br>IQR %{customdata[0]:,.3g} µs<br>from %{customdata[2]}")
     fig.update_xaxes(type="log", title_text=N_AXIS)
     fig.update_yaxes(type="log", title_text=TIME_AXIS)
     _n_ticks(fig, ok["n"])

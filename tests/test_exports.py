@@ -149,11 +149,11 @@ def test_export_foreign_csv(tmp_path):
     foreign = tmp_path / "people.csv"
     foreign.write_text("name,age\nada,36\n")
     result = invoke("export", foreign)
-    assert result.exit_code == 1 and "people.csv: not an nmsbench results file (missing columns: schema_version" in result.output
+    assert result.exit_code == 2 and "people.csv: not an nmsbench results file (missing columns: schema_version" in result.output
     garbage = tmp_path / "garbage.csv"
     garbage.write_bytes(b"\x00\xff\xfe binary")
     result = invoke("export", garbage)
-    assert result.exit_code == 1 and "garbage.csv" in result.output and isinstance(result.exception, SystemExit)
+    assert result.exit_code == 2 and "garbage.csv" in result.output and isinstance(result.exception, SystemExit)
 
 
 def test_export_all_error_rows_says_so(tmp_path):
@@ -228,7 +228,7 @@ def test_plot_foreign_csv(tmp_path):
     foreign = tmp_path / "foreign.csv"
     foreign.write_text("x,y\n1,2\n")
     result = invoke("plot", foreign, "-o", tmp_path / "f.pdf")
-    assert result.exit_code == 1 and "foreign.csv: not an nmsbench results file" in result.output
+    assert result.exit_code == 2 and "foreign.csv: not an nmsbench results file" in result.output
 
 
 @needs_chromium
