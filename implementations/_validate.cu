@@ -4,17 +4,12 @@
 // arithmetic type (float16 is computed in float32, as the other kernels do).
 //
 // The verdict is 0 for valid input, else (1 + the first bad row) * 8 + the reason
-// (VALIDATE_* below). A thread checks one row; a block reduces its rows to the first bad
-// one, encoded so that a larger value means an earlier row; with several blocks each adds
-// its value to scratch[0] by atomicMax and takes a ticket from scratch[1], and the block
-// with the last ticket publishes the verdict and leaves both words at 0 (for the next
-// launch on the stream that shares them). No block waits for another.
-
-#define VALIDATE_BOX_NOT_FINITE 1
-#define VALIDATE_SCORE_NOT_FINITE 2
-#define VALIDATE_X_REVERSED 3
-#define VALIDATE_Y_REVERSED 4
-#define VALIDATE_AREA_OVERFLOW 5
+// (VALIDATE_*, passed to NVRTC from nmsbench.boxes.VERDICT_REASONS). A thread checks one
+// row; a block reduces its rows to the first bad one, encoded so that a larger value means
+// an earlier row; with several blocks each adds its value to scratch[0] by atomicMax and
+// takes a ticket from scratch[1], and the block with the last ticket publishes the verdict
+// and leaves both words at 0 (for the next launch on the stream that shares them). No
+// block waits for another.
 
 template <typename T>
 __device__ __forceinline__ unsigned int bad_reason(const T* boxes, const T* scores, long long row) {

@@ -14,13 +14,16 @@ import threading
 
 import torch
 
+from nmsbench.boxes import VERDICT_REASONS
+
 from ._cuda import CompiledLaunch, CudaModule, HostCount, stream_counters
 
-MODULE = CudaModule("_validate.cu", templates=("validate_kernel",))
+_CODES = "QQiQQQ"  # boxes, scores, n, scratch, verdict_host, verdict_device
+MODULE = CudaModule("_validate.cu", templates={"validate_kernel": _CODES},
+                    defines={f"VALIDATE_{name}": code for name, (code, _) in VERDICT_REASONS.items()})
 THREADS = 256  # one row a thread
 MAX_ROWS = (1 << 28) - 1  # the verdict's encoding: (n - row) * 8 + reason in 31 bits
 _DTYPES = frozenset((torch.float32, torch.float64, torch.float16))
-_CODES = "QQiQQQ"  # boxes, scores, n, scratch, verdict_host, verdict_device (validate_kernel's parameters)
 PLANS_KEPT = 4096  # call shapes whose launch a thread keeps
 
 

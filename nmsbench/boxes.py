@@ -66,19 +66,21 @@ class PaddedNMSResult(NamedTuple):
         return NMSResult(self.keep[:n], None if self.scores is None else self.scores[:n])
 
 
-# The device input check's verdict: 0 for valid input, else (1 + first bad row) * 8 + reason.
+# The device input check's verdict: 0 for valid input, else (1 + first bad row) * 8 + the
+# reason's code (the kernel is compiled with these codes as VALIDATE_<NAME>).
 VERDICT_REASONS = {
-    1: "a box coordinate is NaN or Inf",
-    2: "its score is NaN or Inf",
-    3: "x2 < x1",
-    4: "y2 < y1",
-    5: "its area (x2 - x1) * (y2 - y1) overflows the dtype",
+    "BOX_NOT_FINITE": (1, "a box coordinate is NaN or Inf"),
+    "SCORE_NOT_FINITE": (2, "its score is NaN or Inf"),
+    "X_REVERSED": (3, "x2 < x1"),
+    "Y_REVERSED": (4, "y2 < y1"),
+    "AREA_OVERFLOW": (5, "its area (x2 - x1) * (y2 - y1) overflows the dtype"),
 }
+_REASON_TEXT = {code: text for code, text in VERDICT_REASONS.values()}
 
 
 def describe_verdict(verdict: int) -> tuple[int, str]:
     """(first bad row, what is wrong with it) of a nonzero input-check verdict."""
-    return verdict // 8 - 1, VERDICT_REASONS.get(verdict % 8, "it breaks the input contract")
+    return verdict // 8 - 1, _REASON_TEXT.get(verdict % 8, "it breaks the input contract")
 
 
 @dataclass
