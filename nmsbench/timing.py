@@ -132,7 +132,7 @@ class WallTimer:
     """Blocks of back-to-back calls of ``fn()`` on :func:`wall_clock`, timed by the
     standard library's ``timeit.Timer`` (the loop ``torch.utils.benchmark`` runs too,
     garbage collection off) with ``threads`` torch threads, and a block size fixed once
-    from a few single calls so that a block lasts about ``block_seconds`` (at least one
+    from one single call (three, median, when a call is shorter than a block) so that a block lasts about ``block_seconds`` (at least one
     call). A short measurement (one round of several) then still has several blocks, and
     every round of a row uses the same block size. (``torch.utils.benchmark.Timer.timeit``
     would add warm-up calls to every block: for slow calls, most of the time.)"""
@@ -141,7 +141,9 @@ class WallTimer:
         self.threads = threads
         self._timer = timeit.Timer(stmt=fn, timer=wall_clock)
         with _torch_threads(threads):
-            single = float(np.median([self._timer.timeit(1) for _ in range(3)]))
+            single = self._timer.timeit(1)
+            if single < block_seconds:  # a call longer than a block is a block by itself; else the median of three
+                single = float(np.median([single, self._timer.timeit(1), self._timer.timeit(1)]))
         self.number = int(max(1, min(1_000_000, block_seconds // max(single, 1e-9))))
 
     def blocks(self, min_run_time: float) -> Blocks:
