@@ -178,8 +178,9 @@ def run_with_progress(command: str, out: Path, force: bool, total: int, grid: di
             elif resume_command:
                 console.print(f"resume with: {resume_command}", soft_wrap=True)
         else:
-            console.print(f"[yellow]{what}[/]: {writer.rows_written} of {total - completed if append else total} rows "
-                          f"are in {out} (this run: {tally['ok']} ok, {tally['error']} error, {tally['skipped']} skipped"
+            there = writer.rows_written + (completed if append else 0)
+            console.print(f"[yellow]{what}[/]: {there} of {total} rows are in {out} (this run: {tally['ok']} ok, "
+                          f"{tally['error']} error, {tally['skipped']} skipped"
                           + (f"; {completed} were there before" if append else "") + ")")
             if resume_command:
                 console.print(f"resume with: {resume_command}", soft_wrap=True)
