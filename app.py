@@ -474,7 +474,8 @@ def main() -> None:
         choices = sidebar_filters(frame) if not frame.empty else {}
     if frame.empty:
         st.info(f"No results yet: `{results_dir()}` has no results CSV. Upload one in the sidebar, or make one with "
-                "`nmsbench sweep --n 64..1024 --device cpu`. The suppression differences view works without results.")
+                "`nmsbench sweep --n 64..1024 --device cpu`. The suppression differences view reads the files "
+                "`nmsbench diff` writes.")
 
     def pick(**chosen):
         rows = tables.select(frame, **chosen) if not frame.empty else frame
