@@ -130,7 +130,7 @@ def run_with_progress(command: str, out: Path, force: bool, total: int, grid: di
     adds to it) behind a progress bar; error and noisy rows are printed as they come,
     named by ``label(row)`` (the whole case); the machine's load goes into the sidecar at
     the start and the end, with a warning at the start when it leaves fewer free CPUs
-    than the run's threads. Ctrl-C at any moment stops with a summary of what was written
+    than the run's threads (runs with CPU rows). Ctrl-C at any moment stops with a summary of what was written
     (and ``resume_command``) and exit status 130; SIGTERM likewise, with 143.
     ``run(write, on_case)`` does the work and returns the counts, to which ``noisy_rows``
     (descriptions of this run's noisy rows) and ``error_rows`` are added."""
@@ -143,7 +143,8 @@ def run_with_progress(command: str, out: Path, force: bool, total: int, grid: di
     try:
         with _sigterm_as_interrupt():
             console.print(f"nmsbench {command}: {total} rows -> {out}" + (f" ({completed} already there)" if append else ""))
-            warning = load_warning(int(grid.get("threads") or 1))
+            # --threads sets what CPU rows run with; CUDA rows do not use the cores it counts
+            warning = load_warning(int(grid.get("threads") or 1)) if "cpu" in grid.get("devices", ["cpu"]) else ""
             if warning:
                 console.print(f"[yellow]warning[/]: {warning}")
             writer = ResultWriter(out, environment(), grid, reproduce, append=append)

@@ -335,3 +335,22 @@ def test_interrupt_in_any_command_exits_130(monkeypatch):
     monkeypatch.setattr(cli, "describe", interrupted)
     result = CliRunner().invoke(main, ["list"])
     assert result.exit_code == 130 and "interrupted" in result.output and "Aborted" not in result.output
+
+
+def test_the_start_warns_when_the_load_leaves_fewer_cores_than_threads(tmp_path, monkeypatch):
+    import nmsbench.cli_options as options
+    from nmsbench import timing
+
+    monkeypatch.setattr(timing, "usable_cpus", lambda: [0, 1])
+    for module in (timing, options):
+        monkeypatch.setattr(module, "load_average", lambda: (1.7, 1.0, 0.5))
+    out = tmp_path / "run.csv"
+    result = run("sweep", "--n", "4", "--impl", "torchvision", "--scenario", "uniform", "--min-run-time", "0.005",
+                 "--threads", "2", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert "warning: the 1-minute load average is 1.7 on 2 CPU(s)" in " ".join(result.output.split())
+    meta = json.loads(out.with_suffix(".json").read_text())
+    assert [entry["loadavg"] for entry in meta["load"]] == [[1.7, 1.0, 0.5]] * 2
+    quiet = run("sweep", "--n", "4", "--impl", "torchvision", "--scenario", "uniform", "--min-run-time", "0.005",
+                "--threads", "1", "--out", str(tmp_path / "quiet.csv"))
+    assert quiet.exit_code == 0 and "load average" not in quiet.output
