@@ -29,11 +29,6 @@ def default_diff_path(directory: Path = Path("results") / "runs") -> Path:
     return directory / f"diff-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
 
 
-def _split(values) -> list[str]:
-    items = [v.strip() for value in values for v in value.split(",") if v.strip()]
-    return list(dict.fromkeys(items))
-
-
 def _param_value(text: str):
     for cast in (int, float):
         try:
@@ -70,6 +65,7 @@ def diff_command(scenario, overlap, n, seed, iou, classes, impls, device, params
     nmsbench diff --device cuda --impl hard_fused,matrix_recompute,torchvision
     """
     from . import differences
+    from .cli_options import _split
     from .registry import implementations
     from .results import environment
 
