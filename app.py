@@ -243,6 +243,8 @@ def curves_view(rows: pd.DataFrame, all_timers: pd.DataFrame, without_impl: pd.D
         st.info("No device-timer rows in this selection: device (CUDA event) time is recorded for CUDA runs only.")
     else:
         st.plotly_chart(timers, key="chart_timers")
+        st.caption("Solid: wall time (what a caller waits for, launch and host work included); dashed: device time "
+                   "(CUDA events around each call). A legend entry shows or hides both lines of an implementation.")
 
     memory = figure("memory")
     st.subheader("Peak memory vs N")

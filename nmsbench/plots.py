@@ -203,7 +203,8 @@ def _log_ticks(fig: go.Figure, values, axis: str = "y", **selector) -> None:
 
 def _add_lines(fig, data: pd.DataFrame, *, x: str, y: str, row: int, col: int, styles, shown: set,
                band: tuple[str, str] | None = None, hover: str = "", customdata: Sequence[str] = (),
-               name_suffix: str = "", dash: str | None = None, mode: str = "lines+markers", group_suffix: str = ""):
+               name_suffix: str = "", dash: str | None = None, mode: str = "lines+markers", group_suffix: str = "",
+               meta: dict | None = None):
     """One line per series (and its band first, so the line draws on top; ``band`` names
     the columns of its lower and upper edge), added to the
     figure in one batch (plotly's per-trace add with row/col is what costs)."""
@@ -226,7 +227,7 @@ def _add_lines(fig, data: pd.DataFrame, *, x: str, y: str, row: int, col: int, s
             marker=dict(size=7, color=color, symbol=symbol),
             customdata=part[list(customdata)].to_numpy() if customdata else None,
             hovertemplate=f"<b>{series}{name_suffix}</b><br>{hover}<extra></extra>",
-            meta={"role": "line", "series": series, "impl": str(part["impl"].iloc[0])},
+            meta={"role": "line", "series": series, "impl": str(part["impl"].iloc[0]), **(meta or {})},
         ))
         shown.add(group)
     if traces:
@@ -321,7 +322,8 @@ def speedup_vs_n(frame: pd.DataFrame, baseline: str = DEFAULT_BASELINE, *, show:
 def wall_vs_device(frame: pd.DataFrame, *, facet: str | None = "scenario", colors=None, title: str | None = None,
                    max_cols: int = 3) -> go.Figure | None:
     """Wall (solid) and device / CUDA-event (dashed) medians vs N for the implementations
-    that have device-timer rows; None when the selection has none."""
+    that have device-timer rows, one legend entry for each pair; None when the selection
+    has none."""
     ok = ok_rows(_slim(frame))
     with_device = ok[ok["timer"] == "device"]
     if with_device.empty:
@@ -337,8 +339,9 @@ def wall_vs_device(frame: pd.DataFrame, *, facet: str | None = "scenario", color
         for timer, dash in (("wall", "solid"), ("device", "dash")):
             agg = aggregate(part[part["timer"] == timer], ["series", "impl", "n"])
             if not agg.empty:
-                _add_lines(fig, agg, x="n", y="median_us", row=r, col=c, styles=styles, shown=shown, name_suffix=f" · {timer}",
-                           dash=dash, group_suffix=f" · {timer}", hover="N = %{x}<br>median %{y:,.4g} µs")
+                # one legend entry per line pair: it shows and hides the wall and the device line together
+                _add_lines(fig, agg, x="n", y="median_us", row=r, col=c, styles=styles, shown=shown, dash=dash,
+                           hover=f"{timer} timer<br>N = %{{x}}<br>median %{{y:,.4g}} µs", meta={"timer": timer})
     fig.update_xaxes(type="log", title_text=N_AXIS)
     fig.update_yaxes(type="log", title_text=TIME_AXIS)
     _n_ticks(fig, ok["n"])
