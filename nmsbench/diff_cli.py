@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime as dt
 import shlex
-import sys
 from pathlib import Path
 
 import click
@@ -112,6 +111,9 @@ def diff_command(scenario, overlap, n, seed, iou, classes, impls, device, params
         "--classes", str(classes), "--impl", ",".join(names), "--device", device,
         *[a for k, v in given.items() for a in ("--param", f"{k}={v}")], "--out", str(path)])
     case.meta = {"command": command, "environment": env, "created": env["timestamp"]}
+    if not case.keeps:  # nothing to show: no file, and why
+        reasons = "; ".join(f"{name}: {why}" for name, why in {**case.unavailable, **case.errors}.items())
+        raise click.ClickException(f"no implementation ran on {device} ({reasons}); nothing written")
     differences.write_case(case, path)
 
     click.echo(f"{scenario}, knob {case.overlap:g}, N = {case.n}, seed {seed}, IoU {iou:g} on {device}:")
@@ -128,5 +130,3 @@ def diff_command(scenario, overlap, n, seed, iou, classes, impls, device, params
         else:
             click.echo(f"  {name}: not run: {case.unavailable.get(name) or case.errors.get(name)}")
     click.echo(f"wrote {path}")
-    if not case.keeps:
-        sys.exit(1)

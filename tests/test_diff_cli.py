@@ -117,3 +117,11 @@ def test_diff_files_are_found_at_the_top_and_under_runs(tmp_path):
     assert [p.name for p in differences.diff_files(tmp_path)] == ["diff-a.json", "diff-b.json", "diff-c.json"]
     assert "diff-d.json" in [p.name for p in differences.diff_files(tmp_path, include_archive=True)]
     assert differences.diff_files(tmp_path / "nowhere") == []
+
+
+def test_nothing_that_runs_writes_no_file(tmp_path):
+    out = tmp_path / "d.json"
+    # allpairs has no cuda backend, with or without a GPU
+    result = CliRunner().invoke(diff_command, ["--n", "16", "--impl", "allpairs", "--device", "cuda", "--out", str(out)])
+    assert result.exit_code == 1 and "no implementation ran on cuda" in result.output and "allpairs" in result.output
+    assert not out.exists()
