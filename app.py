@@ -346,39 +346,60 @@ def pipeline_view(frame: pd.DataFrame, data_key: tuple) -> None:
             st.dataframe(skipped, hide_index=True, width="stretch")
 
 
-def _diff_label(folder: Path, path: Path, case) -> str:
-    where = str(path.relative_to(folder)) if path.is_relative_to(folder) else path.name
-    if case is None:
-        return f"{where} (unreadable)"
+def _diff_label(where: str, case) -> str:
     return (f"{case.scenario}, N = {case.n}, knob {case.overlap:g}, IoU {case.iou_threshold:g}, seed {case.seed}, "
             f"{case.device} · {where}")
 
 
+@st.cache_data(show_spinner=False, max_entries=16)
+def load_diff_upload(name: str, data: bytes):
+    try:
+        return differences.case_from_dict(json.loads(data), name), None
+    except ValueError as e:  # json's errors are ValueErrors too
+        return None, f"upload {e}" if str(e).startswith(f"{name}: ") else f"upload {name}: not readable JSON ({e})"
+
+
 def differences_view(include_archive: bool) -> None:
     folder = results_dir()
-    paths = differences.diff_files(folder, include_archive)
     st.caption("What two implementations keep on one box set, read from a file `nmsbench diff` wrote: it regenerates "
                "the box set exactly as a sweep does and runs each implementation on it once. To look at another case, "
                f"run e.g. `{DIFF_COMMAND.replace('clustered', 'chain').replace('512', '256')} --impl torchvision,allpairs` "
-               "(it writes results/runs/diff-<time>.json) and reload.")
-    if not paths:
+               "(it writes results/runs/diff-<time>.json) and reload, or add the file here.")
+    loaded = {}  # where (path in the folder, or the upload's name) -> (case, error)
+    for path in differences.diff_files(folder, include_archive):
+        stat = path.stat()
+        loaded[str(path.relative_to(folder))] = load_diff(str(path), stat.st_mtime_ns, stat.st_size)
+    with st.expander("Add an `nmsbench diff` file"):
+        uploads = st.file_uploader("nmsbench diff JSON", type=["json"], accept_multiple_files=True, key="diff_uploads",
+                                   label_visibility="collapsed")
+    uploaded = []
+    for upload in uploads or []:
+        where = f"{upload.name} (uploaded)"
+        loaded[where] = load_diff_upload(upload.name, upload.getvalue())
+        uploaded.append(where)
+    if not loaded:
         st.info(f"No `nmsbench diff` file in `{folder}` (diff-*.json at the top or under runs/). Make one with "
                 f"`{DIFF_COMMAND}` and reload.")
         return
-    loaded = {}
-    for path in paths:
-        stat = path.stat()
-        loaded[path] = load_diff(str(path), stat.st_mtime_ns, stat.st_size)
-    for path, (case, error) in loaded.items():
+    for where, (case, error) in loaded.items():
         if error:
             st.error(error)
-    readable = [p for p, (case, _) in loaded.items() if case is not None and case.keeps]
+    readable = [w for w, (case, _) in loaded.items() if case is not None and case.keeps]
     if not readable:
         return
-    newest = max(readable, key=lambda p: (str(loaded[p][0].meta.get("created", "")), p.stat().st_mtime_ns))
+    # default: the newest upload, else the newest file by the time it was written
+    newest = next((w for w in reversed(uploaded) if w in readable), None) or max(
+        readable, key=lambda w: str(loaded[w][0].meta.get("created", "")))
+    if st.session_state.get("diff_file") not in readable:
+        st.session_state.pop("diff_file", None)
+    fresh = [w for w in uploaded if w in readable and w not in st.session_state.get("diff_seen", [])]
+    st.session_state["diff_seen"] = uploaded
+    if fresh:  # a file just added is the one to look at
+        st.session_state["diff_file"] = fresh[-1]
     c1, c2, c3 = st.columns([2.4, 1, 1])
-    path = c1.selectbox("Case (an `nmsbench diff` file)", readable, index=readable.index(newest), key="diff_file",
-                        format_func=lambda p: _diff_label(folder, p, loaded[p][0]), help="Default: the newest file")
+    chosen = {} if "diff_file" in st.session_state else {"index": readable.index(newest)}  # one default, not two
+    path = c1.selectbox("Case (an `nmsbench diff` file)", readable, **chosen, key="diff_file",
+                        format_func=lambda w: _diff_label(w, loaded[w][0]), help="Default: the newest file")
     case = loaded[path][0]
     names = list(case.keeps)
     default_a = "torchvision" if "torchvision" in names else names[0]

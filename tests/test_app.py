@@ -223,6 +223,20 @@ def test_differences_view_without_a_diff_file_says_how_to_make_one(samples, monk
     assert any("nmsbench diff" in i.value for i in at.info)
 
 
+def test_an_uploaded_diff_file_is_shown_first(samples, diff_results, monkeypatch):
+    reference = samples / "diff-reference.json"  # a file of the folder, shown until something is uploaded
+    shutil.copy(diff_results, reference)
+    at = show(start(samples, monkeypatch), "Suppression differences")
+    assert at.selectbox(key="diff_file").value == "diff-reference.json"
+    at.file_uploader(key="diff_uploads").upload("mine.json", diff_results.read_bytes(), "application/json").run()
+    assert not at.exception and not at.error
+    assert at.selectbox(key="diff_file").value == "mine.json (uploaded)"
+    counts = sum(t["meta"]["count"] for t in figures(at)["boxes_canvas"]["data"] if t["meta"]["role"] == "boxes")
+    assert counts == 256
+    at.file_uploader(key="diff_uploads").upload("junk.json", b"{not json", "application/json").run()
+    assert any(e.value.startswith("upload junk.json: not readable JSON") for e in at.error)
+
+
 def test_a_broken_diff_file_is_named(samples, monkeypatch):
     (samples / "diff-broken.json").write_text('{"format": "something else"}')
     at = show(start(samples, monkeypatch), "Suppression differences")
