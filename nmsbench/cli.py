@@ -332,16 +332,16 @@ def reproduce_command(grid: Grid, out: Path, resume: bool = False) -> str:
     return shlex.join(args + ["--resume" if resume else "--out", str(out)])
 
 
-# the grid dimensions a summary never pools over: one table per combination of their values
-# (recordings: image and input_size), each table impl x n
-SUMMARY_BLOCKS = ("device", "timer", "scenario", "image", "input_size", "overlap", "dtype", "iou_threshold", "classes")
-SUMMARY_COLUMNS = 12  # n values per table; more are split over several tables, never cut
+# the grid dimensions a summary never pools over: one table per combination of their values,
+# each table impl x n. A recorded scenario's tables (real: n is the N a recording gave under
+# the cap n_cap) have a row per recording and implementation and a column per cap, each cell
+# naming its N.
+SUMMARY_BLOCKS = ("device", "timer", "scenario", "overlap", "dtype", "iou_threshold", "classes")
+SUMMARY_COLUMNS = 12  # columns per table; more are split over several tables, never cut
 
 
 def _summary_title(key: dict, varying: set) -> str:
     parts = [f"median µs ({key['timer']} timer)", str(key["scenario"])]
-    if isinstance(key.get("image"), str) and key["image"]:
-        parts.append(f"{key['image']}@{int(float(key['input_size']))}")
     if "overlap" in varying:
         parts.append(f"overlap {float(key['overlap']):g}")
     if "dtype" in varying:
@@ -354,26 +354,42 @@ def _summary_title(key: dict, varying: set) -> str:
     return " · ".join(parts)
 
 
-def _print_summary(out: Path, counts: dict) -> None:
+def _summary_tables(group, title: str) -> list[Table]:
+    """One block of the summary (rows never pooled), split every SUMMARY_COLUMNS columns."""
     import pandas as pd
 
+    recorded = group["n_cap"].notna().any() and group["image"].notna().any()
+    if recorded:
+        group = group.assign(recording=group["image"].astype(str) + "@" + group["input_size"].map(lambda s: f"{int(float(s))}"),
+                             cell=[f"{m:,.1f} (N={int(n)})" for m, n in zip(group["median_us"], group["n"])])
+        pivot = group.pivot_table(index=["recording", "impl"], columns="n_cap", values="cell", aggfunc="first", sort=False)
+        index, header = ("recording", "impl"), [f"cap {int(c)}" for c in pivot.columns]
+    else:
+        pivot = group.pivot_table(index="impl", columns="n", values="median_us", aggfunc="first")
+        pivot = pivot.apply(lambda column: column.map(lambda v: "" if pd.isna(v) else f"{v:,.1f}"))
+        index, header = ("impl",), [str(int(n)) for n in pivot.columns]
+    tables = []
+    for start in range(0, len(header), SUMMARY_COLUMNS):
+        table = Table(title=title)
+        for name in index:
+            table.add_column(name, no_wrap=True)
+        for name in header[start:start + SUMMARY_COLUMNS]:
+            table.add_column(name, justify="right", no_wrap=True)
+        for labels, row in pivot.iloc[:, start:start + SUMMARY_COLUMNS].iterrows():
+            labels = labels if isinstance(labels, tuple) else (labels,)
+            table.add_row(*map(str, labels), *("" if pd.isna(v) else str(v) for v in row))
+        tables.append(table)
+    return tables
+
+
+def _print_summary(out: Path, counts: dict) -> None:
     from .results import read_results
 
     frame = read_results(out)
     ok = frame[frame.status == "ok"]
     varying = {c for c in SUMMARY_BLOCKS if ok[c].nunique(dropna=False) > 1}
     for values, group in ok.groupby(list(SUMMARY_BLOCKS), sort=False, dropna=False):
-        key = dict(zip(SUMMARY_BLOCKS, values))
-        # within one block every (impl, n) is one row: nothing is pooled
-        pivot = group.pivot_table(index="impl", columns="n", values="median_us", aggfunc="first")
-        for start in range(0, len(pivot.columns), SUMMARY_COLUMNS):
-            part = pivot.iloc[:, start:start + SUMMARY_COLUMNS]
-            table = Table(title=_summary_title(key, varying))
-            table.add_column("impl", no_wrap=True)
-            for n in part.columns:
-                table.add_column(str(int(n)), justify="right", no_wrap=True, min_width=len(str(int(n))))
-            for impl, row in part.iterrows():
-                table.add_row(str(impl), *("" if pd.isna(v) else f"{v:,.1f}" for v in row))
+        for table in _summary_tables(group, _summary_title(dict(zip(SUMMARY_BLOCKS, values)), varying)):
             console.print(table)
     written = counts["ok"] + counts["error"] + counts["skipped"]
     noisy = counts.get("noisy_rows", [])

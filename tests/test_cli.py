@@ -265,23 +265,39 @@ def test_the_summary_shows_one_block_per_varying_dimension_and_never_pools(tmp_p
         assert f"{value:,.1f}" in result.output
 
 
+def summary_of(rows: list[dict], tmp_path) -> str:
+    from nmsbench import cli
+
+    path = tmp_path / "r.csv"
+    base = {"schema_version": 4, "benchmark": "nms", "family": "hard", "device": "cpu", "dtype": "float32", "timer": "wall",
+            "overlap": 0.25, "classes": 1, "iou_threshold": 0.5, "seed": 0, "params": "{}", "status": "ok"}
+    pd.DataFrame([base | row for row in rows]).reindex(columns=COLUMNS).to_csv(path, index=False)
+    with cli.console.capture() as captured:
+        cli._print_summary(path, {"ok": len(rows), "error": 0, "skipped": 0, "noisy": 0})
+    return captured.get()
+
+
 def test_the_summary_splits_many_box_counts_into_tables_without_cutting_them(tmp_path):
     from nmsbench import cli
 
     sizes = [2 ** k for k in range(2, 2 + cli.SUMMARY_COLUMNS + 3)]
-    rows = [{"schema_version": 4, "benchmark": "nms", "impl": "torchvision", "family": "hard", "device": "cpu",
-             "dtype": "float32", "timer": "wall", "scenario": "real", "image": "bus.jpg", "input_size": 640,
-             "overlap": 0.25, "classes": 1, "n": n, "iou_threshold": 0.5, "seed": 0, "params": "{}", "status": "ok",
-             "median_us": 1000.0 + n} for n in sizes]
-    path = tmp_path / "r.csv"
-    pd.DataFrame(rows).reindex(columns=COLUMNS).to_csv(path, index=False)
-    console = cli.console
-    with console.capture() as captured:
-        cli._print_summary(path, {"ok": len(rows), "error": 0, "skipped": 0, "noisy": 0})
-    text = captured.get()
-    assert text.count("bus.jpg@640") == 2  # two tables, both naming the recording
+    text = summary_of([{"impl": "torchvision", "scenario": "uniform", "n": n, "median_us": 1000.0 + n} for n in sizes], tmp_path)
+    assert text.count("median µs (wall timer) · uniform · cpu") == 2  # two tables
     for n in sizes:
         assert f" {n} " in text and f"{1000 + n:,.1f}" in text
+
+
+def test_the_summary_of_recordings_has_a_row_per_recording_and_a_column_per_cap(tmp_path):
+    recordings = [(f"photo{i}.jpg", size) for i in range(15) for size in (416, 640)]
+    rows = [{"impl": impl, "scenario": "real", "image": image, "input_size": size, "n_cap": cap, "n": min(cap, 10 + i),
+             "median_us": 100.0 + i + (cap == 8192)}
+            for i, (image, size) in enumerate(recordings) for cap in (64, 8192) for impl in ("torchvision", "hard_fused")]
+    text = summary_of(rows, tmp_path)
+    assert text.count("median µs (wall timer) · real · cpu") == 1  # one table: every realized N stays readable
+    assert "cap 64" in text and "cap 8192" in text
+    for i, (image, size) in enumerate(recordings):
+        assert f"{image}@{size}" in text
+        assert f"{100 + i:,.1f} (N={min(64, 10 + i)})" in text and f"{101 + i:,.1f} (N={10 + i})" in text
 
 
 def test_interrupt_during_start_up_exits_130_without_a_traceback(tmp_path, monkeypatch):
