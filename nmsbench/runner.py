@@ -124,7 +124,7 @@ class Grid:
         if self.recordings is not None:
             names(self.recordings, "recordings")
             need(any(datasets.SCENARIOS[s].recordings for s in self.scenarios), "recordings",
-                 "recordings are for the real scenario (add --scenario real)")
+                 "--recording is for the real scenario (add --scenario real; Grid.recordings)")
         need(_whole(self.seed) and self.seed >= 0, "seed", f"seed must be a whole number >= 0, got {self.seed!r}")
         need(_whole(self.classes) and self.classes >= 1, "classes", f"classes must be a whole number >= 1, got {self.classes!r}")
         need(_whole(self.threads) and self.threads >= 1, "threads", f"threads must be a whole number >= 1, got {self.threads!r}")
