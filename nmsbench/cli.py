@@ -41,7 +41,7 @@ from .cli_options import (_check_resume, _console, _floats, _split, StoppableGro
 from .registry import describe, implementations  # noqa: E402
 from .results import default_output_path  # noqa: E402
 from .runner import DTYPES, Grid, GridError, run_sweep  # noqa: E402
-from .timing import DEFAULT_ROUNDS, DEFAULT_TIMERS, NOISY_RULE, TIMERS  # noqa: E402
+from .timing import DEFAULT_ROUNDS, DEFAULT_TIMERS, NOISY_RULE  # noqa: E402
 
 
 def parse_sizes(text: str) -> list[int]:
