@@ -25,6 +25,19 @@ THREADS = 256  # one row a thread
 MAX_ROWS = (1 << 28) - 1  # the verdict's encoding: (n - row) * 8 + reason in 31 bits
 _DTYPES = frozenset((torch.float32, torch.float64, torch.float16))
 PLANS_KEPT = 4096  # call shapes whose launch a thread keeps
+_local = threading.local()  # a thread's _Check per call shape
+_verdicts = threading.local()  # a thread's HostCount per device
+
+
+def _host_verdict(index: int) -> HostCount:
+    """The thread's pinned verdict memory for device ``index``."""
+    by_device = getattr(_verdicts, "by_device", None)
+    if by_device is None:
+        by_device = _verdicts.by_device = {}
+    verdict = by_device.get(index)
+    if verdict is None:
+        verdict = by_device[index] = HostCount()
+    return verdict
 
 
 class _Check:
@@ -33,8 +46,8 @@ class _Check:
 
     __slots__ = ("launch", "host", "scratch")
 
-    def __init__(self, dtype: torch.dtype, index: int, n: int):
-        kernel = MODULE.get("validate_kernel", dtype, torch.device("cuda", index))
+    def __init__(self, dtype: torch.dtype, device: torch.device, index: int, n: int):
+        kernel = MODULE.get("validate_kernel", dtype, device)
         self.launch = CompiledLaunch(kernel, (-(-n // THREADS),), (THREADS,), _CODES, index)
         self.host = _host_verdict(index)
         self.scratch = {} if self.launch.grid[0] > 1 else None
@@ -54,7 +67,7 @@ def launch_check(boxes: torch.Tensor, scores: torch.Tensor, *, padded: bool = Fa
     index = boxes.get_device()
     stream = torch._C._cuda_getCurrentRawStream(index)
     if padded:
-        launch = _Check(boxes.dtype, index, n).launch
+        launch = _Check(boxes.dtype, boxes.device, index, n).launch
         words = torch.zeros(4, dtype=torch.int32, device=boxes.device)  # scratch[2], then the int64 verdict
         address = words.data_ptr()
         launch(stream, boxes.data_ptr(), scores.data_ptr(), n, address, 0, address + 8)
@@ -67,7 +80,7 @@ def launch_check(boxes: torch.Tensor, scores: torch.Tensor, *, padded: bool = Fa
     if check is None:
         if len(plans) >= PLANS_KEPT:
             plans.clear()
-        check = plans[boxes.dtype, index, n] = _Check(boxes.dtype, index, n)
+        check = plans[boxes.dtype, index, n] = _Check(boxes.dtype, boxes.device, index, n)
     scratch = 0
     if check.scratch is not None:
         scratch = check.scratch.get(stream)

@@ -1,0 +1,93 @@
+"""The host side of the CUDA input check (implementations/_validate.py) without a GPU:
+the launch it packs for eager and padded calls (grid, arguments in the kernel's layout,
+scratch only with several blocks, the thread's verdict memory), and how the verdict is read
+after the op. The driver, the stream and the pinned memory are stubbed."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+import torch
+
+from nmsbench.variants import _validate
+
+
+class FakeHost:
+    def __init__(self):
+        self.value = np.full(1, -1, dtype=np.int64)
+        self.address = 0x5000
+        self.waits = 0
+
+    def wait(self, device):
+        self.waits += 1
+        value, self.value[0] = int(self.value[0]), -1
+        return value
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    recorded = []
+
+    class RecordingLaunch:
+        def __init__(self, function, grid, block, codes, device_index):
+            self.grid, self.block, self.codes, self.device_index = tuple(grid), tuple(block), codes, device_index
+            self._pack = struct.Struct("@" + codes).pack  # the kernel's layout: a wrong argument type fails here
+
+        def __call__(self, stream, *values):
+            self._pack(*values)
+            recorded.append((self.grid, self.block, stream, values))
+
+    monkeypatch.setattr(_validate, "CompiledLaunch", RecordingLaunch)
+    monkeypatch.setattr(_validate.MODULE, "get", lambda name, dtype, device: object())
+    monkeypatch.setattr(_validate, "HostCount", FakeHost)
+    monkeypatch.setattr(_validate, "stream_counters", lambda index, stream, count: 0x9000 + stream)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7)
+    monkeypatch.setattr(_validate, "_local", type(_validate._local)())
+    monkeypatch.setattr(_validate, "_verdicts", type(_validate._verdicts)())
+    return recorded
+
+
+def inputs(n, dtype=torch.float32):
+    boxes = torch.rand(n, 4, dtype=dtype)
+    return boxes, torch.rand(n, dtype=dtype)
+
+
+@pytest.mark.parametrize("n", [1, 256, 257, 5000])
+def test_eager_launch_packs_the_kernels_layout(launches, n):
+    boxes, scores = inputs(n)
+    host = _validate.launch_check(boxes, scores)
+    (grid, block, stream, values), = launches
+    assert grid == (-(-n // _validate.THREADS),) and block == (_validate.THREADS,) and stream == 7
+    scratch = 0x9000 + 7 if n > _validate.THREADS else 0  # shared scratch only where blocks must combine
+    assert values == (boxes.data_ptr(), scores.data_ptr(), n, scratch, host.address, 0)
+    assert _validate.launch_check(boxes, scores) is host  # the thread's verdict memory is reused
+    assert len(launches) == 2 and launches[1][3] == values
+
+
+def test_padded_launch_writes_to_its_own_device_words(launches):
+    boxes, scores = inputs(1000, torch.float64)
+    verdict = _validate.launch_check(boxes, scores, padded=True)
+    (grid, _, _, values), = launches
+    assert grid == (4,) and verdict.shape == () and verdict.dtype == torch.int64
+    scratch, host, device = values[3:]
+    assert host == 0 and device == scratch + 8 == verdict.data_ptr()  # the verdict follows the two scratch words
+    assert int(verdict) == 0  # zeroed, as the kernel's scratch must be
+
+
+def test_unsupported_inputs_are_left_to_the_caller(launches):
+    boxes, scores = inputs(10)
+    assert _validate.launch_check(boxes.t().contiguous().t(), scores) is None  # not contiguous
+    assert _validate.launch_check(boxes.bfloat16(), scores.bfloat16()) is None
+    assert launches == []
+
+
+def test_the_verdict_is_read_without_waiting_once_written(launches):
+    boxes, scores = inputs(10)
+    host = _validate.launch_check(boxes, scores)
+    host.value[0] = 0  # what the kernel writes for good input, seen after the op's own synchronization
+    assert _validate.host_verdict(host, boxes.device) == 0 and host.waits == 0 and host.value[0] == -1
+    _validate.launch_check(boxes, scores)
+    host.value[0] = -1  # not written yet: the op did not synchronize, so the check waits
+    assert _validate.host_verdict(host, boxes.device) == -1 and host.waits == 1
