@@ -4,7 +4,7 @@ Everything here reads result tables (``read_results`` frames) and returns tables
 figure builders in :mod:`nmsbench.plots`, the dashboard (``app.py``) and the ``plot`` and
 ``export`` commands all go through it, so they show the same numbers.
 
-    >>> frame = load_results(["results/sweep-20261129-h200-host-cpu.csv"])
+    >>> frame = load_results(["results/h200-host-cpu.csv"])
     >>> rows = select(frame, scenario=["clustered"], timer=["wall"])
     >>> table = speedup_table(rows, baseline="torchvision")      # one row per case and impl
     >>> print(render_table(table, "markdown"))                  # N x implementation
