@@ -16,7 +16,7 @@ import torch
 
 from nmsbench.boxes import VERDICT_REASONS
 
-from ._cuda import CompiledLaunch, CudaModule, HostCount, stream_counters
+from ._cuda import CompiledLaunch, CudaModule, HostCount
 
 _CODES = "QQiQQQ"  # boxes, scores, n, scratch, verdict_host, verdict_device
 MODULE = CudaModule("_validate.cu", templates={"validate_kernel": _CODES},
@@ -27,6 +27,17 @@ _DTYPES = frozenset((torch.float32, torch.float64, torch.float16))
 PLANS_KEPT = 4096  # call shapes whose launch a thread keeps
 _local = threading.local()  # a thread's _Check per call shape
 _verdicts = threading.local()  # a thread's HostCount per device
+# (device index, stream) -> the check's two scratch words, kept at 0 between launches. Its
+# own, never replaced: a shared buffer that another op may grow (and so free) would leave
+# a kept address pointing at freed memory.
+_scratch: dict[tuple[int, int], torch.Tensor] = {}
+
+
+def _scratch_words(index: int, stream: int) -> int:
+    words = _scratch.get((index, stream))
+    if words is None:
+        words = _scratch[index, stream] = torch.zeros(2, dtype=torch.int32, device=torch.device("cuda", index))
+    return words.data_ptr()
 
 
 def _host_verdict(index: int) -> HostCount:
@@ -42,15 +53,15 @@ def _host_verdict(index: int) -> HostCount:
 
 class _Check:
     """One thread's check of one call shape (dtype, device, N): its launch, the pinned
-    memory its verdict goes to, and its scratch per stream (with several blocks)."""
+    memory its verdict goes to, and whether its blocks combine through scratch."""
 
-    __slots__ = ("launch", "host", "scratch")
+    __slots__ = ("launch", "host", "multi_block")
 
     def __init__(self, dtype: torch.dtype, device: torch.device, index: int, n: int):
         kernel = MODULE.get("validate_kernel", dtype, device)
         self.launch = CompiledLaunch(kernel, (-(-n // THREADS),), (THREADS,), _CODES, index)
         self.host = _host_verdict(index)
-        self.scratch = {} if self.launch.grid[0] > 1 else None
+        self.multi_block = self.launch.grid[0] > 1
 
 
 def launch_check(boxes: torch.Tensor, scores: torch.Tensor, *, padded: bool = False):
@@ -81,11 +92,7 @@ def launch_check(boxes: torch.Tensor, scores: torch.Tensor, *, padded: bool = Fa
         if len(plans) >= PLANS_KEPT:
             plans.clear()
         check = plans[boxes.dtype, index, n] = _Check(boxes.dtype, boxes.device, index, n)
-    scratch = 0
-    if check.scratch is not None:
-        scratch = check.scratch.get(stream)
-        if scratch is None:
-            scratch = check.scratch[stream] = stream_counters(index, stream, 2)
+    scratch = _scratch_words(index, stream) if check.multi_block else 0
     host = check.host
     host.value[0] = -1
     check.launch(stream, boxes.data_ptr(), scores.data_ptr(), n, scratch, host.address, 0)

@@ -42,7 +42,7 @@ def launches(monkeypatch):
     monkeypatch.setattr(_validate, "CompiledLaunch", RecordingLaunch)
     monkeypatch.setattr(_validate.MODULE, "get", lambda name, dtype, device: object())
     monkeypatch.setattr(_validate, "HostCount", FakeHost)
-    monkeypatch.setattr(_validate, "stream_counters", lambda index, stream, count: 0x9000 + stream)
+    monkeypatch.setattr(_validate, "_scratch_words", lambda index, stream: 0x9000 + stream)
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7)
     monkeypatch.setattr(_validate, "_local", type(_validate._local)())
     monkeypatch.setattr(_validate, "_verdicts", type(_validate._verdicts)())
