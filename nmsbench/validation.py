@@ -66,7 +66,9 @@ def start_value_check(boxes: torch.Tensor, scores: torch.Tensor, *, padded: bool
         return None
     if not boxes.is_cuda:
         if boxes.dtype in (torch.float32, torch.float64):
-            b, s = boxes.detach().numpy(), scores.detach().numpy()
+            if boxes.requires_grad or scores.requires_grad:
+                boxes, scores = boxes.detach(), scores.detach()
+            b, s = boxes.numpy(), scores.numpy()
             if _cpu_pass()(b, s) < 0:
                 return None
         check_input_values(boxes, scores)  # words the error (float16: does the whole check)

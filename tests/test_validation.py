@@ -264,3 +264,13 @@ def test_padded_result_check_decodes_the_verdict():
     with pytest.raises(ValueError, match=r"row 2"):
         bad.check()
     assert nmsbench.PaddedNMSResult(keep, count).check().input_check is None  # a backend called directly
+
+
+def test_inputs_that_require_grad_are_checked_too():
+    boxes, scores = B.clone().requires_grad_(), S.clone().requires_grad_()
+    assert nmsbench.run_nms("torchvision", boxes, scores, iou_threshold=0.5).keep.tolist() == \
+        nmsbench.run_nms("torchvision", B, S, iou_threshold=0.5).keep.tolist()
+    bad = B.clone()
+    bad[1, 0] = math.nan
+    with pytest.raises(ValueError, match=r"row 1"):
+        nmsbench.run_nms("torchvision", bad.requires_grad_(), scores, iou_threshold=0.5)
