@@ -37,7 +37,7 @@ from rich.table import Table  # noqa: E402
 
 from . import datasets  # noqa: E402
 from .cli_options import (_check_resume, _console, _floats, _split, StoppableGroup, case_timeout_option,  # noqa: F401,E402
-                          check_resume_options, console, resume_option, run_with_progress)
+                          check_resume_options, console, parse_params, resume_option, run_with_progress)
 from .registry import describe, implementations  # noqa: E402
 from .results import default_output_path  # noqa: E402
 from .runner import DTYPES, Grid, GridError, run_sweep  # noqa: E402
@@ -71,15 +71,6 @@ def parse_sizes(text: str) -> list[int]:
     if not sizes:
         raise ValueError("no box counts given")
     return list(dict.fromkeys(sizes))
-
-
-def _param_value(text: str):
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
 
 
 @click.group(cls=StoppableGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -232,12 +223,7 @@ def sweep(sizes, impls, devices, scenarios, overlaps, ious, dtypes, seed, classe
         raise click.BadParameter(str(e), param_hint="--n") from None
     check_resume_options(resume, out, force)
     known = implementations()
-    param_dict = {}
-    for item in params:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--param")
-        param_dict[key.strip()] = _param_value(value.strip())
+    param_dict = parse_params(params)
     fields = dict(
         impls=_split(impls) or sorted(known), devices=_split(devices), dtypes=_split(dtypes),
         scenarios=_split(scenarios) or list(datasets.SYNTHETIC), ns=ns, ious=_floats(ious, "--iou values"),

@@ -40,6 +40,27 @@ def _split(values: tuple[str, ...]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
+def parse_params(items: tuple[str, ...]) -> dict:
+    """``--param KEY=VALUE`` options as a dict, values as int, float or text; a
+    BadParameter for an item that is not KEY=VALUE."""
+    params = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--param")
+        params[key.strip()] = _param_value(value.strip())
+    return params
+
+
+def _param_value(text: str):
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
 def _floats(values: tuple[str, ...], what: str) -> list[float]:
     try:
         return [float(v) for v in _split(values)]

@@ -28,15 +28,6 @@ def default_diff_path(directory: Path = Path("results") / "runs") -> Path:
     return directory / f"diff-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
 
 
-def _param_value(text: str):
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
-
-
 @click.command("diff")
 @click.option("--scenario", default=DEFAULT_SCENARIO, show_default=True, type=click.Choice(list(datasets.SYNTHETIC)),
               help="Box-set scenario (as in `nmsbench sweep --scenario`).")
@@ -64,7 +55,7 @@ def diff_command(scenario, overlap, n, seed, iou, classes, impls, device, params
     nmsbench diff --device cuda --impl hard_fused,matrix_recompute,torchvision
     """
     from . import differences
-    from .cli_options import _split
+    from .cli_options import _split, parse_params
     from .registry import implementations
     from .results import environment
 
@@ -73,12 +64,7 @@ def diff_command(scenario, overlap, n, seed, iou, classes, impls, device, params
     if overlap is not None and not lo <= overlap <= hi:
         raise click.BadParameter(f"{scenario}'s knob ({spec.knob}) runs from {lo:g} to {hi:g}, got {overlap:g}",
                                  param_hint="--overlap")
-    given = {}
-    for item in params:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--param")
-        given[key.strip()] = _param_value(value.strip())
+    given = parse_params(params)
     registry = implementations()
     names = _split(impls)
     unknown = [name for name in names if name not in registry]

@@ -75,7 +75,7 @@ def test_params_reach_the_implementations_that_take_them(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--impl", "nope"], "unknown implementation(s) nope"),
     (["--overlap", "99"], "runs from"),
-    (["--param", "sigma"], "expected KEY=VALUE"),
+    (["--param", "sigma"], "is not KEY=VALUE"),
     (["--impl", "torchvision", "--param", "sigma=0.5"], "no chosen implementation takes sigma"),
     (["--impl", "matrix_naive", "--param", "kernel=cubic"], "kernel"),
     (["--scenario", "nowhere"], "nowhere"),
