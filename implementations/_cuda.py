@@ -608,16 +608,18 @@ def kept_count(host: HostCount, device: torch.device, n: int, op: str) -> int:
 _host_counts = threading.local()
 
 
-def host_count(device: torch.device) -> HostCount:
-    """A ``HostCount`` for ``device``, one per thread and device and reused: each op that
-    uses it waits for the count before it returns, so no two calls share it at once."""
+def host_count(device: torch.device, slot: str = "kept") -> HostCount:
+    """A ``HostCount`` for ``device``, one per thread, device and ``slot`` and reused: each
+    op that uses it waits for the count before it returns, so no two calls share it at
+    once. Values read in one call (an op's kept count, run_nms's input verdict) take
+    different slots."""
     counts = getattr(_host_counts, "by_device", None)
     if counts is None:
         counts = _host_counts.by_device = {}
-    index = device_index(device)
-    count = counts.get(index)
+    key = (device_index(device), slot)
+    count = counts.get(key)
     if count is None:
-        count = counts[index] = HostCount()
+        count = counts[key] = HostCount()
     return count
 
 

@@ -16,7 +16,7 @@ import torch
 
 from nmsbench.boxes import VERDICT_REASONS
 
-from ._cuda import CompiledLaunch, CudaModule, HostCount
+from ._cuda import CompiledLaunch, CudaModule, HostCount, _zeroed_per_stream, host_count
 
 _CODES = "QQiQQQ"  # boxes, scores, n, scratch, verdict_host, verdict_device
 MODULE = CudaModule("_validate.cu", templates={"validate_kernel": _CODES},
@@ -26,29 +26,10 @@ MAX_ROWS = (1 << 28) - 1  # the verdict's encoding: (n - row) * 8 + reason in 31
 _DTYPES = frozenset((torch.float32, torch.float64, torch.float16))
 PLANS_KEPT = 4096  # call shapes whose launch a thread keeps
 _local = threading.local()  # a thread's _Check per call shape
-_verdicts = threading.local()  # a thread's HostCount per device
-# (device index, stream) -> the check's two scratch words, kept at 0 between launches. Its
-# own, never replaced: a shared buffer that another op may grow (and so free) would leave
-# a kept address pointing at freed memory.
+# (device index, stream) -> the check's two scratch words, kept at 0 between launches: its
+# own store, whose sets never grow, so a kept address stays valid (a set shared with an op
+# that grows it would be freed under it).
 _scratch: dict[tuple[int, int], torch.Tensor] = {}
-
-
-def _scratch_words(index: int, stream: int) -> int:
-    words = _scratch.get((index, stream))
-    if words is None:
-        words = _scratch[index, stream] = torch.zeros(2, dtype=torch.int32, device=torch.device("cuda", index))
-    return words.data_ptr()
-
-
-def _host_verdict(index: int) -> HostCount:
-    """The thread's pinned verdict memory for device ``index``."""
-    by_device = getattr(_verdicts, "by_device", None)
-    if by_device is None:
-        by_device = _verdicts.by_device = {}
-    verdict = by_device.get(index)
-    if verdict is None:
-        verdict = by_device[index] = HostCount()
-    return verdict
 
 
 class _Check:
@@ -60,7 +41,7 @@ class _Check:
     def __init__(self, dtype: torch.dtype, device: torch.device, index: int, n: int):
         kernel = MODULE.get("validate_kernel", dtype, device)
         self.launch = CompiledLaunch(kernel, (-(-n // THREADS),), (THREADS,), _CODES, index)
-        self.host = _host_verdict(index)
+        self.host = host_count(device, "input verdict")
         self.multi_block = self.launch.grid[0] > 1
 
 
@@ -77,12 +58,6 @@ def launch_check(boxes: torch.Tensor, scores: torch.Tensor, *, padded: bool = Fa
         return None
     index = boxes.get_device()
     stream = torch._C._cuda_getCurrentRawStream(index)
-    if padded:
-        launch = _Check(boxes.dtype, boxes.device, index, n).launch
-        words = torch.zeros(4, dtype=torch.int32, device=boxes.device)  # scratch[2], then the int64 verdict
-        address = words.data_ptr()
-        launch(stream, boxes.data_ptr(), scores.data_ptr(), n, address, 0, address + 8)
-        return words[2:].view(torch.int64)[0]
     try:
         plans = _local.plans
     except AttributeError:
@@ -92,7 +67,12 @@ def launch_check(boxes: torch.Tensor, scores: torch.Tensor, *, padded: bool = Fa
         if len(plans) >= PLANS_KEPT:
             plans.clear()
         check = plans[boxes.dtype, index, n] = _Check(boxes.dtype, boxes.device, index, n)
-    scratch = _scratch_words(index, stream) if check.multi_block else 0
+    if padded:
+        words = torch.zeros(4, dtype=torch.int32, device=boxes.device)  # scratch[2], then the int64 verdict
+        address = words.data_ptr()
+        check.launch(stream, boxes.data_ptr(), scores.data_ptr(), n, address, 0, address + 8)
+        return words[2:].view(torch.int64)[0]
+    scratch = _zeroed_per_stream(_scratch, index, stream, 2).data_ptr() if check.multi_block else 0
     host = check.host
     host.value[0] = -1
     check.launch(stream, boxes.data_ptr(), scores.data_ptr(), n, scratch, host.address, 0)

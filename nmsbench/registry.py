@@ -12,6 +12,7 @@ unavailable, with the reason.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import pkgutil
@@ -92,13 +93,15 @@ class Implementation:
         names = {p.name for p in self.params}
         return {k: v for k, v in given.items() if k in names}
 
+    @functools.cached_property
+    def _checked_defaults(self) -> dict[str, Any]:
+        """Every parameter's default, checked once."""
+        return {p.name: p.check(p.default) for p in self.params}
+
     def resolve_params(self, given: dict[str, Any]) -> dict[str, Any]:
         """Defaults filled in and every value checked; unknown names are a ValueError."""
-        if not given:  # the common case, on every call's path: the defaults, checked once
-            defaults = self.__dict__.get("_checked_defaults")
-            if defaults is None:
-                defaults = self.__dict__["_checked_defaults"] = {p.name: p.check(p.default) for p in self.params}
-            return dict(defaults)
+        if not given:  # the common case, on every call's path
+            return dict(self._checked_defaults)
         known = {p.name: p for p in self.params}
         unknown = sorted(set(given) - set(known))
         if unknown:

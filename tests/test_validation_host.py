@@ -26,6 +26,14 @@ class FakeHost:
         return value
 
 
+class FakeWords:
+    def __init__(self, address):
+        self.address = address
+
+    def data_ptr(self):
+        return self.address
+
+
 @pytest.fixture
 def launches(monkeypatch):
     recorded = []
@@ -41,11 +49,11 @@ def launches(monkeypatch):
 
     monkeypatch.setattr(_validate, "CompiledLaunch", RecordingLaunch)
     monkeypatch.setattr(_validate.MODULE, "get", lambda name, dtype, device: object())
-    monkeypatch.setattr(_validate, "HostCount", FakeHost)
-    monkeypatch.setattr(_validate, "_scratch_words", lambda index, stream: 0x9000 + stream)
+    hosts = {}
+    monkeypatch.setattr(_validate, "host_count", lambda device, slot: hosts.setdefault((device, slot), FakeHost()))
+    monkeypatch.setattr(_validate, "_zeroed_per_stream", lambda store, index, stream, count: FakeWords(0x9000 + stream))
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7)
     monkeypatch.setattr(_validate, "_local", type(_validate._local)())
-    monkeypatch.setattr(_validate, "_verdicts", type(_validate._verdicts)())
     return recorded
 
 
