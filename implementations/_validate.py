@@ -10,13 +10,15 @@ device tensor instead, so the whole call stays free of host synchronization.
 
 from __future__ import annotations
 
+import ctypes
+import struct
 import threading
 
 import torch
 
 from nmsbench.boxes import VERDICT_REASONS
 
-from ._cuda import CompiledLaunch, CudaModule, HostCount, _zeroed_per_stream, host_count
+from ._cuda import CudaModule, _driver_api, _zeroed_per_stream, host_count
 
 _CODES = "QQiQQQ"  # boxes, scores, n, scratch, verdict_host, verdict_device
 MODULE = CudaModule("_validate.cu", templates={"validate_kernel": _CODES},
@@ -25,6 +27,8 @@ THREADS = 256  # one row a thread
 MAX_ROWS = (1 << 28) - 1  # the verdict's encoding: (n - row) * 8 + reason in 31 bits
 _DTYPES = frozenset((torch.float32, torch.float64, torch.float16))
 PLANS_KEPT = 4096  # call shapes whose launch a thread keeps
+_ARGUMENTS = struct.Struct("@" + _CODES)
+_OFFSETS = [struct.calcsize("@" + _CODES[: i + 1]) - struct.calcsize(code) for i, code in enumerate(_CODES)]
 _local = threading.local()  # a thread's _Check per call shape
 # (device index, stream) -> the check's two scratch words, kept at 0 between launches: its
 # own store, whose sets never grow, so a kept address stays valid (a set shared with an op
@@ -33,57 +37,86 @@ _scratch: dict[tuple[int, int], torch.Tensor] = {}
 
 
 class _Check:
-    """One thread's check of one call shape (dtype, device, N): its launch, the pinned
-    memory its verdict goes to, and whether its blocks combine through scratch."""
+    """One thread's check of one call shape (dtype, device, N), prepared so that a call
+    only packs its addresses and calls the driver: the kernel, the grid, the pinned memory
+    its verdict goes to, its own argument buffer and pointer array (cuLaunchKernel's
+    ``kernelParams``), and the scratch address of the last stream it ran on."""
 
-    __slots__ = ("launch", "host", "multi_block")
+    __slots__ = ("function", "grid", "index", "host", "multi_block", "values", "pointers", "pointer_array",
+                 "stream", "scratch", "launch_kernel")
 
     def __init__(self, dtype: torch.dtype, device: torch.device, index: int, n: int):
-        kernel = MODULE.get("validate_kernel", dtype, device)
-        self.launch = CompiledLaunch(kernel, (-(-n // THREADS),), (THREADS,), _CODES, index)
+        self.function = MODULE.get("validate_kernel", dtype, device).ptr
+        self.grid = -(-n // THREADS)
+        self.index = index
         self.host = host_count(device, "input verdict")
-        self.multi_block = self.launch.grid[0] > 1
+        self.multi_block = self.grid > 1
+        self.values = ctypes.create_string_buffer(_ARGUMENTS.size)
+        base = ctypes.addressof(self.values)
+        self.pointer_array = (ctypes.c_void_p * len(_CODES))(*[base + offset for offset in _OFFSETS])
+        self.pointers = ctypes.addressof(self.pointer_array)
+        self.stream, self.scratch = None, 0
+        self.launch_kernel = _driver_api().launchKernel
+
+    def launch(self, stream: int, boxes: int, scores: int, n: int, scratch: int, host: int, device: int) -> None:
+        _ARGUMENTS.pack_into(self.values, 0, boxes, scores, n, scratch, host, device)
+        if torch._C._cuda_getDevice() != self.index:  # the module is loaded in that device's context
+            import cupy
+
+            with cupy.cuda.Device(self.index):
+                self.launch_kernel(self.function, self.grid, 1, 1, THREADS, 1, 1, 0, stream, self.pointers, 0)
+        else:
+            self.launch_kernel(self.function, self.grid, 1, 1, THREADS, 1, 1, 0, stream, self.pointers, 0)
+
+
+def _plan(boxes: torch.Tensor, n: int):
+    """The thread's ``_Check`` for this call shape, or None where the kernel does not take it."""
+    try:
+        plans = _local.plans
+    except AttributeError:
+        plans = _local.plans = {}
+    key = (boxes.dtype, boxes.get_device(), n)
+    check = plans.get(key)
+    if check is None:
+        if boxes.dtype not in _DTYPES or not 0 < n <= MAX_ROWS:
+            return None
+        if len(plans) >= PLANS_KEPT:
+            plans.clear()
+        check = plans[key] = _Check(boxes.dtype, boxes.device, key[1], n)
+    return check
 
 
 def launch_check(boxes: torch.Tensor, scores: torch.Tensor, *, padded: bool = False):
-    """Queue the check of ``boxes`` and ``scores`` (validated shapes, on one CUDA device,
-    N > 0) on torch's current stream; ``None`` where the kernel cannot take them
-    (not contiguous, another dtype, N >= 2^28), which leaves the check to the caller.
+    """Queue the check of ``boxes`` and ``scores`` (validated shapes, on one CUDA device)
+    on torch's current stream; ``None`` where the kernel cannot take them (no rows, not
+    contiguous, another dtype, N >= 2^28), which leaves the check to the caller.
 
     Returns a ``HostCount`` to read with :func:`host_verdict` after the op, or, with
     ``padded``, the 0-d int64 device tensor the verdict is written to (its scratch is the
     call's own, zeroed on the stream, so a CUDA graph may capture the call)."""
     n = boxes.shape[0]
-    if not (boxes.dtype in _DTYPES and n <= MAX_ROWS and boxes.is_contiguous() and scores.is_contiguous()):
+    check = _plan(boxes, n)
+    if check is None or not (boxes.is_contiguous() and scores.is_contiguous()):
         return None
-    index = boxes.get_device()
-    stream = torch._C._cuda_getCurrentRawStream(index)
-    try:
-        plans = _local.plans
-    except AttributeError:
-        plans = _local.plans = {}
-    check = plans.get((boxes.dtype, index, n))
-    if check is None:
-        if len(plans) >= PLANS_KEPT:
-            plans.clear()
-        check = plans[boxes.dtype, index, n] = _Check(boxes.dtype, boxes.device, index, n)
+    stream = torch._C._cuda_getCurrentRawStream(check.index)
     if padded:
         words = torch.zeros(4, dtype=torch.int32, device=boxes.device)  # scratch[2], then the int64 verdict
         address = words.data_ptr()
         check.launch(stream, boxes.data_ptr(), scores.data_ptr(), n, address, 0, address + 8)
         return words[2:].view(torch.int64)[0]
-    scratch = _zeroed_per_stream(_scratch, index, stream, 2).data_ptr() if check.multi_block else 0
+    if check.multi_block and stream != check.stream:
+        check.stream, check.scratch = stream, _zeroed_per_stream(_scratch, check.index, stream, 2).data_ptr()
     host = check.host
     host.value[0] = -1
-    check.launch(stream, boxes.data_ptr(), scores.data_ptr(), n, scratch, host.address, 0)
+    check.launch(stream, boxes.data_ptr(), scores.data_ptr(), n, check.scratch, host.address, 0)
     return host
 
 
-def host_verdict(host: HostCount, device: torch.device) -> int:
-    """The verdict ``launch_check`` queued: read at once where the op already waited for
-    the device (the usual case), else after waiting for the stream."""
+def host_verdict(host, boxes: torch.Tensor) -> int:
+    """The verdict ``launch_check`` queued for ``boxes``: read at once where the op already
+    waited for the device (the usual case), else after waiting for the stream."""
     value = int(host.value[0])
     if value < 0:
-        return host.wait(device)
+        return host.wait(boxes.device)
     host.value[0] = -1
     return value

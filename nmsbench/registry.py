@@ -154,6 +154,7 @@ def register(
             if device in impl.backends:
                 raise ValueError(f"{name} already has a {device} backend")
             impl.backends[device] = Backend(device, fn, tuple(requires), tuple(dtypes), summary, host_sync, graph_safe)
+        ROUTES.clear()
         return fn
 
     return decorator
@@ -162,6 +163,7 @@ def register(
 def unregister(name: str) -> None:
     """Remove an implementation (for tests and plug-in reloading)."""
     _REGISTRY.pop(name, None)
+    ROUTES.clear()
 
 
 def _load_builtin() -> None:
@@ -188,6 +190,24 @@ def get(name: str) -> Implementation:
     if impl is None:
         raise ValueError(f"unknown implementation {name!r}; known: {', '.join(sorted(_REGISTRY))}")
     return impl
+
+
+# (name, device type) -> (implementation, backend) for backends found available: the
+# look-up on run_nms's path (availability, once it holds, holds for the process); emptied
+# whenever the registry changes
+ROUTES: dict[tuple[str, str], tuple[Implementation, Backend]] = {}
+
+
+def available_backend(name: str, device: str) -> tuple[Implementation, Backend]:
+    """The implementation ``name`` and its backend for the device type ``device``, or the
+    ``ValueError`` (unknown name, no such backend) / ``BackendUnavailable`` saying why not."""
+    impl = get(name)
+    backend = impl.backend(device)
+    available, reason = backend.availability()
+    if not available:
+        raise BackendUnavailable(f"{name} on {device} is unavailable: {reason}")
+    ROUTES[name, device] = impl, backend
+    return impl, backend
 
 
 def describe() -> list[dict[str, Any]]:

@@ -62,27 +62,26 @@ def start_value_check(boxes: torch.Tensor, scores: torch.Tensor, *, padded: bool
     reference ``ValueError``); on CUDA queued ahead of the op. Returns what
     :func:`finish_value_check` needs after the op (``None``: nothing left to do), or with
     ``padded`` the 0-d device tensor that will hold the verdict."""
+    if boxes.is_cuda:
+        pending = (_validate or _device_check()).launch_check(boxes, scores, padded=padded)
+        if pending is None:  # no rows, or a layout or size the kernel does not take
+            check_input_values(boxes, scores)
+        return pending
     if boxes.shape[0] == 0:
         return None
-    if not boxes.is_cuda:
-        if boxes.dtype in (torch.float32, torch.float64):
-            if boxes.requires_grad or scores.requires_grad:
-                boxes, scores = boxes.detach(), scores.detach()
-            b, s = boxes.numpy(), scores.numpy()
-            if _cpu_pass()(b, s) < 0:
-                return None
-        check_input_values(boxes, scores)  # words the error (float16: does the whole check)
-        return None
-    pending = _device_check().launch_check(boxes, scores, padded=padded)
-    if pending is None:  # a layout or size the kernel does not take
-        check_input_values(boxes, scores)
-    return pending
+    if boxes.dtype in (torch.float32, torch.float64):
+        if boxes.requires_grad or scores.requires_grad:
+            boxes, scores = boxes.detach(), scores.detach()
+        if _cpu_pass()(boxes.numpy(), scores.numpy()) < 0:
+            return None
+    check_input_values(boxes, scores)  # words the error (float16: does the whole check)
+    return None
 
 
 def finish_value_check(pending, boxes: torch.Tensor, scores: torch.Tensor) -> None:
     """After the op: raise the reference ``ValueError`` where the queued check found bad input."""
     if pending is None or isinstance(pending, torch.Tensor):
         return
-    if _device_check().host_verdict(pending, boxes.device):
+    if _validate.host_verdict(pending, boxes):
         check_input_values(boxes, scores)
         raise RuntimeError("the device input check found a bad row that the reference checks accept")

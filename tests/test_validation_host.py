@@ -5,6 +5,7 @@ after the op. The driver, the stream and the pinned memory are stubbed."""
 
 from __future__ import annotations
 
+import ctypes
 import struct
 
 import numpy as np
@@ -36,23 +37,28 @@ class FakeWords:
 
 @pytest.fixture
 def launches(monkeypatch):
+    """Each launch as (grid, block, stream, the argument values unpacked from the
+    kernelParams the driver would read)."""
     recorded = []
 
-    class RecordingLaunch:
-        def __init__(self, function, grid, block, codes, device_index):
-            self.grid, self.block, self.codes, self.device_index = tuple(grid), tuple(block), codes, device_index
-            self._pack = struct.Struct("@" + codes).pack  # the kernel's layout: a wrong argument type fails here
+    class RecordingDriver:
+        @staticmethod
+        def launchKernel(function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):  # noqa: N802 - cupy's name
+            pointers = (ctypes.c_void_p * len(_validate._CODES)).from_address(params)
+            values = tuple(struct.unpack_from("@" + code, ctypes.string_at(pointer, 8))[0]
+                           for code, pointer in zip(_validate._CODES, pointers))
+            recorded.append(((gx, gy, gz), (bx, by, bz), stream, values))
 
-        def __call__(self, stream, *values):
-            self._pack(*values)
-            recorded.append((self.grid, self.block, stream, values))
+    class Kernel:
+        ptr = 0x1234
 
-    monkeypatch.setattr(_validate, "CompiledLaunch", RecordingLaunch)
-    monkeypatch.setattr(_validate.MODULE, "get", lambda name, dtype, device: object())
+    monkeypatch.setattr(_validate, "_driver_api", lambda: RecordingDriver)
+    monkeypatch.setattr(_validate.MODULE, "get", lambda name, dtype, device: Kernel)
     hosts = {}
     monkeypatch.setattr(_validate, "host_count", lambda device, slot: hosts.setdefault((device, slot), FakeHost()))
     monkeypatch.setattr(_validate, "_zeroed_per_stream", lambda store, index, stream, count: FakeWords(0x9000 + stream))
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: -1)  # CPU tensors stand in: their device index
     monkeypatch.setattr(_validate, "_local", type(_validate._local)())
     return recorded
 
@@ -67,7 +73,7 @@ def test_eager_launch_packs_the_kernels_layout(launches, n):
     boxes, scores = inputs(n)
     host = _validate.launch_check(boxes, scores)
     (grid, block, stream, values), = launches
-    assert grid == (-(-n // _validate.THREADS),) and block == (_validate.THREADS,) and stream == 7
+    assert grid == (-(-n // _validate.THREADS), 1, 1) and block == (_validate.THREADS, 1, 1) and stream == 7
     scratch = 0x9000 + 7 if n > _validate.THREADS else 0  # shared scratch only where blocks must combine
     assert values == (boxes.data_ptr(), scores.data_ptr(), n, scratch, host.address, 0)
     assert _validate.launch_check(boxes, scores) is host  # the thread's verdict memory is reused
@@ -78,7 +84,7 @@ def test_padded_launch_writes_to_its_own_device_words(launches):
     boxes, scores = inputs(1000, torch.float64)
     verdict = _validate.launch_check(boxes, scores, padded=True)
     (grid, _, _, values), = launches
-    assert grid == (4,) and verdict.shape == () and verdict.dtype == torch.int64
+    assert grid == (4, 1, 1) and verdict.shape == () and verdict.dtype == torch.int64
     scratch, host, device = values[3:]
     assert host == 0 and device == scratch + 8 == verdict.data_ptr()  # the verdict follows the two scratch words
     assert int(verdict) == 0  # zeroed, as the kernel's scratch must be
@@ -95,7 +101,17 @@ def test_the_verdict_is_read_without_waiting_once_written(launches):
     boxes, scores = inputs(10)
     host = _validate.launch_check(boxes, scores)
     host.value[0] = 0  # what the kernel writes for good input, seen after the op's own synchronization
-    assert _validate.host_verdict(host, boxes.device) == 0 and host.waits == 0 and host.value[0] == -1
+    assert _validate.host_verdict(host, boxes) == 0 and host.waits == 0 and host.value[0] == -1
     _validate.launch_check(boxes, scores)
     host.value[0] = -1  # not written yet: the op did not synchronize, so the check waits
-    assert _validate.host_verdict(host, boxes.device) == -1 and host.waits == 1
+    assert _validate.host_verdict(host, boxes) == -1 and host.waits == 1
+
+
+def test_each_stream_gets_its_own_scratch(launches, monkeypatch):
+    boxes, scores = inputs(1000)
+    _validate.launch_check(boxes, scores)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 8)
+    _validate.launch_check(boxes, scores)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7)
+    _validate.launch_check(boxes, scores)
+    assert [(stream, values[3]) for _, _, stream, values in launches] == [(7, 0x9007), (8, 0x9008), (7, 0x9007)]
