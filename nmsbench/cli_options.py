@@ -170,12 +170,15 @@ def run_with_progress(command: str, out: Path, force: bool, total: int, grid: di
                 console.print(f"[yellow]warning[/]: {warning}")
             writer = ResultWriter(out, environment(), grid, reproduce, append=append)
             writer.note("load", _load_note("start"))
+            # redrawn between rows only: rich's refresh thread would take the interpreter from
+            # the timing loops several times a second (host-bound CUDA calls time that too)
             with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                          TimeRemainingColumn(), console=console, transient=False) as progress:
+                          TimeRemainingColumn(), console=console, transient=False, auto_refresh=False) as progress:
                 task = progress.add_task("starting", total=total, completed=completed)
+                progress.refresh()
 
                 def on_case(row):
-                    progress.update(task, advance=1, description=describe(row))
+                    progress.update(task, advance=1, description=describe(row), refresh=True)
                     tally[row["status"]] += 1
                     if row["status"] == "error":
                         text = f"{label(row)}: {row['error']}"

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import pandas as pd
 import pytest
 import torch
+import torchvision
 from click.testing import CliRunner
 
 from nmsbench import NMSResult, register
@@ -372,3 +374,26 @@ def test_the_start_warns_when_the_load_leaves_fewer_cores_than_threads(tmp_path,
     quiet = run("sweep", "--n", "4", "--impl", "torchvision", "--scenario", "uniform", "--min-run-time", "0.005",
                 "--threads", "1", "--out", str(tmp_path / "quiet.csv"))
     assert quiet.exit_code == 0 and "load average" not in quiet.output
+
+
+@pytest.fixture
+def thread_spy():
+    """A CPU implementation that records the threads alive while it is timed."""
+    seen = []
+
+    @register(name="test_thread_spy", family="hard", devices=("cpu",), summary="records the live threads")
+    def thread_spy(boxes, scores, *, iou_threshold, labels=None):
+        seen.append({t.name for t in threading.enumerate() if t is not threading.main_thread()})
+        return NMSResult(torchvision.ops.nms(boxes, scores, iou_threshold))
+
+    yield seen
+    unregister("test_thread_spy")
+
+
+def test_no_progress_thread_runs_while_a_sweep_times(tmp_path, thread_spy):
+    before = {t.name for t in threading.enumerate() if t is not threading.main_thread()}
+    result = run("sweep", "--n", "16,32", "--impl", "test_thread_spy", "--scenario", "uniform", "--min-run-time", "0.01",
+                 "--out", str(tmp_path / "run.csv"))
+    assert result.exit_code == 0, result.output
+    assert len(thread_spy) > 10  # timed, not only warmed up
+    assert all(names <= before for names in thread_spy), set().union(*thread_spy) - before
