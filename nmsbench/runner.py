@@ -9,10 +9,11 @@ same call; ``api``: ``nmsbench.run_nms`` on the same tensors, checked to give th
 output; ``graph``: the padded call captured once) and times them in interleaved rounds:
 
 - ``Grid.rounds`` = K rounds; round r starts at implementation r mod M and goes through
-  all M in order, each implementation timing each of its timers in its turn for
-  ``min_run_time / K`` seconds (the rounds share the budget of one measurement; a wall
-  timer's block size is fixed once, before the first round). A ratio between two implementations then does not depend on which of
-  them ran while the host was busy.
+  all M in order, each implementation timing each of its T timers in its turn (starting
+  at timer r mod T) for ``min_run_time / K`` seconds (the rounds share the budget of one
+  measurement; a wall timer's block size is fixed once, before the first round). A ratio
+  between two implementations, or two timers of one (api - wall), then does not depend on
+  which of them ran while the host was busy.
 - A measurement with fewer than ``timing.MIN_BLOCKS`` blocks is re-timed (at most that many
   more times) before it is summarized; ``--repeat-noisy`` re-times a noisy one.
 
@@ -521,9 +522,11 @@ def _run_group(members, device: str, dtype_name: str, iou: float, grid: Grid, bo
             break
         start = r % len(live)
         for contender in live[start:] + live[:start]:
-            def turn(contender=contender):
-                for timer, measure in contender.measure.items():
-                    contender.rounds[timer].append(measure(share))
+            def turn(contender=contender, r=r):
+                timers = list(contender.measure)
+                first = r % len(timers)
+                for timer in timers[first:] + timers[:first]:  # rotated too: no timer always runs first
+                    contender.rounds[timer].append(contender.measure[timer](share))
 
             try:
                 _within_budget(contender, grid, turn)

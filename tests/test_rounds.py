@@ -207,3 +207,26 @@ def test_a_grid_takes_numpy_numbers():
     rows = []
     runner.run_sweep(g, rows.append)
     assert rows[0]["status"] == "ok" and rows[0]["n"] == 8
+
+
+def test_a_turn_rotates_its_timers_too(monkeypatch, three_impls):
+    order = []
+
+    class Turns(FakeTimer):
+        def blocks(self, seconds):
+            before = len(three_impls)
+            self.fn()
+            order.append((three_impls[before], self.timer))
+            return runner.Blocks(np.full(5, 100.0), 5)
+
+    made = iter(("wall", "api") * 3)  # _prepare builds each implementation's timers in --timer order
+
+    def timer_for(fn, **kwargs):
+        timer = Turns(fn)
+        timer.timer = next(made)
+        return timer
+
+    monkeypatch.setattr(runner, "WallTimer", timer_for)
+    runner.run_sweep(grid(timers=["wall", "api"]), lambda row: None)
+    first = [(name, timer) for name, timer in order if name == NAMES[0]]
+    assert [timer for _, timer in first] == ["wall", "api", "api", "wall", "wall", "api"]  # rounds 0, 1, 2
