@@ -1,0 +1,76 @@
+"""What ``nmsbench.run_nms`` costs over the backend it calls, on CUDA: the backend alone,
+``run_nms`` as a user calls it, and ``run_nms(..., validate=False)`` (the Python layer
+without the input check), timed in interleaved blocks (each variant in turn, the order
+rotated every block) so that the differences do not depend on what the host did while
+one of them ran. Run on a GPU machine:
+
+    python benchmarks/api_overhead.py --n 64,1024,8192,32768 --impl hard_fused,torchvision
+
+Append what is worth keeping to results/PERFLOG.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+import nmsbench
+
+from _common import MATRIX_DEFAULTS, boxes_of, parse_sizes
+
+
+def interleaved(calls: dict, seconds: float, blocks: int) -> dict:
+    """Each call's median µs per call over ``blocks`` blocks, taken in rotated order."""
+    size = {}
+    for name, call in calls.items():
+        call()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        call()
+        torch.cuda.synchronize()
+        size[name] = max(1, int(seconds / blocks / len(calls) / max(time.perf_counter() - start, 1e-7)))
+    times = {name: [] for name in calls}
+    names = list(calls)
+    for b in range(blocks):
+        for name in names[b % len(names):] + names[:b % len(names)]:
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(size[name]):
+                calls[name]()
+            torch.cuda.synchronize()
+            times[name].append((time.perf_counter() - start) / size[name] * 1e6)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", default="64,1024,8192,32768", help="box counts, comma-separated")
+    parser.add_argument("--impl", default="", help="implementations (default: every one with a CUDA backend)")
+    parser.add_argument("--scenario", default="clustered")
+    parser.add_argument("--seconds", type=float, default=0.6, help="timing budget of one size, all variants")
+    parser.add_argument("--blocks", type=int, default=15)
+    args = parser.parse_args()
+    registered = nmsbench.implementations()
+    names = [n for n in args.impl.split(",") if n] or sorted(n for n, i in registered.items() if "cuda" in i.backends)
+    print("impl n backend_us api_us no_validate_us api-backend no_validate-backend")
+    for name in names:
+        impl = registered[name]
+        backend = impl.backend("cuda")
+        params = MATRIX_DEFAULTS if impl.family == "matrix" else {}
+        for n in parse_sizes(args.n):
+            case = boxes_of(args.scenario, n)
+            b, s = case.boxes, case.scores
+            m = interleaved({
+                "backend": lambda: backend.fn(b, s, iou_threshold=0.5, labels=None, **params),
+                "api": lambda: nmsbench.run_nms(name, b, s, 0.5, **params),
+                "no_validate": lambda: nmsbench.run_nms(name, b, s, 0.5, validate=False, **params),
+            }, args.seconds, args.blocks)
+            print(f"{name} {n} {m['backend']:.1f} {m['api']:.1f} {m['no_validate']:.1f} "
+                  f"{m['api'] - m['backend']:+.1f} {m['no_validate'] - m['backend']:+.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
