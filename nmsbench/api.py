@@ -18,7 +18,8 @@ def run_nms(name: str, boxes, scores, iou_threshold: float = 0.5, labels=None, *
     implementation's parameters (Matrix NMS: ``kernel``, ``sigma``, ``score_threshold``).
     Bad input raises ``ValueError`` naming the problem; a backend that cannot run here
     raises :class:`BackendUnavailable` with the reason. The value checks run on the data's
-    device in one pass and add no host synchronization (:mod:`nmsbench.validation`).
+    device in one pass and add no host synchronization (:mod:`nmsbench.validation`); a
+    backend marked ``checks_values`` makes them in its own pass over the data instead.
 
     ``padded=True`` asks a ``graph_safe`` backend for its fixed-size output
     (:class:`PaddedNMSResult`: keep padded to N with -1 and the count on the device),
@@ -28,7 +29,7 @@ def run_nms(name: str, boxes, scores, iou_threshold: float = 0.5, labels=None, *
     (the structure checks stay): for inputs the caller has validated once.
     """
     check_input_structure(boxes, scores, labels)
-    device = "cuda" if boxes.is_cuda else boxes.device.type
+    device = "cuda" if boxes.is_cuda else "cpu" if boxes.is_cpu else boxes.device.type  # no device object
     impl, backend = ROUTES.get((name, device)) or available_backend(name, device)
     threshold = validate_iou_threshold(iou_threshold)
     resolved = impl.resolve_params(params)
@@ -38,10 +39,13 @@ def run_nms(name: str, boxes, scores, iou_threshold: float = 0.5, labels=None, *
     if padded and not backend.graph_safe:
         raise ValueError(f"{name} on {device} has no padded (graph-safe) output; "
                          f"implementations that have one are marked graph_safe in `nmsbench list`")
-    pending = start_value_check(boxes, scores, padded=padded) if validate else None
+    in_op = validate and backend.checks_values and not padded  # the backend's own pass checks the values
+    pending = start_value_check(boxes, scores, padded=padded) if validate and not in_op else None
     try:
         if padded:
             result = backend.fn(boxes, scores, iou_threshold=threshold, labels=labels, padded=True, **resolved)
+        elif in_op:
+            result = backend.fn(boxes, scores, iou_threshold=threshold, labels=labels, check_values=True, **resolved)
         else:
             result = backend.fn(boxes, scores, iou_threshold=threshold, labels=labels, **resolved)
     except Exception:

@@ -40,6 +40,10 @@ class Backend:
     # capturable in a CUDA graph: fn also takes padded=True and then returns a
     # PaddedNMSResult without any host synchronization
     graph_safe: bool = False
+    # checks the value rules in its own pass over the data: fn also takes
+    # check_values=True and then raises the reference ValueError itself
+    # (nmsbench.validation.report_bad_values), so run_nms runs no pass of its own
+    checks_values: bool = False
 
     def availability(self) -> tuple[bool, str]:
         """(available, reason) on this machine; reason is "" when available."""
@@ -136,6 +140,7 @@ def register(
     dtypes: tuple[torch.dtype, ...] = DEFAULT_DTYPES,
     host_sync: bool = False,
     graph_safe: bool = False,
+    checks_values: bool = False,
 ):
     """Decorator that registers ``fn`` as ``name``'s backend on each of ``devices``."""
     if family not in FAMILIES:
@@ -153,7 +158,8 @@ def register(
         for device in devices:
             if device in impl.backends:
                 raise ValueError(f"{name} already has a {device} backend")
-            impl.backends[device] = Backend(device, fn, tuple(requires), tuple(dtypes), summary, host_sync, graph_safe)
+            impl.backends[device] = Backend(device, fn, tuple(requires), tuple(dtypes), summary, host_sync, graph_safe,
+                                             checks_values)
         ROUTES.clear()
         return fn
 

@@ -4,7 +4,8 @@ The rules are :func:`nmsbench.boxes.check_input_values`'s (NaN/Inf, x2 < x1, y2 
 area that overflows), which words every error; this module only finds out, cheaply,
 whether there is one:
 
-- CPU: one numba pass over the rows before the op (float16 takes the torch checks).
+- CPU: one numba pass over the rows before the op (:mod:`nmsbench.value_pass`; float16
+  takes the torch checks).
 - CUDA: one kernel queued ahead of the op on the same stream, whose verdict the device
   writes to pinned host memory. A backend that waits for the device (for its kept count)
   has thereby waited for the verdict too, so a call with good input synchronizes exactly
@@ -18,31 +19,25 @@ whether there is one:
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from .boxes import check_input_values
 
-_first_bad_row = None  # the numba pass, compiled on first use (numba is imported lazily)
+_cpu = None  # nmsbench.value_pass (numba), imported on the first CPU call
 
 
 def _cpu_pass():
-    global _first_bad_row
-    if _first_bad_row is None:
-        from numba import njit
+    global _cpu
+    if _cpu is None:
+        from . import value_pass
 
-        @njit(cache=True)
-        def first_bad_row(b, s):
-            """The first row breaking a value rule, or -1 (the arithmetic in b's dtype)."""
-            for i in range(b.shape[0]):
-                x1, y1, x2, y2 = b[i, 0], b[i, 1], b[i, 2], b[i, 3]
-                if not (np.isfinite(x1) and np.isfinite(y1) and np.isfinite(x2) and np.isfinite(y2)
-                        and np.isfinite(s[i]) and x2 >= x1 and y2 >= y1 and np.isfinite((x2 - x1) * (y2 - y1))):
-                    return i
-            return -1
+        _cpu = value_pass
+        _AT_ADDRESS.update({torch.float32: value_pass.AT_ADDRESS["float32"],
+                            torch.float64: value_pass.AT_ADDRESS["float64"]})
+    return _cpu
 
-        _first_bad_row = first_bad_row
-    return _first_bad_row
+
+_AT_ADDRESS: dict = {}  # torch dtype -> the pass on contiguous data's addresses
 
 
 _validate = None  # the CUDA check's launcher, imported on the first CUDA call (it needs cupy)
@@ -67,15 +62,28 @@ def start_value_check(boxes: torch.Tensor, scores: torch.Tensor, *, padded: bool
         if pending is None:  # no rows, or a layout or size the kernel does not take
             check_input_values(boxes, scores)
         return pending
-    if boxes.shape[0] == 0:
+    n = boxes.shape[0]
+    if n == 0:
         return None
-    if boxes.dtype in (torch.float32, torch.float64):
-        if boxes.requires_grad or scores.requires_grad:
-            boxes, scores = boxes.detach(), scores.detach()
-        if _cpu_pass()(boxes.numpy(), scores.numpy()) < 0:
-            return None
+    at_address = _AT_ADDRESS.get(boxes.dtype) or (_cpu_pass() and _AT_ADDRESS.get(boxes.dtype))
+    if at_address is not None:
+        if boxes.is_contiguous() and scores.is_contiguous():
+            if at_address(boxes.data_ptr(), scores.data_ptr(), n) < 0:
+                return None
+        else:
+            if boxes.requires_grad or scores.requires_grad:
+                boxes, scores = boxes.detach(), scores.detach()
+            if _cpu.first_bad_row(boxes.numpy(), scores.numpy()) < 0:
+                return None
     check_input_values(boxes, scores)  # words the error (float16: does the whole check)
     return None
+
+
+def report_bad_values(boxes: torch.Tensor, scores: torch.Tensor):
+    """What a backend that checks the values itself (``checks_values``) calls when its pass
+    found a bad row: raises the reference ``ValueError``, naming the first bad row."""
+    check_input_values(boxes, scores)
+    raise RuntimeError("the backend's value check found a bad row that the reference checks accept")
 
 
 def finish_value_check(pending, boxes: torch.Tensor, scores: torch.Tensor) -> None:

@@ -219,10 +219,11 @@ def _message(fn, *args):
 @settings(max_examples=200, deadline=None)
 @given(n=st.integers(1, 300), dtype=st.sampled_from([torch.float32, torch.float64, torch.float16]),
        faults=st.lists(st.tuples(st.sampled_from(sorted(CORRUPTIONS)), st.floats(0, 1), st.integers(0, 3)), max_size=3),
-       seed=st.integers(0, 2**16))
-def test_fused_cpu_check_raises_exactly_what_the_reference_raises(n, dtype, faults, seed):
+       seed=st.integers(0, 2**16), strided=st.booleans())
+def test_fused_cpu_check_raises_exactly_what_the_reference_raises(n, dtype, faults, seed, strided):
     """Random boxes with up to three faults at random rows (first, middle, last included by
-    the index draw): the fused pass raises iff the reference does, with the same message."""
+    the index draw), contiguous or strided views (the two ways the pass reads them): the
+    fused pass raises iff the reference does, with the same message."""
     g = torch.Generator().manual_seed(seed)
     xy = torch.rand(n, 2, generator=g) * 100
     boxes = torch.cat([xy, xy + torch.rand(n, 2, generator=g) * 20], 1).to(dtype)
@@ -231,6 +232,10 @@ def test_fused_cpu_check_raises_exactly_what_the_reference_raises(n, dtype, faul
         if dtype == torch.float16 and name == "area-overflow":
             continue  # float16 has no 3e38; its area is computed in float32 and cannot overflow from finite halves
         CORRUPTIONS[name](boxes, scores, min(n - 1, int(where * n)), coordinate)
+    if strided:  # rows 5 apart and every other score: views, not copies
+        boxes = torch.cat([boxes, torch.zeros(n, 1, dtype=dtype)], 1)[:, :4]
+        scores = torch.stack([scores, torch.zeros(n, dtype=dtype)], 1)[:, 0]
+        assert n == 1 or not (boxes.is_contiguous() or scores.is_contiguous())
     assert _message(start_value_check, boxes, scores) == _message(check_input_values, boxes, scores)
 
 
@@ -274,3 +279,37 @@ def test_inputs_that_require_grad_are_checked_too():
     bad[1, 0] = math.nan
     with pytest.raises(ValueError, match=r"row 1"):
         nmsbench.run_nms("torchvision", bad.requires_grad_(), scores, iou_threshold=0.5)
+
+
+IN_OP = sorted((name, device) for name, impl in nmsbench.implementations().items()
+               for device, backend in impl.backends.items() if backend.checks_values and device == "cpu")
+
+
+def test_some_backend_checks_values_in_its_own_pass():
+    assert ("hard_fused", "cpu") in IN_OP
+
+
+@pytest.mark.parametrize("name, device", IN_OP)
+@pytest.mark.parametrize("row", ["first", "middle", "last"])
+@pytest.mark.parametrize("fault", sorted(CORRUPTIONS))
+def test_a_backend_checking_values_itself_raises_the_reference_error(name, device, row, fault, monkeypatch):
+    n = 300
+    boxes = torch.tensor([[0.0, 0.0, 10.0, 10.0]]).repeat(n, 1) + torch.arange(n)[:, None] * 3.0
+    scores = torch.linspace(1, 0, n)
+    CORRUPTIONS[fault](boxes, scores, {"first": 0, "middle": n // 2, "last": n - 1}[row], 1)
+    expected = _message(check_input_values, boxes, scores)
+    monkeypatch.setattr(nmsbench.api, "start_value_check", lambda *a, **k: pytest.fail("run_nms ran its own pass"))
+    assert expected and _message(lambda: nmsbench.run_nms(name, boxes, scores, iou_threshold=0.5)) == expected
+
+
+@pytest.mark.parametrize("name, device", IN_OP)
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(0, 600), seed=st.integers(0, 2**16), dtype=st.sampled_from([torch.float32, torch.float64]))
+def test_a_backend_checking_values_itself_keeps_what_it_keeps_unchecked(name, device, n, seed, dtype):
+    g = torch.Generator().manual_seed(seed)
+    xy = torch.rand(n, 2, generator=g) * 100
+    boxes = torch.cat([xy, xy + torch.rand(n, 2, generator=g) * 30], 1).to(dtype)
+    scores = torch.rand(n, generator=g).to(dtype)
+    checked = nmsbench.run_nms(name, boxes, scores, iou_threshold=0.5)
+    unchecked = nmsbench.run_nms(name, boxes, scores, iou_threshold=0.5, validate=False)
+    assert torch.equal(checked.keep, unchecked.keep)

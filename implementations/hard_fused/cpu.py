@@ -13,6 +13,7 @@ from numba import njit, prange
 
 from nmsbench.boxes import NMSResult
 from nmsbench.registry import register
+from nmsbench.validation import report_bad_values
 
 from .._cpu import JIT, sorted_inputs
 
@@ -44,16 +45,30 @@ def _suppressed_by_kept(x1, y1, x2, y2, area, label, start, stop, kept, kept_lab
 
 
 @njit(**JIT)
-def _greedy_blocks(b, label, threshold, block):
-    """Kept rank positions, ascending. ``kept`` holds the kept boxes' x1, y1, x2, y2 and
-    area as five contiguous rows (so the test against them vectorizes), ``kept_label``
-    their labels."""
+def _values_ok(x1, y1, x2, y2, area, scores):
+    """run_nms's value rules over the columns (any row order): finite coordinates and
+    scores, x2 >= x1, y2 >= y1, a finite area; branch-free, so it vectorizes."""
+    ok = True
+    for i in range(x1.shape[0]):
+        ok &= (np.isfinite(x1[i]) & np.isfinite(y1[i]) & np.isfinite(x2[i]) & np.isfinite(y2[i])
+               & np.isfinite(scores[i]) & (x2[i] >= x1[i]) & (y2[i] >= y1[i]) & np.isfinite(area[i]))
+    return ok
+
+
+@njit(**JIT)
+def _greedy_blocks(b, label, threshold, block, scores, check_values):
+    """(kept rank positions ascending, whether the values passed). With ``check_values``
+    the rows are checked first (``scores`` in any order) and bad input returns at once.
+    ``kept`` holds the kept boxes' x1, y1, x2, y2 and area as five contiguous rows (so the
+    test against them vectorizes), ``kept_label`` their labels."""
     n = b.shape[0]
     x1, y1, x2, y2 = b[:, 0].copy(), b[:, 1].copy(), b[:, 2].copy(), b[:, 3].copy()
     area = (x2 - x1) * (y2 - y1)
+    positions = np.empty(n, dtype=np.int64)
+    if check_values and not _values_ok(x1, y1, x2, y2, area, scores):
+        return positions[:0], False
     kept = np.empty((5, n), dtype=b.dtype)
     kept_label = np.empty(n, dtype=np.int64)
-    positions = np.empty(n, dtype=np.int64)
     n_kept = 0
     hits = np.zeros(block, dtype=np.int64)
     for start in range(0, n, block):
@@ -74,11 +89,16 @@ def _greedy_blocks(b, label, threshold, block):
                 kept[4, n_kept], kept_label[n_kept] = area[j], label[j]
                 positions[n_kept] = j
                 n_kept += 1
-    return positions[:n_kept]
+    return positions[:n_kept], True
 
 
-@register(name="hard_fused", family="hard", devices=("cpu",), exact=True, requires=("numba",), summary=SUMMARY_CPU)
-def hard_fused_cpu(boxes, scores, *, iou_threshold, labels=None):
+@register(name="hard_fused", family="hard", devices=("cpu",), exact=True, requires=("numba",), summary=SUMMARY_CPU,
+          checks_values=True)
+def hard_fused_cpu(boxes, scores, *, iou_threshold, labels=None, check_values=False):
+    """``check_values``: run_nms's value rules in the op's own pass (``checks_values``)."""
     order, sorted_boxes, sorted_labels = sorted_inputs(boxes, scores, labels)
-    positions = _greedy_blocks(sorted_boxes, sorted_labels, np.float64(iou_threshold), CPU_BLOCK)
+    positions, values_ok = _greedy_blocks(sorted_boxes, sorted_labels, np.float64(iou_threshold), CPU_BLOCK,
+                                          scores.detach().numpy(), check_values)
+    if not values_ok:
+        report_bad_values(boxes, scores)
     return NMSResult(order[torch.from_numpy(positions)])
