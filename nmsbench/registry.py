@@ -25,6 +25,8 @@ from .families import FAMILIES, ParamSpec
 
 DEVICES = ("cpu", "cuda")
 DEFAULT_DTYPES = (torch.float32, torch.float64)
+RESOLVED_KEPT = 256  # resolved parameter sets an implementation keeps
+_PLAIN_VALUES = frozenset((int, float, str, bool, type(None)))  # immutable, and equal only to equals of their type
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,9 @@ class Implementation:
     summary: str
     params: tuple[ParamSpec, ...] = ()
     backends: dict[str, Backend] = field(default_factory=dict)
+    # (name, type, value) of each given parameter -> the resolved parameters: a call site
+    # passes the same values call after call (bounded; only plain Python values are kept)
+    _resolved: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def devices(self) -> tuple[str, ...]:
@@ -106,6 +111,19 @@ class Implementation:
         """Defaults filled in and every value checked; unknown names are a ValueError."""
         if not given:  # the common case, on every call's path
             return dict(self._checked_defaults)
+        key = tuple((name, type(value), value) for name, value in given.items())
+        if all(entry[1] in _PLAIN_VALUES for entry in key):
+            resolved = self._resolved.get(key)
+            if resolved is not None:
+                return dict(resolved)
+        else:  # other objects may be mutable or compare loosely: checked every time
+            key = None
+        resolved = self._check_params(given)
+        if key is not None and len(self._resolved) < RESOLVED_KEPT:
+            self._resolved[key] = resolved
+        return dict(resolved)
+
+    def _check_params(self, given: dict[str, Any]) -> dict[str, Any]:
         known = {p.name: p for p in self.params}
         unknown = sorted(set(given) - set(known))
         if unknown:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 import nmsbench
 from nmsbench import NMSResult, register
-from nmsbench.registry import BackendUnavailable, describe, unregister
+from nmsbench.registry import BackendUnavailable, describe, get, unregister
 
 # A known core set (name: family, exact); the registry may hold more, and every registered
 # implementation is checked below without being named here.
@@ -117,3 +118,16 @@ def test_cuda_backend_reports_no_device():
         available, reason = impl.backend("cuda").availability()
         assert not available
         raise BackendUnavailable(reason)
+
+
+def test_resolved_parameters_are_checked_each_new_way_and_never_shared():
+    impl = get("matrix_recompute")
+    first = impl.resolve_params({"sigma": 1, "kernel": "linear"})
+    first["sigma"] = 99.0  # the caller's copy
+    assert impl.resolve_params({"sigma": 1, "kernel": "linear"}) == {"kernel": "linear", "sigma": 1.0,
+                                                                       "score_threshold": 0.05}
+    for bad in ({"sigma": True}, {"sigma": -1}, {"sigma": [0.5]}, {"bogus": 1}):  # True == 1, but a bool is no sigma
+        for _ in range(2):  # refused again: an error is never remembered as a result
+            with pytest.raises(ValueError):
+                impl.resolve_params(bad)
+    assert impl.resolve_params({"sigma": np.float64(0.25)})["sigma"] == 0.25  # other types: checked every time
