@@ -271,7 +271,7 @@ def sweep(sizes, impls, devices, scenarios, overlaps, ious, dtypes, seed, classe
     out = resume or out or default_output_path(grid.devices)
     counts = run_with_progress(
         "sweep", out, force, grid.count(), grid.__dict__, reproduce_command(grid, out, resume=bool(resume)),
-        lambda write, on_case: run_sweep(grid, write, on_case, done=done),
+        lambda write, on_case, redraw: run_sweep(grid, write, on_case, done=done, between_turns=redraw),
         describe=lambda row: f"{row['scenario']:>10} n={row['n']:<6} {row['impl']:<18} {row['device']}",
         label=lambda row: case_label(row, given_params=bool(grid.params)),
         append=bool(resume), completed=min(len(done), grid.count()), resume_command=reproduce_command(grid, out, resume=True),

@@ -153,7 +153,8 @@ def run_with_progress(command: str, out: Path, force: bool, total: int, grid: di
     the start and the end, with a warning at the start when it leaves fewer free CPUs
     than the run's threads (runs with CPU rows). Ctrl-C at any moment stops with a summary of what was written
     (and ``resume_command``) and exit status 130; SIGTERM likewise, with 143.
-    ``run(write, on_case)`` does the work and returns the counts, to which ``noisy_rows``
+    ``run(write, on_case, redraw)`` does the work (calling ``redraw()`` where nothing is
+    timed, to keep the elapsed time moving) and returns the counts, to which ``noisy_rows``
     (descriptions of this run's noisy rows) and ``error_rows`` are added."""
     if out.exists() and not force and not append:
         raise click.UsageError(f"{out} exists; pass --force to overwrite it or choose another --out")
@@ -191,7 +192,7 @@ def run_with_progress(command: str, out: Path, force: bool, total: int, grid: di
                         noisy_rows.append(text)
                         progress.console.print(f"[yellow]noisy[/] {text}")
 
-                counts = run(writer.write, on_case)
+                counts = run(writer.write, on_case, progress.refresh)
             writer.note("load", _load_note("end"))
     except KeyboardInterrupt as stop:
         terminated = isinstance(stop, Terminated)

@@ -129,7 +129,7 @@ def pipeline_command(batches, devices, sources, names, confs, iou, max_det, max_
     out = resume or out or default_output_path(device_list, kind="pipeline")
     counts = run_with_progress(
         "pipeline", out, force, grid.count(), grid.__dict__, reproduce_pipeline_command(grid, out, resume=bool(resume)),
-        lambda write, on_case: run_pipeline_bench(grid, write, on_case, done),
+        lambda write, on_case, redraw: run_pipeline_bench(grid, write, on_case, done),  # a row after each timing
         describe=lambda row: f"{row['scenario']:>9} B={row['batch']:<3} {row['impl']:<24} {row['device']}",
         label=lambda row: (f"{row['impl']} {row['device']} {row['timer']} {row['stage']} {row['scenario']} "
                            f"B={row['batch']} conf={row['overlap']} iou={row['iou_threshold']}"),

@@ -383,9 +383,12 @@ def row_emitter(write: Callable[[dict], None], on_case: Callable[[dict], None]):
 
 
 def run_sweep(grid: Grid, write: Callable[[dict], None], on_case: Callable[[dict], None] = lambda row: None,
-              done: frozenset | set = frozenset()) -> dict:
+              done: frozenset | set = frozenset(), between_turns: Callable[[], None] = lambda: None) -> dict:
     """Run every case of ``grid``; ``write`` gets each row as soon as it exists. Rows whose
-    :func:`~nmsbench.results.case_key` is in ``done`` (already written) are not run again."""
+    :func:`~nmsbench.results.case_key` is in ``done`` (already written) are not run again.
+    ``between_turns()`` is called after each implementation's turn of a round, while
+    nothing is timed (a progress display redraws there: a case's rows come only after all
+    its rounds)."""
     grid.validate()  # again: its fields may have changed since it was made
     check_case_timeout(grid.case_timeout)
     use_threads(grid.threads)
@@ -441,7 +444,8 @@ def run_sweep(grid: Grid, write: Callable[[dict], None], on_case: Callable[[dict
             # the implementations of one device, dtype and IoU are timed together, in rounds
             for (device, dtype_name, iou), group in itertools.groupby(cases, key=lambda case: case[:3]):
                 members = [(impl, rows) for *_, impl, rows in group]
-                for row in _run_group(members, device, dtype_name, iou, grid, box_set, reference, params_by_impl):
+                for row in _run_group(members, device, dtype_name, iou, grid, box_set, reference, params_by_impl,
+                                      between_turns):
                     emit(row)
     return counts
 
@@ -477,7 +481,7 @@ def _unrunnable(impl, device, dtype_name, rows, params_error) -> Optional[Iterat
 
 
 def _run_group(members, device: str, dtype_name: str, iou: float, grid: Grid, box_set: BoxSet, reference,
-               params_by_impl: dict) -> Iterator[dict]:
+               params_by_impl: dict, between_turns: Callable[[], None] = lambda: None) -> Iterator[dict]:
     """The rows of every implementation of one box set, device, dtype and IoU: each
     prepared and checked, then all timed together in rotated rounds."""
     runnable = []
@@ -532,6 +536,7 @@ def _run_group(members, device: str, dtype_name: str, iou: float, grid: Grid, bo
                 _within_budget(contender, grid, turn)
             except Exception as exc:
                 failed[id(contender)] = exc
+            between_turns()
     n = len(box_set)
     for contender in contenders:
         if id(contender) in failed:

@@ -230,3 +230,18 @@ def test_a_turn_rotates_its_timers_too(monkeypatch, three_impls):
     runner.run_sweep(grid(timers=["wall", "api"]), lambda row: None)
     first = [(name, timer) for name, timer in order if name == NAMES[0]]
     assert [timer for _, timer in first] == ["wall", "api", "api", "wall", "wall", "api"]  # rounds 0, 1, 2
+
+
+def test_the_display_may_redraw_between_turns_only(monkeypatch, three_impls):
+    log = []
+
+    class Logged(FakeTimer):
+        def blocks(self, seconds):
+            log.append("time")
+            self.fn()
+            log.append("timed")
+            return runner.Blocks(np.full(5, 100.0), 5)
+
+    monkeypatch.setattr(runner, "WallTimer", Logged)
+    runner.run_sweep(grid(), lambda row: None, between_turns=lambda: log.append("redraw"))
+    assert log == ["time", "timed", "redraw"] * 9  # 3 rounds x 3 implementations, one timer each
