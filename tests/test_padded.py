@@ -64,3 +64,21 @@ def test_hard_fused_is_registered_graph_safe_on_cuda_only():
     impl = nmsbench.implementations()["hard_fused"]
     assert impl.family == "hard" and impl.exact
     assert impl.backends["cuda"].graph_safe and not impl.backends["cpu"].graph_safe
+
+
+@pytest.mark.parametrize("broken, message", [
+    (lambda keep: keep, "output contract"),  # a bare tensor, not an NMSResult
+    (lambda keep: nmsbench.NMSResult(keep.to(torch.int32)), "output contract"),
+    (lambda keep: nmsbench.NMSResult(keep[None]), "output contract"),
+    (lambda keep: nmsbench.NMSResult(keep, torch.zeros(keep.shape[0] + 1)), "scores for"),
+])
+def test_a_broken_eager_result_fails_loudly_through_run_nms(broken, message):
+    @register(name="_broken_probe", family="hard", devices=("cpu",))
+    def probe(boxes, scores, *, iou_threshold, labels=None):
+        return broken(torch.arange(boxes.shape[0]))
+
+    try:
+        with pytest.raises(RuntimeError, match=message):
+            nmsbench.run_nms("_broken_probe", torch.tensor([[0.0, 0.0, 1.0, 1.0]]), torch.tensor([0.5]), 0.5)
+    finally:
+        unregister("_broken_probe")
