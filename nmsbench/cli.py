@@ -37,7 +37,8 @@ from rich.table import Table  # noqa: E402
 
 from . import datasets  # noqa: E402
 from .cli_options import (_check_resume, _console, _floats, _split, StoppableGroup, case_timeout_option,  # noqa: F401,E402
-                          check_resume_options, console, parse_params, resume_option, run_with_progress)
+                          check_resume_options, console, parse_params, resume_option, run_with_progress,
+                          NothingToShow)
 from .registry import describe, implementations  # noqa: E402
 from .results import default_output_path  # noqa: E402
 from .runner import DTYPES, Grid, GridError, run_sweep  # noqa: E402
@@ -429,7 +430,7 @@ def _selected_results(paths, scenarios, impls, devices, timers, baseline=None, b
                                  param_hint="--baseline")
     have = tables.options(frame, "benchmark")
     if default_benchmark and default_benchmark not in have:
-        raise click.ClickException(f"no {default_benchmark} rows in {files} (benchmark: {', '.join(have) or 'none'}); "
+        raise NothingToShow(f"no {default_benchmark} rows in {files} (benchmark: {', '.join(have) or 'none'}); "
                                    f"`nmsbench {default_benchmark} --out results/<name>.csv` makes them")
     benchmark = _split(benchmarks) or ([default_benchmark] if default_benchmark else ["nms"] if "nms" in have else [])
     frame = tables.select(frame, benchmark=benchmark)
@@ -450,9 +451,9 @@ def _check_measured(rows, files: str, baseline: str | None = None) -> None:
 
     if tables.ok_rows(rows).empty:
         counts = ", ".join(f"{n} {s}" for s, n in rows["status"].value_counts().items()) or "no rows"
-        raise click.ClickException(f"no measured (status ok) rows in {files} match the selection ({counts})")
+        raise NothingToShow(f"no measured (status ok) rows in {files} match the selection ({counts})")
     if baseline is not None and tables.ok_rows(rows[rows["impl"] == baseline]).empty:
-        raise click.ClickException(f"the baseline {baseline} has no measured rows in the selection; pick another with --baseline")
+        raise NothingToShow(f"the baseline {baseline} has no measured rows in the selection; pick another with --baseline")
 
 
 def _restrict_impls(rows, impls):
@@ -535,7 +536,7 @@ def plot(results, out, scenarios, impls, devices, timers, baseline, benchmarks, 
     show = _split(impls) or None
     shown = _restrict_impls(rows, impls)  # speedups need the baseline's rows even when it is not shown
     if tables.ok_rows(shown).empty:
-        raise click.ClickException("no measured rows of the chosen implementations in the selection")
+        raise NothingToShow("no measured rows of the chosen implementations in the selection")
     if kind == "overlap" and at_n is not None and at_n not in set(tables.ok_rows(shown)["n"]):
         raise click.BadParameter(f"no measured rows at N = {at_n}; the selection has N = "
                                  f"{', '.join(str(int(n)) for n in tables.options(tables.ok_rows(shown), 'n'))}", param_hint="--at-n")
@@ -557,7 +558,7 @@ def plot(results, out, scenarios, impls, devices, timers, baseline, benchmarks, 
     else:
         fig, size = plots.time_vs_overlap(shown, at_n, colors=colors), (900, 560)
     if fig is None:
-        raise click.ClickException({
+        raise NothingToShow({
             "timers": "the selection has no device-timer rows to plot (CUDA runs record them with --timer device)",
             "memory": "the selection has no peak-memory values to plot (CUDA runs record them)",
         }[kind])
@@ -594,7 +595,7 @@ def _plot_pipeline(results, out, scenarios, impls, devices, timers, benchmarks, 
     rows = _restrict_impls(rows, impls)
     measured = tables.per_image(rows)
     if measured.empty:
-        raise click.ClickException("no measured rows of the chosen pipelines in the selection")
+        raise NothingToShow("no measured rows of the chosen pipelines in the selection")
     colors = plots.pipeline_color_map(tables.options(measured, "impl"))
     if kind == "pipeline":
         if measured[measured["stage"] == stage].empty:
@@ -608,7 +609,7 @@ def _plot_pipeline(results, out, scenarios, impls, devices, timers, benchmarks, 
     else:
         fig = plots.pipeline_cpu_vs_gpu(rows, colors=colors)
         if fig is None:
-            raise click.ClickException("the selection has no pipeline with wall-timer total rows on both cpu and cuda of one "
+            raise NothingToShow("the selection has no pipeline with wall-timer total rows on both cpu and cuda of one "
                                        "machine; `nmsbench pipeline --device cpu,cuda` on a GPU machine makes them")
         fig.update_layout(title_text="CPU time / GPU time per image, end to end (above 1: the GPU is faster)")
     _write_print(fig, out, width or 1100, height or int(fig.layout.height or 600) + 80, scale)
@@ -645,7 +646,7 @@ def export(results, fmt, scenarios, impls, devices, timers, baseline, benchmarks
             table = tables.pipeline_table(rows, baseline, impls=_split(impls) or None, stages=_stages(stages),
                                           devices=_split(devices) or None)
         except ValueError:
-            raise click.ClickException("no measured rows of the chosen pipelines, devices and stages in the selection") from None
+            raise NothingToShow("no measured rows of the chosen pipelines, devices and stages in the selection") from None
         _write_or_echo(tables.render_pipeline_table(table, fmt), out,
                        f"{table['impl'].nunique()} pipelines x {table['batch'].nunique()} batch sizes")
         return
@@ -655,7 +656,7 @@ def export(results, fmt, scenarios, impls, devices, timers, baseline, benchmarks
     _check_measured(rows, ", ".join(Path(p).name for p in results), baseline)
     table = tables.speedup_table(rows, baseline, impls=_split(impls) or None)
     if table.empty:
-        raise click.ClickException("no measured rows of the chosen implementations in the selection")
+        raise NothingToShow("no measured rows of the chosen implementations in the selection")
     _write_or_echo(tables.render_table(table, fmt), out,
                    f"{table['n'].nunique()} box counts x {table['impl'].nunique()} implementations")
 

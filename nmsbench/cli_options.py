@@ -258,5 +258,13 @@ class StoppableGroup(click.Group):
             raise SystemExit(128 + signal.SIGTERM if terminated else 130) from None
 
 
-__all__ = ["NOISY_SPREAD", "RESUME_SAME", "StoppableGroup", "Terminated", "case_timeout_option", "check_resume_options",
+class NothingToShow(click.ClickException):
+    """The given files and selection hold nothing to show (no measured rows, no such
+    benchmark or timer): bad input, so exit status 2 like click's usage errors, with the
+    message alone."""
+
+    exit_code = 2
+
+
+__all__ = ["NOISY_SPREAD", "RESUME_SAME", "NothingToShow", "StoppableGroup", "Terminated", "case_timeout_option", "check_resume_options",
            "console", "resume_option", "run_with_progress"]

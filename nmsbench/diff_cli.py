@@ -87,7 +87,7 @@ def diff_command(scenario, overlap, n, seed, iou, classes, impls, device, params
         raise click.BadParameter(f"no chosen implementation takes {', '.join(unused)}", param_hint="--param")
     path = out or default_diff_path()
     if path.exists() and not force:
-        raise click.ClickException(f"{path} exists; give --force to overwrite it, or another --out")
+        raise click.UsageError(f"{path} exists; give --force to overwrite it, or another --out")
 
     case = differences.run_case(scenario, n, overlap, seed, iou, classes=classes, impls=names, device=device,
                                 params=given)

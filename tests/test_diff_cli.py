@@ -90,7 +90,7 @@ def test_an_existing_file_needs_force(tmp_path):
     out = tmp_path / "d.json"
     out.write_text("{}")
     result = CliRunner().invoke(diff_command, ["--n", "16", "--impl", "torchvision", "--out", str(out)])
-    assert result.exit_code == 1 and "--force" in result.output and out.read_text() == "{}"
+    assert result.exit_code == 2 and "--force" in result.output and out.read_text() == "{}"  # a usage error, as for sweep
     result = CliRunner().invoke(diff_command, ["--n", "16", "--impl", "torchvision", "--out", str(out), "--force"])
     assert result.exit_code == 0 and json.loads(out.read_text())["case"]["n"] == 16
 

@@ -82,7 +82,7 @@ def test_export_groups_devices_of_several_files():
 ])
 def test_export_bad_input_is_one_clear_message(args, message):
     result = invoke("export", *args)
-    assert result.exit_code != 0
+    assert result.exit_code == 2  # bad input, whatever is wrong with it
     assert message in result.output
     assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
 
@@ -142,7 +142,7 @@ def test_export_compares_cuda_rows_with_the_cpu_reference(tmp_path):
 ])
 def test_export_pipeline_bad_input_is_one_clear_message(args, message):
     result = invoke("export", *args)
-    assert result.exit_code != 0 and message in result.output, result.output
+    assert result.exit_code == 2 and message in result.output, result.output
 
 
 def test_export_foreign_csv(tmp_path):
@@ -162,7 +162,7 @@ def test_export_all_error_rows_says_so(tmp_path):
     path = tmp_path / "failed.csv"
     frame.to_csv(path, index=False)
     result = invoke("export", path)
-    assert result.exit_code == 1 and "no measured (status ok) rows" in result.output and f"{len(frame)} error" in result.output
+    assert result.exit_code == 2 and "no measured (status ok) rows" in result.output and f"{len(frame)} error" in result.output
 
 
 # --- plot -----------------------------------------------------------------------------
@@ -181,7 +181,7 @@ def test_export_all_error_rows_says_so(tmp_path):
 def test_plot_bad_input_is_one_clear_message(args, message, tmp_path):
     args = [tmp_path / a if str(a).startswith("fig.") else a for a in args]
     result = invoke("plot", *args)
-    assert result.exit_code != 0
+    assert result.exit_code == 2, result.output
     assert message in result.output, result.output
     assert isinstance(result.exception, SystemExit)
 
@@ -197,7 +197,7 @@ def test_plot_bad_input_is_one_clear_message(args, message, tmp_path):
 def test_plot_pipeline_bad_input_is_one_clear_message(args, message, tmp_path):
     args = [tmp_path / a if str(a).startswith("fig.") else a for a in args]
     result = invoke("plot", *args)
-    assert result.exit_code != 0 and message in result.output, result.output
+    assert result.exit_code == 2 and message in result.output, result.output
     assert isinstance(result.exception, SystemExit)
 
 
