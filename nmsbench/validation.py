@@ -65,7 +65,10 @@ def start_value_check(boxes: torch.Tensor, scores: torch.Tensor, *, padded: bool
     n = boxes.shape[0]
     if n == 0:
         return None
-    at_address = _AT_ADDRESS.get(boxes.dtype) or (_cpu_pass() and _AT_ADDRESS.get(boxes.dtype))
+    at_address = _AT_ADDRESS.get(boxes.dtype)
+    if at_address is None and _cpu is None:  # the first CPU call: load (compile) the pass
+        _cpu_pass()
+        at_address = _AT_ADDRESS.get(boxes.dtype)
     if at_address is not None:
         if boxes.is_contiguous() and scores.is_contiguous():
             if at_address(boxes.data_ptr(), scores.data_ptr(), n) < 0:
