@@ -42,7 +42,7 @@ from .cli_options import (_check_resume, _console, _floats, _split, StoppableGro
 from .registry import describe, implementations  # noqa: E402
 from .results import default_output_path  # noqa: E402
 from .runner import DTYPES, Grid, GridError, run_sweep  # noqa: E402
-from .timing import DEFAULT_ROUNDS, DEFAULT_TIMERS, NOISY_RULE  # noqa: E402
+from .timing import DEFAULT_ROUNDS, DEFAULT_TIMERS, NOISY_RULE, ROUND_SPREAD, round_spread_limit  # noqa: E402
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -185,7 +185,9 @@ def _grid(**fields) -> Grid:
               help="Interleaved rounds: the implementations of a case (one box set, device, dtype and IoU) are timed K "
                    "times in rotated order (round r starts at the r-th), each turn --min-run-time / K seconds. median_us "
                    "is the median of the round medians, round_spread their (max - min) / median, iqr_us the IQR of all "
-                   "rounds' timing blocks pooled.")
+                   "rounds' timing blocks pooled. More rounds interleave finer; the noisy rule allows their wider "
+                   f"spread ({ROUND_SPREAD:.0%} at {DEFAULT_ROUNDS} rounds, {round_spread_limit(10):.0%} at 10), asking "
+                   "the same certainty of the median.")
 @click.option("--min-run-time", default=0.2, show_default=True, type=click.FloatRange(min=0.001),
               help="Seconds of timing per row, shared by its --rounds.")
 @click.option("--threads", default=os.cpu_count() or 1, show_default=True, type=click.IntRange(min=1),

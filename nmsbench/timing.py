@@ -28,7 +28,11 @@ The noisy rule (:attr:`Timing.noise` names every reason that applies; nothing is
 - ``rel_spread`` above ``NOISY_SPREAD``;
 - a long tail: the 90th percentile of the blocks above ``TAIL_RATIO`` x the median (an
   IQR can stay small while a tenth of the calls wait for a descheduled thread);
-- rounds that disagree: ``round_spread`` above ``ROUND_SPREAD``;
+- rounds that disagree: ``round_spread`` above :func:`round_spread_limit` of the row's
+  K rounds, ``ROUND_SPREAD`` at the default K = 5 and scaled for other K so that it
+  always asks the same certainty of the reported median (a range of K draws grows with
+  K while the median of K rounds grows surer, so a fixed limit would flag more rows the
+  more rounds were timed);
 - CPU contention (CPU rows): while the row was timed, other processes kept busy more of
   this process's CPUs than ``--threads`` leaves free (:class:`CpuMeter`), so a parallel
   backend's threads waited for cores.
@@ -37,6 +41,8 @@ The noisy rule (:attr:`Timing.noise` names every reason that applies; nothing is
 from __future__ import annotations
 
 import contextlib
+import functools
+import math
 import os
 import time
 import timeit
@@ -53,12 +59,31 @@ DEFAULT_ROUNDS = 5
 MIN_BLOCKS = 5
 NOISY_SPREAD = 0.10
 TAIL_RATIO = 1.5
-ROUND_SPREAD = 0.25
+ROUND_SPREAD = 0.25  # the rounds-spread limit at DEFAULT_ROUNDS rounds (round_spread_limit scales it)
 
 NOISY_RULE = (f"a row is noisy when it has fewer than {MIN_BLOCKS} timing blocks, its IQR exceeds {NOISY_SPREAD:.0%} "
               f"of its median, the 90th percentile of its blocks exceeds {TAIL_RATIO:g} x the median, its rounds' "
-              f"medians spread more than {ROUND_SPREAD:.0%} of the median, or (CPU rows) other processes kept busy "
-              "cores that --threads needed")
+              f"medians spread more than {ROUND_SPREAD:.0%} of the median (at {DEFAULT_ROUNDS} rounds; more rounds "
+              "allow a wider spread, their median being surer), or (CPU rows) other processes kept busy cores that "
+              "--threads needed")
+
+
+@functools.lru_cache(maxsize=None)
+def expected_range(k: int) -> float:
+    """The expected range (max - min) of ``k`` draws from a standard normal distribution
+    (the control-chart constant d2: 1.128 for 2, 2.326 for 5, 3.078 for 10), by numerical
+    integration of 1 - F(x)^k - (1 - F(x))^k."""
+    x, dx = np.linspace(-10.0, 10.0, 8001, retstep=True)  # the integrand is ~0 beyond +-10 for any k we use
+    cdf = 0.5 * (1.0 + np.array([math.erf(v / math.sqrt(2.0)) for v in x]))
+    return float(np.sum(1.0 - cdf**k - (1.0 - cdf) ** k) * dx)
+
+
+def round_spread_limit(rounds: int) -> float:
+    """The largest ``round_spread`` a row of ``rounds`` rounds may have and stay clean:
+    ``ROUND_SPREAD`` at ``DEFAULT_ROUNDS``; for K rounds the spread at which the median of
+    the K round medians is as uncertain as at the default (its standard error goes with
+    the rounds' standard deviation, estimated as range / d2(K), over sqrt(K))."""
+    return ROUND_SPREAD * (expected_range(rounds) / expected_range(DEFAULT_ROUNDS)) * math.sqrt(rounds / DEFAULT_ROUNDS)
 
 
 @dataclass(frozen=True)
@@ -95,8 +120,8 @@ class Timing:
             reasons.append(f"IQR {self.rel_spread:.0%} of the median")
         if self.p90_us is not None and self.median_us > 0 and self.p90_us > TAIL_RATIO * self.median_us:
             reasons.append(f"90th percentile {self.p90_us / self.median_us:.1f}x the median")
-        if self.round_spread is not None and self.round_spread > ROUND_SPREAD:
-            reasons.append(f"rounds spread {self.round_spread:.0%} of the median")
+        if self.round_spread is not None and self.round_spread > (limit := round_spread_limit(self.rounds)):
+            reasons.append(f"rounds spread {self.round_spread:.0%} of the median (over {limit:.0%} for {self.rounds} rounds)")
         if self.contention:
             reasons.append(self.contention)
         return "; ".join(reasons)

@@ -51,7 +51,7 @@ def test_rounds_that_disagree_are_noisy_although_each_is_tight():
     rounds = [blocks(*[100.0] * 10) for _ in range(4)] + [blocks(*[140.0] * 10)]
     t = summarize(rounds)
     assert t.iqr_us == 0 and t.p90_us < timing.TAIL_RATIO * t.median_us
-    assert t.noise == "rounds spread 40% of the median"
+    assert t.noise == "rounds spread 40% of the median (over 25% for 5 rounds)"
     agree = summarize([blocks(*[100.0] * 10) for _ in range(4)] + [blocks(*[110.0] * 10)])
     assert not agree.noisy
 
@@ -120,3 +120,30 @@ def test_load_warning_when_the_load_leaves_fewer_free_cpus_than_threads(monkeypa
     assert timing.load_warning(0) == ""
     monkeypatch.setattr(timing, "load_average", lambda: (0.2, 0.1, 0.1))
     assert timing.load_warning(1) == ""
+
+
+def test_expected_range_is_the_control_chart_constant():
+    d2 = {2: 1.128, 3: 1.693, 4: 2.059, 5: 2.326, 10: 3.078, 15: 3.472, 25: 3.931}
+    assert {k: round(timing.expected_range(k), 3) for k in d2} == d2
+
+
+def test_the_rounds_limit_asks_the_same_certainty_at_any_number_of_rounds():
+    limits = [timing.round_spread_limit(k) for k in range(2, 31)]
+    assert timing.round_spread_limit(timing.DEFAULT_ROUNDS) == pytest.approx(timing.ROUND_SPREAD)
+    assert all(a < b for a, b in zip(limits, limits[1:]))  # more rounds allow a wider range
+    # the standard error of the median of K rounds at the limit is the same for every K
+    errors = [timing.round_spread_limit(k) / timing.expected_range(k) / np.sqrt(k) for k in range(2, 31)]
+    assert np.ptp(errors) < 1e-12
+
+
+def rounds_of(*medians) -> list:
+    return [blocks(*np.full(10, m)) for m in medians]
+
+
+def test_a_spread_noisy_at_five_rounds_is_clean_at_fifteen():
+    five = summarize(rounds_of(80, 95, 100, 105, 120))  # range 40 % of the median
+    assert five.noisy and "rounds spread 40% of the median (over 25% for 5 rounds)" in five.noise
+    fifteen = summarize(rounds_of(80, 120, *np.linspace(95, 105, 13)))  # the same range over 15 rounds
+    assert fifteen.round_spread == pytest.approx(0.4) and not fifteen.noisy
+    three = summarize(rounds_of(90, 100, 110))  # 20 %: above the 14 % that three rounds allow
+    assert three.noisy and "for 3 rounds" in three.noise
