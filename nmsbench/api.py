@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .boxes import NMSResult, PaddedNMSResult, check_input_structure, validate_iou_threshold
+from .boxes import NMSResult, PaddedNMSResult, check_input_structure, check_input_values, validate_iou_threshold
 from .registry import ROUTES, available_backend
 from .validation import finish_value_check, start_value_check
 
@@ -49,7 +49,11 @@ def run_nms(name: str, boxes, scores, iou_threshold: float = 0.5, labels=None, *
         else:
             result = backend.fn(boxes, scores, iou_threshold=threshold, labels=labels, **resolved)
     except Exception:
-        finish_value_check(pending, boxes, scores)  # bad input is the error to report, also where the op failed on it
+        # bad input is the error to report, also where the op failed on it
+        if in_op:
+            check_input_values(boxes, scores)
+        else:
+            finish_value_check(pending, boxes, scores)
         raise
     if padded:
         check_padded_result(name, result, boxes)

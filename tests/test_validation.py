@@ -313,3 +313,22 @@ def test_a_backend_checking_values_itself_keeps_what_it_keeps_unchecked(name, de
     checked = nmsbench.run_nms(name, boxes, scores, iou_threshold=0.5)
     unchecked = nmsbench.run_nms(name, boxes, scores, iou_threshold=0.5, validate=False)
     assert torch.equal(checked.keep, unchecked.keep)
+
+
+def test_bad_input_is_the_error_also_where_a_backend_checking_itself_fails_on_it():
+    from nmsbench import register
+    from nmsbench.registry import unregister
+
+    @register(name="_fails_on_any", family="hard", devices=("cpu",), checks_values=True)
+    def fails(boxes, scores, *, iou_threshold, labels=None, check_values=False):
+        raise RuntimeError("the op broke")
+
+    try:
+        bad = B.clone()
+        bad[1, 0] = math.nan
+        with pytest.raises(ValueError, match=r"row 1"):
+            nmsbench.run_nms("_fails_on_any", bad, S, iou_threshold=0.5)
+        with pytest.raises(RuntimeError, match="the op broke"):  # good input: the op's own error
+            nmsbench.run_nms("_fails_on_any", B, S, iou_threshold=0.5)
+    finally:
+        unregister("_fails_on_any")
