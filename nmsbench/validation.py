@@ -24,20 +24,20 @@ import torch
 from .boxes import check_input_values
 
 _cpu = None  # nmsbench.value_pass (numba), imported on the first CPU call
+_AT_ADDRESS: dict = {}  # torch dtype -> value_pass's pass on contiguous data's addresses
+_BY_ADDRESS = {torch.float32: "float32", torch.float64: "float64"}  # the dtypes it takes
 
 
-def _cpu_pass():
+def _cpu_pass(dtype: torch.dtype):
+    """value_pass's entry on data addresses for ``dtype``, or None (the module loaded either way)."""
     global _cpu
     if _cpu is None:
         from . import value_pass
 
         _cpu = value_pass
-        _AT_ADDRESS.update({torch.float32: value_pass.AT_ADDRESS["float32"],
-                            torch.float64: value_pass.AT_ADDRESS["float64"]})
-    return _cpu
-
-
-_AT_ADDRESS: dict = {}  # torch dtype -> the pass on contiguous data's addresses
+    if dtype in _BY_ADDRESS:
+        _AT_ADDRESS[dtype] = _cpu.at_address(_BY_ADDRESS[dtype])
+    return _AT_ADDRESS.get(dtype)
 
 
 _validate = None  # the CUDA check's launcher, imported on the first CUDA call (it needs cupy)
@@ -65,10 +65,7 @@ def start_value_check(boxes: torch.Tensor, scores: torch.Tensor, *, padded: bool
     n = boxes.shape[0]
     if n == 0:
         return None
-    at_address = _AT_ADDRESS.get(boxes.dtype)
-    if at_address is None and _cpu is None:  # the first CPU call: load (compile) the pass
-        _cpu_pass()
-        at_address = _AT_ADDRESS.get(boxes.dtype)
+    at_address = _AT_ADDRESS.get(boxes.dtype) or _cpu_pass(boxes.dtype)
     if at_address is not None:
         if boxes.is_contiguous() and scores.is_contiguous():
             if at_address(boxes.data_ptr(), scores.data_ptr(), n) < 0:
@@ -82,11 +79,12 @@ def start_value_check(boxes: torch.Tensor, scores: torch.Tensor, *, padded: bool
     return None
 
 
-def report_bad_values(boxes: torch.Tensor, scores: torch.Tensor):
+def report_bad_values(boxes: torch.Tensor, scores: torch.Tensor, found_by: str = "the backend's value check"):
     """What a backend that checks the values itself (``checks_values``) calls when its pass
-    found a bad row: raises the reference ``ValueError``, naming the first bad row."""
+    found a bad row (and finish_value_check, for the device's): raises the reference
+    ``ValueError``, naming the first bad row."""
     check_input_values(boxes, scores)
-    raise RuntimeError("the backend's value check found a bad row that the reference checks accept")
+    raise RuntimeError(f"{found_by} found a bad row that the reference checks accept")
 
 
 def finish_value_check(pending, boxes: torch.Tensor, scores: torch.Tensor) -> None:
@@ -94,5 +92,4 @@ def finish_value_check(pending, boxes: torch.Tensor, scores: torch.Tensor) -> No
     if pending is None or isinstance(pending, torch.Tensor):
         return
     if _validate.host_verdict(pending, boxes):
-        check_input_values(boxes, scores)
-        raise RuntimeError("the device input check found a bad row that the reference checks accept")
+        report_bad_values(boxes, scores, "the device input check")

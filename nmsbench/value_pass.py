@@ -1,5 +1,6 @@
 """The CPU value check of ``nmsbench.run_nms`` in numba (imported on the first CPU call:
-the dashboard and CUDA-only users never load numba for it).
+the dashboard and CUDA-only users never load numba for it), and the rule itself for
+numba backends that check the values in their own pass (``row_ok``).
 
 The rules are :func:`nmsbench.boxes.check_input_values`'s: a row is bad where a
 coordinate or its score is NaN or Inf, where x2 < x1 or y2 < y1, or where its area
@@ -14,6 +15,7 @@ arguments; other layouts take the same loop through ``njit`` on NumPy views.
 from __future__ import annotations
 
 import ctypes
+import functools
 
 import numpy as np
 from numba import carray, cfunc, njit, types
@@ -22,7 +24,8 @@ JIT = dict(cache=True, error_model="numpy")
 
 
 @njit(inline="always", **JIT)
-def _row_ok(x1, y1, x2, y2, score):
+def row_ok(x1, y1, x2, y2, score):
+    """Whether one row keeps every value rule (branch-free, so a loop of it vectorizes)."""
     return (np.isfinite(x1) & np.isfinite(y1) & np.isfinite(x2) & np.isfinite(y2) & np.isfinite(score)
             & (x2 >= x1) & (y2 >= y1) & np.isfinite((x2 - x1) * (y2 - y1)))
 
@@ -32,11 +35,11 @@ def _first_bad(b, s):
     n = b.shape[0]
     ok = True
     for i in range(n):  # no early exit: vectorized
-        ok &= _row_ok(b[i, 0], b[i, 1], b[i, 2], b[i, 3], s[i])
+        ok &= row_ok(b[i, 0], b[i, 1], b[i, 2], b[i, 3], s[i])
     if ok:
         return -1
     for i in range(n):
-        if not _row_ok(b[i, 0], b[i, 1], b[i, 2], b[i, 3], s[i]):
+        if not row_ok(b[i, 0], b[i, 1], b[i, 2], b[i, 3], s[i]):
             return i
     return -1
 
@@ -51,10 +54,10 @@ def _first_bad_row_at(boxes, scores, n):
     return _first_bad(carray(boxes, (n, 4)), carray(scores, (n,)))
 
 
-def _by_address(dtype):
+@functools.cache
+def at_address(dtype_name: str):
+    """``first_bad_row_at(boxes address, scores address, n)`` for contiguous data of
+    ``dtype_name`` ("float32" or "float64"), compiled on first use."""
+    dtype = {"float32": types.float32, "float64": types.float64}[dtype_name]
     compiled = cfunc(types.int64(types.CPointer(dtype), types.CPointer(dtype), types.int64), **JIT)(_first_bad_row_at)
     return ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(compiled.address)
-
-
-# dtype name -> first_bad_row_at(boxes address, scores address, n), for contiguous data
-AT_ADDRESS = {"float32": _by_address(types.float32), "float64": _by_address(types.float64)}

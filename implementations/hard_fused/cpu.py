@@ -14,6 +14,7 @@ from numba import njit, prange
 from nmsbench.boxes import NMSResult
 from nmsbench.registry import register
 from nmsbench.validation import report_bad_values
+from nmsbench.value_pass import row_ok
 
 from .._cpu import JIT, sorted_inputs
 
@@ -45,13 +46,11 @@ def _suppressed_by_kept(x1, y1, x2, y2, area, label, start, stop, kept, kept_lab
 
 
 @njit(**JIT)
-def _values_ok(x1, y1, x2, y2, area, scores):
-    """run_nms's value rules over the columns (any row order): finite coordinates and
-    scores, x2 >= x1, y2 >= y1, a finite area; branch-free, so it vectorizes."""
+def _values_ok(x1, y1, x2, y2, scores):
+    """run_nms's value rules (value_pass.row_ok) over the columns, in any row order."""
     ok = True
     for i in range(x1.shape[0]):
-        ok &= (np.isfinite(x1[i]) & np.isfinite(y1[i]) & np.isfinite(x2[i]) & np.isfinite(y2[i])
-               & np.isfinite(scores[i]) & (x2[i] >= x1[i]) & (y2[i] >= y1[i]) & np.isfinite(area[i]))
+        ok &= row_ok(x1[i], y1[i], x2[i], y2[i], scores[i])
     return ok
 
 
@@ -65,7 +64,7 @@ def _greedy_blocks(b, label, threshold, block, scores, check_values):
     x1, y1, x2, y2 = b[:, 0].copy(), b[:, 1].copy(), b[:, 2].copy(), b[:, 3].copy()
     area = (x2 - x1) * (y2 - y1)
     positions = np.empty(n, dtype=np.int64)
-    if check_values and not _values_ok(x1, y1, x2, y2, area, scores):
+    if check_values and not _values_ok(x1, y1, x2, y2, scores):
         return positions[:0], False
     kept = np.empty((5, n), dtype=b.dtype)
     kept_label = np.empty(n, dtype=np.int64)
