@@ -185,13 +185,19 @@ class _LaunchBuffer(threading.local):
         """Address of the pointer array for this layout (built once per layout)."""
         entry = self.pointers.get(codes)
         if entry is None:
-            # native ("@") struct layout = C's: each value at its natural alignment
-            offsets = [struct.calcsize("@" + codes[: i + 1]) - struct.calcsize(code) for i, code in enumerate(codes)]
             if struct.calcsize("@" + codes) > PARAM_BYTES:
                 raise ValueError(f"kernel arguments take {struct.calcsize('@' + codes)} bytes, above {PARAM_BYTES}")
-            array = (ctypes.c_void_p * max(1, len(codes)))(*[self.address + offset for offset in offsets])
-            entry = self.pointers[codes] = (array, ctypes.addressof(array))
+            entry = self.pointers[codes] = pointers_into(self.address, codes)
         return entry[1]
+
+
+def pointers_into(address: int, codes: str) -> tuple[object, int]:
+    """(array, its address): cuLaunchKernel's ``kernelParams`` for arguments of layout
+    ``codes`` packed at ``address`` in the native ("@") struct layout, which is C's: each
+    value at its natural alignment."""
+    offsets = [struct.calcsize("@" + codes[: i + 1]) - struct.calcsize(code) for i, code in enumerate(codes)]
+    array = (ctypes.c_void_p * max(1, len(codes)))(*[address + offset for offset in offsets])
+    return array, ctypes.addressof(array)
 
 
 _launch_buffer = _LaunchBuffer()
@@ -292,21 +298,32 @@ class CompiledLaunch:
     (a type lookup per call, tensors' ``data_ptr``, a list) was a large part of a launch's
     host time."""
 
-    __slots__ = ("function", "grid", "block", "dims", "shared_mem", "cooperative", "codes", "device_index", "_pack")
+    __slots__ = ("function", "grid", "block", "dims", "shared_mem", "cooperative", "codes", "device_index", "_pack",
+                 "_own")
 
     def __init__(self, function, grid, block, codes: str, device_index: int, shared_mem: int = 0,
-                 cooperative: bool = False):
+                 cooperative: bool = False, own_buffer: bool = False):
+        """``own_buffer``: the launch packs into a buffer of its own rather than the
+        thread's (one look-up less a call), for a launch that only one thread uses."""
         if struct.calcsize("@" + codes) > PARAM_BYTES:
             raise ValueError(f"kernel arguments take {struct.calcsize('@' + codes)} bytes, above {PARAM_BYTES}")
         self.function, self.grid, self.block = function, tuple(grid), tuple(block)
         self.dims = (*grid, 1, 1)[:3] + (*block, 1, 1)[:3]
         self.shared_mem, self.cooperative, self.codes, self.device_index = shared_mem, cooperative, codes, device_index
         self._pack = struct.Struct("@" + codes).pack_into
+        self._own = None
+        if own_buffer:
+            values = ctypes.create_string_buffer(max(1, struct.calcsize("@" + codes)))
+            self._own = (values, pointers_into(ctypes.addressof(values), codes))
 
     def __call__(self, stream: int, *values) -> None:
-        buffer = _launch_buffer
-        self._pack(buffer.values, 0, *values)
-        pointers = buffer.pointer_array(self.codes)
+        if self._own is None:
+            buffer = _launch_buffer
+            self._pack(buffer.values, 0, *values)
+            pointers = buffer.pointer_array(self.codes)
+        else:
+            own, (_, pointers) = self._own
+            self._pack(own, 0, *values)
         if torch._C._cuda_getDevice() != self.device_index:  # the module is loaded in that device's context
             import cupy
 

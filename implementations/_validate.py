@@ -10,15 +10,13 @@ device tensor instead, so the whole call stays free of host synchronization.
 
 from __future__ import annotations
 
-import ctypes
-import struct
 import threading
 
 import torch
 
 from nmsbench.boxes import VERDICT_REASONS
 
-from ._cuda import CudaModule, _driver_api, _zeroed_per_stream, host_count
+from ._cuda import CompiledLaunch, CudaModule, _zeroed_per_stream, host_count
 
 _CODES = "QQiQQQ"  # boxes, scores, n, scratch, verdict_host, verdict_device
 MODULE = CudaModule("_validate.cu", templates={"validate_kernel": _CODES},
@@ -27,8 +25,6 @@ THREADS = 256  # one row a thread
 MAX_ROWS = (1 << 28) - 1  # the verdict's encoding: (n - row) * 8 + reason in 31 bits
 _DTYPES = frozenset((torch.float32, torch.float64, torch.float16))
 PLANS_KEPT = 4096  # call shapes whose launch a thread keeps
-_ARGUMENTS = struct.Struct("@" + _CODES)
-_OFFSETS = [struct.calcsize("@" + _CODES[: i + 1]) - struct.calcsize(code) for i, code in enumerate(_CODES)]
 _local = threading.local()  # a thread's _Check per call shape
 # (device index, stream) -> the check's two scratch words, kept at 0 between launches: its
 # own store, whose sets never grow, so a kept address stays valid (a set shared with an op
@@ -37,36 +33,19 @@ _scratch: dict[tuple[int, int], torch.Tensor] = {}
 
 
 class _Check:
-    """One thread's check of one call shape (dtype, device, N), prepared so that a call
-    only packs its addresses and calls the driver: the kernel, the grid, the pinned memory
-    its verdict goes to, its own argument buffer and pointer array (cuLaunchKernel's
-    ``kernelParams``), and the scratch address of the last stream it ran on."""
+    """One thread's check of one call shape (dtype, device, N): its launch (its own
+    argument buffer: the plan is the thread's), the pinned memory its verdict goes to, and
+    the scratch address of the last stream it ran on (with several blocks)."""
 
-    __slots__ = ("function", "grid", "index", "host", "multi_block", "values", "pointers", "pointer_array",
-                 "stream", "scratch", "launch_kernel")
+    __slots__ = ("launch", "index", "host", "multi_block", "stream", "scratch")
 
     def __init__(self, dtype: torch.dtype, device: torch.device, index: int, n: int):
-        self.function = MODULE.get("validate_kernel", dtype, device).ptr
-        self.grid = -(-n // THREADS)
+        kernel = MODULE.get("validate_kernel", dtype, device)
+        self.launch = CompiledLaunch(kernel, (-(-n // THREADS),), (THREADS,), _CODES, index, own_buffer=True)
         self.index = index
         self.host = host_count(device, "input verdict")
-        self.multi_block = self.grid > 1
-        self.values = ctypes.create_string_buffer(_ARGUMENTS.size)
-        base = ctypes.addressof(self.values)
-        self.pointer_array = (ctypes.c_void_p * len(_CODES))(*[base + offset for offset in _OFFSETS])
-        self.pointers = ctypes.addressof(self.pointer_array)
+        self.multi_block = self.launch.grid[0] > 1
         self.stream, self.scratch = None, 0
-        self.launch_kernel = _driver_api().launchKernel
-
-    def launch(self, stream: int, boxes: int, scores: int, n: int, scratch: int, host: int, device: int) -> None:
-        _ARGUMENTS.pack_into(self.values, 0, boxes, scores, n, scratch, host, device)
-        if torch._C._cuda_getDevice() != self.index:  # the module is loaded in that device's context
-            import cupy
-
-            with cupy.cuda.Device(self.index):
-                self.launch_kernel(self.function, self.grid, 1, 1, THREADS, 1, 1, 0, stream, self.pointers, 0)
-        else:
-            self.launch_kernel(self.function, self.grid, 1, 1, THREADS, 1, 1, 0, stream, self.pointers, 0)
 
 
 def _plan(boxes: torch.Tensor, n: int):

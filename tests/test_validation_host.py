@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from nmsbench.variants import _validate
+from nmsbench.variants import _cuda, _validate
 
 
 class FakeHost:
@@ -52,7 +52,7 @@ def launches(monkeypatch):
     class Kernel:
         ptr = 0x1234
 
-    monkeypatch.setattr(_validate, "_driver_api", lambda: RecordingDriver)
+    monkeypatch.setattr(_cuda, "_driver", RecordingDriver)
     monkeypatch.setattr(_validate.MODULE, "get", lambda name, dtype, device: Kernel)
     hosts = {}
     monkeypatch.setattr(_validate, "host_count", lambda device, slot: hosts.setdefault((device, slot), FakeHost()))
