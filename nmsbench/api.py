@@ -60,16 +60,16 @@ def run_nms(name: str, boxes, scores, iou_threshold: float = 0.5, labels=None, *
         return result._replace(input_check=pending) if pending is not None else result
     if pending is not None:
         finish_value_check(pending, boxes, scores)
-    keep = getattr(result, "keep", None)
-    if not (type(result) is NMSResult and keep.dtype is torch.int64 and keep.dim() == 1  # the contract, in a few reads
-            and keep.get_device() == boxes.get_device() and (result.scores is None or result.scores.shape == keep.shape)):
-        check_result(name, result, boxes)
+    check_result(name, result, boxes)
     return result
 
 
 def check_result(name: str, result: NMSResult, boxes: torch.Tensor) -> None:
     """Guard the output contract so a broken backend fails loudly, not silently."""
     keep = getattr(result, "keep", None)
+    if (type(result) is NMSResult and keep.dtype is torch.int64 and keep.dim() == 1  # kept: in a few reads (every call)
+            and keep.get_device() == boxes.get_device() and (result.scores is None or result.scores.shape == keep.shape)):
+        return
     if not isinstance(result, NMSResult) or not isinstance(keep, torch.Tensor) or keep.dtype != torch.int64 \
             or keep.dim() != 1:
         raise RuntimeError(f"{name} broke the output contract: keep must be a 1-D int64 tensor in an NMSResult")
