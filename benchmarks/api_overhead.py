@@ -1,7 +1,7 @@
 """What ``nmsbench.run_nms`` costs over the backend it calls, on CUDA: the backend alone,
 ``run_nms`` as a user calls it, and ``run_nms(..., validate=False)`` (the Python layer
-without the input check), timed in interleaved blocks (each variant in turn, the order
-rotated every block) so that the differences do not depend on what the host did while
+without the input check), timed in interleaved rounds (each variant in turn, the order
+rotated every round) so that the differences do not depend on what the host did while
 one of them ran. Run on a GPU machine:
 
     python benchmarks/api_overhead.py --n 64,1024,8192,32768 --impl hard_fused,torchvision
@@ -13,36 +13,23 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
-
-import torch
 
 import nmsbench
+from nmsbench.timing import wall_blocks
 
 from _common import MATRIX_DEFAULTS, boxes_of, parse_sizes
 
 
-def interleaved(calls: dict, seconds: float, blocks: int) -> dict:
-    """Each call's median µs per call over ``blocks`` blocks, taken in rotated order."""
-    size = {}
-    for name, call in calls.items():
-        call()
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        call()
-        torch.cuda.synchronize()
-        size[name] = max(1, int(seconds / blocks / len(calls) / max(time.perf_counter() - start, 1e-7)))
-    times = {name: [] for name in calls}
+def interleaved(calls: dict, seconds: float, rounds: int) -> dict:
+    """Each call's median µs per call: ``rounds`` rounds in rotated order, each call timed
+    by the sweep's ``wall`` timer (``nmsbench.timing.wall_blocks``) in its turn."""
+    medians = {name: [] for name in calls}
     names = list(calls)
-    for b in range(blocks):
-        for name in names[b % len(names):] + names[:b % len(names)]:
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            for _ in range(size[name]):
-                calls[name]()
-            torch.cuda.synchronize()
-            times[name].append((time.perf_counter() - start) / size[name] * 1e6)
-    return {name: statistics.median(values) for name, values in times.items()}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            blocks = wall_blocks(calls[name], min_run_time=seconds / rounds / len(calls), threads=1)
+            medians[name].append(statistics.median(blocks.times_us))
+    return {name: statistics.median(values) for name, values in medians.items()}
 
 
 def main() -> None:
@@ -51,7 +38,7 @@ def main() -> None:
     parser.add_argument("--impl", default="", help="implementations (default: every one with a CUDA backend)")
     parser.add_argument("--scenario", default="clustered")
     parser.add_argument("--seconds", type=float, default=0.6, help="timing budget of one size, all variants")
-    parser.add_argument("--blocks", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
     registered = nmsbench.implementations()
     names = [n for n in args.impl.split(",") if n] or sorted(n for n, i in registered.items() if "cuda" in i.backends)
@@ -67,7 +54,7 @@ def main() -> None:
                 "backend": lambda: backend.fn(b, s, iou_threshold=0.5, labels=None, **params),
                 "api": lambda: nmsbench.run_nms(name, b, s, 0.5, **params),
                 "no_validate": lambda: nmsbench.run_nms(name, b, s, 0.5, validate=False, **params),
-            }, args.seconds, args.blocks)
+            }, args.seconds, args.rounds)
             print(f"{name} {n} {m['backend']:.1f} {m['api']:.1f} {m['no_validate']:.1f} "
                   f"{m['api'] - m['backend']:+.1f} {m['no_validate'] - m['backend']:+.1f}", flush=True)
 
