@@ -163,6 +163,16 @@ __device__ __forceinline__ bool overlaps_decisive(const Box<A>& a, A area_a, con
 template <typename A>
 __device__ __forceinline__ A box_area(const Box<A>& b) { return (b.x2 - b.x1) * (b.y2 - b.y1); }
 
+// run_nms's value rules for one box, in the arithmetic type A (nmsbench.boxes'
+// check_input_values; a score is bad where it is not finite): a kernel that reads every
+// box anyway can tell the host whether any breaks them, so that no separate check runs
+// (_validate.cu's bad_reason also says which rule, for the check that does run alone).
+template <typename A>
+__device__ __forceinline__ bool box_is_bad(const Box<A>& b) {
+    return !(isfinite(b.x1) && isfinite(b.y1) && isfinite(b.x2) && isfinite(b.y2) && b.x2 >= b.x1 && b.y2 >= b.y1
+             && isfinite(box_area(b)));
+}
+
 // The quick rejection of pairs that cannot overlap. A box with x2 <= x1 or y2 <= y1, or
 // a NaN coordinate, has IoU 0 or NaN with every box; quick_box turns it into one that
 // fails every comparison of may_overlap (and keeps every other box as it is). For two

@@ -327,3 +327,68 @@ def test_the_chooser_picks_only_paths_that_take_the_input(stubbed, module):
             for labels in (False, True):
                 path = module.choose_path(n, torch.float32, padded, device, labels)
                 module.check_path(path, n, torch.float32, padded, device, labels)
+
+
+class FakeVerdict:
+    address = 88
+
+    def __init__(self):
+        import numpy as np
+
+        self.value = np.full(1, 7, dtype=np.int64)  # a stale value: the op must reset it
+
+
+@pytest.fixture
+def with_verdict(stubbed, monkeypatch):
+    """hard_fused's pinned words: the kept count (77) and the input verdict (88), which
+    the stubbed wait sets to what the kernel would have written (``count.verdict``)."""
+    driver, count, known, allocations = stubbed
+    verdict = FakeVerdict()
+    count.verdict = 0
+
+    def wait(device):
+        if count.verdict is not None:
+            verdict.value[0] = count.verdict
+        return count.count
+
+    monkeypatch.setattr(count, "wait", wait)
+    monkeypatch.setattr(hf, "host_count", lambda device, slot="kept": verdict if slot == "input verdict" else count)
+    return driver, count, known, verdict
+
+
+@pytest.mark.parametrize("n", [4, 200])  # one_block, cooperative: the check rides in the op's one launch
+def test_hard_fused_checks_the_values_in_its_launch(with_verdict, monkeypatch, n):
+    driver, count, known, verdict = with_verdict
+    monkeypatch.setattr(hf, "start_value_check", lambda *args, **kwargs: pytest.fail("a separate check was queued"))
+    boxes, scores = torch.rand(n, 4) + torch.tensor([0.0, 0.0, 1.0, 1.0]), torch.rand(n)
+    count.count = 1
+    hf.hard_fused_cuda(boxes, scores, iou_threshold=0.5, check_values=True)
+    [(call, pointers)] = driver.launches
+    name = launched(driver, known)[0]
+    assert read_arguments(hf.CUDA_MODULE.codes[name], pointers)[-1] == verdict.address
+    assert verdict.value[0] == -1  # read, and unset for the next call
+    hf.hard_fused_cuda(boxes, scores, iou_threshold=0.5)  # not asked: a null verdict pointer
+    assert read_arguments(hf.CUDA_MODULE.codes[name], driver.launches[-1][1])[-1] == 0
+    boxes[n - 1, 2] = boxes[n - 1, 0] - 1  # the last row: x2 < x1
+    count.verdict = 1
+    with pytest.raises(ValueError, match=rf"row {n - 1} has x2 < x1"):
+        hf.hard_fused_cuda(boxes, scores, iou_threshold=0.5, check_values=True)
+    count.verdict = None  # the kernel wrote nothing: an error, never a pass
+    with pytest.raises(RuntimeError, match="wrote no input verdict"):
+        hf.hard_fused_cuda(boxes, scores, iou_threshold=0.5, check_values=True)
+
+
+def test_hard_fused_queues_the_separate_check_on_its_other_paths(with_verdict, monkeypatch):
+    driver, count, known, verdict = with_verdict
+    calls = []
+    monkeypatch.setattr(hf, "start_value_check", lambda boxes, scores: calls.append(("start", len(driver.launches))) or "P")
+    monkeypatch.setattr(hf, "finish_value_check", lambda pending, boxes, scores: calls.append(("finish", pending)))
+    count.count = 2
+    hf.hard_fused_cuda(torch.rand(1025, 4), torch.rand(1025), iou_threshold=0.5, check_values=True)
+    assert calls == [("start", 0), ("finish", "P")]  # queued before the op's first launch, read after its wait
+    assert launched(driver, known) == ["rank_by_score_kernel", "streamed_resolve_kernel"]
+
+
+def test_hard_fused_takes_check_values_for_eager_calls_only(with_verdict):
+    with pytest.raises(ValueError, match="check_values is for eager calls"):
+        hf.hard_fused_cuda(torch.rand(4, 4), torch.rand(4), iou_threshold=0.5, padded=True, check_values=True)

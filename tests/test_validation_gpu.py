@@ -20,7 +20,8 @@ IMPLS = nmsbench.implementations()
 CUDA_IMPLS = sorted(name for name, impl in IMPLS.items() if "cuda" in impl.backends)
 GRAPH_SAFE = sorted(name for name in CUDA_IMPLS if IMPLS[name].backends["cuda"].graph_safe)
 HOST_SYNC = sorted(name for name in CUDA_IMPLS if IMPLS[name].backends["cuda"].host_sync)
-SIZES = (100, 3000)  # one block of the check, and several (the scratch shared by launches)
+SIZES = (100, 500, 3000)  # one block of the check, and several (the scratch shared by launches); hard_fused:
+# its one-block and cooperative launches check the values themselves, its other paths queue the check
 
 
 def boxes_for(n: int, dtype=torch.float32, seed: int = 0):

@@ -27,6 +27,7 @@ import torch
 
 from nmsbench.boxes import NMSResult, PaddedNMSResult
 from nmsbench.registry import register
+from nmsbench.validation import finish_value_check, report_bad_values, start_value_check
 
 from .._cuda import (CUDA_DTYPES, MAX_SHARED_BYTES, CompiledLaunch, CudaModule, _current_stream, _ranked_offsets, blocks,
                      cached_plan, device_index, grid_barrier_address, host_count, kept_count, opted_in_shared_limit,
@@ -50,9 +51,9 @@ STAGED_THREADS, MID_THREADS, ROUND_WORDS = DEFINES["STAGED_THREADS"], DEFINES["M
 CUDA_MODULE = CudaModule(
     "hard_fused/hard_fused.cu",
     templates={
-        "small_nms_kernel": "QQQidQQQ",  # boxes scores labels | n threshold | keep count host_count
+        "small_nms_kernel": "QQQidQQQQ",  # boxes scores labels | n threshold | keep count host_count verdict_host
         "tile_mask_kernel": "QQiidQ",  # sorted_boxes sorted_labels | n words threshold | mask
-        "mid_nms_kernel": "QQQid" + "Q" * 8,  # ... | order sorted_boxes sorted_labels mask barrier | outputs
+        "mid_nms_kernel": "QQQid" + "Q" * 9,  # ... | order sorted_boxes sorted_labels mask barrier | outputs, verdict
         # sorted_boxes sorted_labels | n words threshold | mask row_done order | outputs
         "streamed_resolve_kernel": "QQiidQQQQQQ",
     },
@@ -243,26 +244,28 @@ def _prepare_block_resolve(n, words, dtype, device, index):
     return _tile_mask(n, words, dtype, device, index), resolve
 
 
-def _run_one_block(plan, stream, index, boxes, scores, labels_at, ranked_labels, threshold, base, keep, count, host_at):
-    plan.launches[0](stream, boxes, scores, labels_at, plan.n, threshold, keep, count, host_at)
+def _run_one_block(plan, stream, index, boxes, scores, labels_at, ranked_labels, threshold, base, keep, count, host_at,
+                   verdict_at):
+    plan.launches[0](stream, boxes, scores, labels_at, plan.n, threshold, keep, count, host_at, verdict_at)
 
 
 def _run_cooperative(plan, stream, index, boxes, scores, labels_at, ranked_labels, threshold, base, keep, count,
-                     host_at):
+                     host_at, verdict_at):
     n = plan.n
     order = base + plan.scratch_at  # then the ranked labels, then the ranked boxes (the kernel's scratch)
     plan.launches[0](stream, boxes, scores, labels_at, n, threshold, order, order + 16 * n, order + 8 * n,
-                     base + plan.mask_at, grid_barrier_address(index, stream), keep, count, host_at)
+                     base + plan.mask_at, grid_barrier_address(index, stream), keep, count, host_at, verdict_at)
 
 
-def _run_streamed(plan, stream, index, boxes, scores, labels_at, ranked_labels, threshold, base, keep, count, host_at):
+def _run_streamed(plan, stream, index, boxes, scores, labels_at, ranked_labels, threshold, base, keep, count, host_at,
+                  verdict_at):
     plan.launches[0](stream, base + plan.ranked_boxes_at, ranked_labels, plan.n, plan.words, threshold,
                      base + plan.mask_at, stream_counters(index, stream, MAX_WORDS), base + plan.scratch_at, keep,
                      count, host_at)
 
 
 def _run_mask_then_resolve(plan, stream, index, boxes, scores, labels_at, ranked_labels, threshold, base, keep, count,
-                           host_at):
+                           host_at, verdict_at):
     mask, resolve = plan.launches
     mask(stream, base + plan.ranked_boxes_at, ranked_labels, plan.n, plan.words, threshold, base + plan.mask_at)
     resolve(stream, base + plan.mask_at, base + plan.scratch_at, plan.n, plan.words, keep, count, host_at)
@@ -276,6 +279,9 @@ PATHS: dict[str, Path] = {
     "mask_then_block_resolve": Path(_refuses_nothing, _prepare_block_resolve, _run_mask_then_resolve),
 }
 RANKED_FIRST = ("mask_then_staged_resolve", "streamed", "mask_then_block_resolve")  # rank_by_score's launches first
+# the paths whose one launch also checks run_nms's value rules (check_values=True); the
+# others queue nmsbench.validation's separate check ahead of their rank
+CHECKS_IN_KERNEL = ("one_block", "cooperative")
 
 
 class _Plan:
@@ -330,10 +336,15 @@ def plan_for(n: int, dtype: torch.dtype, labels: bool, padded: bool, device: tor
 
 @register(
     name="hard_fused", family="hard", devices=("cuda",), exact=True, requires=("cupy",), dtypes=CUDA_DTYPES,
-    host_sync=True, graph_safe=True, summary=SUMMARY_CUDA,
+    host_sync=True, graph_safe=True, checks_values=True, summary=SUMMARY_CUDA,
 )
-def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False, path=None):
-    """Greedy NMS on CUDA; ``path`` (a name in ``PATHS``) forces a path, else ``choose_path``'s."""
+def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False, path=None, check_values=False):
+    """Greedy NMS on CUDA; ``path`` (a name in ``PATHS``) forces a path, else ``choose_path``'s.
+    ``check_values`` (eager calls): run_nms's value rules, in the op's own launch on the
+    ``CHECKS_IN_KERNEL`` paths, read in the same synchronization as the kept count."""
+    if check_values and padded:
+        raise ValueError("hard_fused: check_values is for eager calls; a padded call reports bad input through "
+                         "run_nms's input_check")
     n, device = boxes.shape[0], boxes.device
     if n == 0:
         if path is not None and path not in PATHS:
@@ -347,7 +358,15 @@ def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False, 
     if labels is not None:
         labels = labels.to(torch.int64).contiguous()
         labels_at = labels.data_ptr()
+    given_boxes, given_scores = boxes, scores
     boxes, scores = boxes.contiguous(), scores.contiguous()
+    verdict = pending = None
+    if check_values:
+        if plan.path in CHECKS_IN_KERNEL:
+            verdict = host_count(device, "input verdict")
+            verdict.value[0] = -1
+        else:  # the separate check, queued ahead of the rank
+            pending = start_value_check(given_boxes, given_scores)
     index, stream = _current_stream(device)
     ranked_labels = 0
     if plan.rank is not None:  # the rank launched first: the host prepares the rest while the GPU ranks
@@ -357,8 +376,17 @@ def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False, 
     host = None if padded else host_count(device)
     keep, count, host_at = base, base + 8 * n, 0 if host is None else host.address
     plan.run(plan, stream, index, boxes.data_ptr(), scores.data_ptr(), labels_at, ranked_labels, float(iou_threshold),
-             base, keep, count, host_at)
+             base, keep, count, host_at, 0 if verdict is None else verdict.address)
     if padded:
         return PaddedNMSResult(memory[:n], memory[n])
     kept_keep = memory[:n]  # made while the GPU works; the wait's count only shortens it
-    return NMSResult(kept_keep.resize_(kept_count(host, device, n, "hard_fused")))
+    kept = kept_count(host, device, n, "hard_fused")
+    if verdict is not None:  # written by the kernel the wait above waited for
+        bad, verdict.value[0] = int(verdict.value[0]), -1
+        if bad < 0:
+            raise RuntimeError("hard_fused: the kernel wrote no input verdict")
+        if bad:
+            report_bad_values(given_boxes, given_scores)
+    elif pending is not None:
+        finish_value_check(pending, given_boxes, given_scores)
+    return NMSResult(kept_keep.resize_(kept))

@@ -7,6 +7,9 @@
 // rank order, keep[count, n) = -1 (the padded output), *count_out = count on the device
 // and, when host_count is not null, the count into mapped pinned host memory (the host
 // then learns it with one stream synchronization and no copy).
+// The single-launch kernels (one_block, cooperative) read every score and box anyway;
+// when verdict_host is not null they also write there whether any row breaks run_nms's
+// value rules (1) or none does (0), in the same synchronization as the count.
 
 #define SMALL_WORDS (SMALL_MAX / 32)
 
@@ -103,7 +106,7 @@ __device__ __forceinline__ void finish(int count, int n, long long* keep, long l
 template <typename T>
 __global__ void small_nms_kernel(const T* boxes, const T* scores, const long long* labels, int n,
                                  double iou_threshold, long long* keep, long long* count_out,
-                                 long long* host_count) {
+                                 long long* host_count, long long* verdict_host) {
     typedef typename Arith<T>::type A;
     __shared__ unsigned long long key[SMALL_MAX];
     __shared__ int partial_rank[RANK_SPLIT][SMALL_MAX];
@@ -114,7 +117,12 @@ __global__ void small_nms_kernel(const T* boxes, const T* scores, const long lon
     __shared__ unsigned int mask[SMALL_MAX][SMALL_WORDS + 1];  // an odd row stride: no bank conflicts
     __shared__ int kept_count;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    for (int j = tid; j < n; j += blockDim.x) key[j] = score_key(A(load_value(scores, j)));
+    bool bad = false;
+    for (int j = tid; j < n; j += blockDim.x) {
+        const A score = A(load_value(scores, j));
+        bad |= !isfinite(score);
+        key[j] = score_key(score);
+    }
     __syncthreads();
     {
         const int j = tid % SMALL_MAX, part = tid / SMALL_MAX;
@@ -131,11 +139,13 @@ __global__ void small_nms_kernel(const T* boxes, const T* scores, const long lon
         for (int part = 0; part < RANK_SPLIT; ++part) rank += partial_rank[part][j];
         input_index[rank] = j;
         const Box<A> b = load_box(boxes, j);
+        bad |= box_is_bad(b);
         box[rank] = b;
         area[rank] = box_area(b);
         label[rank] = labels != nullptr ? labels[j] : 0;
     }
-    __syncthreads();
+    const int any_bad = __syncthreads_or(bad);  // also the barrier before the mask
+    if (tid == 0 && verdict_host != nullptr) *verdict_host = any_bad ? 1 : 0;
     const IouThreshold threshold(iou_threshold);
     const int words = (n + 31) / 32;
     for (int task = tid; task < n * words; task += blockDim.x) {
@@ -319,7 +329,8 @@ template <typename T>
 __global__ void __launch_bounds__(MID_THREADS, 1) mid_nms_kernel(
         const T* boxes, const T* scores, const long long* labels, int n, double iou_threshold,
         long long* order, Box<typename Arith<T>::type>* sorted_boxes, long long* sorted_labels, unsigned int* mask,
-        unsigned int* barrier, long long* keep, long long* count_out, long long* host_count) {
+        unsigned int* barrier, long long* keep, long long* count_out, long long* host_count,
+        long long* verdict_host) {
     typedef typename Arith<T>::type A;
     extern __shared__ __align__(16) unsigned int staged[];
     Box<A>* box = reinterpret_cast<Box<A>*>(staged);         // phase 2: ranked boxes
@@ -329,7 +340,12 @@ __global__ void __launch_bounds__(MID_THREADS, 1) mid_nms_kernel(
     __shared__ int kept_count;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int words = (n + 31) / 32;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) key[i] = score_key(A(load_value(scores, i)));
+    bool bad = false;  // every block reads every score, then every box: block 0 tells the host
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const A score = A(load_value(scores, i));
+        bad |= !isfinite(score);
+        key[i] = score_key(score);
+    }
     __syncthreads();
     const int j = blockIdx.x * (MID_THREADS / 32) + warp;  // this warp's box, then its mask row
     if (j < n) {
@@ -347,11 +363,13 @@ __global__ void __launch_bounds__(MID_THREADS, 1) mid_nms_kernel(
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const A* from = reinterpret_cast<const A*>(sorted_boxes + i);
         const Box<A> b = {__ldcg(from), __ldcg(from + 1), __ldcg(from + 2), __ldcg(from + 3)};
+        bad |= box_is_bad(b);  // the ranked boxes: all n, as loaded (any order will do)
         box[i] = b;
         area[i] = box_area(b);
         label[i] = __ldcg(sorted_labels + i);
     }
-    __syncthreads();
+    const int any_bad = __syncthreads_or(bad);
+    if (blockIdx.x == 0 && threadIdx.x == 0 && verdict_host != nullptr) *verdict_host = any_bad ? 1 : 0;
     if (j < n) {  // mask row j, from its own word on
         const IouThreshold threshold(iou_threshold);
         const Box<A> box_j = box[j];
