@@ -173,6 +173,16 @@ __device__ __forceinline__ bool box_is_bad(const Box<A>& b) {
              && isfinite(box_area(b)));
 }
 
+// The same for a row of the inputs, and the report of a bad one: verdict_host is mapped
+// pinned memory that the host sets to 0 before the launch and reads after its wait for
+// the op; any thread that finds a bad row writes 1 there (all write the same value).
+template <typename T>
+__device__ __forceinline__ bool row_is_bad(const T* boxes, const T* scores, long long row) {
+    typedef typename Arith<T>::type A;
+    return box_is_bad(load_box(boxes, row)) || !isfinite(A(load_value(scores, row)));
+}
+__device__ __forceinline__ void report_bad_row(long long* verdict_host) { *(volatile long long*)verdict_host = 1; }
+
 // The quick rejection of pairs that cannot overlap. A box with x2 <= x1 or y2 <= y1, or
 // a NaN coordinate, has IoU 0 or NaN with every box; quick_box turns it into one that
 // fails every comparison of may_overlap (and keeps every other box as it is). For two

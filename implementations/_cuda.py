@@ -418,8 +418,8 @@ class Scratch:
 
 
 MERGE_CHUNK = 256  # keys per chunk of the merge rank (rank.cu), one per thread
-RANK_MODULE = CudaModule("rank.cu", templates={"rank_by_score_kernel": "QQQiQQQQ", "chunk_sort_kernel": "QiQ",
-                                                  "group_merge_kernel": "iQQ", "merge_rank_kernel": "QQQiiQQQQQ"},
+RANK_MODULE = CudaModule("rank.cu", templates={"rank_by_score_kernel": "QQQiQQQQQ", "chunk_sort_kernel": "QiQ",
+                                                  "group_merge_kernel": "iQQ", "merge_rank_kernel": "QQQiiQQQQQQ"},
                          defines={"MERGE_CHUNK": MERGE_CHUNK})
 # From here up rank_by_score merges sorted chunks (three launches, O(N log N)) instead of
 # counting (one launch, O(N^2)): where the merge became faster (results/PERFLOG.md).
@@ -488,7 +488,8 @@ class _Ranked:
 
 
 def rank_by_score(launch, boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor | None,
-                  with_scores: bool = False, into: int | None = None, path: str | None = None):
+                  with_scores: bool = False, into: int | None = None, path: str | None = None,
+                  verdict: HostCount | None = None):
     """Rank the boxes on the device: descending score, ties by lower input index, NaN
     first, as ``torch.sort(descending=True, stable=True)`` does. Below ``MERGE_RANK_MIN``
     boxes one launch counts (rank.cu's rank_by_score_kernel); from there three launches
@@ -503,6 +504,8 @@ def rank_by_score(launch, boxes: torch.Tensor, scores: torch.Tensor, labels: tor
     With ``into`` (a device address with ``rank_scratch_words`` 8-byte words the caller
     owns, for the same ``path``; not with ``with_scores``) nothing is allocated:
     ``order`` is its address there and ``ranked`` holds the others' addresses.
+    With ``verdict`` (from :func:`input_verdict`) the launch that reads every box also
+    checks run_nms's value rules (:func:`raise_if_bad_input` reads the verdict).
     """
     n, device, dtype = boxes.shape[0], boxes.device, boxes.dtype
     path = choose_rank_path(n, path)
@@ -528,7 +531,7 @@ def rank_by_score(launch, boxes: torch.Tensor, scores: torch.Tensor, labels: tor
     rank_launches(n, dtype, path, device)(
         launch.stream, boxes.data_ptr(), scores.data_ptr(), _address(labels), _address(order),
         _address(scratch.sorted_boxes), _address(scratch.sorted_scores), _address(scratch.sorted_labels),
-        _address(scratch.chunk_sorted), _address(scratch.group_sorted))
+        _address(scratch.chunk_sorted), _address(scratch.group_sorted), 0 if verdict is None else verdict.address)
     return order, scratch
 
 
@@ -542,7 +545,8 @@ def _address(value) -> int:
 class RankLaunches:
     """``rank_by_score``'s launches at one (n, dtype, path, device), prepared once
     (``rank_launches``): a call takes the raw stream and the addresses of the inputs
-    (labels 0: none), the outputs (0: not wanted) and, for the merge, its two key arrays."""
+    (labels 0: none), the outputs (0: not wanted), for the merge its two key arrays, and
+    the address of an ``input_verdict`` (0: no value check)."""
 
     __slots__ = ("n", "slots", "launches")
 
@@ -561,8 +565,9 @@ class RankLaunches:
                 for name in ("chunk_sort_kernel", "group_merge_kernel", "merge_rank_kernel"))
 
     def __call__(self, stream: int, boxes: int, scores: int, labels: int, order: int, sorted_boxes: int,
-                 sorted_scores: int, sorted_labels: int, chunk_sorted: int = 0, group_sorted: int = 0) -> None:
-        outputs = (order, sorted_boxes, sorted_scores, sorted_labels)
+                 sorted_scores: int, sorted_labels: int, chunk_sorted: int = 0, group_sorted: int = 0,
+                 verdict: int = 0) -> None:
+        outputs = (order, sorted_boxes, sorted_scores, sorted_labels, verdict)
         if len(self.launches) == 1:
             self.launches[0](stream, boxes, scores, labels, self.n, *outputs)
         else:
@@ -638,6 +643,25 @@ def host_count(device: torch.device, slot: str = "kept") -> HostCount:
     if count is None:
         count = counts[key] = HostCount()
     return count
+
+
+def input_verdict(device: torch.device) -> HostCount:
+    """run_nms's value verdict for an op whose own kernels check the rules
+    (``checks_values`` backends; row_is_bad in _common.cuh): a pinned word set to 0 here,
+    before the launch, that a kernel finding a bad row sets to 1. Read it with
+    :func:`raise_if_bad_input` after the op has waited for the device."""
+    verdict = host_count(device, "input verdict")
+    verdict.value[0] = 0
+    return verdict
+
+
+def raise_if_bad_input(verdict: HostCount | None, boxes: torch.Tensor, scores: torch.Tensor, op: str) -> None:
+    """After the op's wait: the reference ``ValueError`` where ``verdict`` (None: no
+    check) says a row is bad."""
+    if verdict is not None and verdict.value[0] != 0:
+        from nmsbench.validation import report_bad_values
+
+        report_bad_values(boxes, scores, f"{op}'s value check")
 
 
 def blocks(n: int, per_block: int) -> int:

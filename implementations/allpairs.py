@@ -16,7 +16,7 @@ from nmsbench.boxes import NMSResult
 from nmsbench.registry import register
 
 from ._cpu import JIT, balanced_row, box_iou, keep_from_sorted, sorted_inputs
-from ._cuda import CUDA_DTYPES, CudaModule, blocks, on_torch_stream, rank_by_score
+from ._cuda import CUDA_DTYPES, CudaModule, blocks, input_verdict, on_torch_stream, rank_by_score, raise_if_bad_input
 
 
 @njit(parallel=True, **JIT)
@@ -51,18 +51,23 @@ CUDA_MODULE = CudaModule("allpairs.cu", templates={"allpairs_kernel": "QQidQ"}, 
 
 @register(
     name="allpairs", family="allpairs", devices=("cuda",), exact=True, requires=("cupy",), dtypes=CUDA_DTYPES,
-    host_sync=True, summary="CUDA: candidate tiles x chunks of parents through shared memory, flags, compaction",
+    host_sync=True, checks_values=True,
+    summary="CUDA: candidate tiles x chunks of parents through shared memory, flags, compaction",
 )
-def allpairs_cuda(boxes, scores, *, iou_threshold, labels=None):
+def allpairs_cuda(boxes, scores, *, iou_threshold, labels=None, check_values=False):
+    """``check_values``: run_nms's value rules, checked in the rank's launch."""
     n = boxes.shape[0]
     if n == 0:
         return NMSResult(torch.empty(0, dtype=torch.int64, device=boxes.device))
     suppressed = torch.zeros(n, dtype=torch.bool, device=boxes.device)
+    verdict = input_verdict(boxes.device) if check_values else None
     with on_torch_stream(boxes.device) as launch:
-        order, ranked = rank_by_score(launch, boxes, scores, labels)
+        order, ranked = rank_by_score(launch, boxes, scores, labels, verdict=verdict)
         launch(
             CUDA_MODULE.get("allpairs_kernel", boxes.dtype, boxes.device),
             (blocks(n, CANDIDATES), blocks(n, CHUNK)), (CANDIDATES,),
             (ranked.sorted_boxes, ranked.sorted_labels, n, np.float64(iou_threshold), suppressed),
         )
-    return NMSResult(order[~suppressed])
+    keep = order[~suppressed]  # the one host sync
+    raise_if_bad_input(verdict, boxes, scores, "allpairs")
+    return NMSResult(keep)

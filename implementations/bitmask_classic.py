@@ -20,7 +20,7 @@ from nmsbench.boxes import NMSResult
 from nmsbench.registry import register
 
 from ._cpu import JIT, balanced_row, box_iou, keep_from_sorted, resolve_greedy, sorted_inputs
-from ._cuda import CUDA_DTYPES, CudaModule, blocks, on_torch_stream, rank_by_score
+from ._cuda import CUDA_DTYPES, CudaModule, blocks, input_verdict, on_torch_stream, rank_by_score, raise_if_bad_input
 
 BLOCK = 64
 
@@ -61,20 +61,25 @@ CUDA_MODULE = CudaModule("bitmask_classic.cu", templates={"block_mask_kernel": "
 
 @register(
     name="bitmask_classic", family="hard", devices=("cuda",), exact=True, requires=("cupy",), dtypes=CUDA_DTYPES,
-    host_sync=True, summary="CUDA: 64-thread blocks on a 2-D grid write 64-bit masks; copy + greedy resolve on the host",
+    host_sync=True, checks_values=True,
+    summary="CUDA: 64-thread blocks on a 2-D grid write 64-bit masks; copy + greedy resolve on the host",
 )
-def bitmask_classic_cuda(boxes, scores, *, iou_threshold, labels=None):
+def bitmask_classic_cuda(boxes, scores, *, iou_threshold, labels=None, check_values=False):
+    """``check_values``: run_nms's value rules, checked in the rank's launch."""
     n = boxes.shape[0]
     if n == 0:
         return NMSResult(torch.empty(0, dtype=torch.int64, device=boxes.device))
     column_blocks = blocks(n, BLOCK)
     mask = torch.empty((n, column_blocks), dtype=torch.int64, device=boxes.device)  # every word is written
+    verdict = input_verdict(boxes.device) if check_values else None
     with on_torch_stream(boxes.device) as launch:
-        order, ranked = rank_by_score(launch, boxes, scores, labels)
+        order, ranked = rank_by_score(launch, boxes, scores, labels, verdict=verdict)
         launch(
             CUDA_MODULE.get("block_mask_kernel", boxes.dtype, boxes.device),
             (column_blocks, column_blocks), (BLOCK,),
             (ranked.sorted_boxes, ranked.sorted_labels, n, np.float64(iou_threshold), mask),
         )
-    kept = resolve_greedy(mask.cpu().numpy().view(np.uint64), BLOCK)
+    host_mask = mask.cpu()  # the host sync
+    raise_if_bad_input(verdict, boxes, scores, "bitmask_classic")
+    kept = resolve_greedy(host_mask.numpy().view(np.uint64), BLOCK)
     return NMSResult(order[torch.from_numpy(kept).to(boxes.device)])

@@ -19,7 +19,8 @@ from nmsbench.boxes import NMSResult
 from nmsbench.registry import register
 
 from ._cpu import JIT, balanced_row, box_iou, keep_from_sorted, resolve_greedy, sorted_inputs
-from ._cuda import BALLOT_WARPS, CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, blocks, on_torch_stream, rank_by_score
+from ._cuda import (BALLOT_WARPS, CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, blocks, input_verdict, on_torch_stream,
+                    rank_by_score, raise_if_bad_input)
 
 WORD_BITS = 32
 
@@ -58,10 +59,11 @@ MAX_RESOLVE_WORDS = MAX_SHARED_BYTES // 4  # the resolve's "removed" bitmap, in 
 
 @register(
     name="bitmask_two_phase", family="hard", devices=("cuda",), exact=True, requires=("cupy",),
-    dtypes=CUDA_DTYPES, host_sync=True,
+    dtypes=CUDA_DTYPES, host_sync=True, checks_values=True,
     summary="CUDA: warp-per-box __ballot_sync 32-bit mask, then a single-block shared-memory resolve",
 )
-def bitmask_two_phase_cuda(boxes, scores, *, iou_threshold, labels=None):
+def bitmask_two_phase_cuda(boxes, scores, *, iou_threshold, labels=None, check_values=False):
+    """``check_values``: run_nms's value rules, checked in the rank's launch."""
     n, device = boxes.shape[0], boxes.device
     keep = torch.empty(n + 1, dtype=torch.int64, device=device)  # keep[n]: how many
     if n == 0:
@@ -74,8 +76,9 @@ def bitmask_two_phase_cuda(boxes, scores, *, iou_threshold, labels=None):
         )
     mask = torch.zeros((n, words), dtype=torch.int32, device=device)
     threads = min(1024, -(-words // 32) * 32)
+    verdict = input_verdict(device) if check_values else None
     with on_torch_stream(device) as launch:
-        order, ranked = rank_by_score(launch, boxes, scores, labels)
+        order, ranked = rank_by_score(launch, boxes, scores, labels, verdict=verdict)
         launch(
             CUDA_MODULE.get("ballot_mask_kernel", boxes.dtype, device), (blocks(n, BALLOT_WARPS),),
             (32 * BALLOT_WARPS,), (ranked.sorted_boxes, ranked.sorted_labels, n, words, np.float64(iou_threshold), mask),
@@ -84,4 +87,6 @@ def bitmask_two_phase_cuda(boxes, scores, *, iou_threshold, labels=None):
             CUDA_MODULE.get("greedy_resolve_kernel", None, device), (1,), (threads,),
             (mask, order, n, words, keep), shared_mem=words * 4,
         )
-    return NMSResult(keep[: int(keep[n])])
+    count = int(keep[n])  # the one host sync
+    raise_if_bad_input(verdict, boxes, scores, "bitmask_two_phase")
+    return NMSResult(keep[:count])

@@ -28,7 +28,8 @@ from nmsbench.families import MATRIX_PARAMS
 from nmsbench.registry import register
 
 from ._cpu import JIT, balanced_row, box_iou, sorted_inputs
-from ._cuda import COUNT_BOXES, COUNT_WARPS, CUDA_DTYPES, CudaModule, Scratch, blocks, on_torch_stream, rank_by_score
+from ._cuda import (COUNT_BOXES, COUNT_WARPS, CUDA_DTYPES, CudaModule, Scratch, blocks, input_verdict, on_torch_stream,
+                    rank_by_score, raise_if_bad_input)
 
 
 @njit(parallel=True, **JIT)
@@ -98,10 +99,12 @@ MAX_DECAY_SPLITS = 32
 
 @register(
     name="matrix_fused", family="matrix", devices=("cuda",), requires=("cupy",), params=MATRIX_PARAMS,
-    dtypes=CUDA_DTYPES, host_sync=True,
+    dtypes=CUDA_DTYPES, host_sync=True, checks_values=True,
     summary="CUDA: 16x16 IoU tiles + row max, in-place max levels, per-row-tile decay min; packed lower triangle",
 )
-def matrix_fused_cuda(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold):
+def matrix_fused_cuda(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold,
+                      check_values=False):
+    """``check_values``: run_nms's value rules, checked in the rank's launch."""
     n, device, dtype = boxes.shape[0], boxes.device, boxes.dtype
     store = torch.float64 if dtype == torch.float64 else torch.float32
     kept = torch.empty(n + 1, dtype=torch.int64, device=device)  # kept[n]: how many
@@ -117,8 +120,9 @@ def matrix_fused_cuda(boxes, scores, *, iou_threshold, labels=None, kernel, sigm
         device, tile_iou=(packed_tiles * TILE * TILE, store), partial=(tiles * n, store),
         split_min=(splits * n, torch.float64), splits_done=(tiles, torch.int32), final_by_input=(n, store),
     )
+    verdict = input_verdict(device) if check_values else None
     with on_torch_stream(device) as launch:
-        order, ranked = rank_by_score(launch, boxes, scores, labels, with_scores=True)
+        order, ranked = rank_by_score(launch, boxes, scores, labels, with_scores=True, verdict=verdict)
         launch(
             CUDA_MODULE.get("iou_tile_kernel", dtype, device), (blocks(packed_tiles, TILES_PER_BLOCK),), (TILE, TILE),
             (ranked.sorted_boxes, ranked.sorted_labels, n, np.int64(packed_tiles), scratch.tile_iou, scratch.partial),
@@ -137,4 +141,5 @@ def matrix_fused_cuda(boxes, scores, *, iou_threshold, labels=None, kernel, sigm
             (scratch.final_by_input, n, np.float64(score_threshold), kept, kept_scores),
         )
     count = int(kept[n])  # the one host sync
+    raise_if_bad_input(verdict, boxes, scores, "matrix_fused")
     return NMSResult(kept[:count], kept_scores[:count].to(dtype))

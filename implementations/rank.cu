@@ -9,11 +9,13 @@
 // and the slices' counts are summed in shared memory. O(N^2) comparisons, spread over
 // N * 32 threads, and the NMS that follows is O(N^2) anyway.
 
-// sorted_scores and sorted_labels may be null (not needed / no labels).
+// sorted_scores and sorted_labels may be null (not needed / no labels); so may
+// verdict_host: where it is not, a bad row (run_nms's value rules) sets it to 1
+// (row_is_bad, report_bad_row in _common.cuh), so that no separate check need run.
 template <typename T>
 __global__ void rank_by_score_kernel(const T* boxes, const T* scores, const long long* labels, int n,
                                      long long* order, T* sorted_boxes, T* sorted_scores,
-                                     long long* sorted_labels) {
+                                     long long* sorted_labels, long long* verdict_host) {
     typedef typename Arith<T>::type A;
     __shared__ int slice_count[RANK_WARPS][COUNT_BOXES];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -30,6 +32,7 @@ __global__ void rank_by_score_kernel(const T* boxes, const T* scores, const long
     for (int c = 0; c < 4; ++c) sorted_boxes[4LL * rank + c] = boxes[4LL * j + c];
     if (sorted_scores != nullptr) sorted_scores[rank] = scores[j];
     if (labels != nullptr) sorted_labels[rank] = labels[j];
+    if (verdict_host != nullptr && row_is_bad(boxes, scores, j)) report_bad_row(verdict_host);
 }
 
 // Ranking by merging, for large N: O(N log N) work in three launches instead of O(N^2).
@@ -120,7 +123,7 @@ __global__ void __launch_bounds__(MERGE_CHUNK) merge_rank_kernel(const T* boxes,
                                                                  int n, int slots,
                                                                  const typename RankKey<typename Arith<T>::type>::type* group_sorted,
                                                                  long long* order, T* sorted_boxes, T* sorted_scores,
-                                                                 long long* sorted_labels) {
+                                                                 long long* sorted_labels, long long* verdict_host) {
     typedef RankKey<typename Arith<T>::type> R;
     typedef typename R::type K;
     constexpr int GROUP = GROUP_BYTES / sizeof(K);
@@ -156,4 +159,5 @@ __global__ void __launch_bounds__(MERGE_CHUNK) merge_rank_kernel(const T* boxes,
     for (int c = 0; c < 4; ++c) sorted_boxes[4LL * rank + c] = boxes[4LL * j + c];
     if (sorted_scores != nullptr) sorted_scores[rank] = scores[j];
     if (labels != nullptr) sorted_labels[rank] = labels[j];
+    if (verdict_host != nullptr && row_is_bad(boxes, scores, j)) report_bad_row(verdict_host);
 }

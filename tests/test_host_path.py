@@ -55,7 +55,7 @@ class FakeCount:
         return self.count
 
 
-READ = {"Q": ctypes.c_uint64, "i": ctypes.c_int32, "d": ctypes.c_double}
+READ = {"Q": ctypes.c_uint64, "q": ctypes.c_int64, "i": ctypes.c_int32, "d": ctypes.c_double, "f": ctypes.c_float}
 
 
 def read_arguments(codes: str, recorded) -> list:
@@ -330,7 +330,7 @@ def test_the_chooser_picks_only_paths_that_take_the_input(stubbed, module):
 
 
 class FakeVerdict:
-    address = 88
+    address = _cuda.Address(0x7E57_0000_1238)  # an address no other argument has
 
     def __init__(self):
         import numpy as np
@@ -338,57 +338,94 @@ class FakeVerdict:
         self.value = np.full(1, 7, dtype=np.int64)  # a stale value: the op must reset it
 
 
+
 @pytest.fixture
 def with_verdict(stubbed, monkeypatch):
-    """hard_fused's pinned words: the kept count (77) and the input verdict (88), which
-    the stubbed wait sets to what the kernel would have written (``count.verdict``)."""
-    driver, count, known, allocations = stubbed
+    """The pinned input verdict (``_cuda.input_verdict``) of every CUDA backend that
+    checks the values in its own launch. A launch that gets the verdict's address
+    "writes" ``verdict.written`` there (None: nothing, as a kernel does for good input)."""
+    driver, count, known, _ = stubbed
     verdict = FakeVerdict()
-    count.verdict = 0
+    verdict.written = None
+    record = driver._record
 
-    def wait(device):
-        if count.verdict is not None:
-            verdict.value[0] = count.verdict
-        return count.count
+    def get(module, name, dtype, device):  # the stub's kernels, which also know their argument layout
+        kernel = known.setdefault((name, dtype), FakeKernel(name))
+        kernel.codes = module.codes[name]
+        return kernel
 
-    monkeypatch.setattr(count, "wait", wait)
-    monkeypatch.setattr(hf, "host_count", lambda device, slot="kept": verdict if slot == "input verdict" else count)
+    def write_on_launch(call, pointers):
+        record(call, pointers)
+        if verdict.written is not None and carries_verdict(driver.launches[-1], known, verdict):
+            verdict.value[0] = verdict.written
+
+    monkeypatch.setattr(_cuda.CudaModule, "get", get)
+    monkeypatch.setattr(driver, "_record", write_on_launch)
+    monkeypatch.setattr(_cuda, "host_count", lambda device, slot="kept": verdict if slot == "input verdict" else count)
+    monkeypatch.setattr(_cuda, "_current_stream", lambda device: (0, 5))  # on_torch_stream's
     return driver, count, known, verdict
 
 
-@pytest.mark.parametrize("n", [4, 200])  # one_block, cooperative: the check rides in the op's one launch
-def test_hard_fused_checks_the_values_in_its_launch(with_verdict, monkeypatch, n):
+def carries_verdict(launch, known, verdict) -> bool:
+    """Whether the verdict's address is among a recorded launch's arguments."""
+    call, recorded = launch
+    kernel = next(k for k in known.values() if k.ptr == call[0])
+    return verdict.address in read_arguments(kernel.codes, recorded)
+
+
+def _ops():
+    from nmsbench.variants import allpairs, bitmask_classic, bitmask_two_phase, matrix_fused
+
+    matrix = dict(kernel="gaussian", sigma=2.0, score_threshold=0.05)
+    return {  # name: (op, its keyword arguments, the kernel that reads every row first)
+        "hard_fused one_block": (hf.hard_fused_cuda, {}, 4, "small_nms_kernel"),
+        "hard_fused cooperative": (hf.hard_fused_cuda, {}, 200, "mid_nms_kernel"),
+        "hard_fused streamed": (hf.hard_fused_cuda, {}, 1025, "rank_by_score_kernel"),
+        "hard_fused block resolve, merge rank": (hf.hard_fused_cuda, {}, 9000, "merge_rank_kernel"),
+        "matrix_recompute one_block": (mr.matrix_recompute_cuda, matrix, 4, "single_block_kernel"),
+        "matrix_recompute cooperative": (mr.matrix_recompute_cuda, matrix, 200, "cooperative_kernel"),
+        "matrix_recompute counting_passes": (mr.matrix_recompute_cuda, matrix | {"path": "counting_passes"}, 300,
+                                             "rank_kernel"),
+        "matrix_recompute merge_sort_passes": (mr.matrix_recompute_cuda, matrix | {"path": "merge_sort_passes"}, 300,
+                                               "rank_by_score_kernel"),  # the merge rank from 8193 boxes
+        "allpairs": (allpairs.allpairs_cuda, {}, 40, "rank_by_score_kernel"),
+        "bitmask_classic": (bitmask_classic.bitmask_classic_cuda, {}, 40, "rank_by_score_kernel"),
+        "bitmask_two_phase": (bitmask_two_phase.bitmask_two_phase_cuda, {}, 40, "rank_by_score_kernel"),
+        "matrix_fused": (matrix_fused.matrix_fused_cuda, matrix, 40, "rank_by_score_kernel"),
+    }
+
+
+@pytest.mark.parametrize("case", list(_ops()))
+def test_a_backend_that_checks_values_does_so_in_the_launch_that_reads_every_row(with_verdict, case):
+    """``check_values=True``: the verdict is set to 0 before the launches, exactly one
+    launch (the first that reads every row) gets its address, as its last argument, no
+    separate check kernel runs, and what that launch writes decides: nothing, the op
+    returns; 1, the reference ValueError naming the row. Without it, no launch gets it."""
     driver, count, known, verdict = with_verdict
-    monkeypatch.setattr(hf, "start_value_check", lambda *args, **kwargs: pytest.fail("a separate check was queued"))
+    op, kwargs, n, first_reader = _ops()[case]
     boxes, scores = torch.rand(n, 4) + torch.tensor([0.0, 0.0, 1.0, 1.0]), torch.rand(n)
     count.count = 1
-    hf.hard_fused_cuda(boxes, scores, iou_threshold=0.5, check_values=True)
-    [(call, pointers)] = driver.launches
-    name = launched(driver, known)[0]
-    assert read_arguments(hf.CUDA_MODULE.codes[name], pointers)[-1] == verdict.address
-    assert verdict.value[0] == -1  # read, and unset for the next call
-    hf.hard_fused_cuda(boxes, scores, iou_threshold=0.5)  # not asked: a null verdict pointer
-    assert read_arguments(hf.CUDA_MODULE.codes[name], driver.launches[-1][1])[-1] == 0
-    boxes[n - 1, 2] = boxes[n - 1, 0] - 1  # the last row: x2 < x1
-    count.verdict = 1
-    with pytest.raises(ValueError, match=rf"row {n - 1} has x2 < x1"):
-        hf.hard_fused_cuda(boxes, scores, iou_threshold=0.5, check_values=True)
-    count.verdict = None  # the kernel wrote nothing: an error, never a pass
-    with pytest.raises(RuntimeError, match="wrote no input verdict"):
-        hf.hard_fused_cuda(boxes, scores, iou_threshold=0.5, check_values=True)
+    op(boxes, scores, iou_threshold=0.5, check_values=True, **kwargs)
+    assert verdict.value[0] == 0  # reset before the launch; nothing written
+    names = launched(driver, known)
+    carrying = [i for i, launch in enumerate(driver.launches) if carries_verdict(launch, known, verdict)]
+    assert [names[i] for i in carrying] == [first_reader]
+    assert "validate_kernel" not in names
+    [reader] = [k for k in known.values() if k.name == first_reader]
+    assert read_arguments(reader.codes, driver.launches[carrying[0]][1])[-1] == verdict.address
+    driver.launches.clear()
+    op(boxes, scores, iou_threshold=0.5, **kwargs)  # not asked: no launch gets it
+    assert not any(carries_verdict(launch, known, verdict) for launch in driver.launches)
+    boxes[n // 2, 3] = boxes[n // 2, 1] - 1  # a middle row: y2 < y1
+    verdict.written = 1
+    with pytest.raises(ValueError, match=rf"row {n // 2} has y2 < y1"):
+        op(boxes, scores, iou_threshold=0.5, check_values=True, **kwargs)
 
 
-def test_hard_fused_queues_the_separate_check_on_its_other_paths(with_verdict, monkeypatch):
-    driver, count, known, verdict = with_verdict
-    calls = []
-    monkeypatch.setattr(hf, "start_value_check", lambda boxes, scores: calls.append(("start", len(driver.launches))) or "P")
-    monkeypatch.setattr(hf, "finish_value_check", lambda pending, boxes, scores: calls.append(("finish", pending)))
-    count.count = 2
-    hf.hard_fused_cuda(torch.rand(1025, 4), torch.rand(1025), iou_threshold=0.5, check_values=True)
-    assert calls == [("start", 0), ("finish", "P")]  # queued before the op's first launch, read after its wait
-    assert launched(driver, known) == ["rank_by_score_kernel", "streamed_resolve_kernel"]
-
-
-def test_hard_fused_takes_check_values_for_eager_calls_only(with_verdict):
+def test_the_padded_calls_take_no_check_values(with_verdict):
+    """A padded call reports bad input through run_nms's input_check (on the device)."""
     with pytest.raises(ValueError, match="check_values is for eager calls"):
         hf.hard_fused_cuda(torch.rand(4, 4), torch.rand(4), iou_threshold=0.5, padded=True, check_values=True)
+    with pytest.raises(ValueError, match="check_values is for eager calls"):
+        mr.matrix_recompute_cuda(torch.rand(4, 4), torch.rand(4), iou_threshold=0.5, kernel="gaussian", sigma=2.0,
+                                 score_threshold=0.05, padded=True, check_values=True)

@@ -20,8 +20,8 @@ IMPLS = nmsbench.implementations()
 CUDA_IMPLS = sorted(name for name, impl in IMPLS.items() if "cuda" in impl.backends)
 GRAPH_SAFE = sorted(name for name in CUDA_IMPLS if IMPLS[name].backends["cuda"].graph_safe)
 HOST_SYNC = sorted(name for name in CUDA_IMPLS if IMPLS[name].backends["cuda"].host_sync)
-SIZES = (100, 500, 3000)  # one block of the check, and several (the scratch shared by launches); hard_fused:
-# its one-block and cooperative launches check the values themselves, its other paths queue the check
+SIZES = (100, 500, 3000)  # one block of the check and several; the backends that check the values in their
+# own first launch: one_block, cooperative and counting-rank paths (every path: test_every_path_checks_the_values)
 
 
 def boxes_for(n: int, dtype=torch.float32, seed: int = 0):
@@ -69,6 +69,55 @@ def test_bad_row_anywhere_raises_the_reference_error(name, n, with_labels):
 
 def _defaults(name):
     return IMPLS[name].resolve_params({})
+
+
+CHECKS_VALUES = sorted(name for name in CUDA_IMPLS if IMPLS[name].backends["cuda"].checks_values)
+
+
+def _forced_paths():
+    """(implementation, path, N the path takes, merge rank or not) for every path of the
+    backends with paths; the others once at a counting and once at a merging rank's N."""
+    from nmsbench.variants.hard_fused import cuda as hf
+    from nmsbench.variants.matrix_recompute import cuda as mr
+
+    cases = [("hard_fused", "one_block", 60), ("hard_fused", "cooperative", 700),
+             ("hard_fused", "mask_then_staged_resolve", 700), ("hard_fused", "streamed", 3000),
+             ("hard_fused", "mask_then_block_resolve", 3000), ("hard_fused", "mask_then_block_resolve", 9000),
+             ("matrix_recompute", "one_block", 60), ("matrix_recompute", "cooperative", 700),
+             ("matrix_recompute", "counting_passes", 700), ("matrix_recompute", "merge_sort_passes", 9000)]
+    assert {path for name, path, _ in cases if name == "hard_fused"} == set(hf.PATHS)
+    assert {path for name, path, _ in cases if name == "matrix_recompute"} == set(mr.PATHS)
+    others = [(name, None, n) for name in CHECKS_VALUES if name not in ("hard_fused", "matrix_recompute")
+              for n in (700, 9000) if name != "bitmask_two_phase" or n <= 8192]
+    return cases + others
+
+
+@pytest.mark.parametrize("name, path, n", _forced_paths())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16], ids=["f32", "f64", "f16"])
+def test_every_path_checks_the_values_in_its_own_launch(name, path, n, dtype):
+    """``check_values=True`` on every path (forced): a bad row first, in the middle or
+    last raises the reference error; good input gives what the call without the check
+    gives (labels included), and leaves no stale verdict behind."""
+    backend = IMPLS[name].backends["cuda"]
+    if not _runs(name, dtype):
+        pytest.skip(f"{name} does not run {dtype} here")
+    params = _defaults(name) | ({} if path is None else {"path": path})
+    for fault in ("nan-box", "inf-score", "x-reversed") + (("area-overflow",) if dtype != torch.float16 else ()):
+        for i in (0, n // 2, n - 1):
+            boxes, scores, labels = boxes_for(n, dtype)
+            FAULTS[fault](boxes, scores, i)
+            with pytest.raises(ValueError) as caught:
+                validate_nms_inputs(boxes, scores)
+            with pytest.raises(ValueError) as raised:
+                backend.fn(boxes, scores, iou_threshold=0.5, labels=labels, check_values=True, **params)
+            assert str(raised.value) == str(caught.value), (fault, i)
+    for labels in (None, boxes_for(n)[2]):
+        boxes, scores, _ = boxes_for(n, dtype, seed=2)
+        plain = backend.fn(boxes, scores, iou_threshold=0.5, labels=labels, **params)
+        checked = backend.fn(boxes, scores, iou_threshold=0.5, labels=labels, check_values=True, **params)
+        assert torch.equal(checked.keep, plain.keep)
+        if plain.scores is not None:
+            assert torch.equal(checked.scores, plain.scores)
 
 
 @pytest.mark.parametrize("name", GRAPH_SAFE)

@@ -27,10 +27,10 @@ import torch
 
 from nmsbench.boxes import NMSResult, PaddedNMSResult
 from nmsbench.registry import register
-from nmsbench.validation import finish_value_check, report_bad_values, start_value_check
 
 from .._cuda import (CUDA_DTYPES, MAX_SHARED_BYTES, CompiledLaunch, CudaModule, _current_stream, _ranked_offsets, blocks,
-                     cached_plan, device_index, grid_barrier_address, host_count, kept_count, opted_in_shared_limit,
+                     cached_plan, device_index, grid_barrier_address, host_count, input_verdict, kept_count,
+                     opted_in_shared_limit, raise_if_bad_input,
                      rank_launches, rank_scratch_words, stream_counters)
 
 SUMMARY_CUDA = ("CUDA: one launch for N <= 160 (one block) and for eager calls to 1024 (cooperative); else rank, "
@@ -279,9 +279,6 @@ PATHS: dict[str, Path] = {
     "mask_then_block_resolve": Path(_refuses_nothing, _prepare_block_resolve, _run_mask_then_resolve),
 }
 RANKED_FIRST = ("mask_then_staged_resolve", "streamed", "mask_then_block_resolve")  # rank_by_score's launches first
-# the paths whose one launch also checks run_nms's value rules (check_values=True); the
-# others queue nmsbench.validation's separate check ahead of their rank
-CHECKS_IN_KERNEL = ("one_block", "cooperative")
 
 
 class _Plan:
@@ -340,8 +337,9 @@ def plan_for(n: int, dtype: torch.dtype, labels: bool, padded: bool, device: tor
 )
 def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False, path=None, check_values=False):
     """Greedy NMS on CUDA; ``path`` (a name in ``PATHS``) forces a path, else ``choose_path``'s.
-    ``check_values`` (eager calls): run_nms's value rules, in the op's own launch on the
-    ``CHECKS_IN_KERNEL`` paths, read in the same synchronization as the kept count."""
+    ``check_values`` (eager calls): run_nms's value rules, in the op's first launch (the
+    one_block or cooperative kernel, else the rank), read in the same synchronization as
+    the kept count."""
     if check_values and padded:
         raise ValueError("hard_fused: check_values is for eager calls; a padded call reports bad input through "
                          "run_nms's input_check")
@@ -360,33 +358,23 @@ def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False, 
         labels_at = labels.data_ptr()
     given_boxes, given_scores = boxes, scores
     boxes, scores = boxes.contiguous(), scores.contiguous()
-    verdict = pending = None
-    if check_values:
-        if plan.path in CHECKS_IN_KERNEL:
-            verdict = host_count(device, "input verdict")
-            verdict.value[0] = -1
-        else:  # the separate check, queued ahead of the rank
-            pending = start_value_check(given_boxes, given_scores)
+    verdict = input_verdict(device) if check_values else None
+    verdict_at = 0 if verdict is None else verdict.address
     index, stream = _current_stream(device)
     ranked_labels = 0
     if plan.rank is not None:  # the rank launched first: the host prepares the rest while the GPU ranks
         ranked_labels = base + plan.ranked_labels_at if labels is not None else 0
         plan.rank(stream, boxes.data_ptr(), scores.data_ptr(), labels_at, base + plan.scratch_at,
-                  base + plan.ranked_boxes_at, 0, ranked_labels, base + plan.chunk_keys_at, base + plan.group_keys_at)
+                  base + plan.ranked_boxes_at, 0, ranked_labels, base + plan.chunk_keys_at, base + plan.group_keys_at,
+                  verdict_at)
+        verdict_at = 0  # checked there
     host = None if padded else host_count(device)
     keep, count, host_at = base, base + 8 * n, 0 if host is None else host.address
     plan.run(plan, stream, index, boxes.data_ptr(), scores.data_ptr(), labels_at, ranked_labels, float(iou_threshold),
-             base, keep, count, host_at, 0 if verdict is None else verdict.address)
+             base, keep, count, host_at, verdict_at)
     if padded:
         return PaddedNMSResult(memory[:n], memory[n])
     kept_keep = memory[:n]  # made while the GPU works; the wait's count only shortens it
     kept = kept_count(host, device, n, "hard_fused")
-    if verdict is not None:  # written by the kernel the wait above waited for
-        bad, verdict.value[0] = int(verdict.value[0]), -1
-        if bad < 0:
-            raise RuntimeError("hard_fused: the kernel wrote no input verdict")
-        if bad:
-            report_bad_values(given_boxes, given_scores)
-    elif pending is not None:
-        finish_value_check(pending, given_boxes, given_scores)
+    raise_if_bad_input(verdict, given_boxes, given_scores, "hard_fused")  # written before the wait above returned
     return NMSResult(kept_keep.resize_(kept))

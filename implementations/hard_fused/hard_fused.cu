@@ -8,8 +8,9 @@
 // and, when host_count is not null, the count into mapped pinned host memory (the host
 // then learns it with one stream synchronization and no copy).
 // The single-launch kernels (one_block, cooperative) read every score and box anyway;
-// when verdict_host is not null they also write there whether any row breaks run_nms's
-// value rules (1) or none does (0), in the same synchronization as the count.
+// when verdict_host is not null they also report there whether any row breaks run_nms's
+// value rules (row_is_bad in _common.cuh; the other paths' rank does it), read in the
+// same synchronization as the count.
 
 #define SMALL_WORDS (SMALL_MAX / 32)
 
@@ -145,7 +146,7 @@ __global__ void small_nms_kernel(const T* boxes, const T* scores, const long lon
         label[rank] = labels != nullptr ? labels[j] : 0;
     }
     const int any_bad = __syncthreads_or(bad);  // also the barrier before the mask
-    if (tid == 0 && verdict_host != nullptr) *verdict_host = any_bad ? 1 : 0;
+    if (tid == 0 && any_bad && verdict_host != nullptr) report_bad_row(verdict_host);
     const IouThreshold threshold(iou_threshold);
     const int words = (n + 31) / 32;
     for (int task = tid; task < n * words; task += blockDim.x) {
@@ -369,7 +370,7 @@ __global__ void __launch_bounds__(MID_THREADS, 1) mid_nms_kernel(
         label[i] = __ldcg(sorted_labels + i);
     }
     const int any_bad = __syncthreads_or(bad);
-    if (blockIdx.x == 0 && threadIdx.x == 0 && verdict_host != nullptr) *verdict_host = any_bad ? 1 : 0;
+    if (blockIdx.x == 0 && threadIdx.x == 0 && any_bad && verdict_host != nullptr) report_bad_row(verdict_host);
     if (j < n) {  // mask row j, from its own word on
         const IouThreshold threshold(iou_threshold);
         const Box<A> box_j = box[j];

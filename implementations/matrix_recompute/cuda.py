@@ -33,7 +33,8 @@ from nmsbench.registry import register
 
 from .._cuda import (COUNT_BOXES, CUDA_DTYPES, MAX_SHARED_BYTES, RANK_WARPS, Address, CompiledLaunch, CudaModule,
                      Scratch, _current_stream, blocks, cached_plan, device_index, grid_barrier_address, host_count,
-                     kept_count, on_torch_stream, opted_in_shared_limit, rank_by_score)
+                     input_verdict, kept_count, on_torch_stream, opted_in_shared_limit, raise_if_bad_input,
+                     rank_by_score)
 
 # The kernels' compile-time constants (NVRTC -D): children per block of the pass kernels
 # (one a thread), parents per shared-memory tile, warps of select_kernel, and the most
@@ -49,15 +50,15 @@ _RANKED = "QQQii" + "Q" * 8 + "iQ"
 CUDA_MODULE = CudaModule(
     "matrix_recompute/matrix_recompute.cu",
     templates={
-        "single_block_kernel": "QQQiiiddQQQQ",  # boxes scores labels | wide n linear | sigma threshold | outputs host
-        "rank_kernel": _RANKED,
+        "single_block_kernel": "QQQiiiddQQQQQ",  # boxes scores labels | wide n linear | sigma threshold | outputs host verdict
+        "rank_kernel": _RANKED + "Q",  # ... | verdict
         "gather_kernel": _RANKED,
         "cmax_kernel": "QQQiiQ",  # sbox sarea slabel | n segment | cmax
         "decay_kernel": "Q" * 6 + "iiidd" + "Q" * 4,  # sbox sarea slabel cmax sscore order | n segment linear | sigma
         "select_kernel": "QiQQQQ",  # final | n | keep scores count host
         "finalize_kernel": "QQiQQQQ",  # sorted_final sorted_index | n | count keep scores host
-        # ... | order sbox sarea slabel sscore acc cmax barrier | outputs host | mark_slots
-        "cooperative_kernel": "QQQiiidd" + "Q" * 12 + "i",
+        # ... | order sbox sarea slabel sscore acc cmax barrier | outputs host | mark_slots | verdict
+        "cooperative_kernel": "QQQiiidd" + "Q" * 12 + "iQ",
     },
     defines=DEFINES,
 )
@@ -285,8 +286,10 @@ class _OneLaunch:
                                          CUDA_MODULE.codes["cooperative_kernel"], index, shared, cooperative=True)
         self.words = self.count_word + 1 + scratch_words
 
-    def run(self, boxes, scores, labels, linear: bool, sigma: float, score_threshold: float, padded: bool):
-        """The op on this path: keep, scores and the count, as ``matrix_recompute_cuda`` returns them."""
+    def run(self, boxes, scores, labels, linear: bool, sigma: float, score_threshold: float, padded: bool,
+            verdict=None):
+        """The op on this path: keep, scores and the count, as ``matrix_recompute_cuda`` returns them
+        (``verdict``: an ``input_verdict`` its launch sets where a row is bad)."""
         n, device = self.n, boxes.device
         memory = torch.empty(self.words, dtype=torch.int64, device=device)
         base = memory.data_ptr()
@@ -296,22 +299,24 @@ class _OneLaunch:
         labels_at = 0 if labels is None else labels.data_ptr()
         host = None if padded else host_count(device)
         host_at = 0 if host is None else host.address
+        verdict_at = 0 if verdict is None else verdict.address
         index, stream = _current_stream(device)
         if self.path == "one_block":
             self.launch(stream, boxes.data_ptr(), scores.data_ptr(), labels_at, wide, n, linear, sigma, score_threshold,
-                        keep, out_scores, count, host_at)
+                        keep, out_scores, count, host_at, verdict_at)
         else:
             at = self.scratch_offsets  # from base: order, sbox, sarea, slabel, sscore, acc, cmax
             self.launch(stream, boxes.data_ptr(), scores.data_ptr(), labels_at, wide, n, linear, sigma, score_threshold,
                         base + at[0], base + at[1], base + at[2], base + at[3] if labels is not None else 0,
                         base + at[4], base + at[5], base + at[6], grid_barrier_address(index, stream), keep, out_scores,
-                        count, host_at, self.mark_slots)
+                        count, host_at, self.mark_slots, verdict_at)
         return _result(memory, n, self.dtype, self.count_word, self.scores_start, host, device, padded)
 
 
-def _run_passes(path: str, boxes, scores, labels, linear: bool, sigma: float, score_threshold: float, padded: bool):
+def _run_passes(path: str, boxes, scores, labels, linear: bool, sigma: float, score_threshold: float, padded: bool,
+                verdict=None):
     """The multi-launch paths ("counting_passes", "merge_sort_passes"): rank, the two
-    passes, select; n > 0."""
+    passes, select; n > 0. ``verdict``: an ``input_verdict`` the rank sets where a row is bad."""
     n, device, dtype = boxes.shape[0], boxes.device, boxes.dtype
     counting = path == "counting_passes"
     outputs = _Outputs(n, dtype, device)
@@ -336,10 +341,10 @@ def _run_passes(path: str, boxes, scores, labels, linear: bool, sigma: float, sc
             launch(
                 CUDA_MODULE.get("rank_kernel", dtype, device), (blocks(n, COUNT_BOXES),), (32 * RANK_WARPS,),
                 (boxes, scores, labels, wide, n, order, scratch.sbox, scratch.sarea, slabel, scratch.sscore,
-                 scratch.cmax, scratch.acc, scratch.done, chunks, None),
+                 scratch.cmax, scratch.acc, scratch.done, chunks, None, None if verdict is None else verdict.address),
             )
         else:
-            order, _ = rank_by_score(launch, boxes, scores, None)  # merging from 8193 boxes: no torch.sort
+            order, _ = rank_by_score(launch, boxes, scores, None, verdict=verdict)  # merging from 8193 boxes
             launch(
                 CUDA_MODULE.get("gather_kernel", dtype, device), (blocks(n, 256),), (256,),
                 (boxes, scores, labels, wide, n, order, scratch.sbox, scratch.sarea, slabel, scratch.sscore,
@@ -451,13 +456,18 @@ def _make_plan(n: int, dtype: torch.dtype, labels: bool, padded: bool, device: t
 
 @register(
     name="matrix_recompute", family="matrix", devices=("cuda",), requires=("cupy",), params=MATRIX_PARAMS,
-    dtypes=CUDA_DTYPES, host_sync=True, graph_safe=True,
+    dtypes=CUDA_DTYPES, host_sync=True, graph_safe=True, checks_values=True,
     summary="CUDA: IoUs recomputed in both passes, O(N) memory; one launch for small N (one block) and for eager "
             "calls to 8192 (cooperative, the whole GPU)",
 )
 def matrix_recompute_cuda(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold, padded=False,
-                          path=None):
-    """Matrix NMS on CUDA; ``path`` (a name in ``PATHS``) forces a path, else ``choose_path``'s."""
+                          path=None, check_values=False):
+    """Matrix NMS on CUDA; ``path`` (a name in ``PATHS``) forces a path, else ``choose_path``'s.
+    ``check_values`` (eager calls): run_nms's value rules, in the op's first launch, read
+    after the wait for the kept count."""
+    if check_values and padded:
+        raise ValueError("matrix_recompute: check_values is for eager calls; a padded call reports bad input through "
+                         "run_nms's input_check")
     n, device, dtype = boxes.shape[0], boxes.device, boxes.dtype
     linear = kernel == "linear"
     if n == 0:
@@ -468,6 +478,10 @@ def matrix_recompute_cuda(boxes, scores, *, iou_threshold, labels=None, kernel, 
             outputs.memory.zero_()
         return outputs.result(None, device, padded)
     path, plan = plan_for(n, dtype, labels is not None, padded, device, path)
+    verdict = input_verdict(device) if check_values else None
     if plan is not None:
-        return plan.run(boxes, scores, labels, linear, float(sigma), float(score_threshold), padded)
-    return _run_passes(path, boxes, scores, labels, linear, sigma, score_threshold, padded)
+        result = plan.run(boxes, scores, labels, linear, float(sigma), float(score_threshold), padded, verdict)
+    else:
+        result = _run_passes(path, boxes, scores, labels, linear, sigma, score_threshold, padded, verdict)
+    raise_if_bad_input(verdict, boxes, scores, "matrix_recompute")  # written before the result's wait returned
+    return result

@@ -21,6 +21,9 @@
 //   select_kernel         "counting_passes": keep / scores padded to N and the count, by counting.
 //   finalize_kernel       "merge_sort_passes": after torch.sort of the final scores, the same outputs.
 //
+// The first launch of the eager paths reads every box and score: given verdict_host (see
+// row_is_bad in _common.cuh) it also reports whether any row breaks run_nms's value rules.
+//
 // The decay arithmetic is in double, as in the numba backend (matrix_fused's passes), so
 // both give the same final scores to the last bit in all but rare exp rounding cases.
 
@@ -174,7 +177,8 @@ __device__ __forceinline__ void atomic_max_nonnegative(double* p, double v) {
 template <typename T>
 __global__ void __launch_bounds__(SB_MAX_THREADS) single_block_kernel(
     const T* boxes, const T* scores, const void* labels, int wide_labels, int n, int linear, double sigma,
-    double score_threshold, long long* keep, T* out_scores, long long* count, long long* host_count) {
+    double score_threshold, long long* keep, T* out_scores, long long* count, long long* host_count,
+    long long* verdict_host) {
     typedef typename Arith<T>::type A;
     extern __shared__ __align__(16) unsigned char shared[];
     Box<A>* sbox = (Box<A>*)shared;
@@ -199,6 +203,7 @@ __global__ void __launch_bounds__(SB_MAX_THREADS) single_block_kernel(
         if (has_labels) label = load_label(labels, t, wide_labels);
         key = score_key(score);
         skey[t] = key;
+        if (verdict_host != nullptr && (box_is_bad(box) || !isfinite(score))) report_bad_row(verdict_host);
     }
     __syncthreads();
     if (active) {
@@ -300,7 +305,8 @@ template <typename T>
 __global__ void rank_kernel(const T* boxes, const T* scores, const void* labels, int wide_labels, int n,
                             long long* order, typename Arith<T>::type* sbox, typename Arith<T>::type* sarea,
                             long long* slabel, typename Arith<T>::type* sscore, typename Arith<T>::type* cmax,
-                            unsigned long long* acc, int* done, int chunks, long long* count) {
+                            unsigned long long* acc, int* done, int chunks, long long* count,
+                            long long* verdict_host) {
     typedef typename Arith<T>::type A;
     __shared__ int slice_count[RANK_WARPS][COUNT_BOXES];
     reset_counters(done, chunks, count);
@@ -315,6 +321,7 @@ __global__ void rank_kernel(const T* boxes, const T* scores, const void* labels,
     for (int w = 0; w < RANK_WARPS; ++w) rank += slice_count[w][lane];
     order[rank] = j;
     write_ranked(boxes, scores, labels, wide_labels, j, rank, sbox, sarea, slabel, sscore, cmax, acc);
+    if (verdict_host != nullptr && row_is_bad(boxes, scores, j)) report_bad_row(verdict_host);
 }
 
 // grid: ceil(n / 256), block 256; order from torch.sort(descending=True, stable=True)
@@ -691,7 +698,8 @@ __global__ void __launch_bounds__(CooperativeBlock<typename Arith<T>::type>::max
     const T* boxes, const T* scores, const void* labels, int wide_labels, int n, int linear, double sigma,
     double score_threshold, long long* order, typename Arith<T>::type* sbox, typename Arith<T>::type* sarea,
     long long* slabel, typename Arith<T>::type* sscore, unsigned long long* acc, typename Arith<T>::type* cmax,
-    unsigned int* barrier, long long* keep, T* out_scores, long long* count, long long* host_count, int mark_slots) {
+    unsigned int* barrier, long long* keep, T* out_scores, long long* count, long long* host_count, int mark_slots,
+    long long* verdict_host) {
     typedef typename Arith<T>::type A;
     extern __shared__ __align__(16) unsigned char shared[];
     unsigned long long* key = (unsigned long long*)shared;          // phase 1: score keys; phase 4: final keys
@@ -724,10 +732,12 @@ __global__ void __launch_bounds__(CooperativeBlock<typename Arith<T>::type>::max
             order[above] = j;
             ((Box<A>*)sbox)[above] = quick_box(b);  // see may_overlap: the passes act on IoU > 0 alone
             sarea[above] = box_area(b);
-            sscore[above] = load_value(scores, j);
+            const A score = load_value(scores, j);
+            sscore[above] = score;
             if (has_labels) slabel[above] = load_label(labels, j, wide_labels);
             cmax[above] = A(0);
             acc[above] = NO_CANDIDATE;
+            if (verdict_host != nullptr && (box_is_bad(b) || !isfinite(score))) report_bad_row(verdict_host);
         }
     }
     grid_barrier(barrier);
