@@ -4,10 +4,11 @@ What runs comes from the registry: every implementation whose CUDA backend launc
 kernels (``_kernels.kernel_implementations``). A backend with a table of paths (``PATHS``
 beside it: hard_fused, matrix_recompute) runs every path, forced with ``path=``, at every
 size below that the path takes, eager and padded; the others run at a few sizes, padded
-too where graph safe, all through ``nmsbench.run_nms`` (its input check's kernel
-included). Sizes are multiples of 16, 32 or 64 and not, with and without
-labels, float32 and float16; rank.cu's merge runs through the largest sizes (from 8193
-boxes) and at small sizes directly. Then the pipelines whose kernels are ours.
+too where graph safe, all through ``nmsbench.run_nms`` (its input check included, and a
+NaN box that it must report); forced paths also with ``check_values``. Sizes are
+multiples of 16, 32 or 64 and not, with and without labels, float32 and float16;
+rank.cu's merge runs through the largest sizes (from 8193 boxes) and at small sizes
+directly. Then the pipelines whose kernels are ours.
 Arguments pick what to run (default: everything), e.g. `hard_fused` or `pipelines`;
 SANITIZE_SIZES=31,1500 runs those sizes only (racecheck is slow: .ci/gpu splits it over
 processes); `--groups` prints the split .ci/gpu uses, one "name [sizes]" a line.
@@ -66,23 +67,33 @@ for name in (n for n in KERNEL_IMPLS if n in SELECTED):
                 for padded in (False, True) if backend.graph_safe else (False,):
                     nmsbench.run_nms(name, boxes.boxes, boxes.scores, 0.5, labels=boxes.labels,
                                      **({"padded": True} if padded else {}), **params)
+                bad = boxes.boxes.clone()
+                bad[n // 2, 0] = float("nan")  # the value check's report of a bad row (in the op's launch or alone)
+                try:
+                    nmsbench.run_nms(name, bad, boxes.scores, 0.5, labels=boxes.labels, **params)
+                except ValueError:
+                    pass
+                else:
+                    raise SystemExit(f"{name} at n={n} took a NaN box")
                 if table is None:
                     continue
                 paths, check_path = table
                 for path in paths:
                     for padded in (False, True):
                         if takes(check_path, path, n, dtype, padded, device, labels):
-                            backend.fn(boxes.boxes, boxes.scores, iou_threshold=0.5, labels=boxes.labels,
-                                       padded=padded, path=path, **params)
+                            for checked in (False, True) if backend.checks_values and not padded else (False,):
+                                backend.fn(boxes.boxes, boxes.scores, iou_threshold=0.5, labels=boxes.labels,
+                                           padded=padded, path=path, **params, **({"check_values": True} if checked else {}))
     # rank.cu's merge (every kernel backend's rank from 8193 boxes), at small sizes, in one process of a split
     if name == "hard_fused" and (ONLY is None or min(sizes) in ONLY):
-        from nmsbench.variants._cuda import on_torch_stream, rank_by_score
+        from nmsbench.variants._cuda import input_verdict, on_torch_stream, rank_by_score
 
         for n in (1, 300, 5000):
             for dtype in (torch.float32, torch.float16, torch.float64):
                 boxes = datasets.generate("degenerate", n, seed=n, classes=3).to("cuda", dtype)
                 with on_torch_stream(boxes.boxes.device) as launch:
-                    rank_by_score(launch, boxes.boxes, boxes.scores, boxes.labels, with_scores=True, path="merge")
+                    rank_by_score(launch, boxes.boxes, boxes.scores, boxes.labels, with_scores=True, path="merge",
+                                  verdict=input_verdict(boxes.boxes.device))
     torch.cuda.synchronize()
     print(name, "ran", flush=True)
 
