@@ -15,21 +15,30 @@ import argparse
 import statistics
 
 import nmsbench
-from nmsbench.timing import wall_blocks
+from nmsbench.timing import HostGauge, wall_blocks
 
 from _common import MATRIX_DEFAULTS, boxes_of, parse_sizes
 
 
-def interleaved(calls: dict, seconds: float, rounds: int) -> dict:
+def interleaved(calls: dict, seconds: float, rounds: int, gauge: HostGauge) -> dict:
     """Each call's median µs per call: ``rounds`` rounds in rotated order, each call timed
-    by the sweep's ``wall`` timer (``nmsbench.timing.wall_blocks``) in its turn."""
+    by the sweep's ``wall`` timer (``nmsbench.timing.wall_blocks``) in its turn; a round
+    whose turns ran while the host was slow (the sweep's ``HostGauge``) is left out, as
+    the sweep leaves such rounds out, where at least half the rounds remain."""
     medians = {name: [] for name in calls}
     names = list(calls)
+    usual = []
     for r in range(rounds):
+        before, slow = gauge.read(), False
         for name in names[r % len(names):] + names[:r % len(names)]:
             blocks = wall_blocks(calls[name], min_run_time=seconds / rounds / len(calls), threads=1)
             medians[name].append(statistics.median(blocks.times_us))
-    return {name: statistics.median(values) for name, values in medians.items()}
+            after = gauge.read()
+            slow |= gauge.judge(before, after)
+            before = after
+        usual.append(not slow)
+    keep = usual if sum(usual) >= (rounds + 1) // 2 else [True] * rounds
+    return {name: statistics.median(v for v, k in zip(values, keep) if k) for name, values in medians.items()}
 
 
 def main() -> None:
@@ -42,6 +51,7 @@ def main() -> None:
     args = parser.parse_args()
     registered = nmsbench.implementations()
     names = [n for n in args.impl.split(",") if n] or sorted(n for n, i in registered.items() if "cuda" in i.backends)
+    gauge = HostGauge()
     print("impl n backend_us api_us no_validate_us api-backend no_validate-backend")
     for name in names:
         impl = registered[name]
@@ -54,9 +64,10 @@ def main() -> None:
                 "backend": lambda: backend.fn(b, s, iou_threshold=0.5, labels=None, **params),
                 "api": lambda: nmsbench.run_nms(name, b, s, 0.5, **params),
                 "no_validate": lambda: nmsbench.run_nms(name, b, s, 0.5, validate=False, **params),
-            }, args.seconds, args.rounds)
+            }, args.seconds, args.rounds, gauge)
             print(f"{name} {n} {m['backend']:.1f} {m['api']:.1f} {m['no_validate']:.1f} "
                   f"{m['api'] - m['backend']:+.1f} {m['no_validate'] - m['backend']:+.1f}", flush=True)
+    print("host:", gauge.summary())
 
 
 if __name__ == "__main__":

@@ -194,6 +194,8 @@ def run_with_progress(command: str, out: Path, force: bool, total: int, grid: di
 
                 counts = run(writer.write, on_case, progress.refresh)
             writer.note("load", _load_note("end"))
+            if counts.get("host"):
+                writer.note("host", counts["host"])  # the host's speed while timing (timing.HostGauge)
     except KeyboardInterrupt as stop:
         terminated = isinstance(stop, Terminated)
         what = "terminated (SIGTERM)" if terminated else "interrupted"

@@ -16,6 +16,10 @@ output; ``graph``: the padded call captured once) and times them in interleaved 
   which of them ran while the host was busy.
 - A measurement with fewer than ``timing.MIN_BLOCKS`` blocks is re-timed (at most that many
   more times) before it is summarized; ``--repeat-noisy`` re-times a noisy one.
+- The host's speed is read (``timing.HostGauge``) before and after every measurement; one
+  timed while the host ran slow is marked so and left out of its row's median, and an
+  implementation left with fewer than half its rounds at the usual speed takes extra
+  turns (at most K, each after a wait for the host to recover) once the K rounds are done.
 
 Any exception becomes an error row, an unsupported cell a skipped row; the sweep goes on.
 """
@@ -23,6 +27,7 @@ Any exception becomes an error row, an unsupported cell a skipped row; the sweep
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import json
 import math
@@ -42,7 +47,7 @@ from .overlap import realized_overlap
 from .registry import Implementation, get, implementations
 from .results import case_key
 from .timing import (BLOCKS_PER_MEASUREMENT, CPU_TIMERS, DEFAULT_ROUNDS, DEFAULT_TIMERS, MIN_BLOCKS, TIMERS, Blocks,
-                     CpuMeter, Timing, WallTimer, capture_graph, device_blocks, summarize)
+                     CpuMeter, HostGauge, Timing, WallTimer, capture_graph, device_blocks, enough_usual, summarize)
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16}
 REFERENCE = "torchvision"
@@ -312,7 +317,15 @@ def _within_budget(contender: _Contender, grid: Grid, work: Callable[[], None]) 
         contender.spent += time.perf_counter() - start
 
 
-def _timing(contender: _Contender, timer: str, grid: Grid) -> tuple[Timing, int]:
+def _gauged(gauge: HostGauge, measure: Callable[[float], Blocks], seconds: float, before: float) -> tuple[Blocks, float]:
+    """(blocks, the gauge's reading after them): ``measure(seconds)`` marked ``host_slow``
+    where the host ran slow at ``before`` (the reading just before) or after it."""
+    blocks = measure(seconds)
+    after = gauge.read()
+    return dataclasses.replace(blocks, host_slow=gauge.judge(before, after)), after
+
+
+def _timing(contender: _Contender, timer: str, grid: Grid, gauge: HostGauge) -> tuple[Timing, int]:
     """(timing, attempts) of one row: its rounds summarized, after re-timing (at most
     MIN_BLOCKS more turns) while it has fewer than MIN_BLOCKS blocks. While the timing is
     noisy it is re-timed, up to ``grid.repeat_noisy`` times, in ``grid.rounds`` turns of
@@ -324,29 +337,32 @@ def _timing(contender: _Contender, timer: str, grid: Grid) -> tuple[Timing, int]
     for _ in range(MIN_BLOCKS):  # each re-timing adds at least one block
         if sum(len(r.times_us) for r in rounds) >= MIN_BLOCKS:
             break
-        _within_budget(contender, grid, lambda: rounds.append(measure(share)))
-    best, attempts = summarize(rounds, contender.meter.contention() if contender.meter else ""), 1
+        _within_budget(contender, grid, lambda: rounds.append(_gauged(gauge, measure, share, gauge.read())[0]))
+    planned = grid.rounds
+    best, attempts = summarize(rounds, contender.meter.contention() if contender.meter else "", planned), 1
     while best.noisy and attempts <= grid.repeat_noisy:
         again: list[Blocks] = []
         meter = CpuMeter(grid.threads) if contender.meter else None
 
         def retime():
             with meter or contextlib.nullcontext():
+                reading = gauge.read()
                 for _ in range(grid.rounds):
-                    again.append(measure(share))
+                    blocks, reading = _gauged(gauge, measure, share, reading)
+                    again.append(blocks)
 
         _within_budget(contender, grid, retime)
-        timing, attempts = summarize(again, meter.contention() if meter else ""), attempts + 1
+        timing, attempts = summarize(again, meter.contention() if meter else "", planned), attempts + 1
         if (timing.noisy, timing.rel_spread) < (best.noisy, best.rel_spread):
             best = timing
     return best, attempts
 
 
-def _timed_rows(contender: _Contender, grid: Grid, n: int) -> Iterator[dict]:
+def _timed_rows(contender: _Contender, grid: Grid, n: int, gauge: HostGauge) -> Iterator[dict]:
     suppressed = {"greedy_suppressed_frac": 1 - contender.agreement["ref_kept"] / n if n else 0.0}
     timings = {}
     for timer in contender.calls:
-        timings[timer] = _timing(contender, timer, grid)
+        timings[timer] = _timing(contender, timer, grid, gauge)
     for row in contender.rows:
         t, attempts = timings[row["timer"]]
         yield row | contender.agreement | suppressed | {
@@ -383,12 +399,15 @@ def row_emitter(write: Callable[[dict], None], on_case: Callable[[dict], None]):
 
 
 def run_sweep(grid: Grid, write: Callable[[dict], None], on_case: Callable[[dict], None] = lambda row: None,
-              done: frozenset | set = frozenset(), between_turns: Callable[[], None] = lambda: None) -> dict:
+              done: frozenset | set = frozenset(), between_turns: Callable[[], None] = lambda: None,
+              gauge: Optional[HostGauge] = None) -> dict:
     """Run every case of ``grid``; ``write`` gets each row as soon as it exists. Rows whose
     :func:`~nmsbench.results.case_key` is in ``done`` (already written) are not run again.
     ``between_turns()`` is called after each implementation's turn of a round, while
     nothing is timed (a progress display redraws there: a case's rows come only after all
-    its rounds)."""
+    its rounds). ``gauge`` reads the host's speed (default: a new ``HostGauge``); the
+    counts returned carry its summary under ``host``."""
+    gauge = gauge or HostGauge()
     grid.validate()  # again: its fields may have changed since it was made
     check_case_timeout(grid.case_timeout)
     use_threads(grid.threads)
@@ -445,9 +464,9 @@ def run_sweep(grid: Grid, write: Callable[[dict], None], on_case: Callable[[dict
             for (device, dtype_name, iou), group in itertools.groupby(cases, key=lambda case: case[:3]):
                 members = [(impl, rows) for *_, impl, rows in group]
                 for row in _run_group(members, device, dtype_name, iou, grid, box_set, reference, params_by_impl,
-                                      between_turns):
+                                      between_turns, gauge):
                     emit(row)
-    return counts
+    return counts | {"host": gauge.summary()}
 
 
 def _case_rows(impl: Implementation, device: str, dtype_name: str, iou: float, grid: Grid, base: dict, params: dict) -> list[dict]:
@@ -481,7 +500,8 @@ def _unrunnable(impl, device, dtype_name, rows, params_error) -> Optional[Iterat
 
 
 def _run_group(members, device: str, dtype_name: str, iou: float, grid: Grid, box_set: BoxSet, reference,
-               params_by_impl: dict, between_turns: Callable[[], None] = lambda: None) -> Iterator[dict]:
+               params_by_impl: dict, between_turns: Callable[[], None] = lambda: None,
+               gauge: Optional[HostGauge] = None) -> Iterator[dict]:
     """The rows of every implementation of one box set, device, dtype and IoU: each
     prepared and checked, then all timed together in rotated rounds."""
     runnable = []
@@ -518,32 +538,49 @@ def _run_group(members, device: str, dtype_name: str, iou: float, grid: Grid, bo
             continue
         contender.rounds = {timer: [] for timer in contender.calls}
         contenders.append(contender)
+    gauge = gauge or HostGauge()
     share = grid.min_run_time / grid.rounds
     failed: dict[int, BaseException] = {}
+
+    def turn(contender: _Contender, r: int) -> None:
+        timers = list(contender.measure)
+        first = r % len(timers)
+        reading = gauge.read()
+        for timer in timers[first:] + timers[:first]:  # rotated too: no timer always runs first
+            blocks, reading = _gauged(gauge, contender.measure[timer], share, reading)
+            contender.rounds[timer].append(blocks)
+
+    def take_turn(contender: _Contender, r: int) -> None:
+        try:
+            _within_budget(contender, grid, lambda: turn(contender, r))
+        except Exception as exc:
+            failed[id(contender)] = exc
+        between_turns()
+
     for r in range(grid.rounds):
         live = [c for c in contenders if id(c) not in failed]
         if not live:
             break
         start = r % len(live)
         for contender in live[start:] + live[:start]:
-            def turn(contender=contender, r=r):
-                timers = list(contender.measure)
-                first = r % len(timers)
-                for timer in timers[first:] + timers[:first]:  # rotated too: no timer always runs first
-                    contender.rounds[timer].append(contender.measure[timer](share))
-
-            try:
-                _within_budget(contender, grid, turn)
-            except Exception as exc:
-                failed[id(contender)] = exc
-            between_turns()
+            take_turn(contender, r)
+    needed = enough_usual(grid.rounds)
+    for extra in range(grid.rounds):  # extra turns for those with too few rounds at the host's usual speed
+        short = [c for c in contenders if id(c) not in failed
+                 and any(sum(not b.host_slow for b in rounds) < needed for rounds in c.rounds.values())]
+        if not short:
+            break
+        start = extra % len(short)
+        for contender in short[start:] + short[:start]:
+            gauge.wait_for_usual_speed()
+            take_turn(contender, grid.rounds + extra)
     n = len(box_set)
     for contender in contenders:
         if id(contender) in failed:
             yield from error_rows(contender.rows, failed[id(contender)])
             continue
         try:
-            rows = list(_timed_rows(contender, grid, n))
+            rows = list(_timed_rows(contender, grid, n, gauge))
         except Exception as exc:
             yield from error_rows(contender.rows, exc)
             continue

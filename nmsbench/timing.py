@@ -35,7 +35,18 @@ The noisy rule (:attr:`Timing.noise` names every reason that applies; nothing is
   more rounds were timed);
 - CPU contention (CPU rows): while the row was timed, other processes kept busy more of
   this process's CPUs than ``--threads`` leaves free (:class:`CpuMeter`), so a parallel
-  backend's threads waited for cores.
+  backend's threads waited for cores;
+- a slow host: fewer than half of the row's rounds were timed while the host ran at its
+  usual speed (:class:`HostGauge`), so its median comes from slow rounds too.
+
+A slow host: on a shared machine (a VM whose cores others share) the host runs in
+stretches from a fraction of a second to several seconds 1.5x or more slower than its
+best, and every host-bound timing moves with it, each implementation by its own factor.
+So the runner reads :class:`HostGauge` (a fixed pure-Python loop, against the fastest it
+ran in this process) around every measurement of a turn; a measurement with the gauge
+slow before or after it is marked ``host_slow`` and left out of the row's median, and a
+row with fewer than half its rounds at the usual speed gets extra turns (after a wait
+for the host to recover) before it falls back to all its rounds and is flagged.
 """
 
 from __future__ import annotations
@@ -60,12 +71,15 @@ MIN_BLOCKS = 5
 NOISY_SPREAD = 0.10
 TAIL_RATIO = 1.5
 ROUND_SPREAD = 0.25  # the rounds-spread limit at DEFAULT_ROUNDS rounds (round_spread_limit scales it)
+HOST_SLOW = 1.25  # a HostGauge reading this many times its best marks the host slow
+HOST_WAIT = 1.0  # seconds an extra turn waits for the host to recover before it is timed anyway
+CANARY_LOOP, CANARY_REPEATS = 2000, 5  # the gauge's loop: sum(range(CANARY_LOOP)), best of CANARY_REPEATS
 
 NOISY_RULE = (f"a row is noisy when it has fewer than {MIN_BLOCKS} timing blocks, its IQR exceeds {NOISY_SPREAD:.0%} "
               f"of its median, the 90th percentile of its blocks exceeds {TAIL_RATIO:g} x the median, its rounds' "
               f"medians spread more than {ROUND_SPREAD:.0%} of the median (at {DEFAULT_ROUNDS} rounds; more rounds "
-              "allow a wider spread, their median being surer), or (CPU rows) other processes kept busy cores that "
-              "--threads needed")
+              "allow a wider spread, their median being surer), (CPU rows) other processes kept busy cores that "
+              "--threads needed, or fewer than half of its rounds ran while the host ran at its usual speed")
 
 
 @functools.lru_cache(maxsize=None)
@@ -92,6 +106,7 @@ class Blocks:
 
     times_us: np.ndarray
     calls: int
+    host_slow: bool = False  # timed while the host ran slow (HostGauge): left out of a row's median
 
 
 @dataclass(frozen=True)
@@ -104,6 +119,7 @@ class Timing:
     rounds: int = 1
     round_spread: Optional[float] = None  # None with one round
     contention: str = ""  # why the CPU was contended while this was timed ("" if it was not)
+    slow_rounds: int = 0  # rounds timed while the host ran slow; flagged when they are the median's
 
     @property
     def rel_spread(self) -> float:
@@ -124,6 +140,8 @@ class Timing:
             reasons.append(f"rounds spread {self.round_spread:.0%} of the median (over {limit:.0%} for {self.rounds} rounds)")
         if self.contention:
             reasons.append(self.contention)
+        if self.slow_rounds:
+            reasons.append(f"the host ran slow in {self.slow_rounds} of {self.rounds} rounds")
         return "; ".join(reasons)
 
     @property
@@ -131,18 +149,90 @@ class Timing:
         return bool(self.noise)
 
 
-def summarize(rounds: Sequence[Blocks], contention: str = "") -> Timing:
-    """One row's timing from its rounds (see the module docstring for what each field is)."""
+def enough_usual(rounds: int) -> int:
+    """Rounds at the host's usual speed a row of ``rounds`` rounds needs for its median to
+    leave the slow ones out: half, rounded up."""
+    return -(-rounds // 2)
+
+
+def summarize(rounds: Sequence[Blocks], contention: str = "", planned: Optional[int] = None) -> Timing:
+    """One row's timing from its rounds (see the module docstring for what each field is):
+    the rounds timed while the host ran slow are left out where enough others remain
+    (:func:`enough_usual` of the ``planned`` rounds, default all of them); else all count
+    and ``slow_rounds`` says how many were slow."""
     rounds = [r for r in rounds if len(r.times_us)]
     if not rounds:
         raise ValueError("no timing blocks to summarize")
+    usual = [r for r in rounds if not r.host_slow]
+    slow_rounds = 0
+    if len(usual) >= enough_usual(planned or len(rounds)):
+        rounds = usual
+    else:
+        slow_rounds = len(rounds) - len(usual)
     pooled = np.concatenate([r.times_us for r in rounds])
     medians = np.array([np.median(r.times_us) for r in rounds])
     median = float(np.median(medians))
     q1, q3, p90 = np.percentile(pooled, [25, 75, 90])
     spread = float((medians.max() - medians.min()) / median) if len(rounds) > 1 and median > 0 else None
     return Timing(median_us=median, iqr_us=float(q3 - q1), runs=sum(r.calls for r in rounds), blocks=len(pooled),
-                  p90_us=float(p90), rounds=len(rounds), round_spread=spread, contention=contention)
+                  p90_us=float(p90), rounds=len(rounds), round_spread=spread, contention=contention,
+                  slow_rounds=slow_rounds)
+
+
+class HostGauge:
+    """How fast the host runs now, against the fastest it has run in this process: a
+    fixed pure-Python loop timed ``CANARY_REPEATS`` times, the best taken (µs). A reading
+    above ``HOST_SLOW`` x the best seen so far means the host runs slow (see the module
+    docstring). ``turns`` and ``slow_turns`` count the measurements it judged."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock  # for the waits
+        self.best = math.inf
+        self.turns = self.slow_turns = 0
+        self.waited = 0.0  # seconds spent waiting for the host to recover
+
+    def loop_us(self) -> float:
+        """One run of the canary loop, in µs."""
+        start = time.perf_counter()
+        sum(range(CANARY_LOOP))
+        return (time.perf_counter() - start) * 1e6
+
+    def read(self) -> float:
+        reading = min(self.loop_us() for _ in range(CANARY_REPEATS))
+        self.best = min(self.best, reading)
+        return reading
+
+    def slow(self, reading: float) -> bool:
+        return reading > HOST_SLOW * self.best
+
+    def judge(self, before: float, after: float) -> bool:
+        """Whether a measurement between two readings ran on a slow host (counted)."""
+        slow = self.slow(before) or self.slow(after)
+        self.turns += 1
+        self.slow_turns += slow
+        return slow
+
+    def wait_for_usual_speed(self, seconds: float = HOST_WAIT) -> float:
+        """Read until the host runs at its usual speed or ``seconds`` have passed; the last reading."""
+        start = self.clock()
+        reading = self.read()
+        while self.slow(reading) and self.clock() - start < seconds:
+            time.sleep(0.005)
+            reading = self.read()
+        self.waited += self.clock() - start
+        return reading
+
+    def summary(self) -> dict:
+        """What the sidecar records of the run's host speed."""
+        return {"canary_best_us": None if math.isinf(self.best) else round(self.best, 2), "slow_limit": HOST_SLOW,
+                "measurements": self.turns, "slow": self.slow_turns, "waited_s": round(self.waited, 2)}
+
+
+class SteadyHost(HostGauge):
+    """A gauge that never judges the host slow (tests; timers whose host speed is known)."""
+
+    def read(self) -> float:
+        return 1.0
 
 
 def wall_clock() -> float:

@@ -41,7 +41,7 @@ def test_cuda_out_of_memory_becomes_an_error_row_and_the_next_case_runs(monkeypa
         [(r["n"], r["status"], r["error"]) for r in rows]
     assert rows[0]["error"].startswith("OutOfMemoryError:") and "out of memory" in rows[0]["error"].lower(), rows[0]["error"]
     assert rows[1]["median_us"] > 0 and rows[1]["peak_mem_bytes"] > 0
-    assert counts == {"ok": 1, "error": 1, "skipped": 0, "noisy": counts["noisy"]}
+    assert {k: counts[k] for k in ("ok", "error", "skipped")} == {"ok": 1, "error": 1, "skipped": 0} and "host" in counts
     # and the GPU still serves an ordinary call afterwards
     boxes = torch.tensor([[0, 0, 10, 10], [1, 1, 11, 11]], dtype=torch.float32, device="cuda")
     keep = runner.get("torchvision").backend("cuda").fn(boxes, torch.tensor([0.9, 0.8], device="cuda"),
