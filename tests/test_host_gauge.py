@@ -64,11 +64,11 @@ class Scripted(HostGauge):
 
 
 def test_the_gauge_judges_against_the_best_reading_so_far():
-    gauge = Scripted([20.0, 21.0, 40.0, 24.0, 26.0])
+    gauge = Scripted([20.0, 21.0, 40.0, 24.0, 27.0])
     readings = [gauge.read() for _ in range(5)]
-    assert readings == pytest.approx([20, 21, 40, 24, 26]) and gauge.best == pytest.approx(20)
-    assert not gauge.slow(24.9) and gauge.slow(25.1)  # HOST_SLOW = 1.25 x the best
-    assert [gauge.judge(a, b) for a, b in [(20, 21), (21, 40), (40, 24), (24, 26)]] == [False, True, True, True]
+    assert readings == pytest.approx([20, 21, 40, 24, 27]) and gauge.best == pytest.approx(20)
+    assert not gauge.slow(20 * timing.HOST_SLOW - 0.1) and gauge.slow(20 * timing.HOST_SLOW + 0.1)
+    assert [gauge.judge(a, b) for a, b in [(20, 21), (21, 40), (40, 24), (24, 27)]] == [False, True, True, True]
     assert gauge.summary() == {"canary_best_us": 20.0, "slow_limit": timing.HOST_SLOW, "measurements": 4, "slow": 3,
                                "waited_s": 0.0}
 
