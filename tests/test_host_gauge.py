@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 
 import numpy as np
 import pytest
@@ -168,3 +169,36 @@ def test_the_sidecar_records_the_hosts_speed_and_the_summary_says_when_it_was_sl
     host = json.loads(out.with_suffix(".json").read_text())["host"][0]
     assert host["slow"] > 0 and host["measurements"] >= host["slow"] and host["canary_best_us"] == 20.0
     assert "the host ran slow" in result.output and "left out of their rows' medians" in result.output
+
+
+def test_a_long_slow_stretch_ends_the_extra_turns_and_flags_the_rows(monkeypatch, two_impls):
+    """The host stays slow: every measurement is marked, the one wait for it to recover
+    fails, no extra turn runs, and every row keeps its rounds and says why it is noisy."""
+    turns = []
+
+    class Timer:
+        def __init__(self, fn, **kwargs):
+            self.fn = fn
+
+        def blocks(self, seconds):
+            self.fn()
+            turns.append(seconds)
+            return Blocks(np.full(5, 100.0), 5)
+
+    class AlwaysSlow(HostGauge):
+        def read(self):
+            self.best = min(self.best, 20.0)
+            return 20.0 if self.best == math.inf else 50.0
+
+        def wait_for_usual_speed(self, seconds=timing.HOST_WAIT):
+            self.waits = getattr(self, "waits", 0) + 1
+            return self.read()
+
+    monkeypatch.setattr(runner, "WallTimer", Timer)
+    monkeypatch.setattr(runner.CpuMeter, "contention", lambda self: "")
+    gauge = AlwaysSlow()
+    rows = []
+    runner.run_sweep(runner.Grid(impls=list(NAMES), devices=["cpu"], dtypes=["float32"], scenarios=["uniform"],
+                                 ns=[8], ious=[0.5], min_run_time=0.05, rounds=5), rows.append, gauge=gauge)
+    assert len(turns) == 10 and gauge.waits == 1  # the 5 rounds of each, one failed wait, nothing more
+    assert all(r["noisy"] and "the host ran slow in 5 of 5 rounds" in r["noise"] and r["rounds"] == 5 for r in rows)
