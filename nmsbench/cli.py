@@ -392,8 +392,8 @@ def _print_summary(out: Path, counts: dict) -> None:
     host = counts.get("host") or {}
     if host.get("slow"):
         console.print(f"note: the host ran slow (its gauge over {host['slow_limit']:g}x its best) in {host['slow']} of "
-                      f"{host['measurements']} measurements; those were left out of their rows' medians, with extra "
-                      f"turns where too few were left ({host['waited_s']:g} s waited for the host to recover)")
+                      f"{host['measurements']} measurements; those were left out of their rows' medians, and rows "
+                      "left with fewer than half their rounds are flagged noisy")
     errors = counts.get("error_rows", [])
     if errors:
         console.print(f"[red]errors[/]: {len(errors)} row(s):")

@@ -17,9 +17,10 @@ output; ``graph``: the padded call captured once) and times them in interleaved 
 - A measurement with fewer than ``timing.MIN_BLOCKS`` blocks is re-timed (at most that many
   more times) before it is summarized; ``--repeat-noisy`` re-times a noisy one.
 - The host's speed is read (``timing.HostGauge``) before and after every measurement; one
-  timed while the host ran slow is marked so and left out of its row's median, and an
-  implementation left with fewer than half its rounds at the usual speed takes extra
-  turns (at most K, each after a wait for the host to recover) once the K rounds are done.
+  timed while the host ran slow is marked so and left out of its row's median where at
+  least half the rounds remain, else the row keeps all its rounds and is flagged. No
+  measurement is repeated for it: extra turns until the host recovered made sweeps much
+  longer without making two runs agree better (results/PERFLOG.md).
 
 Any exception becomes an error row, an unsupported cell a skipped row; the sweep goes on.
 """
@@ -47,7 +48,7 @@ from .overlap import realized_overlap
 from .registry import Implementation, get, implementations
 from .results import case_key
 from .timing import (BLOCKS_PER_MEASUREMENT, CPU_TIMERS, DEFAULT_ROUNDS, DEFAULT_TIMERS, MIN_BLOCKS, TIMERS, Blocks,
-                     CpuMeter, HostGauge, Timing, WallTimer, capture_graph, device_blocks, enough_usual, summarize)
+                     CpuMeter, HostGauge, Timing, WallTimer, capture_graph, device_blocks, summarize)
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16}
 REFERENCE = "torchvision"
@@ -564,16 +565,6 @@ def _run_group(members, device: str, dtype_name: str, iou: float, grid: Grid, bo
         start = r % len(live)
         for contender in live[start:] + live[:start]:
             take_turn(contender, r)
-    needed = enough_usual(grid.rounds)
-    for extra in range(grid.rounds):  # extra turns for those with too few rounds at the host's usual speed
-        short = [c for c in contenders if id(c) not in failed
-                 and any(sum(not b.host_slow for b in rounds) < needed for rounds in c.rounds.values())]
-        if not short:
-            break
-        start = extra % len(short)
-        for contender in short[start:] + short[:start]:
-            gauge.wait_for_usual_speed()
-            take_turn(contender, grid.rounds + extra)
     n = len(box_set)
     for contender in contenders:
         if id(contender) in failed:

@@ -39,14 +39,13 @@ The noisy rule (:attr:`Timing.noise` names every reason that applies; nothing is
 - a slow host: fewer than half of the row's rounds were timed while the host ran at its
   usual speed (:class:`HostGauge`), so its median comes from slow rounds too.
 
-A slow host: on a shared machine (a VM whose cores others share) the host runs in
-stretches from a fraction of a second to several seconds 1.5x or more slower than its
-best, and every host-bound timing moves with it, each implementation by its own factor.
+A slow host: on a shared machine (a VM whose cores others share) the host runs much
+slower than its best in stretches of up to seconds, and every host-bound timing moves
+with it, each implementation by its own factor (results/PERFLOG.md).
 So the runner reads :class:`HostGauge` (a fixed pure-Python loop, against the fastest it
 ran in this process) around every measurement of a turn; a measurement with the gauge
-slow before or after it is marked ``host_slow`` and left out of the row's median, and a
-row with fewer than half its rounds at the usual speed gets extra turns (after a wait
-for the host to recover) before it falls back to all its rounds and is flagged.
+slow before or after it is marked ``host_slow`` and left out of the row's median where
+at least half the row's rounds remain, else the row keeps them all and is flagged.
 """
 
 from __future__ import annotations
@@ -71,8 +70,7 @@ MIN_BLOCKS = 5
 NOISY_SPREAD = 0.10
 TAIL_RATIO = 1.5
 ROUND_SPREAD = 0.25  # the rounds-spread limit at DEFAULT_ROUNDS rounds (round_spread_limit scales it)
-HOST_SLOW = 1.3  # a HostGauge reading this many times its best marks the host slow (its slow stretches read 1.4-2x)
-HOST_WAIT = 1.0  # seconds an extra turn waits for the host to recover before it is timed anyway
+HOST_SLOW = 1.3  # a HostGauge reading this many times its best marks the host slow (between its usual and slow readings)
 CANARY_LOOP, CANARY_REPEATS = 2000, 5  # the gauge's loop: sum(range(CANARY_LOOP)), best of CANARY_REPEATS
 
 NOISY_RULE = (f"a row is noisy when it has fewer than {MIN_BLOCKS} timing blocks, its IQR exceeds {NOISY_SPREAD:.0%} "
@@ -185,11 +183,9 @@ class HostGauge:
     above ``HOST_SLOW`` x the best seen so far means the host runs slow (see the module
     docstring). ``turns`` and ``slow_turns`` count the measurements it judged."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic):
-        self.clock = clock  # for the waits
+    def __init__(self):
         self.best = math.inf
         self.turns = self.slow_turns = 0
-        self.waited = 0.0  # seconds spent waiting for the host to recover
 
     def loop_us(self) -> float:
         """One run of the canary loop, in µs."""
@@ -212,20 +208,10 @@ class HostGauge:
         self.slow_turns += slow
         return slow
 
-    def wait_for_usual_speed(self, seconds: float = HOST_WAIT) -> float:
-        """Read until the host runs at its usual speed or ``seconds`` have passed; the last reading."""
-        start = self.clock()
-        reading = self.read()
-        while self.slow(reading) and self.clock() - start < seconds:
-            time.sleep(0.005)
-            reading = self.read()
-        self.waited += self.clock() - start
-        return reading
-
     def summary(self) -> dict:
         """What the sidecar records of the run's host speed."""
         return {"canary_best_us": None if math.isinf(self.best) else round(self.best, 2), "slow_limit": HOST_SLOW,
-                "measurements": self.turns, "slow": self.slow_turns, "waited_s": round(self.waited, 2)}
+                "measurements": self.turns, "slow": self.slow_turns}
 
 
 class SteadyHost(HostGauge):

@@ -7,7 +7,8 @@ whether there is one:
 - CPU: one numba pass over the rows before the op (:mod:`nmsbench.value_pass`; float16
   takes the torch checks).
 - CUDA: one kernel queued ahead of the op on the same stream, whose verdict the device
-  writes to pinned host memory. A backend that waits for the device (for its kept count)
+  writes to pinned host memory (for a ``checks_values`` backend, as every CUDA backend
+  of ours is, the op's own first launch does it instead: no kernel is added). A backend that waits for the device (for its kept count)
   has thereby waited for the verdict too, so a call with good input synchronizes exactly
   as often as the backend alone. The op runs on the data before the verdict is read; the
   kernels are written to stay in bounds on any values, and bad input still raises the
