@@ -147,7 +147,7 @@ GRID_OPTIONS = {"impls": "--impl", "devices": "--device", "dtypes": "--dtype", "
                 "ious": "--iou", "overlaps": "--overlap", "seed": "--seed", "classes": "--classes", "params": "--param",
                 "timers": "--timer", "min_run_time": "--min-run-time", "threads": "--threads", "file": "--file",
                 "recordings": "--recording", "case_timeout": "--case-timeout", "repeat_noisy": "--repeat-noisy",
-                "rounds": "--rounds"}
+                "rounds": "--rounds", "host_wait": "--host-wait"}
 
 
 def _grid(**fields) -> Grid:
@@ -190,6 +190,11 @@ def _grid(**fields) -> Grid:
                    "the same certainty of the median.")
 @click.option("--min-run-time", default=0.2, show_default=True, type=click.FloatRange(min=0.001),
               help="Seconds of timing per row, shared by its --rounds.")
+@click.option("--host-wait", default=0.0, show_default=True, type=click.FloatRange(min=0), metavar="SECONDS",
+              help="Before each turn, wait up to SECONDS for the host to run at its usual speed (its gauge: a fixed "
+                   "Python loop against its best). For a shared machine whose host slows down in stretches: rounds "
+                   "timed while it is slow are left out of the median anyway, and waiting leaves more rounds to keep, "
+                   "at the cost of time. A wait that runs out ends the waiting for the rest of that case. 0: never wait.")
 @click.option("--threads", default=os.cpu_count() or 1, show_default=True, type=click.IntRange(min=1),
               help="CPU threads for torch and numba during the sweep. More threads than free cores makes parallel CPU "
                    "backends wait for cores: the sweep warns at the start, and flags the rows it sees it in.")
@@ -201,7 +206,7 @@ def _grid(**fields) -> Grid:
               help=f"Re-time a noisy measurement up to K more times and keep the least noisy; the attempts column says "
                    f"how many timings the row took. Noisy: {NOISY_RULE}; the noise column names the reasons.")
 def sweep(sizes, impls, devices, scenarios, overlaps, ious, dtypes, seed, classes, params, file_path, recordings, timers,
-          rounds, min_run_time, threads, out, force, resume, case_timeout, repeat_noisy):
+          rounds, min_run_time, host_wait, threads, out, force, resume, case_timeout, repeat_noisy):
     """Time implementations over the grid impl x device x dtype x scenario x overlap x n x IoU.
 
     \b
@@ -233,6 +238,7 @@ def sweep(sizes, impls, devices, scenarios, overlaps, ious, dtypes, seed, classe
         overlaps=_floats(overlaps, "--overlap values") or None, seed=seed, classes=classes, params=param_dict,
         timers=_split(timers), min_run_time=min_run_time, threads=threads, file=file_path,
         recordings=_split(recordings) or None, case_timeout=case_timeout, repeat_noisy=repeat_noisy, rounds=rounds,
+        host_wait=host_wait,
     )
     grid = _grid(**fields)  # every check of the core first, then what only a command line needs
     if "cuda" in grid.devices and not torch.cuda.is_available():
@@ -318,6 +324,8 @@ def reproduce_command(grid: Grid, out: Path, resume: bool = False) -> str:
         args += ["--case-timeout", str(grid.case_timeout)]
     if grid.repeat_noisy:
         args += ["--repeat-noisy", str(grid.repeat_noisy)]
+    if grid.host_wait:
+        args += ["--host-wait", str(grid.host_wait)]
     return shlex.join(args + ["--resume" if resume else "--out", str(out)])
 
 
@@ -391,9 +399,10 @@ def _print_summary(out: Path, counts: dict) -> None:
             console.print(f"  ... and {len(noisy) - 20} more (the noisy and noise columns mark them)")
     host = counts.get("host") or {}
     if host.get("slow"):
+        waited = f"; {host['waited_s']:g} s went to waiting for its usual speed (--host-wait)" if host.get("waited_s") else ""
         console.print(f"note: the host ran slow (its gauge over {host['slow_limit']:g}x its best) in {host['slow']} of "
                       f"{host['measurements']} measurements; those were left out of their rows' medians, and rows "
-                      "left with fewer than half their rounds are flagged noisy")
+                      f"left with fewer than half their rounds are flagged noisy{waited}")
     errors = counts.get("error_rows", [])
     if errors:
         console.print(f"[red]errors[/]: {len(errors)} row(s):")

@@ -97,9 +97,9 @@ def check_resume_options(resume: Path | None, out: Path | None, force: bool) -> 
 
 
 # measurement settings a resumed file must share (rows do not record --min-run-time)
-RESUME_SAME = ("min_run_time", "threads", "rounds")
+RESUME_SAME = ("min_run_time", "threads", "rounds", "host_wait")
 # what a sidecar written before a setting existed was timed with
-RECORDED_BEFORE = {"rounds": 1}
+RECORDED_BEFORE = {"rounds": 1, "host_wait": 0.0}
 # grid fields that may differ between a run and its resumption without a note
 RESUME_FREE = ("case_timeout", "repeat_noisy")
 

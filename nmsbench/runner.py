@@ -20,7 +20,10 @@ output; ``graph``: the padded call captured once) and times them in interleaved 
   timed while the host ran slow is marked so and left out of its row's median where at
   least half the rounds remain, else the row keeps all its rounds and is flagged. No
   measurement is repeated for it: extra turns until the host recovered made sweeps much
-  longer without making two runs agree better (results/PERFLOG.md).
+  longer without making two runs agree better (results/PERFLOG.md). ``Grid.host_wait``
+  (``--host-wait``) instead lets each turn wait that long for the usual speed first; a
+  wait that runs out ends the waiting for the rest of the case (a long slow stretch
+  costs a case one wait).
 
 Any exception becomes an error row, an unsupported cell a skipped row; the sweep goes on.
 """
@@ -89,6 +92,7 @@ class Grid:
     case_timeout: Optional[float] = None  # seconds per case (see case_deadline); None: no limit
     repeat_noisy: int = 0  # re-time a noisy measurement up to this many times, keep the least noisy
     rounds: int = DEFAULT_ROUNDS  # interleaved rounds per measurement (see the module docstring)
+    host_wait: float = 0.0  # seconds a turn may wait for the host's usual speed (0: never waits)
 
     def __post_init__(self):
         self.validate()
@@ -136,6 +140,8 @@ class Grid:
         need(_whole(self.classes) and self.classes >= 1, "classes", f"classes must be a whole number >= 1, got {self.classes!r}")
         need(_whole(self.threads) and self.threads >= 1, "threads", f"threads must be a whole number >= 1, got {self.threads!r}")
         need(_whole(self.rounds) and self.rounds >= 1, "rounds", f"rounds must be a whole number >= 1, got {self.rounds!r}")
+        need(_real(self.host_wait) and 0 <= self.host_wait < math.inf, "host_wait",
+             f"host_wait must be a number of seconds >= 0, got {self.host_wait!r}")
         need(_whole(self.repeat_noisy) and self.repeat_noisy >= 0, "repeat_noisy",
              f"repeat_noisy must be a whole number >= 0, got {self.repeat_noisy!r}")
         need(_real(self.min_run_time) and self.min_run_time > 0, "min_run_time",
@@ -551,7 +557,12 @@ def _run_group(members, device: str, dtype_name: str, iou: float, grid: Grid, bo
             blocks, reading = _gauged(gauge, contender.measure[timer], share, reading)
             contender.rounds[timer].append(blocks)
 
+    waiting = grid.host_wait > 0
+
     def take_turn(contender: _Contender, r: int) -> None:
+        nonlocal waiting
+        if waiting and not gauge.wait_for_usual_speed(grid.host_wait):
+            waiting = False  # still slow: a long stretch; this case waits no more
         try:
             _within_budget(contender, grid, lambda: turn(contender, r))
         except Exception as exc:

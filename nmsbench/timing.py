@@ -186,6 +186,7 @@ class HostGauge:
     def __init__(self):
         self.best = math.inf
         self.turns = self.slow_turns = 0
+        self.waited = 0.0  # seconds spent waiting for the usual speed (--host-wait)
 
     def loop_us(self) -> float:
         """One run of the canary loop, in µs."""
@@ -208,10 +209,21 @@ class HostGauge:
         self.slow_turns += slow
         return slow
 
+    def wait_for_usual_speed(self, seconds: float) -> bool:
+        """Read every few ms until the host runs at its usual speed, for at most ``seconds``;
+        whether it does. The time waited is counted in ``waited``."""
+        start = time.monotonic()
+        usual = not self.slow(self.read())
+        while not usual and time.monotonic() - start < seconds:
+            time.sleep(0.005)
+            usual = not self.slow(self.read())
+        self.waited += time.monotonic() - start
+        return usual
+
     def summary(self) -> dict:
         """What the sidecar records of the run's host speed."""
         return {"canary_best_us": None if math.isinf(self.best) else round(self.best, 2), "slow_limit": HOST_SLOW,
-                "measurements": self.turns, "slow": self.slow_turns}
+                "measurements": self.turns, "slow": self.slow_turns, "waited_s": round(self.waited, 2)}
 
 
 class SteadyHost(HostGauge):

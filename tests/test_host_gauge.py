@@ -68,7 +68,18 @@ def test_the_gauge_judges_against_the_best_reading_so_far():
     assert readings == pytest.approx([20, 21, 40, 24, 27]) and gauge.best == pytest.approx(20)
     assert not gauge.slow(20 * timing.HOST_SLOW - 0.1) and gauge.slow(20 * timing.HOST_SLOW + 0.1)
     assert [gauge.judge(a, b) for a, b in [(20, 21), (21, 40), (40, 24), (24, 27)]] == [False, True, True, True]
-    assert gauge.summary() == {"canary_best_us": 20.0, "slow_limit": timing.HOST_SLOW, "measurements": 4, "slow": 3}
+    assert gauge.summary() == {"canary_best_us": 20.0, "slow_limit": timing.HOST_SLOW, "measurements": 4, "slow": 3,
+                               "waited_s": 0.0}
+
+
+def test_waiting_for_the_usual_speed_reads_until_it_is_back_or_the_time_is_up(monkeypatch):
+    monkeypatch.setattr(timing.time, "sleep", lambda seconds: None)
+    gauge = Scripted([20.0, 45.0, 44.0, 21.0])
+    gauge.read()
+    assert gauge.wait_for_usual_speed(10.0) and gauge.loops == 4 * timing.CANARY_REPEATS
+    gauge = Scripted(iter(lambda: 45.0, None))  # slow for ever
+    gauge.best = 20.0
+    assert not gauge.wait_for_usual_speed(0.02) and gauge.waited >= 0.02
 
 
 def test_the_real_gauge_reads_a_positive_time():
@@ -164,3 +175,68 @@ def test_the_sidecar_records_the_hosts_speed_and_the_summary_says_when_it_was_sl
     host = json.loads(out.with_suffix(".json").read_text())["host"][0]
     assert host["slow"] > 0 and host["measurements"] >= host["slow"] and host["canary_best_us"] == 20.0
     assert "the host ran slow" in result.output and "left out of their rows' medians" in result.output
+
+
+class Counted(SlowWhile):
+    """SlowWhile, counting its waits; a wait succeeds while ``recovers`` says so."""
+
+    recovers = True
+
+    def __init__(self):
+        super().__init__()
+        self.waits = 0
+
+    def wait_for_usual_speed(self, seconds):
+        self.waits += 1
+        self.seconds = seconds
+        return Counted.recovers
+
+
+def _sweep_waiting(monkeypatch, two_impls, host_wait, recovers):
+    class Timer:
+        def __init__(self, fn, **kwargs):
+            self.fn = fn
+
+        def blocks(self, seconds):
+            self.fn()
+            return Blocks(np.full(5, 100.0), 5)
+
+    monkeypatch.setattr(runner, "WallTimer", Timer)
+    monkeypatch.setattr(runner.CpuMeter, "contention", lambda self: "")
+    Counted.recovers = recovers
+    gauge = Counted()
+    runner.run_sweep(runner.Grid(impls=list(NAMES), devices=["cpu"], dtypes=["float32"], scenarios=["uniform"],
+                                 ns=[8, 16], ious=[0.5], min_run_time=0.05, rounds=5, host_wait=host_wait),
+                     [].append, gauge=gauge)
+    return gauge
+
+
+def test_host_wait_waits_before_every_turn(monkeypatch, two_impls):
+    gauge = _sweep_waiting(monkeypatch, two_impls, 3.0, recovers=True)
+    assert gauge.waits == 2 * 5 * 2 and gauge.seconds == 3.0  # two box sets, five rounds, two implementations
+
+
+def test_a_wait_that_runs_out_ends_the_waiting_for_that_case(monkeypatch, two_impls):
+    gauge = _sweep_waiting(monkeypatch, two_impls, 3.0, recovers=False)
+    assert gauge.waits == 2  # once per box set: the first wait runs out
+
+
+def test_no_host_wait_never_waits(monkeypatch, two_impls):
+    assert _sweep_waiting(monkeypatch, two_impls, 0.0, recovers=True).waits == 0
+
+
+def test_host_wait_is_checked_named_by_its_option_and_kept_for_resume(tmp_path, two_impls):
+    with pytest.raises(runner.GridError, match="host_wait must be a number of seconds >= 0"):
+        runner.Grid(impls=list(NAMES), devices=["cpu"], dtypes=["float32"], scenarios=["uniform"], ns=[8], ious=[0.5],
+                    host_wait=-1)
+    out = tmp_path / "wait.csv"
+    args = ["sweep", "--impl", ",".join(NAMES), "--n", "8", "--scenario", "uniform", "--device", "cpu",
+            "--min-run-time", "0.01"]
+    first = CliRunner().invoke(main, args + ["--host-wait", "0.01", "--out", str(out)])
+    assert first.exit_code == 0, first.output
+    meta = json.loads(out.with_suffix(".json").read_text())
+    assert meta["grid"]["host_wait"] == 0.01 and "--host-wait 0.01" in meta["command"]
+    other = CliRunner().invoke(main, args + ["--resume", str(out)])
+    assert other.exit_code == 2 and "was timed with --host-wait 0.01" in other.output
+    negative = CliRunner().invoke(main, args + ["--host-wait", "-1", "--out", str(tmp_path / "x.csv")])
+    assert negative.exit_code == 2 and "--host-wait" in negative.output
