@@ -15,7 +15,7 @@ import argparse
 import statistics
 
 import nmsbench
-from nmsbench.timing import HostGauge, wall_blocks
+from nmsbench.timing import HostGauge, enough_usual, wall_blocks
 
 from _common import MATRIX_DEFAULTS, boxes_of, parse_sizes
 
@@ -37,7 +37,7 @@ def interleaved(calls: dict, seconds: float, rounds: int, gauge: HostGauge) -> d
             slow |= gauge.judge(before, after)
             before = after
         usual.append(not slow)
-    keep = usual if sum(usual) >= (rounds + 1) // 2 else [True] * rounds
+    keep = usual if sum(usual) >= enough_usual(rounds) else [True] * rounds
     return {name: statistics.median(v for v, k in zip(values, keep) if k) for name, values in medians.items()}
 
 

@@ -8,14 +8,14 @@ import json
 
 import numpy as np
 import pytest
-import torch
 from click.testing import CliRunner
 
 import nmsbench.runner as runner
-from nmsbench import NMSResult, register, timing
+from nmsbench import timing
 from nmsbench.cli import main
-from nmsbench.registry import unregister
 from nmsbench.timing import Blocks, HostGauge, summarize
+
+from keep_all import keep_every_box
 
 NAMES = ("test_gauge_a", "test_gauge_b")
 
@@ -89,16 +89,14 @@ def test_the_real_gauge_reads_a_positive_time():
 
 @pytest.fixture
 def two_impls():
-    calls = []
-    for name in NAMES:
-        def fn(boxes, scores, *, iou_threshold, labels=None, name=name):
-            calls.append(name)
-            return NMSResult(torch.arange(boxes.shape[0]))
+    with keep_every_box(NAMES) as calls:
+        yield calls
 
-        register(name=name, family="hard", devices=("cpu",), summary="keeps every box")(fn)
-    yield calls
-    for name in NAMES:
-        unregister(name)
+
+def grid(**fields) -> runner.Grid:
+    """A sweep of the two implementations: one box set of 8, 5 rounds (``fields`` change it)."""
+    return runner.Grid(**dict(impls=list(NAMES), devices=["cpu"], dtypes=["float32"], scenarios=["uniform"], ns=[8],
+                              ious=[0.5], min_run_time=0.05, rounds=5) | fields)
 
 
 class SlowWhile(HostGauge):
@@ -133,9 +131,7 @@ def _sweep_with_slow_turns(monkeypatch, two_impls, slow_turns_of_b):
     monkeypatch.setattr(runner, "WallTimer", Timer)
     monkeypatch.setattr(runner.CpuMeter, "contention", lambda self: "")
     rows = []
-    counts = runner.run_sweep(runner.Grid(impls=list(NAMES), devices=["cpu"], dtypes=["float32"], scenarios=["uniform"],
-                                          ns=[8], ious=[0.5], min_run_time=0.05, rounds=5), rows.append,
-                              gauge=SlowWhile())
+    counts = runner.run_sweep(grid(), rows.append, gauge=SlowWhile())
     return {r["impl"]: r for r in rows}, turns, counts
 
 
@@ -205,9 +201,7 @@ def _sweep_waiting(monkeypatch, two_impls, host_wait, recovers):
     monkeypatch.setattr(runner.CpuMeter, "contention", lambda self: "")
     Counted.recovers = recovers
     gauge = Counted()
-    runner.run_sweep(runner.Grid(impls=list(NAMES), devices=["cpu"], dtypes=["float32"], scenarios=["uniform"],
-                                 ns=[8, 16], ious=[0.5], min_run_time=0.05, rounds=5, host_wait=host_wait),
-                     [].append, gauge=gauge)
+    runner.run_sweep(grid(ns=[8, 16], host_wait=host_wait), [].append, gauge=gauge)
     return gauge
 
 
@@ -227,8 +221,7 @@ def test_no_host_wait_never_waits(monkeypatch, two_impls):
 
 def test_host_wait_is_checked_named_by_its_option_and_kept_for_resume(tmp_path, two_impls):
     with pytest.raises(runner.GridError, match="host_wait must be a number of seconds >= 0"):
-        runner.Grid(impls=list(NAMES), devices=["cpu"], dtypes=["float32"], scenarios=["uniform"], ns=[8], ious=[0.5],
-                    host_wait=-1)
+        grid(host_wait=-1)
     out = tmp_path / "wait.csv"
     args = ["sweep", "--impl", ",".join(NAMES), "--n", "8", "--scenario", "uniform", "--device", "cpu",
             "--min-run-time", "0.01"]

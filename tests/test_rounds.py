@@ -10,10 +10,11 @@ import torch
 from click.testing import CliRunner
 
 import nmsbench.runner as runner
-from nmsbench import NMSResult, register
+from nmsbench import NMSResult
 from nmsbench.cli import main
-from nmsbench.registry import unregister
 from nmsbench.results import case_key, read_results
+
+from keep_all import keep_every_box
 
 NAMES = ("test_round_a", "test_round_b", "test_round_c")
 
@@ -21,16 +22,8 @@ NAMES = ("test_round_a", "test_round_b", "test_round_c")
 @pytest.fixture
 def three_impls():
     """Three implementations that keep every box; ``calls`` logs which one ran."""
-    calls = []
-    for name in NAMES:
-        def fn(boxes, scores, *, iou_threshold, labels=None, name=name):
-            calls.append(name)
-            return NMSResult(torch.arange(boxes.shape[0]))
-
-        register(name=name, family="hard", devices=("cpu",), summary="keeps every box")(fn)
-    yield calls
-    for name in NAMES:
-        unregister(name)
+    with keep_every_box(NAMES) as calls:
+        yield calls
 
 
 @pytest.fixture(autouse=True)
