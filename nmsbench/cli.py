@@ -192,7 +192,7 @@ def _grid(**fields) -> Grid:
               help="Seconds of timing per row, shared by its --rounds.")
 @click.option("--host-wait", default=0.0, show_default=True, type=click.FloatRange(min=0), metavar="SECONDS",
               help="Before each turn, wait up to SECONDS for the host to run at its usual speed (its gauge: a fixed "
-                   "Python loop against its best). For a shared machine whose host slows down in stretches: rounds "
+                   "Python loop against its usual speed, a low quantile of its readings). For a shared machine whose host slows down in stretches: rounds "
                    "timed while it is slow are left out of the median anyway, and waiting leaves more rounds to keep, "
                    "at the cost of time. A wait that runs out ends the waiting for the rest of that case. 0: never wait.")
 @click.option("--threads", default=os.cpu_count() or 1, show_default=True, type=click.IntRange(min=1),
@@ -400,7 +400,7 @@ def _print_summary(out: Path, counts: dict) -> None:
     host = counts.get("host") or {}
     if host.get("slow"):
         waited = f"; {host['waited_s']:g} s went to waiting for its usual speed (--host-wait)" if host.get("waited_s") else ""
-        console.print(f"note: the host ran slow (its gauge over {host['slow_limit']:g}x its best) in {host['slow']} of "
+        console.print(f"note: the host ran slow (its gauge over {host['slow_limit']:g}x its usual speed) in {host['slow']} of "
                       f"{host['measurements']} measurements; those were left out of their rows' medians, and rows "
                       f"left with fewer than half their rounds are flagged noisy{waited}")
     errors = counts.get("error_rows", [])

@@ -40,10 +40,11 @@ The noisy rule (:attr:`Timing.noise` names every reason that applies; nothing is
   usual speed (:class:`HostGauge`), so its median comes from slow rounds too.
 
 A slow host: on a shared machine (a VM whose cores others share) the host runs much
-slower than its best in stretches of up to seconds, and every host-bound timing moves
+slower than usual in stretches of up to seconds, and every host-bound timing moves
 with it, each implementation by its own factor (results/PERFLOG.md).
-So the runner reads :class:`HostGauge` (a fixed pure-Python loop, against the fastest it
-ran in this process) around every measurement of a turn; a measurement with the gauge
+So the runner reads :class:`HostGauge` (a fixed pure-Python loop, against its usual
+speed in this process: a low quantile of its readings, not its single fastest, which can
+be an outlier far below the rest) around every measurement of a turn; a measurement with the gauge
 slow before or after it is marked ``host_slow`` and left out of the row's median where
 at least half the row's rounds remain, else the row keeps them all and is flagged.
 """
@@ -70,7 +71,9 @@ MIN_BLOCKS = 5
 NOISY_SPREAD = 0.10
 TAIL_RATIO = 1.5
 ROUND_SPREAD = 0.25  # the rounds-spread limit at DEFAULT_ROUNDS rounds (round_spread_limit scales it)
-HOST_SLOW = 1.3  # a HostGauge reading this many times its best marks the host slow (between its usual and slow readings)
+HOST_SLOW = 1.3  # a HostGauge reading this many times its usual speed marks the host slow (between its usual and slow readings)
+USUAL_QUANTILE = 10  # the gauge's usual speed: this percentile of its readings (its minimum until USUAL_REFRESH of them)
+USUAL_REFRESH = 32  # readings between two updates of the usual speed
 CANARY_LOOP, CANARY_REPEATS = 2000, 5  # the gauge's loop: sum(range(CANARY_LOOP)), best of CANARY_REPEATS
 
 NOISY_RULE = (f"a row is noisy when it has fewer than {MIN_BLOCKS} timing blocks, its IQR exceeds {NOISY_SPREAD:.0%} "
@@ -178,13 +181,17 @@ def summarize(rounds: Sequence[Blocks], contention: str = "", planned: Optional[
 
 
 class HostGauge:
-    """How fast the host runs now, against the fastest it has run in this process: a
-    fixed pure-Python loop timed ``CANARY_REPEATS`` times, the best taken (µs). A reading
-    above ``HOST_SLOW`` x the best seen so far means the host runs slow (see the module
-    docstring). ``turns`` and ``slow_turns`` count the measurements it judged."""
+    """How fast the host runs now, against its usual speed in this process: a fixed
+    pure-Python loop timed ``CANARY_REPEATS`` times, the best taken (µs). The usual speed
+    is the ``USUAL_QUANTILE``-th percentile of the readings so far (their minimum while
+    there are fewer than ``USUAL_REFRESH``), so one outlier fast reading does not make the
+    host's ordinary speed look slow. A reading above ``HOST_SLOW`` x the usual speed means
+    the host runs slow (see the module docstring). ``turns`` and ``slow_turns`` count the
+    measurements it judged."""
 
     def __init__(self):
-        self.best = math.inf
+        self.best = self.usual = math.inf
+        self.readings: list[float] = []
         self.turns = self.slow_turns = 0
         self.waited = 0.0  # seconds spent waiting for the usual speed (--host-wait)
 
@@ -194,13 +201,26 @@ class HostGauge:
         sum(range(CANARY_LOOP))
         return (time.perf_counter() - start) * 1e6
 
+    def canary_us(self) -> float:
+        """One reading: the best of ``CANARY_REPEATS`` runs of the loop (µs), not recorded."""
+        return min(self.loop_us() for _ in range(CANARY_REPEATS))
+
     def read(self) -> float:
-        reading = min(self.loop_us() for _ in range(CANARY_REPEATS))
+        return self.note(self.canary_us())
+
+    def note(self, reading: float) -> float:
+        """Record a reading (best and usual speed updated); the reading."""
+        self.readings.append(reading)
         self.best = min(self.best, reading)
+        count = len(self.readings)
+        if count < USUAL_REFRESH:
+            self.usual = self.best
+        elif count % USUAL_REFRESH == 0:
+            self.usual = float(np.percentile(self.readings, USUAL_QUANTILE))
         return reading
 
     def slow(self, reading: float) -> bool:
-        return reading > HOST_SLOW * self.best
+        return reading > HOST_SLOW * self.usual
 
     def judge(self, before: float, after: float) -> bool:
         """Whether a measurement between two readings ran on a slow host (counted)."""
@@ -211,19 +231,27 @@ class HostGauge:
 
     def wait_for_usual_speed(self, seconds: float) -> bool:
         """Read every few ms until the host runs at its usual speed, for at most ``seconds``;
-        whether it does. The time waited is counted in ``waited``."""
+        whether it does. The time waited is counted in ``waited``. The readings taken while
+        waiting are not recorded: they are the slow ones by construction, and would drag the
+        usual speed towards them."""
         start = time.monotonic()
         usual = not self.slow(self.read())
         while not usual and time.monotonic() - start < seconds:
             time.sleep(0.005)
-            usual = not self.slow(self.read())
+            usual = not self.slow(self.canary_us())
         self.waited += time.monotonic() - start
         return usual
 
     def summary(self) -> dict:
-        """What the sidecar records of the run's host speed."""
-        return {"canary_best_us": None if math.isinf(self.best) else round(self.best, 2), "slow_limit": HOST_SLOW,
-                "measurements": self.turns, "slow": self.slow_turns, "waited_s": round(self.waited, 2)}
+        """What the sidecar records of the run's host speed: the canary's best, usual and
+        median readings (µs), the limit, and how many measurements were judged slow."""
+        def us(value):
+            return None if math.isinf(value) else round(value, 2)
+
+        median = float(np.median(self.readings)) if self.readings else math.inf
+        return {"canary_best_us": us(self.best), "canary_usual_us": us(self.usual), "canary_median_us": us(median),
+                "slow_limit": HOST_SLOW, "measurements": self.turns, "slow": self.slow_turns,
+                "waited_s": round(self.waited, 2)}
 
 
 class SteadyHost(HostGauge):

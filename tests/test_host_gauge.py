@@ -52,24 +52,46 @@ class Scripted(HostGauge):
 
     def __init__(self, readings_us):
         super().__init__()
-        self.readings = iter(readings_us)
+        self.script = iter(readings_us)
         self.loops = 0
 
     def loop_us(self):
         if self.loops % timing.CANARY_REPEATS == 0:
-            self.current = next(self.readings)
+            self.current = next(self.script)
         self.loops += 1
         return self.current
 
 
-def test_the_gauge_judges_against_the_best_reading_so_far():
+def test_the_gauge_judges_against_its_usual_speed_the_best_while_readings_are_few():
     gauge = Scripted([20.0, 21.0, 40.0, 24.0, 27.0])
     readings = [gauge.read() for _ in range(5)]
     assert readings == pytest.approx([20, 21, 40, 24, 27]) and gauge.best == pytest.approx(20)
     assert not gauge.slow(20 * timing.HOST_SLOW - 0.1) and gauge.slow(20 * timing.HOST_SLOW + 0.1)
     assert [gauge.judge(a, b) for a, b in [(20, 21), (21, 40), (40, 24), (24, 27)]] == [False, True, True, True]
-    assert gauge.summary() == {"canary_best_us": 20.0, "slow_limit": timing.HOST_SLOW, "measurements": 4, "slow": 3,
-                               "waited_s": 0.0}
+    assert gauge.summary() == {"canary_best_us": 20.0, "canary_usual_us": 20.0, "canary_median_us": 24.0,
+                               "slow_limit": timing.HOST_SLOW, "measurements": 4, "slow": 3, "waited_s": 0.0}
+
+
+def test_one_outlier_fast_reading_does_not_make_the_usual_speed_look_slow():
+    """The usual speed is a low quantile of the readings once there are enough: a single
+    15 µs reading among ordinary 22-25 µs ones judged every later 25 µs reading slow
+    against the best; against the usual speed only the slow stretch's 40 µs are."""
+    ordinary = [22.0, 23.0, 24.0, 25.0] * 8
+    gauge = Scripted([15.0] + ordinary + [25.0, 40.0] + ordinary)
+    readings = [gauge.read() for _ in range(1 + len(ordinary))]
+    assert gauge.best == 15.0 and gauge.usual == pytest.approx(np.percentile(readings, timing.USUAL_QUANTILE))
+    assert 22.0 <= gauge.usual <= 23.0
+    assert not gauge.slow(gauge.read()) and gauge.slow(gauge.read())  # 25 usual, 40 slow
+
+
+def test_the_usual_speed_follows_a_run_that_starts_slow_down_to_its_fast_readings():
+    gauge = Scripted([40.0] * timing.USUAL_REFRESH + [20.0] * (2 * timing.USUAL_REFRESH))
+    for _ in range(timing.USUAL_REFRESH):
+        gauge.read()
+    assert gauge.usual == 40.0 and not gauge.slow(40.0)
+    for _ in range(2 * timing.USUAL_REFRESH):
+        gauge.read()
+    assert gauge.usual == 20.0 and gauge.slow(40.0)
 
 
 def test_waiting_for_the_usual_speed_reads_until_it_is_back_or_the_time_is_up(monkeypatch):
@@ -77,9 +99,11 @@ def test_waiting_for_the_usual_speed_reads_until_it_is_back_or_the_time_is_up(mo
     gauge = Scripted([20.0, 45.0, 44.0, 21.0])
     gauge.read()
     assert gauge.wait_for_usual_speed(10.0) and gauge.loops == 4 * timing.CANARY_REPEATS
-    gauge = Scripted(iter(lambda: 45.0, None))  # slow for ever
-    gauge.best = 20.0
+    gauge = Scripted([20.0] * timing.USUAL_REFRESH + [45.0] * 100_000)  # then slow for ever
+    for _ in range(timing.USUAL_REFRESH):
+        gauge.read()
     assert not gauge.wait_for_usual_speed(0.02) and gauge.waited >= 0.02
+    assert len(gauge.readings) == timing.USUAL_REFRESH + 1 and gauge.usual == 20.0  # the wait's readings not recorded
 
 
 def test_the_real_gauge_reads_a_positive_time():
@@ -104,10 +128,9 @@ class SlowWhile(HostGauge):
 
     slow_now = False
 
-    def read(self):
+    def canary_us(self):
         reading = 50.0 if SlowWhile.slow_now else 20.0
         SlowWhile.slow_now = False  # the host is back by the next measurement
-        self.best = min(self.best, reading)
         return reading
 
 
@@ -157,11 +180,9 @@ def test_the_sidecar_records_the_hosts_speed_and_the_summary_says_when_it_was_sl
     class HalfSlow(HostGauge):
         count = 0
 
-        def read(self):
+        def canary_us(self):
             HalfSlow.count += 1
-            reading = 50.0 if HalfSlow.count % 4 == 0 else 20.0
-            self.best = min(self.best, reading)
-            return reading
+            return 50.0 if HalfSlow.count % 4 == 0 else 20.0
 
     monkeypatch.setattr(runner, "HostGauge", HalfSlow)
     out = tmp_path / "gauge.csv"
