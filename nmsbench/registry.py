@@ -89,8 +89,9 @@ class Implementation:
     summary: str
     params: tuple[ParamSpec, ...] = ()
     backends: dict[str, Backend] = field(default_factory=dict)
-    # (name, type, value) of each given parameter -> the resolved parameters: a call site
-    # passes the same values call after call (bounded; only plain Python values are kept)
+    # the given parameters' (name, value) pairs -> (their values' types, the resolved
+    # parameters): a call site passes the same values call after call (bounded; only plain
+    # Python values are kept)
     _resolved: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -111,16 +112,18 @@ class Implementation:
         """Defaults filled in and every value checked; unknown names are a ValueError."""
         if not given:  # the common case, on every call's path
             return dict(self._checked_defaults)
-        key = tuple((name, type(value), value) for name, value in given.items())
-        if all(entry[1] in _PLAIN_VALUES for entry in key):
-            resolved = self._resolved.get(key)
-            if resolved is not None:
-                return dict(resolved)
-        else:  # other objects may be mutable or compare loosely: checked every time
-            key = None
+        key = tuple(given.items())
+        types = tuple(map(type, given.values()))  # 1, 1.0 and True are equal keys: the types tell them apart
+        try:
+            kept = self._resolved.get(key)
+        except TypeError:  # an unhashable value: checked every time
+            kept = key = None
+        if kept is not None and kept[0] == types:
+            return dict(kept[1])
         resolved = self._check_params(given)
-        if key is not None and len(self._resolved) < RESOLVED_KEPT:
-            self._resolved[key] = resolved
+        # other objects than plain values may be mutable or compare loosely: checked every time
+        if key is not None and all(t in _PLAIN_VALUES for t in types) and len(self._resolved) < RESOLVED_KEPT:
+            self._resolved[key] = (types, resolved)
         return dict(resolved)
 
     def _check_params(self, given: dict[str, Any]) -> dict[str, Any]:

@@ -126,6 +126,7 @@ def test_resolved_parameters_are_checked_each_new_way_and_never_shared():
     first["sigma"] = 99.0  # the caller's copy
     assert impl.resolve_params({"sigma": 1, "kernel": "linear"}) == {"kernel": "linear", "sigma": 1.0,
                                                                        "score_threshold": 0.05}
+    assert impl.resolve_params({"sigma": 1})["sigma"] == 1.0  # kept: {"sigma": True} is an equal key
     for bad in ({"sigma": True}, {"sigma": -1}, {"sigma": [0.5]}, {"bogus": 1}):  # True == 1, but a bool is no sigma
         for _ in range(2):  # refused again: an error is never remembered as a result
             with pytest.raises(ValueError):
