@@ -15,7 +15,7 @@ from nmsbench import timing
 from nmsbench.cli import main
 from nmsbench.timing import Blocks, HostGauge, summarize
 
-from keep_all import keep_every_box
+from keep_all import keep_every_box, run_and_name
 
 NAMES = ("test_gauge_a", "test_gauge_b")
 
@@ -144,9 +144,7 @@ def _sweep_with_slow_turns(monkeypatch, two_impls, slow_turns_of_b):
             self.fn = fn
 
         def blocks(self, seconds):
-            before = len(two_impls)
-            self.fn()
-            name = two_impls[before]
+            name = run_and_name(self.fn, two_impls)
             turns.append(name)
             SlowWhile.slow_now = name == NAMES[1] and turns.count(NAMES[1]) in slow_turns_of_b
             return Blocks(np.full(5, 200.0 if SlowWhile.slow_now else 100.0 if name == NAMES[1] else 50.0), 5)

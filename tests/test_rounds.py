@@ -14,7 +14,7 @@ from nmsbench import NMSResult
 from nmsbench.cli import main
 from nmsbench.results import case_key, read_results
 
-from keep_all import keep_every_box
+from keep_all import keep_every_box, run_and_name
 
 NAMES = ("test_round_a", "test_round_b", "test_round_c")
 
@@ -53,9 +53,7 @@ def test_rounds_rotate_the_order_and_share_the_time_budget(monkeypatch, three_im
 
     class Turns(FakeTimer):
         def blocks(self, seconds):
-            before = len(three_impls)
-            self.fn()
-            order.append((three_impls[before], seconds))
+            order.append((run_and_name(self.fn, three_impls), seconds))
             return runner.Blocks(np.full(5, 100.0), 5)
 
     monkeypatch.setattr(runner, "WallTimer", Turns)
@@ -73,9 +71,7 @@ def test_a_row_reports_the_median_of_its_round_medians_and_their_spread(monkeypa
 
     class Scripted(FakeTimer):
         def blocks(self, seconds):
-            before = len(three_impls)
-            self.fn()
-            return runner.Blocks(np.full(5, next(values[three_impls[before]])), 5)
+            return runner.Blocks(np.full(5, next(values[run_and_name(self.fn, three_impls)])), 5)
 
     monkeypatch.setattr(runner, "WallTimer", Scripted)
     monkeypatch.setattr(runner.CpuMeter, "contention", lambda self: "")
@@ -215,9 +211,7 @@ def test_a_turn_rotates_its_timers_too(monkeypatch, three_impls):
 
     class Turns(FakeTimer):
         def blocks(self, seconds):
-            before = len(three_impls)
-            self.fn()
-            order.append((three_impls[before], self.timer))
+            order.append((run_and_name(self.fn, three_impls), self.timer))
             return runner.Blocks(np.full(5, 100.0), 5)
 
     made = iter(("wall", "api") * 3)  # _prepare builds each implementation's timers in --timer order
