@@ -240,11 +240,14 @@ def curves_view(rows: pd.DataFrame, all_timers: pd.DataFrame, without_impl: pd.D
     timers = figure("timers")
     st.subheader("Wall vs device time")
     if timers is None:
-        st.info("No device-timer rows in this selection: device (CUDA event) time is recorded for CUDA runs only.")
+        st.info("No GPU-timer rows in this selection: device and events times are recorded for CUDA runs only.")
     else:
         st.plotly_chart(timers, key="chart_timers")
         st.caption("Solid: wall time (what a caller waits for, launch and host work included); dashed: device time "
-                   "(CUDA events around each call). A legend entry shows or hides both lines of an implementation.")
+                   "(what the GPU did: the call's kernels, copies and sets, from CUPTI; its hover gives the busy span "
+                   "and the launches, copies and host syncs per call; the legend, launches per call); dotted: events "
+                   "(CUDA events around each call, the host's gaps included; older files' device rows). A legend "
+                   "entry shows or hides all lines of an implementation.")
 
     memory = figure("memory")
     st.subheader("Peak memory vs N")
@@ -286,7 +289,7 @@ def pipeline_view(frame: pd.DataFrame, data_key: tuple) -> None:
     chosen = c4.multiselect("Pipelines", names, key="pipe_impls", placeholder="all")
     timers = tables.options(measured, "timer")
     timer = c5.selectbox("Timer", timers, index=timers.index("wall") if "wall" in timers else 0, key="pipe_timer",
-                         help="wall: what a caller waits for; device: CUDA events (cuda rows only)")
+                         help="wall: what a caller waits for; device: what the GPU did (CUPTI); events: CUDA events (cuda rows only)")
     machines = tables.options(measured, "machine")
     machine = (st.multiselect("Machine", machines, key="pipe_machine", placeholder="all") if len(machines) > 1 else [])
     choices = {"scenario": sources, "overlap": [conf], "device": devices, "impl": chosen, "timer": [timer], "machine": machine}

@@ -1,5 +1,5 @@
 """Interleaved A/B of two ops on the same inputs: ``wall`` (the sweep's timer: the call
-and its synchronization) and ``device`` (CUDA events around each call) in alternating
+and its synchronization) and ``events`` (CUDA events around each call) in alternating
 rounds, A then B then B then A ..., so that a ratio does not depend on what the host did
 while one of them ran; and whether both give the same output.
 
@@ -19,7 +19,7 @@ import statistics
 
 import torch
 
-from nmsbench.timing import device_blocks, wall_blocks
+from nmsbench.timing import event_blocks, wall_blocks
 
 from _common import boxes_of, op_call, parse_sizes, same_result
 
@@ -44,12 +44,12 @@ def main() -> None:
                 for key, fn in (("a", a), ("b", b)) if r % 2 == 0 else (("b", b), ("a", a)):
                     wall[key].append(statistics.median(wall_blocks(fn, min_run_time=args.min_run_time,
                                                                    threads=16).times_us))
-                    device[key].append(statistics.median(device_blocks(fn, min_run_time=args.min_run_time).times_us))
+                    device[key].append(statistics.median(event_blocks(fn, min_run_time=args.min_run_time).times_us))
             wa, wb = statistics.median(wall["a"]), statistics.median(wall["b"])
             da, db = statistics.median(device["a"]), statistics.median(device["b"])
-            print(f"{scenario:10s} n={n:6d}  A {args.a} ({path_a}): wall {wa:8.1f} device {da:8.1f} us | "
-                  f"B {args.b} ({path_b}): wall {wb:8.1f} device {db:8.1f} us | B/A wall {wb / wa:.3f} "
-                  f"device {db / da:.3f} | same {same}", flush=True)
+            print(f"{scenario:10s} n={n:6d}  A {args.a} ({path_a}): wall {wa:8.1f} events {da:8.1f} us | "
+                  f"B {args.b} ({path_b}): wall {wb:8.1f} events {db:8.1f} us | B/A wall {wb / wa:.3f} "
+                  f"events {db / da:.3f} | same {same}", flush=True)
     torch.cuda.synchronize()
 
 

@@ -1,6 +1,6 @@
 """Every path of a kernel backend at each size: where the path chooser's limits should
 lie. For each (scenario, N) it times every path that takes the input (forced with the
-backend's public ``path=``), ``wall`` and ``device``, eager and padded, and marks the one
+backend's public ``path=``), ``wall`` and ``events``, eager and padded, and marks the one
 ``choose_path`` picks, so a limit such as hard_fused's ``ONE_BLOCK_MAX_N`` or
 ``STREAMED_MAX_N`` can be checked against the sizes where the fastest path changes.
 
@@ -17,7 +17,7 @@ import statistics
 import sys
 
 import nmsbench
-from nmsbench.timing import device_blocks, wall_blocks
+from nmsbench.timing import event_blocks, wall_blocks
 
 from _common import boxes_of, op_call, parse_sizes
 
@@ -44,9 +44,9 @@ def main() -> None:
                         continue
                     fn, _ = op_call(f"{args.impl}:{path}", boxes, padded=padded)
                     wall = statistics.median(wall_blocks(fn, min_run_time=args.min_run_time, threads=16).times_us)
-                    gpu = statistics.median(device_blocks(fn, min_run_time=args.min_run_time).times_us)
+                    gpu = statistics.median(event_blocks(fn, min_run_time=args.min_run_time).times_us)
                     cells.append(f"{'*' if path == chosen else ' '}{path} {wall:.1f}/{gpu:.1f}")
-                print(f"{scenario:10s} n={n:6d} {'padded' if padded else 'eager '}  wall/device us: "
+                print(f"{scenario:10s} n={n:6d} {'padded' if padded else 'eager '}  wall/events us: "
                       + " | ".join(cells), flush=True)
 
 

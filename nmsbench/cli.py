@@ -179,8 +179,12 @@ def _grid(**fields) -> Grid:
                    "the N used (n), the cap (n_cap), image and input_size.")
 @click.option("--timer", "timers", multiple=True, default=DEFAULT_TIMERS, show_default=True,
               help="wall (the backend call: what a caller waits for), api (nmsbench.run_nms exactly as a user calls it, "
-                   "validation included), device (CUDA events) and/or graph (the op's padded, sync-free form captured "
-                   "once in a CUDA graph, replays timed; graph-safe CUDA backends only). device and graph give cuda rows only.")
+                   "validation included), device (what the GPU did per call, from CUPTI via torch.profiler in passes of "
+                   "its own: median_us is the summed kernel, copy and set durations; span_us the GPU's busy span; "
+                   "launches, copies and syncs per call), events (CUDA events around each call: the GPU's clock, the "
+                   "host's gaps inside a call included) and/or graph (the op's padded, sync-free form captured "
+                   "once in a CUDA graph, replays timed; graph-safe CUDA backends only). device, events and graph give "
+                   "cuda rows only.")
 @click.option("--rounds", default=DEFAULT_ROUNDS, show_default=True, type=click.IntRange(min=1), metavar="K",
               help="Interleaved rounds: the implementations of a case (one box set, device, dtype and IoU) are timed K "
                    "times in rotated order (round r starts at the r-th), each turn --min-run-time / K seconds. median_us "
@@ -565,7 +569,8 @@ def plot(results, out, scenarios, impls, devices, timers, baseline, benchmarks, 
         fig, size = plots.speedup_vs_n(rows, baseline, show=show, colors=colors), (1100, None)
     elif kind == "timers":
         try:
-            both = _restrict_impls(_selected_results(results, scenarios, impls, devices, ("wall", "device"), None, benchmarks)[0], impls)
+            both = _restrict_impls(_selected_results(results, scenarios, impls, devices, ("wall", "device", "events"), None,
+                                                     benchmarks)[0], impls)
         except click.BadParameter:  # the files have no device timer at all
             both = shown.iloc[0:0]
         fig, size = plots.wall_vs_device(both, colors=colors), (1100, None)
@@ -575,11 +580,12 @@ def plot(results, out, scenarios, impls, devices, timers, baseline, benchmarks, 
         fig, size = plots.time_vs_overlap(shown, at_n, colors=colors), (900, 560)
     if fig is None:
         raise NothingToShow({
-            "timers": "the selection has no device-timer rows to plot (CUDA runs record them with --timer device)",
+            "timers": "the selection has no GPU-timer rows to plot (CUDA runs record them with --timer device or events)",
             "memory": "the selection has no peak-memory values to plot (CUDA runs record them)",
         }[kind])
     titles = {"time": "Median time vs N (band: median ± IQR/2)", "speedup": f"Speedup vs {baseline} (above 1 = faster)",
-              "timers": "Wall time (solid) vs device time from CUDA events (dashed)", "memory": "Peak device memory per call",
+              "timers": "Wall time (solid) vs GPU time (dashed: kernels, copies and sets; dotted: CUDA events)",
+              "memory": "Peak device memory per call",
               "overlap": f"Time vs realized overlap at N = {(fig.layout.meta or {}).get('n', '')}"}
     if kind in titles:
         fig.update_layout(title_text=titles[kind])

@@ -19,6 +19,7 @@ images cycle through the recordings that keep raw rows); ``synthetic`` is a YOLO
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -30,8 +31,9 @@ from . import datasets
 from .pipeline import (REFERENCE_PIPELINE, STAGES, Pipeline, PipelineConfig, compare_detections, pipelines,
                        validate_raw)
 from .results import case_key
-from .runner import _error_text, case_deadline, check_case_timeout, error_rows, row_emitter, use_threads
-from .timing import time_device, time_wall
+from .runner import _error_text, activity_columns, case_deadline, check_case_timeout, error_rows, row_emitter, use_threads
+from .gpu_activity import NoGpuActivity
+from .timing import time_device, time_events, time_wall
 
 SOURCES = ("real", "synthetic")
 DEFAULT_BATCHES = (1, 8, 32)
@@ -89,8 +91,18 @@ def run_pipeline_bench(grid: PipelineGrid, write: Callable[[dict], None],
     a case past ``grid.case_timeout`` becomes error rows."""
     check_case_timeout(grid.case_timeout)
     use_threads(grid.threads)
-    known = pipelines()
     emit, counts = row_emitter(write, on_case)
+    # the device timer's rows last: once a process has profiled, CUPTI stays attached and
+    # every later CUDA call costs the host more (nmsbench.runner.sweep_passes)
+    others = [t for t in grid.timers if t != "device"]
+    for timers in ([others] if others else []) + ([["device"]] if "device" in grid.timers else []):
+        _pipeline_pass(dataclasses.replace(grid, timers=timers), emit, done)
+    return counts
+
+
+def _pipeline_pass(grid: PipelineGrid, emit: Callable[[dict], None], done) -> None:
+    """Every case of ``grid`` (one pass of :func:`run_pipeline_bench`), its rows to ``emit``."""
+    known = pipelines()
 
     def rows_of(base: dict, name: str, device: str) -> list[dict]:
         pipeline = known.get(name)
@@ -139,7 +151,6 @@ def run_pipeline_bench(grid: PipelineGrid, write: Callable[[dict], None],
                         continue
                     for row in _run_case(known.get(name), name, device, raw, config, reference, rows, grid):
                         emit(row)
-    return counts
 
 
 def _run_case(pipeline: Optional[Pipeline], name: str, device: str, raw: np.ndarray, config: PipelineConfig,
@@ -171,18 +182,32 @@ def _run_case(pipeline: Optional[Pipeline], name: str, device: str, raw: np.ndar
             timings = {}
             for row in rows:
                 call, timer = calls[row["stage"]], row["timer"]
-                timings[row["stage"], timer] = (time_wall(call, min_run_time=grid.min_run_time, threads=grid.threads)
-                                                if timer == "wall" else time_device(call, min_run_time=grid.min_run_time))
+                try:
+                    timings[row["stage"], timer] = _time(timer, call, grid)
+                except NoGpuActivity as exc:  # the device timer has nothing to time: a skipped row
+                    timings[row["stage"], timer] = exc
     except Exception as exc:
         yield from error_rows(rows, exc)
         return
     for row in rows:
         t = timings[row["stage"], row["timer"]]
+        if isinstance(t, NoGpuActivity):
+            yield row | {"status": "skipped", "error": str(t)}
+            continue
         yield row | agreement | {
             "status": "ok", "error": "", "median_us": t.median_us, "iqr_us": t.iqr_us, "runs": t.runs,
             "rel_spread": t.rel_spread, "noisy": t.noisy, "peak_mem_bytes": peak, "blocks": t.blocks, "rounds": t.rounds,
-            "noise": t.noise, "host_sync": device == "cuda" and name != REFERENCE_PIPELINE,
+            "noise": t.noise, "host_sync": device == "cuda" and name != REFERENCE_PIPELINE, **activity_columns(t),
         }
+
+
+def _time(timer: str, call, grid: PipelineGrid):
+    """One stage's timing by one timer (see nmsbench.timing)."""
+    if timer == "wall":
+        return time_wall(call, min_run_time=grid.min_run_time, threads=grid.threads)
+    if timer == "events":
+        return time_events(call, min_run_time=grid.min_run_time)
+    return time_device(call, min_run_time=grid.min_run_time)
 
 
 def per_image_table(frame) -> "pandas.DataFrame":

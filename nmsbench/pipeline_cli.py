@@ -20,7 +20,9 @@ from .cli_options import (_check_resume, _console, _floats, _split, case_timeout
 from .pipeline import STAGES, pipelines
 from .pipeline_bench import DEFAULT_BATCHES, SOURCES, PipelineGrid, run_pipeline_bench
 from .results import default_output_path
-from .timing import DEFAULT_TIMERS as TIMERS  # the graph timer is for NMS ops only
+from .timing import DEFAULT_TIMERS
+
+TIMERS = ("wall", "device", "events")  # the api and graph timers are for NMS ops only
 
 
 def _positive_ints(text: str, what: str) -> list[int]:
@@ -48,7 +50,10 @@ def _positive_ints(text: str, what: str) -> list[int]:
 @click.option("--recording", "recordings", multiple=True, help="Real source: recordings with raw rows to cycle through (default: all of them).")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed of the synthetic source.")
 @click.option("--stage", "stages", multiple=True, default=STAGES, show_default=True, help="Stages to time: decode, nms, total.")
-@click.option("--timer", "timers", multiple=True, default=TIMERS, show_default=True, help="wall and/or device (CUDA events; cuda rows only).")
+@click.option("--timer", "timers", multiple=True, default=DEFAULT_TIMERS, show_default=True,
+              help="wall, device (what the GPU did per call: kernel, copy and set durations from CUPTI via torch.profiler, "
+                   "with launches, copies and host syncs per call) and/or events (CUDA events around each call, the host's "
+                   "gaps included). device and events give cuda rows only.")
 @click.option("--min-run-time", default=0.2, show_default=True, type=click.FloatRange(min=0.001), help="Seconds of timing per row.")
 @click.option("--threads", default=os.cpu_count() or 1, show_default=True, type=click.IntRange(min=1), help="CPU threads for torch and numba.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="CSV to write (a sidecar .json goes next to it). Default: results/runs/pipeline-<time>-<device>.csv.")

@@ -107,6 +107,7 @@ def _rgba(hex_color: str, alpha: float) -> str:
 PLOT_COLUMNS = list(dict.fromkeys([
     *tables.CASE_KEYS, *tables.SERIES_DIMS, "impl", "family", "status", "median_us", "iqr_us", "runs", "peak_mem_bytes",
     "mean_max_iou", "greedy_suppressed_frac", "baseline_us", "speedup", "source",
+    "span_us", "launches", "copies", "syncs",
 ]))
 
 
@@ -319,35 +320,78 @@ def speedup_vs_n(frame: pd.DataFrame, baseline: str = DEFAULT_BASELINE, *, show:
     return _finish(fig, rows, title)
 
 
+GPU_TIMER_DASH = {"device": "dash", "events": "dot"}  # the GPU timers' lines beside the solid wall line
+
+
 def wall_vs_device(frame: pd.DataFrame, *, facet: str | None = "scenario", colors=None, title: str | None = None,
                    max_cols: int = 3) -> go.Figure | None:
-    """Wall (solid) and device / CUDA-event (dashed) medians vs N for the implementations
-    that have device-timer rows, one legend entry for each pair; None when the selection
-    has none."""
+    """Wall (solid) against GPU time vs N for the implementations that have rows of a GPU
+    timer: device (dashed: what the GPU did, its hover giving the busy span and the kernel
+    launches, copies and host syncs per call) and events (dotted: CUDA events around each
+    call; older files' device rows). One legend entry per implementation shows and hides
+    all its lines; its label adds the launches per call where the device timer counted
+    them. None when the selection has no GPU-timer rows."""
     ok = ok_rows(_slim(frame))
-    with_device = ok[ok["timer"] == "device"]
-    if with_device.empty:
+    gpu = ok[ok["timer"].isin(list(GPU_TIMER_DASH))]
+    if gpu.empty:
         return None
-    impls = set(with_device["impl"])
-    ok = ok[ok["impl"].isin(impls) & ok["timer"].isin(["wall", "device"]) & ok["device"].isin(set(with_device["device"]))]
+    impls = set(gpu["impl"])
+    ok = ok[ok["impl"].isin(impls) & ok["timer"].isin(["wall", *GPU_TIMER_DASH]) & ok["device"].isin(set(gpu["device"]))]
     ok = _series(ok, facet, exclude=["timer"])
     styles = _styles(ok, colors)
     panels = _panels(ok, facet)
     fig, positions, rows = _grid([p[0] for p in panels], max_cols=max_cols)
     shown: set = set()
+    labels = _launch_labels(ok)
+    styles.update({label: styles[name] for name, label in labels.items()})
     for (_, part), (r, c) in zip(panels, positions):
-        for timer, dash in (("wall", "solid"), ("device", "dash")):
+        for timer, dash in (("wall", "solid"), *GPU_TIMER_DASH.items()):
             agg = aggregate(part[part["timer"] == timer], ["series", "impl", "n"])
-            if not agg.empty:
-                # one legend entry per line pair: it shows and hides the wall and the device line together
-                _add_lines(fig, agg, x="n", y="median_us", row=r, col=c, styles=styles, shown=shown, dash=dash,
-                           hover=f"{timer} timer<br>N = %{{x}}<br>median %{{y:,.4g}} µs", meta={"timer": timer})
+            if agg.empty:
+                continue
+            hover = f"{timer} timer<br>N = %{{x}}<br>median %{{y:,.4g}} µs"
+            customdata: list[str] = []
+            if timer == "device" and "launches" in agg.columns:
+                agg = agg.assign(per_call=[_per_call_text(row) for row in agg.itertuples()])
+                hover, customdata = hover + "<br>%{customdata[0]}", ["per_call"]
+            agg = agg.assign(series=agg["series"].map(lambda name: labels.get(name, name)))
+            # one legend entry per implementation: it shows and hides all its timers' lines together
+            _add_lines(fig, agg, x="n", y="median_us", row=r, col=c, styles=styles, shown=shown, dash=dash,
+                       hover=hover, customdata=customdata, meta={"timer": timer})
     fig.update_xaxes(type="log", title_text=N_AXIS)
     fig.update_yaxes(type="log", title_text=TIME_AXIS)
     _n_ticks(fig, ok["n"])
     _log_ticks(fig, ok["median_us"])
     fig.update_layout(meta={"figure": "wall_vs_device"})
     return _finish(fig, rows, title)
+
+
+def _launch_labels(ok: pd.DataFrame) -> dict[str, str]:
+    """series -> its label with the kernel launches per call its device rows counted
+    ("hard_fused · 1 launch", "torchvision · 10–11 launches"); series without them keep theirs."""
+    if "launches" not in ok.columns:
+        return {}
+    counted = ok[ok["timer"].eq("device")].dropna(subset=["launches"])
+    labels = {}
+    for series, part in counted.groupby("series"):
+        lo, hi = int(part["launches"].min()), int(part["launches"].max())
+        text = f"{lo}" if lo == hi else f"{lo}–{hi}"
+        labels[series] = f"{series} · {text} launch{'' if hi == 1 else 'es'}"
+    return labels
+
+
+def _per_call_text(row) -> str:
+    """A device point's hover line: busy span, launches, copies and host syncs per call."""
+    def count(value, one: str, many: str) -> str:
+        if value is None or not np.isfinite(value):
+            return f"? {many}"
+        return f"{value:g} {one if value == 1 else many}"
+
+    span = getattr(row, "span_us", float("nan"))
+    span_text = f"busy span {span:,.4g} µs · " if span is not None and np.isfinite(span) else ""
+    return (f"{span_text}{count(getattr(row, 'launches', None), 'launch', 'launches')}, "
+            f"{count(getattr(row, 'copies', None), 'copy', 'copies')}, "
+            f"{count(getattr(row, 'syncs', None), 'host sync', 'host syncs')} per call")
 
 
 def memory_vs_n(frame: pd.DataFrame, *, facet: str | None = "scenario", colors=None, title: str | None = None,

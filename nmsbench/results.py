@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 CASE_COLUMNS = [
     "impl", "family", "device", "dtype", "timer", "scenario", "overlap", "classes", "n",
@@ -53,12 +53,19 @@ MEASURE_COLUMNS = [
     # --rounds`), the spread of the round medians ((max - min) / median; blank with one
     # round), and why the row is noisy (every reason of the rule in nmsbench.timing)
     "blocks", "rounds", "round_spread", "noise",
+    # schema 5, device-timer rows (what the GPU did per call, from CUPTI: median_us is the
+    # summed duration of the call's kernels, copies and sets): the GPU's busy span (median
+    # and IQR), and the kernel launches, memory copies and sets, and host synchronizations
+    # per call. (The CUDA-event timer of schema 4's `device` rows is now `events`.)
+    "span_us", "span_iqr_us", "launches", "copies", "syncs",
 ]
 # columns a schema-1 file lacks, and their value for its rows (all of which are sweeps)
 ADDED_IN_SCHEMA_2 = ("benchmark", "image", "input_size", "n_cap", "batch", "stage", "candidates", "mismatched")
 SCHEMA_1_DEFAULTS = {"benchmark": "nms"}
 ADDED_IN_SCHEMA_3 = ("attempts",)
 ADDED_IN_SCHEMA_4 = ("blocks", "rounds", "round_spread", "noise")
+ADDED_IN_SCHEMA_5 = ("span_us", "span_iqr_us", "launches", "copies", "syncs")
+EVENT_TIMER_RENAMED_IN = 5  # rows of older schemas with timer "device" timed CUDA events: read as "events"
 ENV_COLUMNS = [
     "machine", "cpu", "gpu", "driver", "cuda", "torch", "torchvision", "cupy", "numba",
     "nmsbench", "git_commit", "python", "timestamp",
@@ -318,7 +325,8 @@ def read_results(path, name: str | None = None) -> "pandas.DataFrame":
     """Load a results CSV (a path or a file-like object), or raise ValueError naming what
     makes it not one; ``name`` is what messages call it (default: ``path``).
 
-    Older files (schema 1 to 3) gain the columns added since, empty (``benchmark`` = "nms").
+    Older files (schema 1 to 4) gain the columns added since, empty (``benchmark`` = "nms"),
+    and their ``device`` rows, which timed CUDA events, are read as ``events`` rows.
     A partial last line (a run killed while writing it) is dropped with a
     :class:`PartialRowWarning`.
     """
@@ -338,4 +346,7 @@ def read_results(path, name: str | None = None) -> "pandas.DataFrame":
     for column in COLUMNS:
         if column not in frame.columns:
             frame[column] = SCHEMA_1_DEFAULTS.get(column, float("nan"))
+    renamed = pd.to_numeric(frame["schema_version"], errors="coerce").lt(EVENT_TIMER_RENAMED_IN) & frame["timer"].eq("device")
+    if renamed.any():
+        frame.loc[renamed, "timer"] = "events"
     return frame

@@ -47,11 +47,12 @@ import torch
 from . import api, datasets
 from .agreement import compare_keep
 from .boxes import BoxSet, validate_nms_inputs
+from .gpu_activity import NoGpuActivity
 from .overlap import realized_overlap
 from .registry import Implementation, get, implementations
 from .results import case_key
 from .timing import (BLOCKS_PER_MEASUREMENT, CPU_TIMERS, DEFAULT_ROUNDS, DEFAULT_TIMERS, MIN_BLOCKS, TIMERS, Blocks,
-                     CpuMeter, HostGauge, Timing, WallTimer, capture_graph, device_blocks, summarize)
+                     CpuMeter, HostGauge, Timing, WallTimer, capture_graph, device_blocks, event_blocks, summarize)
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16}
 REFERENCE = "torchvision"
@@ -118,6 +119,9 @@ class Grid:
         need(not bad, "scenarios", f"unknown {', '.join(map(str, bad))}; known: {', '.join(datasets.SCENARIOS)}")
         bad = [t for t in names(self.timers, "timers") if t not in TIMERS]
         need(not bad, "timers", f"choose from {', '.join(TIMERS)}, got {', '.join(map(str, self.timers))}")
+        idle = [d for d in self.devices if not self.timers_for(d)]
+        need(not idle, "timers", f"{', '.join(self.timers)} time{'s' if len(self.timers) == 1 else ''} the GPU only, so "
+             f"{' and '.join(idle)} would give no rows; add wall and/or api ({', '.join(CPU_TIMERS)} time CPU rows too)")
         bad = [n for n in names(self.ns, "ns") if not _whole(n) or n < 1]
         need(not bad, "ns", f"box counts must be positive whole numbers, got {', '.join(map(repr, bad))}")
         bad = [v for v in names(self.ious, "ious") if not _real(v) or not 0.0 <= v <= 1.0]
@@ -297,13 +301,18 @@ class _Contender:
     rounds: dict = field(default_factory=dict)  # timer -> [Blocks of each round]
     spent: float = 0.0  # seconds of this case so far (the case timeout's budget)
     meter: Optional[CpuMeter] = None
+    skipped: dict = field(default_factory=dict)  # timer -> why it has nothing to time (its row is skipped)
 
 
 def _measurer(timer: str, call, grid: Grid) -> Callable[[float], Blocks]:
-    """``seconds -> Blocks`` for one timer of a case: the device timer's CUDA events, or a
-    :class:`WallTimer` whose block size is fixed here, once for all rounds."""
+    """``seconds -> Blocks`` for one timer of a case: the device timer's profile, the events
+    timer's CUDA events, or a :class:`WallTimer` whose block size is fixed here, once for
+    all rounds."""
+    min_runs = max(2, math.ceil(10 / grid.rounds))  # at least 10 calls a row, all rounds together
     if timer == "device":
-        return lambda seconds: device_blocks(call, min_run_time=seconds, min_runs=max(2, math.ceil(10 / grid.rounds)))
+        return lambda seconds: device_blocks(call, min_run_time=seconds, min_runs=min_runs)
+    if timer == "events":
+        return lambda seconds: event_blocks(call, min_run_time=seconds, min_runs=min_runs)
     block = grid.min_run_time / grid.rounds / BLOCKS_PER_MEASUREMENT
     return WallTimer(call, threads=grid.threads, block_seconds=block).blocks
 
@@ -326,9 +335,12 @@ def _within_budget(contender: _Contender, grid: Grid, work: Callable[[], None]) 
 
 def _gauged(gauge: HostGauge, measure: Callable[[float], Blocks], seconds: float, before: float) -> tuple[Blocks, float]:
     """(blocks, the gauge's reading after them): ``measure(seconds)`` marked ``host_slow``
-    where the host ran slow at ``before`` (the reading just before) or after it."""
+    where the host ran slow at ``before`` (the reading just before) or after it. GPU
+    durations (``host_bound`` False: the device timer) are not judged."""
     blocks = measure(seconds)
     after = gauge.read()
+    if not blocks.host_bound:
+        return blocks, after
     return dataclasses.replace(blocks, host_slow=gauge.judge(before, after)), after
 
 
@@ -371,13 +383,24 @@ def _timed_rows(contender: _Contender, grid: Grid, n: int, gauge: HostGauge) -> 
     for timer in contender.calls:
         timings[timer] = _timing(contender, timer, grid, gauge)
     for row in contender.rows:
+        if row["timer"] in contender.skipped:
+            yield row | {"status": "skipped", "error": contender.skipped[row["timer"]]}
+            continue
         t, attempts = timings[row["timer"]]
         yield row | contender.agreement | suppressed | {
             "status": "ok", "error": "", "median_us": t.median_us, "iqr_us": t.iqr_us, "runs": t.runs,
             "rel_spread": t.rel_spread, "noisy": t.noisy, "peak_mem_bytes": contender.peak, "attempts": attempts,
             "blocks": t.blocks, "rounds": t.rounds, "round_spread": "" if t.round_spread is None else t.round_spread,
-            "noise": t.noise,
+            "noise": t.noise, **activity_columns(t),
         }
+
+
+def activity_columns(t: Timing) -> dict:
+    """The device timer's columns of a row (busy span, launches, copies, syncs per call;
+    blank for other timers)."""
+    values = {"span_us": t.span_us, "span_iqr_us": t.span_iqr_us, "launches": t.launches, "copies": t.copies,
+              "syncs": t.syncs}
+    return {k: "" if v is None else v for k, v in values.items()}
 
 
 def use_threads(threads: int) -> None:
@@ -418,9 +441,29 @@ def run_sweep(grid: Grid, write: Callable[[dict], None], on_case: Callable[[dict
     grid.validate()  # again: its fields may have changed since it was made
     check_case_timeout(grid.case_timeout)
     use_threads(grid.threads)
+    emit, counts = row_emitter(write, on_case)
+    for part in sweep_passes(grid):
+        _sweep_pass(part, emit, done, between_turns, gauge)
+    return counts | {"host": gauge.summary()}
+
+
+def sweep_passes(grid: Grid) -> list[Grid]:
+    """The grid as the passes that time it: every timer but ``device`` first, then the
+    ``device`` timer's cuda cases. Once a process has profiled, CUPTI stays attached and
+    every later CUDA call costs the host more (results/PERFLOG.md), so nothing is timed
+    by another timer after the first profile."""
+    others = [t for t in grid.timers if t != "device"]
+    passes = [dataclasses.replace(grid, timers=others)] if others else []
+    if "device" in grid.timers and "cuda" in grid.devices:
+        passes.append(dataclasses.replace(grid, timers=["device"], devices=["cuda"]))
+    return passes
+
+
+def _sweep_pass(grid: Grid, emit: Callable[[dict], None], done, between_turns: Callable[[], None],
+                gauge: HostGauge) -> None:
+    """Every case of ``grid`` (one pass of :func:`run_sweep`), its rows to ``emit``."""
     impls = [get(name) for name in grid.impls]
     params_by_impl = {impl.name: _resolve_params(impl, grid.params) for impl in impls}
-    emit, counts = row_emitter(write, on_case)
 
     def pending(rows: list[dict]) -> list[dict]:
         return [row for row in rows if case_key(row) not in done]
@@ -473,7 +516,6 @@ def run_sweep(grid: Grid, write: Callable[[dict], None], on_case: Callable[[dict
                 for row in _run_group(members, device, dtype_name, iou, grid, box_set, reference, params_by_impl,
                                       between_turns, gauge):
                     emit(row)
-    return counts | {"host": gauge.summary()}
 
 
 def _case_rows(impl: Implementation, device: str, dtype_name: str, iou: float, grid: Grid, base: dict, params: dict) -> list[dict]:
@@ -551,10 +593,17 @@ def _run_group(members, device: str, dtype_name: str, iou: float, grid: Grid, bo
 
     def turn(contender: _Contender, r: int) -> None:
         timers = list(contender.measure)
+        if not timers:  # every timer of it was skipped
+            return
         first = r % len(timers)
         reading = gauge.read()
         for timer in timers[first:] + timers[:first]:  # rotated too: no timer always runs first
-            blocks, reading = _gauged(gauge, contender.measure[timer], share, reading)
+            try:
+                blocks, reading = _gauged(gauge, contender.measure[timer], share, reading)
+            except NoGpuActivity as exc:  # nothing for the device timer to time: a skipped row, the rest go on
+                contender.skipped[timer] = str(exc)
+                del contender.measure[timer], contender.calls[timer], contender.rounds[timer]
+                continue
             contender.rounds[timer].append(blocks)
 
     waiting = grid.host_wait > 0

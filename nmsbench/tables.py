@@ -233,7 +233,8 @@ def aggregate(frame: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
     if frame.empty:
         return frame.assign(rows=pd.Series(dtype="int64"))
     agg = {c: "first" for c in frame.columns if c not in keys}
-    for column in ("median_us", "iqr_us", "peak_mem_bytes", "mean_max_iou", "greedy_suppressed_frac", "jaccard"):
+    for column in ("median_us", "iqr_us", "peak_mem_bytes", "mean_max_iou", "greedy_suppressed_frac", "jaccard",
+                   "span_us", "launches", "copies", "syncs"):
         if column in frame.columns:
             agg[column] = "median"
     out = frame.groupby(keys, dropna=False, sort=True).agg(agg)
@@ -289,7 +290,9 @@ def speedup_table(frame: pd.DataFrame, baseline: str = DEFAULT_BASELINE, impls: 
     rows["impl"] = pd.Categorical(rows["impl"], categories=order, ordered=True)
     rows = rows.sort_values([*groups, "n", "impl"]).reset_index(drop=True)
     rows["impl"] = rows["impl"].astype(str)
-    table = rows[[*groups, "n", "impl", "median_us", "iqr_us", "speedup"]].copy()
+    counted = "launches" in rows.columns and pd.to_numeric(rows["launches"], errors="coerce").notna().any()
+    per_call = ["launches", "copies", "syncs"] if counted else []  # device-timer rows: what a call asks of the GPU
+    table = rows[[*groups, "n", "impl", "median_us", "iqr_us", "speedup", *per_call]].copy()
     table.attrs.update(groups=groups, baseline=baseline, impls=order)
     return table
 
@@ -301,14 +304,16 @@ def _impl_order(impls: Iterable[str], baseline: str) -> list[str]:
 
 def wide_table(table: pd.DataFrame) -> pd.DataFrame:
     """The long ``speedup_table`` as N x implementation: one row per group and N, for
-    each implementation the columns ``<impl> median_us`` and ``<impl> speedup``."""
+    each implementation the columns ``<impl> median_us`` and ``<impl> speedup`` (and
+    ``<impl> launches`` where device-timer rows counted them)."""
     groups = table.attrs.get("groups", [])
     impls = table.attrs.get("impls") or _impl_order(table["impl"].unique(), table.attrs.get("baseline", ""))
     index = [*groups, "n"]
-    wide = table.pivot_table(index=index, columns="impl", values=["median_us", "speedup"], aggfunc="first", dropna=False)
+    values = ["median_us", "speedup"] + (["launches"] if "launches" in table.columns else [])
+    wide = table.pivot_table(index=index, columns="impl", values=values, aggfunc="first", dropna=False)
     columns, data = [], {}
     for impl in impls:
-        for value in ("median_us", "speedup"):
+        for value in values:
             name = f"{impl} {value}"
             columns.append(name)
             data[name] = wide[(value, impl)] if (value, impl) in wide.columns else float("nan")
@@ -348,12 +353,12 @@ def _cells(table: pd.DataFrame) -> tuple[list[str], list[list[str]], list[str]]:
         cells = [str(row[g]) if not isinstance(row[g], float) else f"{row[g]:g}" for g in groups] + [f"{int(row['n']):,}"]
         for impl in impls:
             median, speed = row[f"{impl} median_us"], row[f"{impl} speedup"]
+            launches = row.get(f"{impl} launches", float("nan"))
             if pd.isna(median):
                 cells.append("")
-            elif pd.isna(speed):
-                cells.append(format_us(median))
-            else:
-                cells.append(f"{format_us(median)} ({format_speedup(speed)}×)")
+                continue
+            cell = format_us(median) if pd.isna(speed) else f"{format_us(median)} ({format_speedup(speed)}×)"
+            cells.append(cell if pd.isna(launches) else f"{cell} [{launches:g}]")
         body.append(cells)
     align = ["l"] * len(groups) + ["r"] * (1 + len(impls))
     return header, body, align
@@ -361,7 +366,8 @@ def _cells(table: pd.DataFrame) -> tuple[list[str], list[list[str]], list[str]]:
 
 def caption(table: pd.DataFrame) -> str:
     baseline = table.attrs.get("baseline", DEFAULT_BASELINE)
-    return f"Median time in µs per call (speedup vs {baseline}; above 1 is faster)."
+    launches = " [k]: kernel launches per call (device timer)." if "launches" in table.columns else ""
+    return f"Median time in µs per call (speedup vs {baseline}; above 1 is faster).{launches}"
 
 
 def render_table(table: pd.DataFrame, fmt: str) -> str:

@@ -7,7 +7,15 @@ Timers, labelled in every row and never mixed:
   GPU, so it is what a Python caller waits for, launches included.
 - ``api``: the same clock around ``nmsbench.run_nms(name, ...)`` exactly as a user calls
   it, input validation included (CPU and CUDA).
-- ``device`` (CUDA only): CUDA events around each call, one sync at the end: GPU time.
+- ``device`` (CUDA only): what the GPU did per call, from CUPTI's activity records read
+  through ``torch.profiler`` (:mod:`nmsbench.gpu_activity`): ``median_us`` is the summed
+  duration of the call's kernels, copies and sets; ``span_us`` the GPU's busy span (first
+  start to last end); ``launches``, ``copies`` and ``syncs`` what the call asked of the
+  GPU and how often it waited for it. Profiled in passes of its own, so the profiler's
+  overhead stays out of every other timer.
+- ``events`` (CUDA only, not a default): CUDA events around each call, one sync at the
+  end. The events also time the host's gaps while the GPU idles inside a call (every op
+  here waits for its kept count), so this is host-bound time on the GPU's clock.
 - ``graph`` (CUDA, ``graph_safe`` backends only): the op's padded, sync-free form is
   captured once in a CUDA graph and the replays are timed like ``wall`` (replay plus
   synchronize): what a post-processing step inside a captured graph costs.
@@ -63,7 +71,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 
-TIMERS = ("wall", "api", "device", "graph")
+TIMERS = ("wall", "api", "device", "events", "graph")
 DEFAULT_TIMERS = ("wall", "device")
 CPU_TIMERS = ("wall", "api")  # the timers that give cpu rows too
 DEFAULT_ROUNDS = 5
@@ -108,7 +116,8 @@ class Blocks:
     times_us: np.ndarray
     calls: int
     host_slow: bool = False  # timed while the host ran slow (HostGauge): left out of a row's median
-
+    host_bound: bool = True  # False: GPU durations (device timer), which a slow host does not lengthen
+    activity: Optional[dict] = None  # device timer: per-call arrays of gpu_activity.activity_arrays
 
 @dataclass(frozen=True)
 class Timing:
@@ -121,6 +130,11 @@ class Timing:
     round_spread: Optional[float] = None  # None with one round
     contention: str = ""  # why the CPU was contended while this was timed ("" if it was not)
     slow_rounds: int = 0  # rounds timed while the host ran slow; flagged when they are the median's
+    span_us: Optional[float] = None  # device timer: the GPU's busy span per call (median of round medians)
+    span_iqr_us: Optional[float] = None
+    launches: Optional[float] = None  # device timer: kernels, copies and host syncs per call (medians)
+    copies: Optional[float] = None
+    syncs: Optional[float] = None
 
     @property
     def rel_spread(self) -> float:
@@ -177,7 +191,20 @@ def summarize(rounds: Sequence[Blocks], contention: str = "", planned: Optional[
     spread = float((medians.max() - medians.min()) / median) if len(rounds) > 1 and median > 0 else None
     return Timing(median_us=median, iqr_us=float(q3 - q1), runs=sum(r.calls for r in rounds), blocks=len(pooled),
                   p90_us=float(p90), rounds=len(rounds), round_spread=spread, contention=contention,
-                  slow_rounds=slow_rounds)
+                  slow_rounds=slow_rounds, **_activity_fields(rounds))
+
+
+def _activity_fields(rounds: Sequence[Blocks]) -> dict:
+    """The device timer's extra fields of a row (none for other timers): the busy span as
+    median of round medians and pooled IQR, like ``median_us``; the counts as medians."""
+    if any(r.activity is None for r in rounds):
+        return {}
+    span_medians = [np.median(r.activity["span_us"]) for r in rounds]
+    span = np.concatenate([r.activity["span_us"] for r in rounds])
+    q1, q3 = np.percentile(span, [25, 75])
+    counts = {name: float(np.median(np.concatenate([r.activity[name] for r in rounds])))
+              for name in ("launches", "copies", "syncs")}
+    return {"span_us": float(np.median(span_medians)), "span_iqr_us": float(q3 - q1), **counts}
 
 
 class HostGauge:
@@ -319,8 +346,24 @@ def wall_blocks(fn: Callable[[], object], *, min_run_time: float, threads: int) 
     return timer.blocks(min_run_time)
 
 
-def device_blocks(fn: Callable[[], object], *, min_run_time: float, min_runs: int = 10, max_runs: int = 10_000) -> Blocks:
-    """GPU time of ``fn()`` from CUDA events around each call (one call a block), one sync at the end."""
+DEVICE_MAX_CALLS = 16  # calls one device-timer measurement profiles at most (their records are read in Python)
+
+
+def device_blocks(fn: Callable[[], object], *, min_run_time: float, min_runs: int = 10,
+                  max_runs: int = DEVICE_MAX_CALLS) -> Blocks:
+    """What the GPU did in each call of ``fn()`` (one call a block: its summed kernel, copy
+    and set durations), from a profile of ``min_runs`` to ``max_runs`` calls lasting about
+    ``min_run_time`` seconds (:func:`nmsbench.gpu_activity.profile_calls`). Not host-bound:
+    the gauge does not judge it."""
+    from .gpu_activity import activity_arrays, profile_calls
+
+    activity = activity_arrays(profile_calls(fn, min_run_time=min_run_time, min_calls=min_runs, max_calls=max_runs))
+    return Blocks(activity["gpu_us"], len(activity["gpu_us"]), host_bound=False, activity=activity)
+
+
+def event_blocks(fn: Callable[[], object], *, min_run_time: float, min_runs: int = 10, max_runs: int = 10_000) -> Blocks:
+    """CUDA events around each call of ``fn()`` (one call a block), one sync at the end:
+    the ``events`` timer (the GPU's clock, the host's gaps inside a call included)."""
     fn()
     torch.cuda.synchronize()
     deadline = time.perf_counter() + min_run_time
@@ -340,9 +383,15 @@ def time_wall(fn: Callable[[], object], *, min_run_time: float, threads: int) ->
     return summarize([wall_blocks(fn, min_run_time=min_run_time, threads=threads)])
 
 
-def time_device(fn: Callable[[], object], *, min_run_time: float, min_runs: int = 10, max_runs: int = 10_000) -> Timing:
-    """GPU time of ``fn()`` from CUDA events around each call, one round."""
+def time_device(fn: Callable[[], object], *, min_run_time: float, min_runs: int = 10,
+                max_runs: int = DEVICE_MAX_CALLS) -> Timing:
+    """What the GPU did per call of ``fn()`` (:func:`device_blocks`), one round."""
     return summarize([device_blocks(fn, min_run_time=min_run_time, min_runs=min_runs, max_runs=max_runs)])
+
+
+def time_events(fn: Callable[[], object], *, min_run_time: float, min_runs: int = 10, max_runs: int = 10_000) -> Timing:
+    """CUDA events around each call of ``fn()`` (:func:`event_blocks`), one round."""
+    return summarize([event_blocks(fn, min_run_time=min_run_time, min_runs=min_runs, max_runs=max_runs)])
 
 
 def capture_graph(fn: Callable[[], object]):

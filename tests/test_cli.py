@@ -176,7 +176,7 @@ def test_class_aware_sweep(tmp_path):
         (["--impl", "matrix_fused", "--param", "colour=red"], "no selected implementation takes colour"),
         (["--param", "sigma"], "is not KEY=VALUE"),
         (["--classes", "0"], "0 is not in the range"),
-        (["--timer", "stopwatch"], "choose from wall, api, device, graph"),
+        (["--timer", "stopwatch"], "choose from wall, api, device, events, graph"),
     ],
 )
 def test_bad_options_exit_nonzero_with_a_message(tmp_path, args, message):

@@ -174,7 +174,7 @@ def test_export_all_error_rows_says_so(tmp_path):
     ([CPU_CSV, "-o", "fig.pdf", "--impl", "nope"], "nope not in"),
     ([CPU_CSV, "-o", "fig.pdf", "--baseline", "nope"], "nope not in"),
     ([CPU_CSV, "-o", "fig.pdf", "--kind", "memory"], "no peak-memory values"),
-    ([CPU_CSV, "-o", "fig.pdf", "--kind", "timers"], "no device-timer rows to plot"),
+    ([CPU_CSV, "-o", "fig.pdf", "--kind", "timers"], "no GPU-timer rows to plot"),
     ([CPU_CSV, "-o", "fig.pdf", "--kind", "overlap", "--at-n", "100"], "no measured rows at N = 100"),
     ([CUDA_CSV, "-o", "fig.pdf", "--impl", "allpairs"], "no measured rows of the chosen implementations"),
 ])

@@ -177,10 +177,10 @@ def test_missing_baseline_gives_an_explaining_figure(sample):
 
 
 def test_wall_vs_device_and_memory_only_where_recorded(sample, cpu_results):
-    fig = plots.wall_vs_device(sample)
+    fig = plots.wall_vs_device(sample)  # schema-1 files: their device rows timed CUDA events, read as events rows
     pairs = {(t.name, t.meta["timer"]) for t in lines(fig)}
-    assert {("torchvision", "wall"), ("torchvision", "device"), ("matrix_naive", "device")} <= pairs
-    assert all(t.line.dash == ("dash" if t.meta["timer"] == "device" else "solid") for t in lines(fig))
+    assert {("torchvision", "wall"), ("torchvision", "events"), ("matrix_naive", "events")} <= pairs
+    assert all(t.line.dash == ("dot" if t.meta["timer"] == "events" else "solid") for t in lines(fig))
     legend = [t.name for t in lines(fig) if t.showlegend]
     assert sorted(legend) == sorted({t.name for t in lines(fig)})  # one entry per implementation, for both timers
     memory = plots.memory_vs_n(tables.select(sample, device=["cuda"]))

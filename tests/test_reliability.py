@@ -169,12 +169,12 @@ def test_resume_refuses_another_schema_machine_or_measurement(tmp_path):
     good = tmp_path / "good.csv"
     assert run(*base, "--out", str(good)).exit_code == 0
 
-    schema3 = tmp_path / "schema3.csv"  # a file written before the rounds columns
-    frame = pd.read_csv(good).drop(columns=["blocks", "rounds", "round_spread", "noise"])
-    frame.to_csv(schema3, index=False)
-    result = run(*base, "--resume", str(schema3))
+    schema4 = tmp_path / "schema4.csv"  # a file written before the device timer's activity columns
+    frame = pd.read_csv(good).drop(columns=["span_us", "span_iqr_us", "launches", "copies", "syncs"])
+    frame.to_csv(schema4, index=False)
+    result = run(*base, "--resume", str(schema4))
     assert result.exit_code == 2
-    assert "not this nmsbench's results schema 4 (missing blocks, rounds, round_spread, noise)" in result.output
+    assert "not this nmsbench's results schema 5 (missing span_us, span_iqr_us, launches, copies, syncs)" in result.output
 
     other = tmp_path / "other.csv"
     frame = pd.read_csv(good)

@@ -146,7 +146,7 @@ def test_an_api_call_that_differs_from_the_backend_call_is_an_error_row(monkeypa
     ({"impls": []}, "impls", "non-empty list"),
     ({"scenarios": ["moon"]}, "scenarios", "unknown moon; known: uniform"),
     ({"dtypes": ["int8"]}, "dtypes", "unknown int8"),
-    ({"timers": ["stopwatch"]}, "timers", "choose from wall, api, device, graph"),
+    ({"timers": ["stopwatch"]}, "timers", "choose from wall, api, device, events, graph"),
     ({"devices": ["tpu"]}, "devices", "choose cpu and/or cuda"),
     ({"ns": [0]}, "ns", "positive whole numbers"),
     ({"ns": [8.5]}, "ns", "positive whole numbers"),
