@@ -13,7 +13,9 @@ Per call (:class:`CallActivity`):
 
 - ``gpu_us``: the summed durations of its kernels, copies and sets, what the GPU worked;
 - ``span_us``: from the first one's start to the last one's end: how long the GPU was
-  taken by the call, idle gaps included (the host launching, or waiting for a result);
+  taken by the call, idle gaps included (the host launching, or waiting for a result).
+  The profiler's callbacks make each CUDA call of the host slower, so these gaps are
+  longer than in an unprofiled call: compare spans with spans, not with wall times;
 - ``launches``: kernels; ``copies``: memory copies and sets; ``syncs``: the CUDA calls
   in it that make the host wait for the GPU (:data:`SYNC_CALLS`: stream, event and device
   synchronizations, and the copies that are synchronous by definition).

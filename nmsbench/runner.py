@@ -25,7 +25,13 @@ output; ``graph``: the padded call captured once) and times them in interleaved 
   wait that runs out ends the waiting for the rest of the case (a long slow stretch
   costs a case one wait).
 
-Any exception becomes an error row, an unsupported cell a skipped row; the sweep goes on.
+The ``device`` timer's rows come in a second pass over the grid, after every other
+timer's (:func:`sweep_passes`): it profiles, and once a process has profiled, CUPTI stays
+attached and slows the host side of every later CUDA call. Its measurements are GPU
+durations, so the host gauge does not judge them.
+
+Any exception becomes an error row, an unsupported cell a skipped row (the device timer's
+too, when the profiler sees no GPU work in a call); the sweep goes on.
 """
 
 from __future__ import annotations

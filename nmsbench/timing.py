@@ -50,6 +50,7 @@ The noisy rule (:attr:`Timing.noise` names every reason that applies; nothing is
 A slow host: on a shared machine (a VM whose cores others share) the host runs much
 slower than usual in stretches of up to seconds, and every host-bound timing moves
 with it, each implementation by its own factor (results/PERFLOG.md).
+(The device timer's GPU durations do not move with it, and are not judged.)
 So the runner reads :class:`HostGauge` (a fixed pure-Python loop, against its usual
 speed in this process: a low quantile of its readings, not its single fastest, which can
 be an outlier far below the rest) around every measurement of a turn; a measurement with the gauge
