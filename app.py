@@ -238,7 +238,7 @@ def curves_view(rows: pd.DataFrame, all_timers: pd.DataFrame, without_impl: pd.D
                "dtype, timer, scenario, knob, N, IoU); above 1 is faster.")
 
     timers = figure("timers")
-    st.subheader("Wall vs device time")
+    st.subheader("Wall vs GPU time")
     if timers is None:
         st.info("No GPU-timer rows in this selection: device and events times are recorded for CUDA runs only.")
     else:
