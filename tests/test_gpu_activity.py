@@ -223,3 +223,29 @@ def test_exports_give_the_launches_per_call_of_device_rows(tmp_path):
     device = next(t for t in fig.data if t.name == "torchvision · 10 launches")
     assert "10 launches, 1 copy, 1 host sync per call" in device.customdata[0][0]
     assert device.line.dash == "dash"
+
+
+def test_the_device_timer_runs_in_a_pass_after_every_other_timer(monkeypatch):
+    passes = []
+    monkeypatch.setattr(runner, "_sweep_pass", lambda grid, *rest: passes.append((grid.timers, grid.devices)))
+    grid = runner.Grid(impls=["torchvision"], devices=["cpu", "cuda"], dtypes=["float32"], scenarios=["uniform"], ns=[8],
+                       ious=[0.5], timers=["device", "wall", "api"])
+    runner.run_sweep(grid, [].append)
+    assert passes == [(["wall", "api"], ["cpu", "cuda"]), (["device"], ["cuda"])]
+    passes.clear()
+    runner.run_sweep(runner.Grid(**{**grid.__dict__, "devices": ["cpu"], "timers": ["wall", "device"]}), [].append)
+    assert passes == [(["wall"], ["cpu"])]  # no cuda: no device pass
+    passes.clear()
+    runner.run_sweep(runner.Grid(**{**grid.__dict__, "devices": ["cuda"], "timers": ["device"]}), [].append)
+    assert passes == [(["device"], ["cuda"])]
+
+
+def test_the_pipeline_benchmark_times_device_rows_last(monkeypatch):
+    import nmsbench.pipeline_bench as bench
+
+    passes = []
+    monkeypatch.setattr(bench, "_pipeline_pass", lambda grid, emit, done: passes.append(list(grid.timers)))
+    grid = bench.PipelineGrid(pipelines=["numpy"], devices=["cpu", "cuda"], sources=["synthetic"],
+                              timers=["device", "events", "wall"])
+    bench.run_pipeline_bench(grid, [].append)
+    assert passes == [["events", "wall"], ["device"]]
