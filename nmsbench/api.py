@@ -68,8 +68,14 @@ def check_result(name: str, result: NMSResult, boxes: torch.Tensor) -> None:
     """Guard the output contract so a broken backend fails loudly, not silently."""
     keep = getattr(result, "keep", None)
     if (type(result) is NMSResult and keep.dtype is torch.int64 and keep.dim() == 1  # kept: in a few reads (every call)
-            and keep.get_device() == boxes.get_device() and (result.scores is None or result.scores.shape == keep.shape)):
+            and keep.get_device() == boxes.get_device() and (result.scores is None or result.scores.shape == keep.shape)
+            and result.boxes is None):
         return
+    moved = result.boxes if isinstance(result, NMSResult) else None
+    if moved is not None and isinstance(keep, torch.Tensor) and (
+            moved.shape != (keep.shape[0], 4) or moved.dtype != boxes.dtype or moved.device != boxes.device):
+        raise RuntimeError(f"{name} returned moved boxes of shape {tuple(moved.shape)}, {moved.dtype} on {moved.device} "
+                           f"for {keep.shape[0]} kept boxes of {boxes.dtype} on {boxes.device}")
     if not isinstance(result, NMSResult) or not isinstance(keep, torch.Tensor) or keep.dtype != torch.int64 \
             or keep.dim() != 1:
         raise RuntimeError(f"{name} broke the output contract: keep must be a 1-D int64 tensor in an NMSResult")

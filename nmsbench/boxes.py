@@ -22,11 +22,14 @@ class NMSResult(NamedTuple):
     keep:   int64 indices into the *input* order, sorted by descending final score
             (ties by lower input index), on the input's device.
     scores: final (decayed) scores of the kept boxes, aligned with ``keep``, for
-            variants that change scores (Matrix NMS); ``None`` otherwise.
+            variants that change scores (Matrix NMS, Soft-NMS); ``None`` otherwise.
+    boxes:  the kept boxes as the variant moved them, (len(keep), 4) in the input's
+            dtype, for variants that move boxes (weighted NMS); ``None`` otherwise.
     """
 
     keep: torch.Tensor
     scores: Optional[torch.Tensor] = None
+    boxes: Optional[torch.Tensor] = None
 
 
 class PaddedNMSResult(NamedTuple):

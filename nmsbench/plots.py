@@ -28,7 +28,9 @@ from .tables import DEFAULT_BASELINE, aggregate, ok_rows
 # every figure and every selection. Colours are Okabe-Ito's colour-blind-safe set (black,
 # vermillion, blue, bluish green, reddish purple, sky blue, orange) and Paul Tol's wine; the
 # two headline kernels take the two strongest (hard_fused vermillion, matrix_recompute
-# blue) and the baseline black. tests/test_colors.py holds every pair apart by CIEDE2000.
+# blue) and the baseline black; the later families take Tol's indigo and olive, a grey for
+# the plain PyTorch Soft-NMS loop, maroon and a dark teal. tests/test_colors.py holds
+# every pair apart by CIEDE2000.
 IMPL_STYLES = {
     "torchvision": ("#000000", "circle"),
     "hard_fused": ("#D55E00", "diamond"),
@@ -38,15 +40,20 @@ IMPL_STYLES = {
     "bitmask_classic": ("#56B4E9", "cross"),
     "matrix_naive": ("#E69F00", "triangle-down"),
     "matrix_fused": ("#882255", "star"),
+    "soft_nms": ("#332288", "triangle-right"),
+    "soft_torch": ("#BBBBBB", "circle-x"),
+    "diou_nms": ("#999933", "diamond-tall"),
+    "weighted_nms": ("#800000", "square-x"),
+    "cluster": ("#225555", "star-diamond"),
 }
 PINNED_COLORS = {name: style[0] for name, style in IMPL_STYLES.items()}
 PINNED_SYMBOLS = {name: style[1] for name, style in IMPL_STYLES.items()}
 # Names added later take a colour and a marker picked by a hash of the name: fixed per name
-# whatever else is loaded. The colours (indigo, olive, brown, grey, yellow, green, sand,
-# umber, from Tol's and Okabe-Ito's sets) stay apart from the pinned ones; the markers are
+# whatever else is loaded. The colours (yellow, green, sand, umber, from Tol's and
+# Okabe-Ito's sets) stay apart from the pinned ones; the markers are
 # shapes no pinned name uses, so a later name never looks like a built-in one (two later
 # names can share a colour, rarely also a marker).
-EXTRA_COLORS = ["#332288", "#999933", "#661100", "#999999", "#F0E442", "#117733", "#DDCC77", "#8C564B"]
+EXTRA_COLORS = ["#F0E442", "#117733", "#DDCC77", "#8C564B"]
 EXTRA_SYMBOLS = ["pentagon", "hexagon", "star-triangle-up", "hourglass", "bowtie", "star-square", "hexagram",
                  "triangle-left"]
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]

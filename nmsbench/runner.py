@@ -277,8 +277,11 @@ def _captured_graph(backend, data: BoxSet, iou: float, params: dict, eager):
 
 
 def _same_output(result, eager) -> bool:
-    return torch.equal(result.keep, eager.keep) and (
-        eager.scores is None or (result.scores is not None and torch.equal(result.scores, eager.scores)))
+    def same(a, b) -> bool:
+        return b is None or (a is not None and torch.equal(a, b))
+
+    return torch.equal(result.keep, eager.keep) and same(result.scores, eager.scores) and \
+        same(getattr(result, "boxes", None), eager.boxes)
 
 
 def _api_call(impl, data: BoxSet, iou: float, params: dict, eager) -> Callable[[], object]:

@@ -35,6 +35,10 @@ __all__ = [
     "allpairs_nms",
     "matrix_final_scores",
     "matrix_nms",
+    "soft_nms",
+    "diou_penalty",
+    "diou_nms",
+    "weighted_nms",
 ]
 
 
@@ -199,3 +203,88 @@ def matrix_nms(
     keep = [j for j in range(len(final)) if final[j] >= score_threshold]
     keep.sort(key=lambda j: (-final[j], j))
     return keep, [final[j] for j in keep]
+
+
+def soft_nms(boxes, scores, iou_threshold: float, labels=None, kernel: str = "gaussian", sigma: float = 0.5,
+             score_threshold: float = 0.001) -> tuple[list[int], list[float]]:
+    """Soft-NMS (Bodla et al. 2017, Algorithm 1): (picks in pick order, their final scores).
+
+    Current scores start as float64 of the input; a box below ``score_threshold`` is
+    dropped at once. Each step picks the highest current score (ties by lower input
+    index), emits it, and multiplies every remaining same-label box's current score by
+    linear: 1 - iou where iou >= iou_threshold, else 1; gaussian: exp(-iou^2 / sigma),
+    with the IoU in the input dtype (as above) taken as a Python float.
+    """
+    if kernel not in ("gaussian", "linear"):
+        raise ValueError(f"unknown kernel {kernel!r}")
+    rows, s, lab = _inputs(boxes, scores, labels)
+    current = {k: float(s[k]) for k in range(len(rows)) if float(s[k]) >= score_threshold}
+    keep: list[int] = []
+    final: list[float] = []
+    while current:
+        m = min(current, key=lambda k: (-current[k], k))
+        final.append(current.pop(m))
+        keep.append(m)
+        for j in list(current):
+            if lab[j] != lab[m]:
+                continue
+            v = float(iou(rows[m], rows[j]))
+            if kernel == "linear":
+                f = 1.0 - v if v >= iou_threshold else 1.0
+            else:
+                f = math.exp(-(v * v) / sigma)
+            current[j] *= f
+            if current[j] < score_threshold:
+                del current[j]
+    return keep, final
+
+
+def diou_penalty(a, b, beta: float = 1.0) -> float:
+    """(rho^2 / c^2)^beta of boxes ``a`` and ``b``: rho the distance between their centres,
+    c the diagonal of their smallest enclosing box, all in float64 (0 where c is 0)."""
+    ax1, ay1, ax2, ay2 = (float(v) for v in a)
+    bx1, by1, bx2, by2 = (float(v) for v in b)
+    dx = (ax1 + ax2) / 2.0 - (bx1 + bx2) / 2.0
+    dy = (ay1 + ay2) / 2.0 - (by1 + by2) / 2.0
+    cw = max(ax2, bx2) - min(ax1, bx1)
+    ch = max(ay2, by2) - min(ay1, by1)
+    c2 = cw * cw + ch * ch
+    if c2 == 0.0:
+        return 0.0
+    return ((dx * dx + dy * dy) / c2) ** beta
+
+
+def diou_nms(boxes, scores, iou_threshold: float, labels=None, beta: float = 1.0) -> list[int]:
+    """DIoU-NMS (Zheng et al. 2020): greedy NMS in rank order, a box kept iff no kept
+    higher-ranked same-label box has iou - diou_penalty > iou_threshold with it."""
+    rows, s, lab = _inputs(boxes, scores, labels)
+    keep: list[int] = []
+    for j in rank(s):
+        if all(float(iou(rows[i], rows[j])) - diou_penalty(rows[i], rows[j], beta) <= float(iou_threshold)
+               for i in keep if lab[i] == lab[j]):
+            keep.append(j)
+    return keep
+
+
+def weighted_nms(boxes, scores, iou_threshold: float, labels=None) -> tuple[list[int], list[list[float]]]:
+    """Merge NMS as YOLOv5's ``merge=True``: (greedy keep, each kept box moved).
+
+    Kept box m becomes sum(w_j * box_j) / sum(w_j) over the same-label input boxes j with
+    iou(m, j) > iou_threshold and m itself, w_j = max(score_j, 0), summed in float64 in
+    input order; it stays where it was if the weights sum to 0. Coordinates as float64
+    (the implementations round them to the input dtype).
+    """
+    rows, s, lab = _inputs(boxes, scores, labels)
+    keep = hard_nms(boxes, scores, iou_threshold, labels)
+    moved = []
+    for m in keep:
+        acc, total = [0.0] * 4, 0.0
+        for j in range(len(rows)):
+            if lab[j] != lab[m] or not (j == m or _suppresses(rows[m], rows[j], iou_threshold)):
+                continue
+            w = max(float(s[j]), 0.0)
+            total += w
+            for c in range(4):
+                acc[c] += w * float(rows[j][c])
+        moved.append([a / total for a in acc] if total > 0 else [float(v) for v in rows[m]])
+    return keep, moved

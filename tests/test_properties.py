@@ -45,10 +45,12 @@ CORE = {
     "matrix_naive": "matrix",
     "matrix_fused": "matrix",
     "matrix_recompute": "matrix",
+    "cluster": "hard",
 }
-CORE_EXACT = ("torchvision", "bitmask_two_phase", "bitmask_classic", "hard_fused", "allpairs")
+CORE_EXACT = ("torchvision", "bitmask_two_phase", "bitmask_classic", "hard_fused", "allpairs", "cluster")
 # The families tests/definitions.py defines, and the property tests that hold a variant to them.
-DEFINITIONS = {"hard": D.hard_nms, "allpairs": D.allpairs_nms, "matrix": D.matrix_nms}
+DEFINITIONS = {"hard": D.hard_nms, "allpairs": D.allpairs_nms, "matrix": D.matrix_nms, "soft": D.soft_nms,
+               "diou": D.diou_nms, "weighted": D.weighted_nms}
 MATRIX_PARAMS = {"kernel", "sigma", "score_threshold"}
 
 
@@ -59,6 +61,9 @@ def family_impls(family: str) -> list[str]:
 HARD = family_impls("hard")
 ALLPAIRS = family_impls("allpairs")
 MATRIX = family_impls("matrix")
+SOFT = family_impls("soft")
+DIOU = family_impls("diou")
+WEIGHTED = family_impls("weighted")
 ALL_IMPLS = sorted(IMPLS)
 DTYPES = [torch.float32, torch.float64]
 DTYPE_IDS = ["f32", "f64"]
@@ -102,7 +107,7 @@ def test_builtin_implementations_registered():
 def test_every_registered_implementation_is_held_to_a_family_definition():
     without = sorted(f"{name} ({impl.family})" for name, impl in IMPLS.items() if impl.family not in DEFINITIONS)
     assert not without, f"no definition in tests/definitions.py for the family of: {without}"
-    exercised = set(HARD) | set(ALLPAIRS) | set(MATRIX)
+    exercised = set(HARD) | set(ALLPAIRS) | set(MATRIX) | set(SOFT) | set(DIOU) | set(WEIGHTED)
     assert exercised == set(IMPLS), f"not exercised by the family property tests: {sorted(set(IMPLS) - exercised)}"
     for name in MATRIX:
         assert MATRIX_PARAMS <= {p.name for p in IMPLS[name].params}, name
@@ -635,6 +640,128 @@ def test_matrix_defaults_and_iou_threshold_unused(name, device):
     assert c.keep.tolist() == [0, 2]
 
 
+# --------------------------------------------------------------------------- soft, diou, weighted
+
+SOFT_SCORE_THRESHOLDS = st.one_of(st.sampled_from([0.001, 0.0, 0.1, 0.5]), st.floats(0.0, 1.0))
+
+
+def check_soft(name: str, case: Case, thr: float, kernel: str, sigma: float, score_threshold: float,
+               device: str = "cpu") -> None:
+    result = run(name, case, thr, device, kernel=kernel, sigma=sigma, score_threshold=score_threshold)
+    keep, got = result.keep.tolist(), result.scores
+    assert got is not None and got.dtype == torch.from_numpy(case.scores).dtype and got.shape == result.keep.shape
+    expected, final = D.soft_nms(case.boxes, case.scores, thr, case.labels, kernel=kernel, sigma=sigma,
+                                 score_threshold=score_threshold)
+    if IMPLS[name].exact:  # the same picks in the same order, the final scores rounded to the input dtype
+        assert keep == expected, f"{name}: picks {keep}, the definition picks {expected}"
+        want = torch.tensor(final, dtype=torch.float64).to(got.dtype)
+        assert torch.equal(got.cpu(), want), f"{name}: final scores {got.tolist()}, the definition's {want.tolist()}"
+    else:  # to rounding: the same picks and scores, except right at the score threshold
+        mine, theirs = dict(zip(keep, got.double().tolist())), dict(zip(expected, final))
+        border = {j for j, f in {**mine, **theirs}.items() if abs(f - score_threshold) <= BORDER}
+        assert set(mine) - border == set(theirs) - border, f"{name}: picks {sorted(mine)}, the definition's {sorted(theirs)}"
+        for j in set(mine) & set(theirs):
+            assert mine[j] == pytest.approx(theirs[j], rel=RTOL, abs=ATOL), f"{name}: box {j} final score"
+    values = got.double().tolist()  # (rounded to the input dtype, a final score may fall below the threshold)
+    assert all(a >= b for a, b in zip(values, values[1:])), f"{name}: picks not in descending final score"
+
+
+@pytest.mark.parametrize("kernel", ["gaussian", "linear"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("name", SOFT)
+@pytest.mark.parametrize("device", DEVICES)
+@settings(max_examples=examples(35))
+@given(data=st.data())
+def test_soft_family(name, dtype, kernel, device, data):
+    require(name, dtype, device)
+    check_soft(name, data.draw(cases(dtype), label="case"), data.draw(THRESHOLDS, label="iou_threshold"), kernel,
+               data.draw(SIGMAS, label="sigma"), data.draw(SOFT_SCORE_THRESHOLDS, label="score_threshold"), device)
+
+
+@pytest.mark.parametrize("name", SOFT)
+@pytest.mark.parametrize("device", DEVICES)
+@settings(max_examples=examples(6))
+@given(data=st.data())
+def test_soft_family_large(name, device, data):
+    dtype = data.draw(st.sampled_from(DTYPES), label="dtype")
+    require(name, dtype, device)
+    check_soft(name, data.draw(cases(dtype, min_n=60, max_n=250), label="case"), 0.5,
+               data.draw(st.sampled_from(["gaussian", "linear"]), label="kernel"), 0.5, 0.001, device)
+
+
+@pytest.mark.parametrize("name", SOFT)
+def test_soft_refuses_a_negative_score_threshold(name):
+    with pytest.raises(ValueError, match="score_threshold must be >= 0 for Soft-NMS"):
+        nmsbench.run_nms(name, torch.zeros(1, 4), torch.ones(1), score_threshold=-0.1)
+
+
+def check_diou(name: str, case: Case, thr: float, beta: float, device: str = "cpu") -> None:
+    result = run(name, case, thr, device, beta=beta)
+    assert result.scores is None and result.boxes is None
+    keep = result.keep.tolist()
+    assert_rank_ordered(keep, case.scores)
+    assert keep == D.diou_nms(case.boxes, case.scores, thr, case.labels, beta=beta)
+    for a, i in enumerate(keep):  # no kept box would have suppressed a later kept one
+        for j in keep[a + 1:]:
+            if case.label(i) == case.label(j):
+                v = float(D.iou(case.row(i), case.row(j))) - D.diou_penalty(case.row(i), case.row(j), beta)
+                assert v <= thr, f"{name}: kept {i} and {j} with DIoU {v} > {thr}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("name", DIOU)
+@pytest.mark.parametrize("device", DEVICES)
+@settings(max_examples=examples(50))
+@given(data=st.data())
+def test_diou_family(name, dtype, device, data):
+    require(name, dtype, device)
+    check_diou(name, data.draw(cases(dtype), label="case"), data.draw(THRESHOLDS, label="iou_threshold"),
+               data.draw(st.one_of(st.sampled_from([1.0, 0.6, 2.0]), st.floats(0.1, 4.0)), label="beta"), device)
+
+
+@pytest.mark.parametrize("name", DIOU)
+@pytest.mark.parametrize("device", DEVICES)
+@settings(max_examples=examples(6))
+@given(data=st.data())
+def test_diou_family_large(name, device, data):
+    dtype = data.draw(st.sampled_from(DTYPES), label="dtype")
+    require(name, dtype, device)
+    check_diou(name, data.draw(cases(dtype, min_n=60, max_n=250), label="case"), 0.5, 1.0, device)
+
+
+def check_weighted(name: str, case: Case, thr: float, device: str = "cpu") -> None:
+    result = run(name, case, thr, device)
+    keep = result.keep.tolist()
+    expected, moved = D.weighted_nms(case.boxes, case.scores, thr, case.labels)
+    assert keep == expected, f"{name}: keeps {keep}, greedy NMS keeps {expected}"
+    assert result.scores is None and result.boxes is not None and result.boxes.dtype == result.boxes.dtype
+    want = torch.tensor(moved, dtype=torch.float64).reshape(-1, 4).to(result.boxes.dtype)
+    if IMPLS[name].exact:
+        assert torch.equal(result.boxes.cpu(), want), f"{name}: moved boxes differ from the definition's"
+    else:
+        np.testing.assert_allclose(result.boxes.double().cpu().numpy(), want.double().numpy(), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("name", WEIGHTED)
+@pytest.mark.parametrize("device", DEVICES)
+@settings(max_examples=examples(50))
+@given(data=st.data())
+def test_weighted_family(name, dtype, device, data):
+    require(name, dtype, device)
+    check_weighted(name, data.draw(cases(dtype), label="case"), data.draw(THRESHOLDS, label="iou_threshold"), device)
+
+
+@pytest.mark.parametrize("name", WEIGHTED)
+@pytest.mark.parametrize("device", DEVICES)
+@settings(max_examples=examples(6))
+@given(data=st.data())
+def test_weighted_family_large(name, device, data):
+    dtype = data.draw(st.sampled_from(DTYPES), label="dtype")
+    require(name, dtype, device)
+    check_weighted(name, data.draw(cases(dtype, min_n=60, max_n=250), label="case"), 0.5, device)
+
+
 # --------------------------------------------------------------------------- every implementation: corner cases
 
 
@@ -648,10 +775,12 @@ def test_single_box(name, dtype, device):
         case = Case(np.array([box], dtype=npd), np.array([0.75], dtype=npd), None)
         result = run(name, case, 0.5, device)
         assert result.keep.tolist() == [0]
-        if IMPLS[name].family == "matrix":
+        if IMPLS[name].family in ("matrix", "soft"):
             assert result.scores.double().tolist() == [0.75]
-        elif IMPLS[name].family in ("hard", "allpairs"):
-            assert result.scores is None
+        elif IMPLS[name].family in ("hard", "allpairs", "diou"):
+            assert result.scores is None and result.boxes is None
+        elif IMPLS[name].family == "weighted":  # its own box, weighted by itself alone
+            assert result.boxes.tolist() == [box] and result.scores is None
 
 
 @pytest.mark.parametrize("name", ALL_IMPLS)
@@ -663,8 +792,10 @@ def test_empty(name, device):
             empty_boxes = torch.zeros(0, 4, dtype=dtype, device=device)
             r = nmsbench.run_nms(name, empty_boxes, torch.zeros(0, dtype=dtype, device=device), iou_threshold=0.5, labels=labels)
             assert r.keep.dtype == torch.int64 and r.keep.shape == (0,) and r.keep.device == empty_boxes.device
-            if IMPLS[name].family == "matrix":
+            if IMPLS[name].family in ("matrix", "soft"):
                 assert r.scores is not None and r.scores.shape == (0,)
+            if IMPLS[name].family == "weighted":
+                assert r.boxes is not None and r.boxes.shape == (0, 4)
 
 
 @pytest.mark.parametrize("name", ALL_IMPLS)
@@ -686,11 +817,16 @@ def test_all_duplicates(name, device, n, box, scores, thr):
     order = D.rank(s)
     positive_area = (box[2] - box[0]) * (box[3] - box[1]) > 0
     family = IMPLS[name].family
-    if family in ("hard", "allpairs"):
+    if family in ("hard", "allpairs", "diou", "weighted"):  # DIoU: identical boxes have no distance penalty
         result = run(name, case, thr, device)
         # duplicates have IoU 1 (> any threshold < 1); zero-area duplicates have IoU 0
         expected = [order[0]] if positive_area and thr < 1.0 else order
         assert result.keep.tolist() == expected
+        if family == "weighted":  # the kept box is the weighted mean of copies of itself
+            assert np.allclose(result.boxes.double().cpu().numpy(), np.array([box] * len(expected)), rtol=1e-6)
+    elif family == "soft":
+        for kernel in ("gaussian", "linear"):
+            check_soft(name, case, thr, kernel, 0.5, 0.001, device)
     elif family == "matrix":
         # score_threshold -0.5 keeps the fully decayed (final 0) duplicates too, so a
         # linear-kernel parent with cmax 1 must be skipped, not turned into 0/0

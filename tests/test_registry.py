@@ -23,7 +23,8 @@ CORE = {
     "matrix_recompute": ("matrix", False),
 }
 # The family definitions of tests/definitions.py that the property tests hold each family to.
-DEFINITION_OF = {"hard": "hard_nms", "allpairs": "allpairs_nms", "matrix": "matrix_nms"}
+DEFINITION_OF = {"hard": "hard_nms", "allpairs": "allpairs_nms", "matrix": "matrix_nms", "soft": "soft_nms", "diou": "diou_nms",
+                 "weighted": "weighted_nms"}
 
 
 def test_builtin_implementations_are_registered():

@@ -13,7 +13,7 @@ import nmsbench
 IMPLS = nmsbench.implementations()
 ALL = sorted(IMPLS)
 MATRIX = sorted(n for n, impl in IMPLS.items() if impl.family == "matrix")
-NOT_MATRIX = sorted(n for n, impl in IMPLS.items() if impl.family != "matrix")
+NO_SIGMA = sorted(n for n, impl in IMPLS.items() if "sigma" not in {p.name for p in impl.params})
 
 
 def good(n: int = 3, dtype=torch.float32):
@@ -92,8 +92,8 @@ def test_unknown_parameter(name):
         nmsbench.run_nms(name, B, S, iou_threshold=0.5, bogus=1)
 
 
-@pytest.mark.parametrize("name", NOT_MATRIX)
-def test_matrix_parameters_rejected_elsewhere(name):
+@pytest.mark.parametrize("name", NO_SIGMA)
+def test_sigma_is_refused_where_it_is_not_a_parameter(name):
     with pytest.raises(ValueError, match=r"does not take parameter\(s\) sigma"):
         nmsbench.run_nms(name, B, S, iou_threshold=0.5, sigma=0.5)
 
@@ -149,10 +149,12 @@ def test_empty_input_gives_empty_result(name, dtype):
         assert isinstance(result, nmsbench.NMSResult)
         assert result.keep.dtype == torch.int64 and result.keep.shape == (0,)
         assert result.keep.device.type == "cpu"
-        if IMPLS[name].family == "matrix":
+        if IMPLS[name].family in ("matrix", "soft"):
             assert result.scores is not None and result.scores.shape == (0,)
         else:
             assert result.scores is None
+        if IMPLS[name].family == "weighted":
+            assert result.boxes is not None and result.boxes.shape == (0, 4) and result.boxes.dtype == dtype
 
 
 VALID_EDGES = [

@@ -1,0 +1,79 @@
+"""Weighted (merge) NMS (family ``weighted``, nmsbench.families), as YOLOv5's
+``non_max_suppression(..., merge=True)``: greedy NMS keeps its boxes, then each kept box
+moves to the score-weighted mean of the same-label boxes overlapping it above the
+threshold, itself included.
+
+``weighted_nms`` (numba, CPU): the greedy keep in rank order (each kept box removes the
+later boxes it overlaps), then one pass over every box per kept box, the kept boxes
+split over the threads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from numba import njit, prange
+
+from nmsbench.boxes import NMSResult
+from nmsbench.registry import register
+
+from ._cpu import JIT, box_iou, sorted_inputs
+
+
+@njit(**JIT)
+def greedy_kept(b, labels, iou_threshold):
+    """Rank positions greedy NMS keeps (rows of ``b`` in rank order), ascending."""
+    n = b.shape[0]
+    removed = np.zeros(n, dtype=np.bool_)
+    kept = np.empty(n, dtype=np.int64)
+    count = 0
+    for i in range(n):
+        if removed[i]:
+            continue
+        kept[count] = i
+        count += 1
+        for j in range(i + 1, n):
+            if not removed[j] and labels[j] == labels[i] and box_iou(b, i, j) > iou_threshold:
+                removed[j] = True
+    return kept[:count]
+
+
+@njit(parallel=True, **JIT)
+def merged_boxes(b, labels, scores, kept, iou_threshold):
+    """Each kept row moved to the float64 weighted mean (weights max(score, 0), in input
+    order) of its same-label rows over the threshold and itself; ``b``, ``labels`` and
+    ``scores`` in input order, ``kept`` input indices."""
+    n = b.shape[0]
+    out = np.empty((kept.shape[0], 4), dtype=np.float64)
+    for t in prange(kept.shape[0]):
+        m = kept[t]
+        a0 = a1 = a2 = a3 = total = 0.0
+        for j in range(n):
+            if labels[j] != labels[m] or not (j == m or box_iou(b, m, j) > iou_threshold):
+                continue
+            w = max(np.float64(scores[j]), 0.0)
+            total += w
+            a0 += w * np.float64(b[j, 0])
+            a1 += w * np.float64(b[j, 1])
+            a2 += w * np.float64(b[j, 2])
+            a3 += w * np.float64(b[j, 3])
+        if total > 0:
+            out[t, 0], out[t, 1], out[t, 2], out[t, 3] = a0 / total, a1 / total, a2 / total, a3 / total
+        else:
+            for c in range(4):
+                out[t, c] = b[m, c]
+    return out
+
+
+@register(
+    name="weighted_nms", family="weighted", devices=("cpu",), exact=True, requires=("numba",),
+    summary="numba: greedy keep in rank order, then each kept box's weighted mean over all boxes (threads over kept boxes)",
+)
+def weighted_nms_cpu(boxes, scores, *, iou_threshold, labels=None):
+    order, sorted_boxes, sorted_labels = sorted_inputs(boxes, scores, labels)
+    keep = order[torch.from_numpy(greedy_kept(sorted_boxes, sorted_labels, float(iou_threshold)))]
+    n = boxes.shape[0]
+    b = boxes.detach().contiguous().numpy()
+    lab = np.zeros(n, dtype=np.int64) if labels is None else labels.detach().to(torch.int64).contiguous().numpy()
+    moved = merged_boxes(b, lab, scores.detach().contiguous().numpy(), keep.numpy(), float(iou_threshold))
+    return NMSResult(keep, boxes=torch.from_numpy(moved).to(boxes.dtype))
