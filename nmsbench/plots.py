@@ -29,8 +29,9 @@ from .tables import DEFAULT_BASELINE, aggregate, ok_rows
 # vermillion, blue, bluish green, reddish purple, sky blue, orange) and Paul Tol's wine; the
 # two headline kernels take the two strongest (hard_fused vermillion, matrix_recompute
 # blue) and the baseline black; the later families take Tol's indigo and olive, a grey for
-# the plain PyTorch Soft-NMS loop, maroon and a dark teal. tests/test_colors.py holds
-# every pair apart by CIEDE2000.
+# the plain PyTorch Soft-NMS loop, maroon and a dark teal; the libraries' entries colours
+# chosen to stay apart from all of those. tests/test_colors.py holds every pair apart by
+# CIEDE2000.
 IMPL_STYLES = {
     "torchvision": ("#000000", "circle"),
     "hard_fused": ("#D55E00", "diamond"),
@@ -45,6 +46,10 @@ IMPL_STYLES = {
     "diou_nms": ("#999933", "diamond-tall"),
     "weighted_nms": ("#800000", "square-x"),
     "cluster": ("#225555", "star-diamond"),
+    "onnxruntime": ("#8465FF", "octagon"),
+    "opencv": ("#FF004C", "triangle-ne"),
+    "ensemble_boxes": ("#6B522D", "diamond-wide"),
+    "ensemble_boxes_soft": ("#FFAD99", "square-cross"),
 }
 PINNED_COLORS = {name: style[0] for name, style in IMPL_STYLES.items()}
 PINNED_SYMBOLS = {name: style[1] for name, style in IMPL_STYLES.items()}

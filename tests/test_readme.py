@@ -17,7 +17,7 @@ NEEDS_CUDA = "# needs CUDA"
 SETUP_COMMANDS = (
     'python3 -m venv .venv && . .venv/bin/activate && pip install -e ".[dev]" && nmsbench sweep --n 64..1024 --device cpu',
     'apt-get update -qq && apt-get install -y -qq chromium && python3 -m venv .venv && . .venv/bin/activate '
-    '&& pip install -e ".[dev,cuda13]" && pytest',
+    '&& pip install -e ".[dev,cuda13,externals]" && pytest',
 )
 
 

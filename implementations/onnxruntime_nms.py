@@ -1,0 +1,72 @@
+"""ONNX Runtime's ``NonMaxSuppression`` operator (family ``hard``), as a deployed model
+calls it: a one-node model built once per process, run on the CPU execution provider.
+
+The operator works in float32 and compares its IoU with the threshold as a float32 input,
+so it is greedy NMS to float32 rounding (not index-exact against torchvision, which
+compares in float64). Labels: the operator's per-class NMS runs on each label's boxes
+(its classes axis holds one class a run). Its kept boxes are ordered here by descending
+score, ties by lower input index, as every entry's output is.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+
+from nmsbench.boxes import NMSResult, score_order
+from nmsbench.registry import register
+
+OPSET = 11  # NonMaxSuppression took its current form (optional score threshold, center_point_box) in opset 11
+
+
+@functools.lru_cache(maxsize=1)
+def session():
+    """The one-node model: boxes [1, N, 4], scores [1, 1, N], max boxes, IoU threshold -> selected [K, 3]."""
+    import onnx
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    inputs = [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, None, 4]),
+              helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, None]),
+              helper.make_tensor_value_info("max_output_boxes_per_class", TensorProto.INT64, [1]),
+              helper.make_tensor_value_info("iou_threshold", TensorProto.FLOAT, [1])]
+    node = helper.make_node("NonMaxSuppression", [i.name for i in inputs], ["selected_indices"], center_point_box=0)
+    graph = helper.make_graph([node], "nms", inputs,
+                              [helper.make_tensor_value_info("selected_indices", TensorProto.INT64, [None, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    onnx.checker.check_model(model)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    return onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def _selected(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float) -> np.ndarray:
+    """Indices into ``boxes`` the operator keeps."""
+    if boxes.shape[0] == 0:
+        return np.empty(0, dtype=np.int64)
+    out = session().run(None, {"boxes": boxes[None], "scores": scores[None, None],
+                               "max_output_boxes_per_class": np.array([boxes.shape[0]], dtype=np.int64),
+                               "iou_threshold": np.array([iou_threshold], dtype=np.float32)})[0]
+    return out[:, 2]
+
+
+@register(
+    name="onnxruntime", family="hard", devices=("cpu",), requires=("onnxruntime", "onnx"), dtypes=(torch.float32,),
+    summary="ONNX Runtime's NonMaxSuppression operator (CPU provider), float32, per label",
+)
+def onnxruntime_nms(boxes, scores, *, iou_threshold, labels=None):
+    b = boxes.detach().contiguous().numpy()
+    s = scores.detach().contiguous().numpy()
+    if labels is None:
+        kept = _selected(b, s, iou_threshold)
+    else:
+        lab = labels.detach().numpy()
+        parts = []
+        for value in np.unique(lab):
+            where = np.flatnonzero(lab == value)
+            parts.append(where[_selected(b[where], s[where], iou_threshold)])
+        kept = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+    kept = torch.from_numpy(np.ascontiguousarray(kept, dtype=np.int64))
+    return NMSResult(kept[score_order(scores[kept])]) if kept.numel() else NMSResult(kept)
