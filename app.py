@@ -20,6 +20,7 @@ import os
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -433,11 +434,19 @@ def differences_view(include_archive: bool) -> None:
                     f"{len(case.keeps[name])} of {case.n} here, {int((left < 0.5).sum())} of them with less than half their "
                     "score left. A kept box is drawn fainter the less of its score is left (the legend's last group); "
                     "hover a box's centre for its final score.")
+    for name in dict.fromkeys((name_a, name_b)):
+        if name in case.moved and len(case.keeps[name]):
+            shift = np.abs(case.moved[name] - case.boxes[case.keeps[name]]).max(axis=1)
+            st.info(f"**{name} moves boxes.** It keeps what greedy NMS keeps and moves each kept box to the "
+                    "score-weighted mean of the boxes overlapping it above the IoU threshold: dashed outlines show "
+                    f"where; {int((shift > 0).sum())} of its {len(shift)} kept boxes moved, the furthest corner by "
+                    f"{shift.max():.1f} px.")
     left_col, right_col = st.columns([1.7, 1])
     left_col.markdown(f"**{case.scenario}, knob {case.overlap:g}, N = {case.n}, seed {case.seed}, IoU {case.iou_threshold:g}:** "
                       f"A = {name_a} keeps {len(case.keeps[name_a])}, B = {name_b} keeps {len(case.keeps[name_b])}")
+    moved = {name: case.moved[name] for name in dict.fromkeys((name_a, name_b)) if name in case.moved}
     left_col.plotly_chart(plots.boxes_canvas(case.boxes, codes, (name_a, name_b), scores=case.scores, remaining=remaining,
-                                             height=900), key="chart_boxes")
+                                             height=900, moved=moved), key="chart_boxes")
     right_col.markdown("**Pairwise agreement on this box set** (Jaccard of the kept sets)")
     matrix = differences.agreement_matrix(case.keeps)
     right_col.plotly_chart(plots.agreement_heatmap(matrix), key="chart_agreement")

@@ -9,12 +9,28 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from numba import njit
+from numba import njit, prange
 
 from nmsbench.boxes import NMSResult, score_order
 
 # numpy's error model: 0/0 gives NaN (as in torchvision's C++), not ZeroDivisionError.
 JIT = dict(cache=True, error_model="numpy")
+
+
+def serial_and_parallel(fn):
+    """(serial, parallel) numba compilations of one kernel written with ``prange``: a
+    ``parallel=True`` function pays for its thread pool on every call and every parallel
+    loop, which is most of a small input's time, so small inputs take the serial one (where
+    prange is range). Each has a name of its own, so their on-disk caches stay apart."""
+    import types
+
+    def compiled(suffix, **options):
+        copy = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + suffix, fn.__defaults__, fn.__closure__)
+        copy.__qualname__ = fn.__qualname__ + suffix
+        copy.__doc__ = fn.__doc__
+        return njit(**options, **JIT)(copy)
+
+    return compiled("_serial"), compiled("_parallel", parallel=True)
 
 
 @njit(inline="always", **JIT)
@@ -81,3 +97,80 @@ def sorted_inputs(boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tenso
 def keep_from_sorted(order: torch.Tensor, kept_positions: np.ndarray) -> NMSResult:
     """Kept rank positions (ascending) mapped back to input indices, in rank order."""
     return NMSResult(order[torch.from_numpy(np.ascontiguousarray(kept_positions, dtype=np.int64))])
+
+
+# --------------------------------------------------------------------------- overlap graph
+
+GRAPH_MAX_PAIRS = 1 << 25  # neighbour entries the overlap graph may hold (16 bytes each); denser inputs take a dense path
+
+
+def _neighbour_counts(b, labels, by_x, x1_sorted, widest):
+    """Per box, how many same-label boxes overlap it with IoU > 0 (a sweep along x: only
+    boxes whose x1 lies within ``widest`` before its x1 and before its x2 can)."""
+    n = b.shape[0]
+    counts = np.zeros(n, dtype=np.int64)
+    for p in prange(n):
+        i = by_x[p]
+        lo = np.searchsorted(x1_sorted, np.float64(b[i, 0]) - widest, side="left")
+        hi = np.searchsorted(x1_sorted, b[i, 2], side="left")
+        c = 0
+        for q in range(lo, hi):
+            j = by_x[q]
+            if j != i and labels[j] == labels[i] and box_iou(b, i, j) > 0:
+                c += 1
+        counts[i] = c
+    return counts
+
+
+def _neighbour_fill(b, labels, by_x, x1_sorted, widest, indptr, sort_rows):
+    n = b.shape[0]
+    indices = np.empty(indptr[n], dtype=np.int64)
+    ious = np.empty(indptr[n], dtype=np.float64)
+    for p in prange(n):
+        i = by_x[p]
+        lo = np.searchsorted(x1_sorted, np.float64(b[i, 0]) - widest, side="left")
+        hi = np.searchsorted(x1_sorted, b[i, 2], side="left")
+        w = indptr[i]
+        for q in range(lo, hi):
+            j = by_x[q]
+            if j != i and labels[j] == labels[i]:
+                v = box_iou(b, i, j)
+                if v > 0:
+                    indices[w] = j
+                    ious[w] = np.float64(v)
+                    w += 1
+        if sort_rows:  # the row in input order
+            row = np.argsort(indices[indptr[i]:w])
+            indices[indptr[i]:w] = indices[indptr[i]:w][row]
+            ious[indptr[i]:w] = ious[indptr[i]:w][row]
+    return indices, ious
+
+
+_NEIGHBOUR_COUNTS = serial_and_parallel(_neighbour_counts)
+_NEIGHBOUR_FILL = serial_and_parallel(_neighbour_fill)
+GRAPH_PARALLEL_MIN = 4096  # boxes from which the graph's rows are built by the threads
+
+
+def overlap_graph(b: np.ndarray, labels: np.ndarray, max_pairs: int = GRAPH_MAX_PAIRS, sort_rows: bool = False):
+    """The same-label pairs of boxes (input order) that overlap with IoU > 0, as rows of
+    neighbours: (indptr, indices, ious) with row i at indptr[i]:indptr[i + 1] (in input
+    order with ``sort_rows``), ious in float64 of the input dtype's IoU (torchvision's
+    arithmetic, exactly symmetric); None when the graph would hold more than ``max_pairs``
+    entries (the caller then takes its dense path). Found by a sweep along x, so
+    non-overlapping boxes cost little; the rows are built by the threads from
+    ``GRAPH_PARALLEL_MIN`` boxes."""
+    n = b.shape[0]
+    if n == 0:
+        return np.zeros(1, dtype=np.int64), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+    by_x = np.argsort(b[:, 0], kind="stable")
+    x1_sorted = np.ascontiguousarray(b[by_x, 0])
+    # the widest box, in float64 and a little wider: the sweep's window may take too many boxes, never too few
+    widest = float(np.max(b[:, 2].astype(np.float64) - b[:, 0].astype(np.float64))) * (1 + 1e-9)
+    parallel = int(n >= GRAPH_PARALLEL_MIN)
+    counts = _NEIGHBOUR_COUNTS[parallel](b, labels, by_x, x1_sorted, widest)
+    if counts.sum() > max_pairs:
+        return None
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    indices, ious = _NEIGHBOUR_FILL[parallel](b, labels, by_x, x1_sorted, widest, indptr, sort_rows)
+    return indptr, indices, ious

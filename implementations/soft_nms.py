@@ -1,28 +1,32 @@
 """Soft-NMS (family ``soft``, nmsbench.families): Bodla et al.'s Algorithm 1.
 
-``soft_nms`` (numba, CPU): one pass over the live boxes per pick decays them by their
-overlap with the pick, drops those that fall below the score threshold, and finds the
-next pick (the highest current score, ties by lower input index) in the same pass; the
-live boxes are split into chunks taken by the threads when there are many, and compacted
-once half of them have died. ``soft_torch``: the plain PyTorch loop users write (argmax,
-an IoU row, the decay, per step), on CPU and CUDA: the baseline a GPU Soft-NMS is
-measured against; exact to rounding only (torch's exp is not the C library's).
+``soft_nms`` (numba, CPU): a pair of boxes with IoU 0 changes nothing (f(0) = 1 for both
+kernels), so it builds the overlap graph first (``_cpu.overlap_graph``: a sweep along x,
+rows built by the threads) and then picks in a loop that touches only the pick's
+neighbours, the next pick read from a tournament tree over the current scores (the
+highest, ties by lower input index). Inputs whose graph would be dense (over N^2 /
+``DENSE_FRACTION`` pairs: clustered scenes of thousands of boxes) take the dense path
+instead: per pick, one pass over the live boxes decays them and finds the next pick.
+``soft_torch``: the plain PyTorch loop users write (argmax, an IoU row, the decay, per
+step), on CPU and CUDA: the baseline a GPU Soft-NMS is measured against; exact to rounding
+only (torch's exp is not the C library's).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
-from numba import get_num_threads, njit, prange
+from numba import njit
 
 from nmsbench.boxes import NMSResult
 from nmsbench.families import SOFT_PARAMS
 from nmsbench.registry import register
 
-from ._cpu import JIT, box_iou
+from ._cpu import GRAPH_MAX_PAIRS, JIT, box_iou, overlap_graph
 
-PARALLEL_MIN = 4096  # live boxes from which a pick's pass is split over the threads
-CHUNK_MIN = 1024  # live boxes a thread takes at least
+# inputs whose graph holds more than N^2 / this many pairs take the dense path: there a
+# pass over every live box per pick costs less than the sweep and the tree (results/PERFLOG.md)
+DENSE_FRACTION = 32
 
 
 @njit(inline="always", **JIT)
@@ -33,33 +37,73 @@ def _decay(v, linear, iou_threshold, sigma):
     return np.exp(-(v * v) / sigma)
 
 
+@njit(inline="always", **JIT)
+def _better(current, a, b):
+    """Whether box a should be picked before box b (-1: no box)."""
+    if b < 0:
+        return a >= 0
+    if a < 0:
+        return False
+    return current[a] > current[b] or (current[a] == current[b] and a < b)
+
+
+@njit(inline="always", **JIT)
+def _update(tree, leaves, current, k, value):
+    """Set leaf k to ``value`` (a box or -1) and replay its matches up to the root."""
+    node = leaves + k
+    tree[node] = value
+    node //= 2
+    while node >= 1:
+        a, b = tree[2 * node], tree[2 * node + 1]
+        tree[node] = a if _better(current, a, b) else b
+        node //= 2
+
+
 @njit(**JIT)
-def _decay_chunk(b, labels, current, dead, alive, lo, hi, m, linear, iou_threshold, sigma, score_threshold):
-    """Decay the live boxes alive[lo:hi] by their overlap with pick ``m``; (the best live
-    one left, or -1; how many died)."""
-    best, died = -1, 0
-    for t in range(lo, hi):
-        j = alive[t]
-        if dead[j]:
-            continue
-        if labels[j] == labels[m]:
-            v = np.float64(box_iou(b, m, j))
-            if v > 0:  # f(0) = 1 for both kernels: non-overlapping boxes are left alone
-                current[j] *= _decay(v, linear, iou_threshold, sigma)
+def soft_nms_graph(scores, indptr, indices, ious, iou_threshold, linear, sigma, score_threshold):
+    n = scores.shape[0]
+    current = scores.astype(np.float64)
+    leaves = 1
+    while leaves < max(n, 1):
+        leaves *= 2
+    tree = np.full(2 * leaves, -1, dtype=np.int64)
+    alive = np.zeros(n, dtype=np.bool_)
+    count = 0
+    for k in range(n):
+        if current[k] >= score_threshold:
+            alive[k] = True
+            tree[leaves + k] = k
+            count += 1
+    for node in range(leaves - 1, 0, -1):
+        a, b = tree[2 * node], tree[2 * node + 1]
+        tree[node] = a if _better(current, a, b) else b
+    keep = np.empty(count, dtype=np.int64)
+    final = np.empty(count, dtype=np.float64)
+    kept = 0
+    while tree[1] >= 0:
+        m = tree[1]
+        keep[kept] = m
+        final[kept] = current[m]
+        kept += 1
+        alive[m] = False
+        _update(tree, leaves, current, m, -1)
+        for t in range(indptr[m], indptr[m + 1]):
+            j = indices[t]
+            if alive[j]:
+                current[j] *= _decay(ious[t], linear, iou_threshold, sigma)
                 if current[j] < score_threshold:
-                    dead[j] = True
-                    died += 1
-                    continue
-        if best < 0 or current[j] > current[best] or (current[j] == current[best] and j < best):
-            best = j
-    return best, died
+                    alive[j] = False
+                    _update(tree, leaves, current, j, -1)
+                else:
+                    _update(tree, leaves, current, j, j)
+    return keep[:kept], final[:kept]
 
 
-@njit(parallel=True, **JIT)
-def soft_nms_kernel(b, labels, scores, iou_threshold, linear, sigma, score_threshold, threads):
+@njit(**JIT)
+def soft_nms_dense(b, labels, scores, iou_threshold, linear, sigma, score_threshold):
+    """The dense path: per pick, one pass over the live boxes (compacted as they die)."""
     n = b.shape[0]
     current = scores.astype(np.float64)
-    dead = np.zeros(n, dtype=np.bool_)
     alive = np.empty(n, dtype=np.int64)
     count = 0
     m = -1
@@ -69,58 +113,47 @@ def soft_nms_kernel(b, labels, scores, iou_threshold, linear, sigma, score_thres
             count += 1
             if m < 0 or current[k] > current[m]:  # ties: the lower index came first
                 m = k
-        else:
-            dead[k] = True
     keep = np.empty(count, dtype=np.int64)
     final = np.empty(count, dtype=np.float64)
     kept = 0
-    live = count  # boxes of alive[:count] not dead
-    bests = np.empty(threads, dtype=np.int64)
-    deaths = np.empty(threads, dtype=np.int64)
     while m >= 0:
         keep[kept] = m
         final[kept] = current[m]
         kept += 1
-        dead[m] = True
-        live -= 1
-        chunks = min(threads, max(1, live // CHUNK_MIN)) if live >= PARALLEL_MIN else 1
-        if chunks == 1:
-            m, died = _decay_chunk(b, labels, current, dead, alive, 0, count, m, linear, iou_threshold, sigma,
-                                   score_threshold)
-            live -= died
-        else:
-            size = (count + chunks - 1) // chunks
-            pick = m
-            for c in prange(chunks):
-                bests[c], deaths[c] = _decay_chunk(b, labels, current, dead, alive, c * size, min(count, (c + 1) * size),
-                                                   pick, linear, iou_threshold, sigma, score_threshold)
-            m = -1
-            for c in range(chunks):
-                live -= deaths[c]
-                j = bests[c]
-                if j >= 0 and (m < 0 or current[j] > current[m] or (current[j] == current[m] and j < m)):
-                    m = j
-        if live * 2 < count:  # compact: the passes then skip fewer dead boxes
-            w = 0
-            for t in range(count):
-                if not dead[alive[t]]:
-                    alive[w] = alive[t]
-                    w += 1
-            count = w
+        best, w = -1, 0
+        for t in range(count):
+            j = alive[t]
+            if j == m:
+                continue
+            if labels[j] == labels[m]:
+                v = np.float64(box_iou(b, m, j))
+                if v > 0:  # f(0) = 1: non-overlapping boxes are left alone
+                    current[j] *= _decay(v, linear, iou_threshold, sigma)
+                    if current[j] < score_threshold:
+                        continue
+            alive[w] = j
+            w += 1
+            if best < 0 or current[j] > current[best] or (current[j] == current[best] and j < best):
+                best = j
+        count, m = w, best
     return keep[:kept], final[:kept]
 
 
 @register(
     name="soft_nms", family="soft", devices=("cpu",), exact=True, requires=("numba",), params=SOFT_PARAMS,
-    summary="numba: per pick, one pass over the live boxes decays them and finds the next pick (threads over chunks)",
+    summary="numba: the overlap graph (sweep along x, threads), then picks from a tournament tree touching neighbours only",
 )
 def soft_nms_cpu(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold):
     n = boxes.shape[0]
     b = boxes.detach().contiguous().numpy()
     s = scores.detach().contiguous().numpy()
     lab = np.zeros(n, dtype=np.int64) if labels is None else labels.detach().to(torch.int64).contiguous().numpy()
-    keep, final = soft_nms_kernel(b, lab, s, float(iou_threshold), kernel == "linear", float(sigma),
-                                  float(score_threshold), get_num_threads())
+    args = (float(iou_threshold), kernel == "linear", float(sigma), float(score_threshold))
+    graph = overlap_graph(b, lab, max_pairs=min(GRAPH_MAX_PAIRS, n * n // DENSE_FRACTION))
+    if graph is None:
+        keep, final = soft_nms_dense(b, lab, s, *args)
+    else:
+        keep, final = soft_nms_graph(s, *graph, *args)
     return NMSResult(torch.from_numpy(keep), torch.from_numpy(final).to(scores.dtype))
 
 

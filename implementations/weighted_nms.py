@@ -17,7 +17,7 @@ from numba import njit, prange
 from nmsbench.boxes import NMSResult
 from nmsbench.registry import register
 
-from ._cpu import JIT, box_iou, sorted_inputs
+from ._cpu import JIT, box_iou, serial_and_parallel, sorted_inputs
 
 
 @njit(**JIT)
@@ -38,7 +38,6 @@ def greedy_kept(b, labels, iou_threshold):
     return kept[:count]
 
 
-@njit(parallel=True, **JIT)
 def merged_boxes(b, labels, scores, kept, iou_threshold):
     """Each kept row moved to the float64 weighted mean (weights max(score, 0), in input
     order) of its same-label rows over the threshold and itself; ``b``, ``labels`` and
@@ -65,6 +64,10 @@ def merged_boxes(b, labels, scores, kept, iou_threshold):
     return out
 
 
+merged_boxes_serial, merged_boxes_parallel = serial_and_parallel(merged_boxes)
+PARALLEL_MIN = 1 << 20  # kept boxes x boxes from which the merge is split over the threads
+
+
 @register(
     name="weighted_nms", family="weighted", devices=("cpu",), exact=True, requires=("numba",),
     summary="numba: greedy keep in rank order, then each kept box's weighted mean over all boxes (threads over kept boxes)",
@@ -75,5 +78,6 @@ def weighted_nms_cpu(boxes, scores, *, iou_threshold, labels=None):
     n = boxes.shape[0]
     b = boxes.detach().contiguous().numpy()
     lab = np.zeros(n, dtype=np.int64) if labels is None else labels.detach().to(torch.int64).contiguous().numpy()
-    moved = merged_boxes(b, lab, scores.detach().contiguous().numpy(), keep.numpy(), float(iou_threshold))
+    merge = merged_boxes_parallel if keep.shape[0] * n >= PARALLEL_MIN else merged_boxes_serial
+    moved = merge(b, lab, scores.detach().contiguous().numpy(), keep.numpy(), float(iou_threshold))
     return NMSResult(keep, boxes=torch.from_numpy(moved).to(boxes.dtype))

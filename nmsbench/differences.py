@@ -52,6 +52,7 @@ class CaseRun:
     unavailable: dict[str, str] = field(default_factory=dict)   # name -> why it cannot run here
     errors: dict[str, str] = field(default_factory=dict)        # name -> what it raised
     finals: dict[str, np.ndarray] = field(default_factory=dict)  # name -> final scores of its kept boxes (matrix, soft)
+    moved: dict[str, np.ndarray] = field(default_factory=dict)   # name -> its kept boxes as it moved them (weighted)
     families: dict[str, str] = field(default_factory=dict)      # name -> its family
     params: dict[str, dict] = field(default_factory=dict)       # name -> the parameters it ran with
     labels: np.ndarray | None = None
@@ -117,6 +118,8 @@ def run_case(scenario: str, n: int, overlap: float | None = None, seed: int = 0,
             run.params[name] = given
             if result.scores is not None:
                 run.finals[name] = result.scores.cpu().numpy().astype(float)
+            if result.boxes is not None:
+                run.moved[name] = result.boxes.cpu().numpy().astype(float).reshape(-1, 4)
         except Exception as exc:  # a variant that breaks is shown as broken, not a crashed page
             run.errors[name] = f"{type(exc).__name__}: {exc}"
     return run
@@ -143,7 +146,8 @@ def _jsonable(value):
 def case_to_dict(case: CaseRun) -> dict:
     """The case as plain JSON data: the case's knobs, the boxes, scores and labels, and for
     every implementation that ran its family, parameters, kept indices and (for variants
-    that change scores) the final scores of the kept boxes."""
+    that change scores) the final scores of the kept boxes, (for variants that move boxes)
+    the kept boxes where they moved them."""
     return _jsonable({
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "case": {"scenario": case.scenario, "overlap": case.overlap, "n": case.n, "seed": case.seed,
@@ -154,6 +158,7 @@ def case_to_dict(case: CaseRun) -> dict:
             name: {"family": case.families.get(name, ""), "params": case.params.get(name, {}),
                    "keep": case.keeps[name].tolist(),
                    "final_scores": case.finals[name].tolist() if name in case.finals else None,
+                   "moved_boxes": case.moved[name].tolist() if name in case.moved else None,
                    "one_call_s": case.seconds.get(name)}
             for name in case.keeps},
         "unavailable": case.unavailable, "errors": case.errors, **case.meta,
@@ -193,6 +198,11 @@ def case_from_dict(data: dict, name: str = "the file") -> CaseRun:
                 run.finals[impl] = np.asarray(entry["final_scores"], dtype=float)
                 if len(run.finals[impl]) != len(keep):
                     raise ValueError(f"{impl} has {len(run.finals[impl])} final scores for {len(keep)} kept boxes")
+            if entry.get("moved_boxes") is not None:
+                moved = np.asarray(entry["moved_boxes"], dtype=float)
+                if moved.shape != (len(keep), 4) and not (moved.size == 0 and len(keep) == 0):
+                    raise ValueError(f"{impl} has moved boxes of shape {moved.shape} for {len(keep)} kept boxes")
+                run.moved[impl] = moved.reshape(-1, 4)
     except (KeyError, TypeError) as e:
         raise ValueError(f"{name}: an `nmsbench diff` file without {e}") from None
     except ValueError as e:

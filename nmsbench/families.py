@@ -25,9 +25,10 @@
   scores. Scores are held in float64 from the input value on; IoUs in the input dtype.
   ``score_threshold`` must be >= 0: a decay raises a negative score.
 - ``diou``: DIoU-NMS (Zheng et al., "Distance-IoU Loss", AAAI 2020, section 5): greedy NMS
-  whose suppression test is iou - (rho^2 / c^2)^beta > iou_threshold, rho the distance
-  between the two boxes' centres, c the diagonal of their smallest enclosing box (centres,
-  rho^2 and c^2 in float64; the penalty is 0 where c = 0); ``beta`` default 1.
+  whose suppression test is iou > 0 and iou - (rho^2 / c^2)^beta > iou_threshold, rho the
+  distance between the two boxes' centres, c the diagonal of their smallest enclosing box
+  (in float64, every length divided by the enclosing box's larger side first so that no
+  square overflows; the penalty is 0 where that side is 0); ``beta`` default 1.
 - ``weighted``: merge NMS as YOLOv5's ``non_max_suppression(..., merge=True)`` does it:
   greedy NMS (the hard rule) chooses the kept boxes; each kept box m is then replaced by
   the score-weighted mean of every same-label input box j with iou(m, j) > iou_threshold,

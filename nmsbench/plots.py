@@ -759,6 +759,7 @@ def style_for_print(fig: go.Figure, *, width: int | None = None, height: int | N
 # Kept boxes of a variant that decays scores (Matrix NMS, Soft-NMS) are drawn fainter the
 # less of their score is left: (lowest final / input score of the bin, opacity, label).
 DECAY_BINS = ((0.75, 1.0, "75% or more"), (0.5, 0.6, "50-75%"), (0.25, 0.35, "25-50%"), (0.0, 0.15, "under 25%"))
+MOVED_COLORS = ("#222222", "#7A5195")  # the moved boxes of A and of B (weighted NMS), dashed
 
 
 def _decay_bin(remaining: np.ndarray) -> np.ndarray:
@@ -771,13 +772,14 @@ def _decay_bin(remaining: np.ndarray) -> np.ndarray:
 
 def boxes_canvas(boxes: np.ndarray, classes: np.ndarray, names: tuple[str, str] = ("A", "B"), *,
                  scores: np.ndarray | None = None, remaining: np.ndarray | None = None, canvas: float | None = 1024.0,
-                 title: str | None = None, height: int = 720) -> go.Figure:
+                 title: str | None = None, height: int = 720, moved: dict | None = None) -> go.Figure:
     """The boxes drawn as outlines on an image-like canvas (y down), coloured by class:
     ``classes[i]`` is one of :data:`BOX_CLASSES` indices (0 suppressed by both, 1 kept by
     both, 2 only A, 3 only B). The legend names A and B and counts each class.
     ``remaining[i]`` (final / input score where a score-decaying variant keeps box i, NaN
     elsewhere; :func:`nmsbench.differences.remaining_score`) sets the box's opacity by
-    :data:`DECAY_BINS`, with a legend of its own."""
+    :data:`DECAY_BINS`, with a legend of its own. ``moved`` (name -> (K, 4) boxes) draws
+    where a box-moving variant (weighted NMS) put its kept boxes, dashed."""
     boxes = np.asarray(boxes, dtype=float).reshape(-1, 4)
     classes = np.asarray(classes, dtype=int)
     remaining = np.full(len(boxes), np.nan) if remaining is None else np.asarray(remaining, dtype=float)
@@ -812,6 +814,15 @@ def boxes_canvas(boxes: np.ndarray, classes: np.ndarray, names: tuple[str, str] 
                 fig.add_trace(go.Scatter(x=cx, y=cy, mode="markers", marker=dict(size=5, color=color, opacity=0.35 * alpha),
                                          legendgroup=cls, showlegend=False, hovertext=text, hoverinfo="text",
                                          meta={"role": "centres", "class": cls}))
+    for k, (name, where) in enumerate((moved or {}).items()):  # where a merging variant moved its kept boxes
+        b = np.asarray(where, dtype=float).reshape(-1, 4)
+        xs = np.column_stack([b[:, 0], b[:, 2], b[:, 2], b[:, 0], b[:, 0], np.full(len(b), np.nan)]).ravel()
+        ys = np.column_stack([b[:, 1], b[:, 1], b[:, 3], b[:, 3], b[:, 1], np.full(len(b), np.nan)]).ravel()
+        fig.add_trace(go.Scatter(x=xs if len(b) else [np.nan], y=ys if len(b) else [np.nan], mode="lines",
+                                 name=f"{name}'s kept boxes, moved ({len(b)})", legendgroup=f"moved {name}",
+                                 connectgaps=False, hoverinfo="skip",
+                                 line=dict(color=MOVED_COLORS[k % len(MOVED_COLORS)], width=1.6, dash="dash"),
+                                 meta={"role": "moved", "impl": name, "count": int(len(b))}))
     if decays:  # the opacity key: how much of its score a kept box has left
         for lowest, alpha, label in DECAY_BINS:
             count = int((np.isfinite(remaining) & (bins == DECAY_BINS.index((lowest, alpha, label)))).sum())

@@ -241,27 +241,32 @@ def soft_nms(boxes, scores, iou_threshold: float, labels=None, kernel: str = "ga
 
 def diou_penalty(a, b, beta: float = 1.0) -> float:
     """(rho^2 / c^2)^beta of boxes ``a`` and ``b``: rho the distance between their centres,
-    c the diagonal of their smallest enclosing box, all in float64 (0 where c is 0)."""
+    c the diagonal of their smallest enclosing box, in float64 with every length divided by
+    s = the larger side of the enclosing box first (so no square overflows); 0 where s is 0."""
     ax1, ay1, ax2, ay2 = (float(v) for v in a)
     bx1, by1, bx2, by2 = (float(v) for v in b)
-    dx = (ax1 + ax2) / 2.0 - (bx1 + bx2) / 2.0
-    dy = (ay1 + ay2) / 2.0 - (by1 + by2) / 2.0
     cw = max(ax2, bx2) - min(ax1, bx1)
     ch = max(ay2, by2) - min(ay1, by1)
-    c2 = cw * cw + ch * ch
-    if c2 == 0.0:
+    s = max(cw, ch)
+    if s == 0.0:
         return 0.0
-    return ((dx * dx + dy * dy) / c2) ** beta
+    dx = ((ax1 / 2.0 + ax2 / 2.0) - (bx1 / 2.0 + bx2 / 2.0)) / s
+    dy = ((ay1 / 2.0 + ay2 / 2.0) - (by1 / 2.0 + by2 / 2.0)) / s
+    cw, ch = cw / s, ch / s
+    return ((dx * dx + dy * dy) / (cw * cw + ch * ch)) ** beta
 
 
 def diou_nms(boxes, scores, iou_threshold: float, labels=None, beta: float = 1.0) -> list[int]:
     """DIoU-NMS (Zheng et al. 2020): greedy NMS in rank order, a box kept iff no kept
-    higher-ranked same-label box has iou - diou_penalty > iou_threshold with it."""
+    higher-ranked same-label box i has iou > 0 and iou - diou_penalty > iou_threshold with
+    it (a pair with IoU 0 never suppresses; a NaN penalty, from lengths near the float64
+    limit, does not either)."""
     rows, s, lab = _inputs(boxes, scores, labels)
     keep: list[int] = []
     for j in rank(s):
-        if all(float(iou(rows[i], rows[j])) - diou_penalty(rows[i], rows[j], beta) <= float(iou_threshold)
-               for i in keep if lab[i] == lab[j]):
+        if not any(lab[i] == lab[j] and float(iou(rows[i], rows[j])) > 0
+                   and float(iou(rows[i], rows[j])) - diou_penalty(rows[i], rows[j], beta) > float(iou_threshold)
+                   for i in keep):
             keep.append(j)
     return keep
 

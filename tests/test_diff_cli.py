@@ -125,3 +125,26 @@ def test_nothing_that_runs_writes_no_file(tmp_path):
     result = CliRunner().invoke(diff_command, ["--n", "16", "--impl", "allpairs", "--device", "cuda", "--out", str(out)])
     assert result.exit_code == 1 and "no implementation ran on cuda" in result.output and "allpairs" in result.output
     assert not out.exists()
+
+
+def test_moved_boxes_and_soft_scores_travel_through_the_file_and_onto_the_canvas(tmp_path):
+    from nmsbench import plots
+
+    case = differences.run_case("clustered", 120, seed=1, impls=["torchvision", "weighted_nms", "soft_nms"])
+    assert set(case.moved) == {"weighted_nms"} and set(case.finals) == {"soft_nms"}
+    assert case.moved["weighted_nms"].shape == (len(case.keeps["weighted_nms"]), 4)
+    assert np.array_equal(case.keeps["weighted_nms"], case.keeps["torchvision"])  # it keeps what greedy NMS keeps
+    assert not np.allclose(case.moved["weighted_nms"], case.boxes[case.keeps["weighted_nms"]])  # and moves them
+    back = differences.read_case(differences.write_case(case, tmp_path / "diff-moved.json"))
+    assert np.array_equal(back.moved["weighted_nms"], case.moved["weighted_nms"])
+    assert np.allclose(back.finals["soft_nms"], case.finals["soft_nms"])
+    codes, _ = differences.classify(case.n, case.keeps["torchvision"], case.keeps["weighted_nms"])
+    fig = plots.boxes_canvas(case.boxes, codes, ("torchvision", "weighted_nms"), moved={"weighted_nms": back.moved["weighted_nms"]})
+    (trace,) = [t for t in fig.data if (t.meta or {}).get("role") == "moved"]
+    assert trace.line.dash == "dash" and trace.meta["count"] == len(case.keeps["weighted_nms"])
+    data = json.loads((tmp_path / "diff-moved.json").read_text())
+    data["implementations"]["weighted_nms"]["moved_boxes"] = data["implementations"]["weighted_nms"]["moved_boxes"][:-1]
+    bad = tmp_path / "diff-bad.json"
+    bad.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="weighted_nms has moved boxes of shape"):
+        differences.read_case(bad)

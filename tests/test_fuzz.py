@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 
 import nmsbench
 from nmsbench.datasets import load_boxes_file
-from test_properties import Case, check_allpairs, check_hard, check_matrix, examples
+from test_properties import (EXTERNAL, Case, check_allpairs, check_diou, check_hard, check_matrix, check_soft,
+                             check_weighted, examples)
 
 CPU_IMPLS = sorted(name for name, impl in nmsbench.implementations().items()
                    if "cpu" in impl.backends and impl.backend("cpu").availability()[0])
@@ -97,19 +98,30 @@ def call(name: str, boxes, scores, labels, threshold, **params):
 def test_api_answers_hostile_input_with_a_value_error_or_a_correct_result(name, data, kernel):
     boxes, scores, labels, threshold = data
     impl = nmsbench.implementations()[name]
-    params = {"kernel": kernel} if impl.family == "matrix" else {}
+    params = {"kernel": kernel} if impl.family in ("matrix", "soft") else {}
     try:
-        call(name, boxes, scores, labels, threshold, **params)
+        result = call(name, boxes, scores, labels, threshold, **params)
     except ValueError as e:
         assert str(e).strip(), "a ValueError must say what is wrong"
         return
     case = Case(boxes, scores, labels)
-    if impl.family == "hard":
+    if name in EXTERNAL:  # a library's own conventions (tests/test_externals.py): valid, distinct indices
+        keep = result.keep.tolist()
+        assert len(set(keep)) == len(keep) and all(0 <= k < len(scores) for k in keep)
+    elif impl.family == "hard":
         check_hard(name, case, threshold)
     elif impl.family == "allpairs":
         check_allpairs(name, case, threshold)
     elif impl.family == "matrix":
         check_matrix(name, case, threshold, kernel, 0.5, 0.05)
+    elif impl.family == "soft":
+        check_soft(name, case, threshold, kernel, 0.5, 0.001)
+    elif impl.family == "diou":
+        check_diou(name, case, threshold, 1.0)
+    elif impl.family == "weighted":
+        check_weighted(name, case, threshold)
+    else:
+        raise AssertionError(f"{name}: no check for family {impl.family}")
 
 
 # --------------------------------------------------------------------------- files

@@ -873,3 +873,41 @@ def test_strided_and_grad_inputs(name, device, data):
         assert torch.equal(got.keep, ref.keep)
         if ref.scores is not None:
             assert torch.equal(got.scores.detach(), ref.scores)
+
+
+# --------------------------------------------------------------------------- the overlap graph (numba CPU backends)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@settings(max_examples=examples(60))
+@given(data=st.data())
+def test_the_overlap_graph_holds_every_overlapping_pair(dtype, data):
+    from nmsbench.variants._cpu import overlap_graph
+
+    case = data.draw(cases(dtype, max_n=60), label="case")
+    n = len(case.scores)
+    labels = np.zeros(n, dtype=np.int64) if case.labels is None else case.labels.astype(np.int64)
+    indptr, indices, ious = overlap_graph(case.boxes, labels, sort_rows=data.draw(st.booleans(), label="sorted"))
+    for i in range(n):
+        row = dict(zip(indices[indptr[i]:indptr[i + 1]].tolist(), ious[indptr[i]:indptr[i + 1]].tolist()))
+        want = {j: float(D.iou(case.row(i), case.row(j))) for j in range(n)
+                if j != i and labels[j] == labels[i] and float(D.iou(case.row(i), case.row(j))) > 0}
+        assert row == want, f"row {i}"
+    assert overlap_graph(case.boxes, labels, max_pairs=int(indptr[-1]) - 1) is None or indptr[-1] == 0
+
+
+@pytest.mark.parametrize("dense_fraction", [1, 10**9], ids=["graph", "dense"])
+@settings(max_examples=examples(40))
+@given(data=st.data())
+def test_soft_nms_takes_either_path_to_the_definition(dense_fraction, data):
+    import nmsbench.variants.soft_nms as module
+
+    dtype = data.draw(st.sampled_from(DTYPES), label="dtype")
+    case = data.draw(cases(dtype, max_n=60), label="case")
+    before, module.DENSE_FRACTION = module.DENSE_FRACTION, dense_fraction  # 1: always the graph; 10**9: always dense
+    try:
+        check_soft("soft_nms", case, data.draw(THRESHOLDS, label="iou_threshold"),
+                   data.draw(st.sampled_from(["gaussian", "linear"]), label="kernel"), data.draw(SIGMAS, label="sigma"),
+                   data.draw(SOFT_SCORE_THRESHOLDS, label="score_threshold"))
+    finally:
+        module.DENSE_FRACTION = before
