@@ -104,9 +104,9 @@ def keep_from_sorted(order: torch.Tensor, kept_positions: np.ndarray) -> NMSResu
 GRAPH_MAX_PAIRS = 1 << 25  # neighbour entries the overlap graph may hold (16 bytes each); denser inputs take a dense path
 
 
-def _neighbour_counts(b, labels, by_x, x1_sorted, widest):
-    """Per box, how many same-label boxes overlap it with IoU > 0 (a sweep along x: only
-    boxes whose x1 lies within ``widest`` before its x1 and before its x2 can)."""
+def _neighbour_counts(b, labels, by_x, x1_sorted, widest, above):
+    """Per box, how many same-label boxes overlap it with IoU > ``above`` (a sweep along x:
+    only boxes whose x1 lies within ``widest`` before its x1 and before its x2 can)."""
     n = b.shape[0]
     counts = np.zeros(n, dtype=np.int64)
     for p in prange(n):
@@ -116,13 +116,13 @@ def _neighbour_counts(b, labels, by_x, x1_sorted, widest):
         c = 0
         for q in range(lo, hi):
             j = by_x[q]
-            if j != i and labels[j] == labels[i] and box_iou(b, i, j) > 0:
+            if j != i and labels[j] == labels[i] and np.float64(box_iou(b, i, j)) > above:
                 c += 1
         counts[i] = c
     return counts
 
 
-def _neighbour_fill(b, labels, by_x, x1_sorted, widest, indptr, sort_rows):
+def _neighbour_fill(b, labels, by_x, x1_sorted, widest, above, indptr, sort_rows):
     n = b.shape[0]
     indices = np.empty(indptr[n], dtype=np.int64)
     ious = np.empty(indptr[n], dtype=np.float64)
@@ -134,10 +134,10 @@ def _neighbour_fill(b, labels, by_x, x1_sorted, widest, indptr, sort_rows):
         for q in range(lo, hi):
             j = by_x[q]
             if j != i and labels[j] == labels[i]:
-                v = box_iou(b, i, j)
-                if v > 0:
+                v = np.float64(box_iou(b, i, j))
+                if v > above:
                     indices[w] = j
-                    ious[w] = np.float64(v)
+                    ious[w] = v
                     w += 1
         if sort_rows:  # the row in input order
             row = np.argsort(indices[indptr[i]:w])
@@ -151,8 +151,10 @@ _NEIGHBOUR_FILL = serial_and_parallel(_neighbour_fill)
 GRAPH_PARALLEL_MIN = 4096  # boxes from which the graph's rows are built by the threads
 
 
-def overlap_graph(b: np.ndarray, labels: np.ndarray, max_pairs: int = GRAPH_MAX_PAIRS, sort_rows: bool = False):
-    """The same-label pairs of boxes (input order) that overlap with IoU > 0, as rows of
+def overlap_graph(b: np.ndarray, labels: np.ndarray, max_pairs: int = GRAPH_MAX_PAIRS, sort_rows: bool = False,
+                  above: float = 0.0):
+    """The same-label pairs of boxes (input order) whose IoU is > ``above`` (compared in
+    float64, as a Python float threshold is; 0: every overlapping pair), as rows of
     neighbours: (indptr, indices, ious) with row i at indptr[i]:indptr[i + 1] (in input
     order with ``sort_rows``), ious in float64 of the input dtype's IoU (torchvision's
     arithmetic, exactly symmetric); None when the graph would hold more than ``max_pairs``
@@ -167,10 +169,10 @@ def overlap_graph(b: np.ndarray, labels: np.ndarray, max_pairs: int = GRAPH_MAX_
     # the widest box, in float64 and a little wider: the sweep's window may take too many boxes, never too few
     widest = float(np.max(b[:, 2].astype(np.float64) - b[:, 0].astype(np.float64))) * (1 + 1e-9)
     parallel = int(n >= GRAPH_PARALLEL_MIN)
-    counts = _NEIGHBOUR_COUNTS[parallel](b, labels, by_x, x1_sorted, widest)
+    counts = _NEIGHBOUR_COUNTS[parallel](b, labels, by_x, x1_sorted, widest, float(above))
     if counts.sum() > max_pairs:
         return None
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
-    indices, ious = _NEIGHBOUR_FILL[parallel](b, labels, by_x, x1_sorted, widest, indptr, sort_rows)
+    indices, ious = _NEIGHBOUR_FILL[parallel](b, labels, by_x, x1_sorted, widest, float(above), indptr, sort_rows)
     return indptr, indices, ious

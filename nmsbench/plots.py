@@ -50,6 +50,7 @@ IMPL_STYLES = {
     "opencv": ("#FF004C", "triangle-ne"),
     "ensemble_boxes": ("#6B522D", "diamond-wide"),
     "ensemble_boxes_soft": ("#FFAD99", "square-cross"),
+    "hard_graph": ("#00CC00", "triangle-sw"),
 }
 PINNED_COLORS = {name: style[0] for name, style in IMPL_STYLES.items()}
 PINNED_SYMBOLS = {name: style[1] for name, style in IMPL_STYLES.items()}

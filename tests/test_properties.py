@@ -911,3 +911,35 @@ def test_soft_nms_takes_either_path_to_the_definition(dense_fraction, data):
                    data.draw(SOFT_SCORE_THRESHOLDS, label="score_threshold"))
     finally:
         module.DENSE_FRACTION = before
+
+
+@pytest.mark.parametrize("dense_fraction", [1, 10**9], ids=["graph", "dense"])
+@settings(max_examples=examples(40))
+@given(data=st.data())
+def test_hard_graph_takes_either_path_to_the_definition(dense_fraction, data):
+    import nmsbench.variants.hard_graph as module
+
+    dtype = data.draw(st.sampled_from(DTYPES), label="dtype")
+    case = data.draw(cases(dtype, max_n=60), label="case")
+    before, module.DENSE_FRACTION = module.DENSE_FRACTION, dense_fraction  # 1: always the graph; 10**9: always dense
+    try:
+        check_hard("hard_graph", case, data.draw(THRESHOLDS, label="iou_threshold"))
+    finally:
+        module.DENSE_FRACTION = before
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_hard_graph_is_torchvision_on_a_large_image_at_constant_density(seed):
+    """Boxes of 4-64 px on a canvas of side 64 sqrt(N) (the large-N workload: each box has
+    as many neighbours at any N), labels and none."""
+    n = 16384
+    rng = np.random.default_rng(seed)
+    side = 64.0 * math.sqrt(n)
+    xy = rng.uniform(0, side, size=(n, 2))
+    wh = rng.uniform(4, 64, size=(n, 2))
+    boxes = torch.from_numpy(np.concatenate([xy, xy + wh], axis=1).astype(np.float32))
+    scores = torch.from_numpy(rng.uniform(size=n).astype(np.float32))
+    for labels in (None, torch.from_numpy(rng.integers(0, 3, size=n))):
+        want = torchvision_entry(Case(boxes.numpy(), scores.numpy(), None if labels is None else labels.numpy()), 0.5)
+        got = nmsbench.run_nms("hard_graph", boxes, scores, iou_threshold=0.5, labels=labels).keep.tolist()
+        assert got == want
