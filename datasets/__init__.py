@@ -3,7 +3,9 @@
     >>> from nmsbench.datasets import generate, SCENARIOS
     >>> boxset = generate("clustered", 1000, overlap=0.9, seed=0)
 
-Synthetic scenarios live on a 1024 x 1024 canvas and are generated on the CPU from
+Synthetic scenarios live on a 1024 x 1024 canvas (or, with ``canvas="density"``, one whose
+side grows as sqrt(n), so the density of boxes stays that of 1024 boxes on 1024 px) and
+are generated on the CPU from
 ``numpy.random.default_rng(seed)``. For every synthetic scenario a larger knob means more
 overlap. The ``real`` scenario replays recorded YOLOv3-tiny candidates (``real.py``,
 REAL.md): its knob is the confidence threshold applied before NMS, so a larger knob
@@ -42,18 +44,28 @@ class Scenario:
     recordings: Optional[Callable[[], list[str]]] = field(default=None, repr=False, compare=False)
 
     def generate(self, n: int, overlap: float | None = None, seed: int = 0, classes: int = 1,
-                 path=None, recording: str | None = None) -> BoxSet:
+                 path=None, recording: str | None = None, canvas: str | None = None) -> BoxSet:
         """``n`` boxes with knob ``overlap`` (None: the default), deterministic from ``seed``.
 
         ``classes`` > 1 adds int64 labels; ``path`` is only used by the ``file`` scenario,
         ``recording`` (e.g. ``"bus.jpg@1312"``) only by scenarios that replay recordings
-        (``real``), where ``n`` caps the box count (see ``real.py``).
+        (``real``), where ``n`` caps the box count (see ``real.py``). ``canvas`` (synthetic
+        scenarios only): ``"fixed"`` (the default, 1024 px) or ``"density"`` (the side grows
+        as sqrt(n), so each box has as many neighbours at any n: ``synthetic.canvas_extent``).
         """
         n = _whole("n", n, 0)
         seed = _whole("seed", seed, 0)
         classes = _whole("classes", classes, 1)
         t = self.check_overlap(overlap)
-        if recording is None:
+        if canvas is not None and canvas not in synthetic.CANVASES:
+            raise ValueError(f"canvas must be one of {', '.join(synthetic.CANVASES)}, got {canvas!r}")
+        if canvas not in (None, "fixed") and self.name not in SYNTHETIC:
+            raise ValueError(f"{self.name}: canvas={canvas!r} is for the synthetic scenarios ({', '.join(SYNTHETIC)})")
+        if recording is not None and self.recordings is None:
+            raise ValueError(f"{self.name}: recording= is only for scenarios that replay recordings (real)")
+        if self.name in SYNTHETIC:
+            result, extra = self._sampler(n, t, seed, classes, path, canvas=canvas or "fixed")
+        elif recording is None:
             result, extra = self._sampler(n, t, seed, classes, path)
         elif self.recordings is None:
             raise ValueError(f"{self.name}: recording= is only for scenarios that replay recordings (real)")
@@ -118,15 +130,16 @@ def _synthetic(generator) -> Callable:
     return partial(_sample_synthetic, generator)
 
 
-def _sample_synthetic(generator, n: int, t: float, seed: int, classes: int, path=None):
+def _sample_synthetic(generator, n: int, t: float, seed: int, classes: int, path=None, canvas: str = "fixed"):
     check_fits(n)
-    boxes, scores, labels = generator(np.random.default_rng(seed), n, t, classes)
-    boxes = np.clip(np.asarray(boxes, dtype=np.float64).reshape(n, 4), 0.0, CANVAS).astype(np.float32)
+    extent = synthetic.canvas_extent(canvas, n)
+    boxes, scores, labels = generator(np.random.default_rng(seed), n, t, classes, extent)
+    boxes = np.clip(np.asarray(boxes, dtype=np.float64).reshape(n, 4), 0.0, extent).astype(np.float32)
     return BoxSet(
         boxes=torch.from_numpy(boxes),
         scores=torch.from_numpy(np.asarray(scores, dtype=np.float32).reshape(n)),
         labels=None if labels is None else torch.from_numpy(np.asarray(labels, dtype=np.int64).reshape(n)),
-    ), {}
+    ), {"canvas": canvas, "extent": extent}
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
@@ -163,12 +176,12 @@ SYNTHETIC = ("uniform", "clustered", "crowd", "chain", "degenerate")
 
 
 def generate(name: str, n: int, overlap: float | None = None, seed: int = 0, classes: int = 1,
-             path: str | None = None, recording: str | None = None) -> BoxSet:
+             path: str | None = None, recording: str | None = None, canvas: str | None = None) -> BoxSet:
     """Generate scenario ``name`` (see ``SCENARIOS``); ``path`` is for the ``file`` scenario,
-    ``recording`` for the ``real`` one."""
+    ``recording`` for the ``real`` one, ``canvas`` ("fixed" or "density") for the synthetic ones."""
     if not isinstance(name, str) or name not in SCENARIOS:
         raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
-    return SCENARIOS[name].generate(n, overlap, seed, classes, path, recording)
+    return SCENARIOS[name].generate(n, overlap, seed, classes, path, recording, canvas)
 
 
 RECORDED = ("real",)  # scenarios that replay recorded detector output

@@ -1,9 +1,12 @@
-"""Synthetic box generators, one per scenario, on a 1024 x 1024 canvas.
+"""Synthetic box generators, one per scenario, on a square canvas.
 
-Each generator takes ``(rng, n, t, classes)`` (``t`` = the overlap knob, already checked)
-and returns float64 ``boxes`` (n, 4), float64 ``scores`` (n,) and int64 ``labels`` (n,) or
-``None``. Labels are always drawn last, so the boxes for a seed do not depend on
-``classes``. Clipping, float32 conversion and the ``BoxSet`` happen in ``Scenario``.
+Each generator takes ``(rng, n, t, classes, extent)`` (``t`` = the overlap knob, already
+checked; ``extent`` = the canvas side the boxes are placed on) and returns float64
+``boxes`` (n, 4), float64 ``scores`` (n,) and int64 ``labels`` (n,) or ``None``. Box sizes
+are measured against ``CANVAS`` whatever the extent, so on the constant-density canvas
+(:func:`canvas_extent`: the side grows as sqrt(N)) each box has as many neighbours at any
+N. Labels are always drawn last, so the boxes for a seed do not depend on ``classes``.
+Clipping, float32 conversion and the ``BoxSet`` happen in ``Scenario``.
 """
 
 from __future__ import annotations
@@ -13,6 +16,18 @@ import math
 import numpy as np
 
 CANVAS = 1024.0
+CANVASES = ("fixed", "density")  # the canvas side: CANVAS at every N, or growing as sqrt(N) (constant density)
+DENSITY_N = 1024  # the box count at which the constant-density canvas is CANVAS wide
+
+
+def canvas_extent(canvas: str, n: int) -> float:
+    """The canvas side for ``n`` boxes: ``CANVAS`` (``"fixed"``), or CANVAS x sqrt(n /
+    DENSITY_N) (``"density"``: as many boxes per unit of area at every n)."""
+    if canvas == "fixed":
+        return CANVAS
+    if canvas == "density":
+        return CANVAS * math.sqrt(max(n, 1) / DENSITY_N)
+    raise ValueError(f"canvas must be one of {', '.join(CANVASES)}, got {canvas!r}")
 
 
 def _from_centres(cx, cy, w, h) -> np.ndarray:
@@ -43,23 +58,25 @@ def _candidates(rng, objects: np.ndarray, obj: np.ndarray, sigma: float):
     return boxes, scores
 
 
-def uniform(rng, n: int, t: float, classes: int):
+def uniform(rng, n: int, t: float, classes: int, extent: float = CANVAS):
     """Boxes uniform on the canvas, sides ``t * CANVAS`` times U(0.5, 1.5) per axis."""
     side = t * CANVAS
     w, h = side * rng.uniform(0.5, 1.5, size=(2, n))
-    cx, cy = rng.uniform(0.0, CANVAS, size=(2, n))
+    cx, cy = rng.uniform(0.0, extent, size=(2, n))
     scores = rng.uniform(0.0, 1.0, size=n)
     return _from_centres(cx, cy, w, h), scores, _labels(rng, classes, n)
 
 
-def clustered(rng, n: int, t: float, classes: int):
+def clustered(rng, n: int, t: float, classes: int, extent: float = CANVAS):
     """About n/16 objects, each with ~16 candidates whose jitter shrinks as ``t`` grows."""
     m = max(1, round(n / 16))
     size = np.exp(rng.uniform(math.log(32.0), math.log(256.0), size=m))
     aspect = np.exp(rng.normal(0.0, 0.25, size=m))
     w, h = size * aspect, size / aspect
     # objects lie inside the canvas, so clipping rarely flattens a candidate
-    objects = np.stack([rng.uniform(w / 2, CANVAS - w / 2), rng.uniform(h / 2, CANVAS - h / 2), w, h], axis=1)
+    # (an object wider than a small constant-density canvas is centred on it)
+    objects = np.stack([rng.uniform(np.minimum(w / 2, extent / 2), np.maximum(extent - w / 2, extent / 2)),
+                        rng.uniform(np.minimum(h / 2, extent / 2), np.maximum(extent - h / 2, extent / 2)), w, h], axis=1)
     obj = rng.permutation(np.arange(n) % m)
     # jitter std as a fraction of the object size: 0.30 at t = 0, 0.01 (near-duplicates) at t = 1
     sigma = 0.01 + 0.29 * (1.0 - t)
@@ -67,17 +84,17 @@ def clustered(rng, n: int, t: float, classes: int):
     return boxes, scores, _labels(rng, classes, m, obj)
 
 
-def crowd(rng, n: int, t: float, classes: int):
+def crowd(rng, n: int, t: float, classes: int, extent: float = CANVAS):
     """Objects on a jittered grid whose pitch shrinks from 1.25 to 0.25 object sides; 4 candidates each."""
     per_object = 4
     m = max(1, -(-n // per_object))
     cols = math.ceil(math.sqrt(m))
     rows = math.ceil(m / cols)
-    side = CANVAS / (1.25 * cols)  # the widest grid (t = 0) just fits the canvas
+    side = extent / (1.25 * cols)  # the widest grid (t = 0) just fits the canvas
     pitch = side * (1.25 - t)
     col, row = np.arange(m) % cols, np.arange(m) // cols
-    cx = (CANVAS - pitch * cols) / 2 + pitch * (col + 0.5) + rng.normal(0.0, 0.1 * pitch, size=m)
-    cy = (CANVAS - pitch * rows) / 2 + pitch * (row + 0.5) + rng.normal(0.0, 0.1 * pitch, size=m)
+    cx = (extent - pitch * cols) / 2 + pitch * (col + 0.5) + rng.normal(0.0, 0.1 * pitch, size=m)
+    cy = (extent - pitch * rows) / 2 + pitch * (row + 0.5) + rng.normal(0.0, 0.1 * pitch, size=m)
     aspect = np.exp(rng.normal(0.0, 0.1, size=m))
     objects = np.stack([cx, cy, side * aspect, side / aspect], axis=1)
     obj = rng.permutation(np.arange(n) // per_object)
@@ -88,7 +105,7 @@ def crowd(rng, n: int, t: float, classes: int):
 CHAIN_LENGTH = 6
 
 
-def chain(rng, n: int, t: float, classes: int):
+def chain(rng, n: int, t: float, classes: int, extent: float = CANVAS):
     """Rows of ``CHAIN_LENGTH`` equal boxes, neighbours at IoU ``t``, scores falling along each row.
 
     Each chain sits inside its own grid slot (with a margin), so chains never touch.
@@ -98,7 +115,7 @@ def chain(rng, n: int, t: float, classes: int):
         return np.zeros((0, 4)), np.zeros(0), _labels(rng, classes, 0)
     cols = math.ceil(math.sqrt(m))
     rows = math.ceil(m / cols)
-    slot_w, slot_h = CANVAS / cols, CANVAS / rows
+    slot_w, slot_h = extent / cols, extent / rows
     shift_per_width = (1.0 - t) / (1.0 + t)  # IoU = (w - s) / (w + s) = t
     extent_per_width = 1.0 + (CHAIN_LENGTH - 1) * shift_per_width
     # a chain spans at most 0.8 of its slot; a random offset keeps it inside [0.05, 0.95]
@@ -121,11 +138,11 @@ def chain(rng, n: int, t: float, classes: int):
 SCORE_LEVELS = 4
 
 
-def degenerate(rng, n: int, t: float, classes: int):
+def degenerate(rng, n: int, t: float, classes: int, extent: float = CANVAS):
     """Sparse boxes with tied scores; a fraction ``t`` turned into duplicate, zero-area or tiny boxes."""
     # base sides shrink with n so the non-degenerate boxes overlap sparsely at any n
-    base = min(0.1 * CANVAS, 0.5 * CANVAS / math.sqrt(max(n, 1)))
-    boxes = _from_centres(*rng.uniform(0.0, CANVAS, size=(2, n)), *(base * rng.uniform(0.5, 1.5, size=(2, n))))
+    base = min(0.1 * CANVAS, 0.5 * extent / math.sqrt(max(n, 1)))
+    boxes = _from_centres(*rng.uniform(0.0, extent, size=(2, n)), *(base * rng.uniform(0.5, 1.5, size=(2, n))))
     scores = np.ceil(rng.uniform(0.0, 1.0, size=n) * SCORE_LEVELS) / SCORE_LEVELS
     scores = np.maximum(scores, 1.0 / SCORE_LEVELS)
     if n >= 2:
@@ -138,7 +155,7 @@ def degenerate(rng, n: int, t: float, classes: int):
     boxes[zero[0::2], 2] = boxes[zero[0::2], 0]  # x1 == x2
     boxes[zero[1::2], 3] = boxes[zero[1::2], 1]  # y1 == y2
     tiny_side = rng.uniform(0.01, 1.0, size=(2, tiny.size))
-    boxes[tiny] = _from_centres(*rng.uniform(0.0, CANVAS, size=(2, tiny.size)), *tiny_side)
+    boxes[tiny] = _from_centres(*rng.uniform(0.0, extent, size=(2, tiny.size)), *tiny_side)
     sources = np.setdiff1d(np.arange(n), np.concatenate([dup, zero]))
     if dup.size and sources.size:
         src = sources[rng.integers(sources.size, size=dup.size)]

@@ -104,17 +104,15 @@ def keep_from_sorted(order: torch.Tensor, kept_positions: np.ndarray) -> NMSResu
 GRAPH_MAX_PAIRS = 1 << 25  # neighbour entries the overlap graph may hold (16 bytes each); denser inputs take a dense path
 
 
-def _neighbour_counts(b, labels, by_x, x1_sorted, widest, above):
-    """Per box, how many same-label boxes overlap it with IoU > ``above`` (a sweep along x:
-    only boxes whose x1 lies within ``widest`` before its x1 and before its x2 can)."""
+def _neighbour_counts(b, labels, by_x, lows, highs, above):
+    """Per box, how many same-label boxes overlap it with IoU > ``above``, among the boxes
+    at x-order positions lows[p]:highs[p] (its window of the sweep along x)."""
     n = b.shape[0]
     counts = np.zeros(n, dtype=np.int64)
     for p in prange(n):
         i = by_x[p]
-        lo = np.searchsorted(x1_sorted, np.float64(b[i, 0]) - widest, side="left")
-        hi = np.searchsorted(x1_sorted, b[i, 2], side="left")
         c = 0
-        for q in range(lo, hi):
+        for q in range(lows[p], highs[p]):
             j = by_x[q]
             if j != i and labels[j] == labels[i] and np.float64(box_iou(b, i, j)) > above:
                 c += 1
@@ -122,16 +120,14 @@ def _neighbour_counts(b, labels, by_x, x1_sorted, widest, above):
     return counts
 
 
-def _neighbour_fill(b, labels, by_x, x1_sorted, widest, above, indptr, sort_rows):
+def _neighbour_fill(b, labels, by_x, lows, highs, above, indptr, sort_rows):
     n = b.shape[0]
     indices = np.empty(indptr[n], dtype=np.int64)
     ious = np.empty(indptr[n], dtype=np.float64)
     for p in prange(n):
         i = by_x[p]
-        lo = np.searchsorted(x1_sorted, np.float64(b[i, 0]) - widest, side="left")
-        hi = np.searchsorted(x1_sorted, b[i, 2], side="left")
         w = indptr[i]
-        for q in range(lo, hi):
+        for q in range(lows[p], highs[p]):
             j = by_x[q]
             if j != i and labels[j] == labels[i]:
                 v = np.float64(box_iou(b, i, j))
@@ -149,6 +145,7 @@ def _neighbour_fill(b, labels, by_x, x1_sorted, widest, above, indptr, sort_rows
 _NEIGHBOUR_COUNTS = serial_and_parallel(_neighbour_counts)
 _NEIGHBOUR_FILL = serial_and_parallel(_neighbour_fill)
 GRAPH_PARALLEL_MIN = 4096  # boxes from which the graph's rows are built by the threads
+WINDOW_FACTOR = 4  # pairs the sweep may test per pair the graph may hold, before it gives up (None: dense)
 
 
 def overlap_graph(b: np.ndarray, labels: np.ndarray, max_pairs: int = GRAPH_MAX_PAIRS, sort_rows: bool = False,
@@ -166,13 +163,18 @@ def overlap_graph(b: np.ndarray, labels: np.ndarray, max_pairs: int = GRAPH_MAX_
         return np.zeros(1, dtype=np.int64), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
     by_x = np.argsort(b[:, 0], kind="stable")
     x1_sorted = np.ascontiguousarray(b[by_x, 0])
-    # the widest box, in float64 and a little wider: the sweep's window may take too many boxes, never too few
+    # the widest box, in float64 and a little wider: a window may take too many boxes, never too few;
+    # a box's window: the boxes whose x1 lies after its own x1 - widest and before its x2
     widest = float(np.max(b[:, 2].astype(np.float64) - b[:, 0].astype(np.float64))) * (1 + 1e-9)
+    lows = np.searchsorted(x1_sorted, x1_sorted.astype(np.float64) - widest, side="left")
+    highs = np.searchsorted(x1_sorted, b[by_x, 2], side="left")
+    if int((highs - lows).sum()) > WINDOW_FACTOR * max_pairs:  # too many boxes to test: dense, or wide boxes
+        return None
     parallel = int(n >= GRAPH_PARALLEL_MIN)
-    counts = _NEIGHBOUR_COUNTS[parallel](b, labels, by_x, x1_sorted, widest, float(above))
+    counts = _NEIGHBOUR_COUNTS[parallel](b, labels, by_x, lows, highs, float(above))
     if counts.sum() > max_pairs:
         return None
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
-    indices, ious = _NEIGHBOUR_FILL[parallel](b, labels, by_x, x1_sorted, widest, float(above), indptr, sort_rows)
+    indices, ious = _NEIGHBOUR_FILL[parallel](b, labels, by_x, lows, highs, float(above), indptr, sort_rows)
     return indptr, indices, ious

@@ -147,7 +147,7 @@ GRID_OPTIONS = {"impls": "--impl", "devices": "--device", "dtypes": "--dtype", "
                 "ious": "--iou", "overlaps": "--overlap", "seed": "--seed", "classes": "--classes", "params": "--param",
                 "timers": "--timer", "min_run_time": "--min-run-time", "threads": "--threads", "file": "--file",
                 "recordings": "--recording", "case_timeout": "--case-timeout", "repeat_noisy": "--repeat-noisy",
-                "rounds": "--rounds", "host_wait": "--host-wait"}
+                "rounds": "--rounds", "host_wait": "--host-wait", "canvases": "--canvas"}
 
 
 def _grid(**fields) -> Grid:
@@ -172,6 +172,10 @@ def _grid(**fields) -> Grid:
 @click.option("--classes", default=1, show_default=True, type=click.IntRange(min=1), help="Number of labels; above 1 the NMS is class-aware.")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="Implementation parameter, given to those that take it (e.g. sigma=0.5, kernel=linear, score_threshold=0.1).")
 @click.option("--file", "file_path", type=click.Path(exists=True, dir_okay=False), help="Boxes file (.npz, .pt, .csv) for the `file` scenario (refused without --scenario file).")
+@click.option("--canvas", "canvases", multiple=True, default=("fixed",), show_default=True,
+              help="Canvas of the synthetic scenarios: fixed (1024 px at every N) and/or density (its side grows as "
+                   "sqrt(N), 1024 px at N = 1024, so each box keeps as many neighbours at any N: the workload of large "
+                   "images, for N far beyond the fixed canvas). Rows record it in the canvas column.")
 @click.option("--recording", "recordings", multiple=True,
               help=f"For the `real` scenario: recordings photo@size to replay (repeat or comma-separate; `all`). "
                    f"Default: {datasets.real.DEFAULT_RECORDING}. Its knob (--overlap) is the confidence threshold, which "
@@ -210,7 +214,7 @@ def _grid(**fields) -> Grid:
               help=f"Re-time a noisy measurement up to K more times and keep the least noisy; the attempts column says "
                    f"how many timings the row took. Noisy: {NOISY_RULE}; the noise column names the reasons.")
 def sweep(sizes, impls, devices, scenarios, overlaps, ious, dtypes, seed, classes, params, file_path, recordings, timers,
-          rounds, min_run_time, host_wait, threads, out, force, resume, case_timeout, repeat_noisy):
+          rounds, min_run_time, host_wait, threads, out, force, resume, case_timeout, repeat_noisy, canvases):
     """Time implementations over the grid impl x device x dtype x scenario x overlap x n x IoU.
 
     \b
@@ -242,7 +246,7 @@ def sweep(sizes, impls, devices, scenarios, overlaps, ious, dtypes, seed, classe
         overlaps=_floats(overlaps, "--overlap values") or None, seed=seed, classes=classes, params=param_dict,
         timers=_split(timers), min_run_time=min_run_time, threads=threads, file=file_path,
         recordings=_split(recordings) or None, case_timeout=case_timeout, repeat_noisy=repeat_noisy, rounds=rounds,
-        host_wait=host_wait,
+        host_wait=host_wait, canvases=_split(canvases),
     )
     grid = _grid(**fields)  # every check of the core first, then what only a command line needs
     if "cuda" in grid.devices and not torch.cuda.is_available():
@@ -330,6 +334,8 @@ def reproduce_command(grid: Grid, out: Path, resume: bool = False) -> str:
         args += ["--repeat-noisy", str(grid.repeat_noisy)]
     if grid.host_wait:
         args += ["--host-wait", str(grid.host_wait)]
+    if grid.canvases != ["fixed"]:
+        args += ["--canvas", ",".join(grid.canvases)]
     return shlex.join(args + ["--resume" if resume else "--out", str(out)])
 
 
@@ -337,12 +343,14 @@ def reproduce_command(grid: Grid, out: Path, resume: bool = False) -> str:
 # each table impl x n. A recorded scenario's tables (real: n is the N a recording gave under
 # the cap n_cap) have a row per recording and implementation and a column per cap, each cell
 # naming its N.
-SUMMARY_BLOCKS = ("device", "timer", "scenario", "overlap", "dtype", "iou_threshold", "classes")
+SUMMARY_BLOCKS = ("device", "timer", "scenario", "canvas", "overlap", "dtype", "iou_threshold", "classes")
 SUMMARY_COLUMNS = 12  # columns per table; more are split over several tables, never cut
 
 
 def _summary_title(key: dict, varying: set) -> str:
     parts = [f"median µs ({key['timer']} timer)", str(key["scenario"])]
+    if "canvas" in varying and key.get("canvas"):
+        parts.append(f"{key['canvas']} canvas")
     if "overlap" in varying:
         parts.append(f"overlap {float(key['overlap']):g}")
     if "dtype" in varying:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 CASE_COLUMNS = [
     "impl", "family", "device", "dtype", "timer", "scenario", "overlap", "classes", "n",
@@ -38,6 +38,9 @@ CASE_COLUMNS = [
     # the recording (real scenario / real pipeline source), the real scenario's cap on n,
     # and the pipeline's batch size and stage (decode, nms, total)
     "benchmark", "image", "input_size", "n_cap", "batch", "stage",
+    # schema 6: the synthetic scenarios' canvas: "fixed" (1024 px at every n) or "density"
+    # (its side grows as sqrt(n)); "" for scenarios that do not generate boxes
+    "canvas",
 ]
 MEASURE_COLUMNS = [
     "status", "error", "median_us", "iqr_us", "runs", "rel_spread", "noisy", "threads",
@@ -65,6 +68,7 @@ SCHEMA_1_DEFAULTS = {"benchmark": "nms"}
 ADDED_IN_SCHEMA_3 = ("attempts",)
 ADDED_IN_SCHEMA_4 = ("blocks", "rounds", "round_spread", "noise")
 ADDED_IN_SCHEMA_5 = ("span_us", "span_iqr_us", "launches", "copies", "syncs")
+ADDED_IN_SCHEMA_6 = ("canvas",)
 EVENT_TIMER_RENAMED_IN = 5  # rows of older schemas with timer "device" timed CUDA events: read as "events"
 ENV_COLUMNS = [
     "machine", "cpu", "gpu", "driver", "cuda", "torch", "torchvision", "cupy", "numba",
@@ -76,7 +80,7 @@ STATUSES = ("ok", "error", "skipped")
 # Recorded scenarios (real) give the N they used in ``n`` and the requested cap in ``n_cap``;
 # pipelines add batch and stage. Measurement settings (threads, --min-run-time) and the
 # environment are not part of it: `sweep --resume` checks those separately.
-KEY_COLUMNS = ("benchmark", "impl", "device", "dtype", "timer", "scenario", "image", "input_size", "overlap",
+KEY_COLUMNS = ("benchmark", "impl", "device", "dtype", "timer", "scenario", "canvas", "image", "input_size", "overlap",
                "classes", "n", "n_cap", "iou_threshold", "seed", "params", "batch", "stage")
 # a file is resumed only on the machine that wrote it
 MACHINE_COLUMNS = ("machine", "cpu", "gpu")
@@ -318,15 +322,16 @@ def open_for_resume(path, env: dict, benchmark: str = "nms") -> set:
 
 
 # read as text: a CUDA version "12.10" is not the number 12.1
-TEXT_COLUMNS = ["params", "error", "benchmark", "image", "stage", "noise", *ENV_COLUMNS]
+TEXT_COLUMNS = ["params", "error", "benchmark", "image", "stage", "noise", "canvas", *ENV_COLUMNS]
 
 
 def read_results(path, name: str | None = None) -> "pandas.DataFrame":
     """Load a results CSV (a path or a file-like object), or raise ValueError naming what
     makes it not one; ``name`` is what messages call it (default: ``path``).
 
-    Older files (schema 1 to 4) gain the columns added since, empty (``benchmark`` = "nms"),
-    and their ``device`` rows, which timed CUDA events, are read as ``events`` rows.
+    Older files (schema 1 to 5) gain the columns added since, empty (``benchmark`` = "nms";
+    ``canvas`` = "fixed" for synthetic scenarios), and their ``device`` rows (schema 1 to 4),
+    which timed CUDA events, are read as ``events`` rows.
     A partial last line (a run killed while writing it) is dropped with a
     :class:`PartialRowWarning`.
     """
@@ -339,10 +344,15 @@ def read_results(path, name: str | None = None) -> "pandas.DataFrame":
         frame = pd.read_csv(io.BytesIO(data), dtype={c: str for c in TEXT_COLUMNS})
     except (OSError, ValueError, pd.errors.ParserError) as e:
         raise ValueError(f"{name}: not a readable CSV ({' '.join(str(e).split())})") from None
-    required = ("schema_version", *(c for c in CASE_COLUMNS if c not in ADDED_IN_SCHEMA_2), "status", "median_us")
+    required = ("schema_version", *(c for c in CASE_COLUMNS if c not in ADDED_IN_SCHEMA_2 + ADDED_IN_SCHEMA_6),
+                "status", "median_us")
     missing = [c for c in required if c not in frame.columns]
     if missing:
         raise ValueError(f"{name}: not an nmsbench results file (missing columns: {', '.join(missing)})")
+    if "canvas" not in frame.columns:  # before schema 6, every synthetic scenario was on the fixed canvas
+        from .datasets import SYNTHETIC
+
+        frame["canvas"] = frame["scenario"].isin(SYNTHETIC).map({True: "fixed", False: ""})
     for column in COLUMNS:
         if column not in frame.columns:
             frame[column] = SCHEMA_1_DEFAULTS.get(column, float("nan"))

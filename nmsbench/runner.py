@@ -100,6 +100,7 @@ class Grid:
     repeat_noisy: int = 0  # re-time a noisy measurement up to this many times, keep the least noisy
     rounds: int = DEFAULT_ROUNDS  # interleaved rounds per measurement (see the module docstring)
     host_wait: float = 0.0  # seconds a turn may wait for the host's usual speed (0: never waits)
+    canvases: list[str] = field(default_factory=lambda: ["fixed"])  # synthetic scenarios' canvas (datasets.synthetic)
 
     def __post_init__(self):
         self.validate()
@@ -142,6 +143,10 @@ class Grid:
         need("file" not in self.scenarios or bool(self.file), "file", "the file scenario needs a boxes file (--file PATH)")
         need(not self.file or "file" in self.scenarios, "file",
              f"a boxes file ({self.file}) is only read by the file scenario; add it (--scenario file) or leave the file out")
+        bad = [c for c in names(self.canvases, "canvases") if c not in datasets.synthetic.CANVASES]
+        need(not bad, "canvases", f"unknown canvas {', '.join(map(str, bad))}; choose {' and/or '.join(datasets.synthetic.CANVASES)}")
+        need(self.canvases == ["fixed"] or any(s in datasets.SYNTHETIC for s in self.scenarios), "canvases",
+             f"a canvas is for the synthetic scenarios ({', '.join(datasets.SYNTHETIC)}); add one or leave --canvas out")
         if self.recordings is not None:
             names(self.recordings, "recordings")
             need(any(datasets.SCENARIOS[s].recordings for s in self.scenarios), "recordings",
@@ -169,6 +174,10 @@ class Grid:
             return [None]
         return list(self.recordings) if self.recordings else [None]
 
+    def canvases_for(self, scenario: str) -> list[str]:
+        """The canvases a scenario is generated on (``[""]``: it generates no boxes)."""
+        return list(self.canvases) if scenario in datasets.SYNTHETIC else [""]
+
     def timers_for(self, device: str) -> list[str]:
         return [t for t in self.timers if t in CPU_TIMERS or device == "cuda"]
 
@@ -176,7 +185,8 @@ class Grid:
         """Number of rows the sweep will write (graph rows of backends that are not
         graph-safe are written as skipped)."""
         per_set = sum(len(self.timers_for(d)) for d in self.devices) * len(self.dtypes) * len(self.impls) * len(self.ious)
-        return sum(len(self.overlaps_for(s)) * len(self.recordings_for(s)) for s in self.scenarios) * len(self.ns) * per_set
+        return sum(len(self.overlaps_for(s)) * len(self.recordings_for(s)) * len(self.canvases_for(s))
+                   for s in self.scenarios) * len(self.ns) * per_set
 
 
 def _real(value) -> bool:
@@ -479,15 +489,17 @@ def _sweep_pass(grid: Grid, emit: Callable[[dict], None], done, between_turns: C
 
     seen: dict = {}  # real scenario: (recording, knob, N) -> the n cap that ran that box set
     for scenario, n in itertools.product(grid.scenarios, grid.ns):
-        for overlap, recording in itertools.product(grid.overlaps_for(scenario), grid.recordings_for(scenario)):
-            base = {"scenario": scenario, "overlap": overlap, "n": n, "seed": grid.seed, "classes": grid.classes}
+        for overlap, recording, canvas in itertools.product(grid.overlaps_for(scenario), grid.recordings_for(scenario),
+                                                            grid.canvases_for(scenario)):
+            base = {"scenario": scenario, "canvas": canvas, "overlap": overlap, "n": n, "seed": grid.seed,
+                    "classes": grid.classes}
             recorded = datasets.SCENARIOS[scenario].recordings is not None
             if recorded:  # rows name the recording
                 base |= datasets.real.recording_columns(recording or datasets.real.DEFAULT_RECORDING) | {"n_cap": n}
             duplicate = None
             try:
                 box_set = datasets.generate(scenario, n, overlap=overlap, seed=grid.seed, classes=grid.classes, path=grid.file,
-                                            recording=recording)
+                                            recording=recording, canvas=canvas or None)
                 base |= box_set.meta.get("row", {})  # a recording's rows carry the N it gave (<= the cap n)
                 if recorded:  # when fewer boxes pass than the cap allows, a larger cap gives the same set
                     duplicate = seen.setdefault((scenario, recording, overlap, len(box_set)), n)

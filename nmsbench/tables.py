@@ -28,15 +28,15 @@ NUMERIC_COLUMNS = [
     "input_size", "n_cap", "batch", "candidates", "mismatched",  # schema 2
 ]
 TEXT_COLUMNS = ["impl", "family", "device", "dtype", "timer", "scenario", "status", "params", "error",
-                "benchmark", "image", "stage", *ENV_COLUMNS]
+                "benchmark", "image", "stage", "canvas", *ENV_COLUMNS]
 # What identifies one measured case apart from the implementation: rows that agree on all
 # of these were timed on identical inputs on the same hardware, so their times compare.
 # (Columns a file lacks are left out; schema 2 added benchmark, image, ..., stage.)
-CASE_KEYS = ["hardware", "benchmark", "device", "dtype", "timer", "threads", "scenario", "image", "input_size",
+CASE_KEYS = ["hardware", "benchmark", "device", "dtype", "timer", "threads", "scenario", "canvas", "image", "input_size",
              "overlap", "classes", "n", "iou_threshold", "seed", "batch", "stage"]
 # Dimensions that split one implementation into several lines when the selection mixes them
 # (git_commit: two runs of the same case from different commits are two lines, not one).
-SERIES_DIMS = ["hardware", "benchmark", "device", "dtype", "timer", "threads", "image", "input_size", "overlap",
+SERIES_DIMS = ["hardware", "benchmark", "device", "dtype", "timer", "threads", "canvas", "image", "input_size", "overlap",
                "iou_threshold", "classes", "params", "batch", "stage", "git_commit"]
 # The filters the dashboard offers, as (column, label); OPTIONAL ones only where they vary.
 FILTERS = [
@@ -169,7 +169,7 @@ def _fmt_dim(dim: str, value) -> str:
 
 # When several dimensions vary, a label names the first ones in this order and leaves out
 # any that the ones before already determine (hardware when each device ran on one machine).
-LABEL_ORDER = ["benchmark", "device", "timer", "dtype", "threads", "scenario", "image", "input_size", "overlap",
+LABEL_ORDER = ["benchmark", "device", "timer", "dtype", "threads", "scenario", "canvas", "image", "input_size", "overlap",
                "iou_threshold", "classes", "params", "batch", "stage", "hardware", "git_commit"]
 
 
@@ -275,7 +275,7 @@ def speedup_table(frame: pd.DataFrame, baseline: str = DEFAULT_BASELINE, impls: 
     ok = ok_rows(frame)
     if ok.empty:
         raise ValueError("no measured (status ok) rows in the selection")
-    groups = group_dims(ok, ["benchmark", "device", "timer", "dtype", "threads", "scenario", "image", "input_size", "overlap",
+    groups = group_dims(ok, ["benchmark", "device", "timer", "dtype", "threads", "scenario", "canvas", "image", "input_size", "overlap",
                              "iou_threshold", "classes", "seed", "batch", "stage", "hardware", "git_commit"])
     rows = aggregate(ok, [*groups, "n", "impl"])
     if impls:

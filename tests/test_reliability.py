@@ -174,7 +174,7 @@ def test_resume_refuses_another_schema_machine_or_measurement(tmp_path):
     frame.to_csv(schema4, index=False)
     result = run(*base, "--resume", str(schema4))
     assert result.exit_code == 2
-    assert "not this nmsbench's results schema 5 (missing span_us, span_iqr_us, launches, copies, syncs)" in result.output
+    assert "not this nmsbench's results schema 6 (missing span_us, span_iqr_us, launches, copies, syncs)" in result.output
 
     other = tmp_path / "other.csv"
     frame = pd.read_csv(good)

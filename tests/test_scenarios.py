@@ -78,7 +78,8 @@ def test_generated_sets_are_valid(name, n, classes):
         assert bs.labels.shape == (n,) and bs.labels.dtype == torch.int64
         assert bool(((bs.labels >= 0) & (bs.labels < classes)).all())
     assert bool(((bs.boxes >= 0) & (bs.boxes <= CANVAS)).all())
-    assert bs.meta == {"scenario": name, "overlap": SCENARIOS[name].default_overlap, "seed": 5, "classes": classes}
+    assert bs.meta == {"scenario": name, "overlap": SCENARIOS[name].default_overlap, "seed": 5, "classes": classes,
+                       "canvas": "fixed", "extent": 1024.0}
 
 
 @pytest.mark.parametrize("name", SYNTHETIC)
