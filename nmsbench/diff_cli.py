@@ -44,8 +44,10 @@ def default_diff_path(directory: Path = Path("results") / "runs") -> Path:
               help="Implementation parameter, given to those that take it (e.g. score_threshold=0.1, kernel=linear).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
               help="JSON file to write. Default: results/runs/diff-<time>.json.")
+@click.option("--canvas", default="fixed", show_default=True, type=click.Choice(["fixed", "density"]),
+              help="fixed: the 1024-px canvas; density: its side grows as sqrt(N) (1024 px at N = 1024), as `sweep --canvas`.")
 @click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
-def diff_command(scenario, overlap, n, seed, iou, classes, impls, device, params, out, force):
+def diff_command(scenario, overlap, n, seed, iou, classes, impls, device, params, out, force, canvas):
     """Run implementations on one regenerated box set and write what each keeps (for the
     dashboard's suppression differences view).
 
@@ -90,11 +92,11 @@ def diff_command(scenario, overlap, n, seed, iou, classes, impls, device, params
         raise click.UsageError(f"{path} exists; give --force to overwrite it, or another --out")
 
     case = differences.run_case(scenario, n, overlap, seed, iou, classes=classes, impls=names, device=device,
-                                params=given)
+                                params=given, canvas=canvas)
     env = environment()
     command = "nmsbench diff " + shlex.join([
         "--scenario", scenario, "--overlap", f"{case.overlap:g}", "--n", str(n), "--seed", str(seed), "--iou", f"{iou:g}",
-        "--classes", str(classes), "--impl", ",".join(names), "--device", device,
+        "--classes", str(classes), "--impl", ",".join(names), "--device", device, "--canvas", canvas,
         *[a for k, v in given.items() for a in ("--param", f"{k}={v}")], "--out", str(path)])
     case.meta = {"command": command, "environment": env, "created": env["timestamp"]}
     if not case.keeps:  # nothing to show: no file, and why
@@ -102,7 +104,8 @@ def diff_command(scenario, overlap, n, seed, iou, classes, impls, device, params
         raise click.ClickException(f"no implementation ran on {device} ({reasons}); nothing written")
     differences.write_case(case, path)
 
-    click.echo(f"{scenario}, knob {case.overlap:g}, N = {case.n}, seed {seed}, IoU {iou:g} on {device}:")
+    click.echo(f"{scenario}{' (density canvas)' if canvas == 'density' else ''}, knob {case.overlap:g}, N = {case.n}, "
+               f"seed {seed}, IoU {iou:g} on {device}:")
     reference = "torchvision" if "torchvision" in case.keeps else next(iter(case.keeps), None)
     for name in names:
         if name in case.keeps:

@@ -57,6 +57,7 @@ class CaseRun:
     params: dict[str, dict] = field(default_factory=dict)       # name -> the parameters it ran with
     labels: np.ndarray | None = None
     meta: dict = field(default_factory=dict)                    # the command, the environment, the time written
+    canvas: str = "fixed"                                       # the synthetic scenarios' canvas (datasets.synthetic)
 
 
 def devices() -> list[str]:
@@ -78,14 +79,16 @@ def availability(device: str) -> dict[str, str]:
 
 def run_case(scenario: str, n: int, overlap: float | None = None, seed: int = 0, iou_threshold: float = 0.5,
              classes: int = 1, impls: Sequence[str] | None = None, device: str = "cpu", path=None,
-             params: dict | None = None) -> CaseRun:
+             params: dict | None = None, canvas: str = "fixed") -> CaseRun:
     """Regenerate the box set (on the CPU, deterministic from ``seed``, as a sweep does),
     move it to ``device`` and run each implementation (default: all registered) on it
     once; ``params`` go to the implementations that take them (as ``sweep --param``)."""
-    box_set = datasets.generate(scenario, n, overlap=overlap, seed=seed, classes=classes, path=path)
+    box_set = datasets.generate(scenario, n, overlap=overlap, seed=seed, classes=classes, path=path,
+                                canvas=canvas if scenario in datasets.SYNTHETIC else None)
     run = CaseRun(scenario, len(box_set), box_set.meta["overlap"], seed, float(iou_threshold), classes, device,
                   box_set.boxes.numpy().astype(float), box_set.scores.numpy().astype(float),
-                  labels=None if box_set.labels is None else box_set.labels.numpy().astype(np.int64))
+                  labels=None if box_set.labels is None else box_set.labels.numpy().astype(np.int64),
+                  canvas=box_set.meta.get("canvas", ""))
     registry = implementations()
     names = list(impls) if impls is not None else sorted(implementations())
     ready = availability(device)
@@ -151,7 +154,8 @@ def case_to_dict(case: CaseRun) -> dict:
     return _jsonable({
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "case": {"scenario": case.scenario, "overlap": case.overlap, "n": case.n, "seed": case.seed,
-                 "iou_threshold": case.iou_threshold, "classes": case.classes, "device": case.device},
+                 "iou_threshold": case.iou_threshold, "classes": case.classes, "device": case.device,
+                 "canvas": case.canvas},
         "boxes": case.boxes.tolist(), "scores": case.scores.tolist(),
         "labels": None if case.labels is None else case.labels.tolist(),
         "implementations": {
@@ -183,6 +187,7 @@ def case_from_dict(data: dict, name: str = "the file") -> CaseRun:
                       np.asarray(data["boxes"], dtype=float).reshape(-1, 4), np.asarray(data["scores"], dtype=float),
                       labels=None if data.get("labels") is None else np.asarray(data["labels"], dtype=np.int64),
                       unavailable=dict(data.get("unavailable") or {}), errors=dict(data.get("errors") or {}),
+                      canvas=str(c.get("canvas", "fixed")),
                       meta={k: v for k, v in data.items() if k not in ("case", "boxes", "scores", "labels", "implementations",
                                                                       "unavailable", "errors")})
         for impl, entry in data["implementations"].items():

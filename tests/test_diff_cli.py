@@ -19,7 +19,7 @@ def test_the_file_holds_the_sweeps_box_set_and_each_keep(diff_results):
     data = json.loads(diff_results.read_text())
     assert data["format"] == "nmsbench-diff" and data["format_version"] == 1
     assert data["case"] == {"scenario": "chain", "overlap": 0.6, "n": 256, "seed": 0, "iou_threshold": 0.5, "classes": 1,
-                            "device": "cpu"}
+                            "device": "cpu", "canvas": "fixed"}
     box_set = datasets.generate("chain", 256, overlap=0.6, seed=0)  # exactly what a sweep's case times
     assert np.array_equal(np.asarray(data["boxes"]), box_set.boxes.numpy().astype(float))
     assert np.array_equal(np.asarray(data["scores"]), box_set.scores.numpy().astype(float))
@@ -148,3 +148,17 @@ def test_moved_boxes_and_soft_scores_travel_through_the_file_and_onto_the_canvas
     bad.write_text(json.dumps(data))
     with pytest.raises(ValueError, match="weighted_nms has moved boxes of shape"):
         differences.read_case(bad)
+
+
+def test_a_diff_on_the_density_canvas_regenerates_the_sweeps_boxes(tmp_path):
+    out = tmp_path / "diff-density.json"
+    result = CliRunner().invoke(diff_command, ["--scenario", "uniform", "--n", "4096", "--canvas", "density",
+                                               "--impl", "torchvision,hard_graph", "--out", str(out)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "uniform (density canvas)" in result.output
+    data = json.loads(out.read_text())
+    assert data["case"]["canvas"] == "density" and "--canvas density" in data["command"]
+    box_set = datasets.generate("uniform", 4096, seed=0, canvas="density")
+    assert np.array_equal(np.asarray(data["boxes"]), box_set.boxes.numpy().astype(float))
+    case = differences.read_case(out)
+    assert case.canvas == "density" and np.array_equal(case.keeps["hard_graph"], case.keeps["torchvision"])
