@@ -7,6 +7,8 @@ input order through ``order`` before they leave the backend.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 from numba import njit, prange
@@ -104,37 +106,41 @@ def keep_from_sorted(order: torch.Tensor, kept_positions: np.ndarray) -> NMSResu
 GRAPH_MAX_PAIRS = 1 << 25  # neighbour entries the overlap graph may hold (16 bytes each); denser inputs take a dense path
 
 
-def _neighbour_counts(b, labels, by_x, lows, highs, above):
+def _neighbour_counts(b, labels, cell_x, cell_y, gx, gy, starts, by_cell, above):
     """Per box, how many same-label boxes overlap it with IoU > ``above``, among the boxes
-    at x-order positions lows[p]:highs[p] (its window of the sweep along x)."""
+    of the 3 x 3 grid cells around its own (cells as wide as the largest box side)."""
     n = b.shape[0]
     counts = np.zeros(n, dtype=np.int64)
-    for p in prange(n):
-        i = by_x[p]
+    for i in prange(n):
         c = 0
-        for q in range(lows[p], highs[p]):
-            j = by_x[q]
-            if j != i and labels[j] == labels[i] and np.float64(box_iou(b, i, j)) > above:
-                c += 1
+        for yy in range(max(cell_y[i] - 1, 0), min(cell_y[i] + 2, gy)):
+            for xx in range(max(cell_x[i] - 1, 0), min(cell_x[i] + 2, gx)):
+                cell = yy * gx + xx
+                for q in range(starts[cell], starts[cell + 1]):
+                    j = by_cell[q]
+                    if j != i and labels[j] == labels[i] and np.float64(box_iou(b, i, j)) > above:
+                        c += 1
         counts[i] = c
     return counts
 
 
-def _neighbour_fill(b, labels, by_x, lows, highs, above, indptr, sort_rows):
+def _neighbour_fill(b, labels, cell_x, cell_y, gx, gy, starts, by_cell, above, indptr, sort_rows):
     n = b.shape[0]
     indices = np.empty(indptr[n], dtype=np.int64)
     ious = np.empty(indptr[n], dtype=np.float64)
-    for p in prange(n):
-        i = by_x[p]
+    for i in prange(n):
         w = indptr[i]
-        for q in range(lows[p], highs[p]):
-            j = by_x[q]
-            if j != i and labels[j] == labels[i]:
-                v = np.float64(box_iou(b, i, j))
-                if v > above:
-                    indices[w] = j
-                    ious[w] = v
-                    w += 1
+        for yy in range(max(cell_y[i] - 1, 0), min(cell_y[i] + 2, gy)):
+            for xx in range(max(cell_x[i] - 1, 0), min(cell_x[i] + 2, gx)):
+                cell = yy * gx + xx
+                for q in range(starts[cell], starts[cell + 1]):
+                    j = by_cell[q]
+                    if j != i and labels[j] == labels[i]:
+                        v = np.float64(box_iou(b, i, j))
+                        if v > above:
+                            indices[w] = j
+                            ious[w] = v
+                            w += 1
         if sort_rows:  # the row in input order
             row = np.argsort(indices[indptr[i]:w])
             indices[indptr[i]:w] = indices[indptr[i]:w][row]
@@ -145,7 +151,7 @@ def _neighbour_fill(b, labels, by_x, lows, highs, above, indptr, sort_rows):
 _NEIGHBOUR_COUNTS = serial_and_parallel(_neighbour_counts)
 _NEIGHBOUR_FILL = serial_and_parallel(_neighbour_fill)
 GRAPH_PARALLEL_MIN = 4096  # boxes from which the graph's rows are built by the threads
-WINDOW_FACTOR = 4  # pairs the sweep may test per pair the graph may hold, before it gives up (None: dense)
+WINDOW_FACTOR = 4  # pairs the cells may test per pair the graph may hold, before it gives up (None: dense)
 
 
 def overlap_graph(b: np.ndarray, labels: np.ndarray, max_pairs: int = GRAPH_MAX_PAIRS, sort_rows: bool = False,
@@ -155,26 +161,42 @@ def overlap_graph(b: np.ndarray, labels: np.ndarray, max_pairs: int = GRAPH_MAX_
     neighbours: (indptr, indices, ious) with row i at indptr[i]:indptr[i + 1] (in input
     order with ``sort_rows``), ious in float64 of the input dtype's IoU (torchvision's
     arithmetic, exactly symmetric); None when the graph would hold more than ``max_pairs``
-    entries (the caller then takes its dense path). Found by a sweep along x, so
-    non-overlapping boxes cost little; the rows are built by the threads from
+    entries (the caller then takes its dense path). Found on a grid of cells as wide as
+    the largest box side (a box meets only the boxes of the 3 x 3 cells around its own), so
+    at constant density the work grows with N + E; the rows are built by the threads from
     ``GRAPH_PARALLEL_MIN`` boxes."""
     n = b.shape[0]
     if n == 0:
         return np.zeros(1, dtype=np.int64), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
-    by_x = np.argsort(b[:, 0], kind="stable")
-    x1_sorted = np.ascontiguousarray(b[by_x, 0])
-    # the widest box, in float64 and a little wider: a window may take too many boxes, never too few;
-    # a box's window: the boxes whose x1 lies after its own x1 - widest and before its x2
-    widest = float(np.max(b[:, 2].astype(np.float64) - b[:, 0].astype(np.float64))) * (1 + 1e-9)
-    lows = np.searchsorted(x1_sorted, x1_sorted.astype(np.float64) - widest, side="left")
-    highs = np.searchsorted(x1_sorted, b[by_x, 2], side="left")
-    if int((highs - lows).sum()) > WINDOW_FACTOR * max_pairs:  # too many boxes to test: dense, or wide boxes
+    x1, y1 = b[:, 0].astype(np.float64), b[:, 1].astype(np.float64)
+    largest = max(float(np.max(b[:, 2].astype(np.float64) - x1)), float(np.max(b[:, 3].astype(np.float64) - y1)))
+    if largest <= 0:  # every box has zero area: no pair overlaps
+        return np.zeros(n + 1, dtype=np.int64), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+    # cells at least as wide as the largest side, with a slack far above the rounding of the
+    # cell arithmetic: two boxes that intersect lie in neighbouring cells (or one cell)
+    reach = max(float(np.max(np.abs(x1))), float(np.max(np.abs(y1))), largest)
+    side = largest * (1 + 1e-6) + 1e-9 * reach
+    span = max(float(x1.max() - x1.min()), float(y1.max() - y1.min()))
+    side = max(side, span / math.sqrt(4.0 * n + 16))  # at most about 4 n cells
+    cell_x = ((x1 - x1.min()) / side).astype(np.int64)
+    cell_y = ((y1 - y1.min()) / side).astype(np.int64)
+    gx, gy = int(cell_x.max()) + 1, int(cell_y.max()) + 1
+    cells = cell_y * gx + cell_x
+    by_cell = np.argsort(cells, kind="stable")
+    per_cell = np.bincount(cells, minlength=gx * gy)
+    starts = np.zeros(gx * gy + 1, dtype=np.int64)
+    np.cumsum(per_cell, out=starts[1:])
+    # the pairs the 3 x 3 neighbourhoods would test: give up early when they are too many
+    padded = np.pad(per_cell.reshape(gy, gx), 1)
+    around = sum(padded[dy:dy + gy, dx:dx + gx] for dy in range(3) for dx in range(3))
+    if int((per_cell.reshape(gy, gx) * around).sum()) > WINDOW_FACTOR * max_pairs:
         return None
     parallel = int(n >= GRAPH_PARALLEL_MIN)
-    counts = _NEIGHBOUR_COUNTS[parallel](b, labels, by_x, lows, highs, float(above))
+    grid = (cell_x, cell_y, gx, gy, starts, by_cell)
+    counts = _NEIGHBOUR_COUNTS[parallel](b, labels, *grid, float(above))
     if counts.sum() > max_pairs:
         return None
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
-    indices, ious = _NEIGHBOUR_FILL[parallel](b, labels, by_x, lows, highs, float(above), indptr, sort_rows)
+    indices, ious = _NEIGHBOUR_FILL[parallel](b, labels, *grid, float(above), indptr, sort_rows)
     return indptr, indices, ious

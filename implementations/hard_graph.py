@@ -1,6 +1,6 @@
 """Greedy NMS on the suppression graph (family ``hard``): only pairs of boxes whose IoU
 exceeds the threshold can suppress, so it builds that graph (``_cpu.overlap_graph``: a
-sweep along x, O(N + E) memory, rows built by the threads) and resolves it in rank order:
+grid of cells, O(N + E) memory, rows built by the threads) and resolves it in rank order:
 a box is kept unless a kept higher-ranked neighbour removed it, and a kept box removes its
 lower-ranked neighbours. Greedy NMS is the lexicographically first maximal independent set
 of that graph in score order, so this is torchvision's result index for index.
@@ -69,7 +69,7 @@ def resolve_dense(b, labels, order, iou_threshold):
 
 @register(
     name="hard_graph", family="hard", devices=("cpu",), exact=True, requires=("numba",),
-    summary="numba: the suppression graph (IoU > threshold pairs, a sweep along x), resolved in rank order; O(N + E)",
+    summary="numba: the suppression graph (IoU > threshold pairs, a grid of cells), resolved in rank order; O(N + E)",
 )
 def hard_graph_cpu(boxes, scores, *, iou_threshold, labels=None):
     n = boxes.shape[0]

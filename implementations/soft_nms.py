@@ -1,7 +1,7 @@
 """Soft-NMS (family ``soft``, nmsbench.families): Bodla et al.'s Algorithm 1.
 
 ``soft_nms`` (numba, CPU): a pair of boxes with IoU 0 changes nothing (f(0) = 1 for both
-kernels), so it builds the overlap graph first (``_cpu.overlap_graph``: a sweep along x,
+kernels), so it builds the overlap graph first (``_cpu.overlap_graph``: a grid of cells,
 rows built by the threads) and then picks in a loop that touches only the pick's
 neighbours, the next pick read from a tournament tree over the current scores (the
 highest, ties by lower input index). Inputs whose graph would be dense (over N^2 /
@@ -141,7 +141,7 @@ def soft_nms_dense(b, labels, scores, iou_threshold, linear, sigma, score_thresh
 
 @register(
     name="soft_nms", family="soft", devices=("cpu",), exact=True, requires=("numba",), params=SOFT_PARAMS,
-    summary="numba: the overlap graph (sweep along x, threads), then picks from a tournament tree touching neighbours only",
+    summary="numba: the overlap graph (a grid of cells, threads), then picks from a tournament tree touching neighbours only",
 )
 def soft_nms_cpu(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold):
     n = boxes.shape[0]
