@@ -85,6 +85,25 @@ def resolve_greedy(mask, word_bits):
     return kept[:count]
 
 
+@njit(**JIT)
+def greedy_kept(b, labels, iou_threshold):
+    """Rank positions greedy NMS keeps (rows of ``b`` in rank order), ascending: each kept
+    row removes the later same-label rows it overlaps above the threshold."""
+    n = b.shape[0]
+    removed = np.zeros(n, dtype=np.bool_)
+    kept = np.empty(n, dtype=np.int64)
+    count = 0
+    for i in range(n):
+        if removed[i]:
+            continue
+        kept[count] = i
+        count += 1
+        for j in range(i + 1, n):
+            if not removed[j] and labels[j] == labels[i] and box_iou(b, i, j) > iou_threshold:
+                removed[j] = True
+    return kept[:count]
+
+
 def sorted_inputs(boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor | None):
     """(order, sorted boxes as numpy, sorted labels as int64 numpy; zeros without labels)."""
     order = score_order(scores)
@@ -124,7 +143,7 @@ def _neighbour_counts(b, labels, cell_x, cell_y, gx, gy, starts, by_cell, above)
     return counts
 
 
-def _neighbour_fill(b, labels, cell_x, cell_y, gx, gy, starts, by_cell, above, indptr, sort_rows):
+def _neighbour_fill(b, labels, cell_x, cell_y, gx, gy, starts, by_cell, above, indptr):
     n = b.shape[0]
     indices = np.empty(indptr[n], dtype=np.int64)
     ious = np.empty(indptr[n], dtype=np.float64)
@@ -141,10 +160,6 @@ def _neighbour_fill(b, labels, cell_x, cell_y, gx, gy, starts, by_cell, above, i
                             indices[w] = j
                             ious[w] = v
                             w += 1
-        if sort_rows:  # the row in input order
-            row = np.argsort(indices[indptr[i]:w])
-            indices[indptr[i]:w] = indices[indptr[i]:w][row]
-            ious[indptr[i]:w] = ious[indptr[i]:w][row]
     return indices, ious
 
 
@@ -154,12 +169,10 @@ GRAPH_PARALLEL_MIN = 4096  # boxes from which the graph's rows are built by the 
 WINDOW_FACTOR = 4  # pairs the cells may test per pair the graph may hold, before it gives up (None: dense)
 
 
-def overlap_graph(b: np.ndarray, labels: np.ndarray, max_pairs: int = GRAPH_MAX_PAIRS, sort_rows: bool = False,
-                  above: float = 0.0):
+def overlap_graph(b: np.ndarray, labels: np.ndarray, max_pairs: int = GRAPH_MAX_PAIRS, above: float = 0.0):
     """The same-label pairs of boxes (input order) whose IoU is > ``above`` (compared in
     float64, as a Python float threshold is; 0: every overlapping pair), as rows of
-    neighbours: (indptr, indices, ious) with row i at indptr[i]:indptr[i + 1] (in input
-    order with ``sort_rows``), ious in float64 of the input dtype's IoU (torchvision's
+    neighbours: (indptr, indices, ious) with row i at indptr[i]:indptr[i + 1], ious in float64 of the input dtype's IoU (torchvision's
     arithmetic, exactly symmetric); None when the graph would hold more than ``max_pairs``
     entries (the caller then takes its dense path). Found on a grid of cells as wide as
     the largest box side (a box meets only the boxes of the 3 x 3 cells around its own), so
@@ -198,5 +211,5 @@ def overlap_graph(b: np.ndarray, labels: np.ndarray, max_pairs: int = GRAPH_MAX_
         return None
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
-    indices, ious = _NEIGHBOUR_FILL[parallel](b, labels, *grid, float(above), indptr, sort_rows)
+    indices, ious = _NEIGHBOUR_FILL[parallel](b, labels, *grid, float(above), indptr)
     return indptr, indices, ious

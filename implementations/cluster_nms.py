@@ -13,18 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from nmsbench.boxes import NMSResult, score_order
+from nmsbench.boxes import NMSResult, pairwise_iou, score_order
 from nmsbench.registry import register
-
-
-def pairwise_iou(boxes: torch.Tensor) -> torch.Tensor:
-    """(N, N) IoU with torchvision's arithmetic in the boxes' dtype, 0 where the union is 0."""
-    area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
-    w = (torch.minimum(boxes[:, None, 2], boxes[None, :, 2]) - torch.maximum(boxes[:, None, 0], boxes[None, :, 0])).clamp(min=0)
-    h = (torch.minimum(boxes[:, None, 3], boxes[None, :, 3]) - torch.maximum(boxes[:, None, 1], boxes[None, :, 1])).clamp(min=0)
-    inter = w * h
-    union = area[:, None] + area[None, :] - inter
-    return torch.where(union > 0, inter / union, torch.zeros_like(inter))
 
 
 @register(
@@ -37,7 +27,7 @@ def cluster_nms(boxes, scores, *, iou_threshold, labels=None):
         return NMSResult(torch.empty(0, dtype=torch.int64, device=boxes.device))
     order = score_order(scores)
     ranked = boxes.detach()[order]
-    iou = pairwise_iou(ranked).triu_(diagonal=1)
+    iou = pairwise_iou(ranked, ranked).triu_(diagonal=1)
     if labels is not None:
         ranked_labels = labels[order]
         iou *= ranked_labels[:, None] == ranked_labels[None, :]

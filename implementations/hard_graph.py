@@ -7,7 +7,7 @@ of that graph in score order, so this is torchvision's result index for index.
 
 ``hard_graph`` (numba, CPU): for box sets where few pairs overlap (large images, constant
 density), memory and work grow with N + E instead of N^2; a graph denser than
-``DENSE_FRACTION`` takes the dense resolve (each kept box tests the later boxes).
+``DENSE_FRACTION`` takes the dense resolve (``_cpu.greedy_kept``: each kept box tests the later boxes).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from numba import njit
 from nmsbench.boxes import NMSResult, score_order
 from nmsbench.registry import register
 
-from ._cpu import GRAPH_MAX_PAIRS, JIT, box_iou, overlap_graph
+from ._cpu import GRAPH_MAX_PAIRS, JIT, greedy_kept, keep_from_sorted, overlap_graph, sorted_inputs
 
 DENSE_FRACTION = 32  # a graph of more than N^2 / this many pairs takes the dense resolve (as soft_nms)
 
@@ -47,36 +47,16 @@ def resolve_on_graph(order, indptr, indices):
     return kept[:count]
 
 
-@njit(**JIT)
-def resolve_dense(b, labels, order, iou_threshold):
-    """The dense resolve, on input rows taken in rank order."""
-    n = order.shape[0]
-    removed = np.zeros(n, dtype=np.bool_)
-    kept = np.empty(n, dtype=np.int64)
-    count = 0
-    for r in range(n):
-        if removed[r]:
-            continue
-        i = order[r]
-        kept[count] = i
-        count += 1
-        for q in range(r + 1, n):
-            j = order[q]
-            if not removed[q] and labels[j] == labels[i] and np.float64(box_iou(b, i, j)) > iou_threshold:
-                removed[q] = True
-    return kept[:count]
-
-
 @register(
     name="hard_graph", family="hard", devices=("cpu",), exact=True, requires=("numba",),
     summary="numba: the suppression graph (IoU > threshold pairs, a grid of cells), resolved in rank order; O(N + E)",
 )
 def hard_graph_cpu(boxes, scores, *, iou_threshold, labels=None):
     n = boxes.shape[0]
-    order = score_order(scores)
     b = boxes.detach().contiguous().numpy()
     lab = np.zeros(n, dtype=np.int64) if labels is None else labels.detach().to(torch.int64).contiguous().numpy()
     graph = overlap_graph(b, lab, max_pairs=min(GRAPH_MAX_PAIRS, n * n // DENSE_FRACTION), above=float(iou_threshold))
-    ranked = order.numpy()
-    kept = resolve_dense(b, lab, ranked, float(iou_threshold)) if graph is None else resolve_on_graph(ranked, *graph[:2])
-    return NMSResult(torch.from_numpy(kept))
+    if graph is None:
+        order, sorted_boxes, sorted_labels = sorted_inputs(boxes, scores, labels)
+        return keep_from_sorted(order, greedy_kept(sorted_boxes, sorted_labels, float(iou_threshold)))
+    return NMSResult(torch.from_numpy(resolve_on_graph(score_order(scores).numpy(), *graph[:2])))

@@ -18,14 +18,14 @@ import numpy as np
 import torch
 from numba import njit
 
-from nmsbench.boxes import NMSResult
+from nmsbench.boxes import NMSResult, pairwise_iou
 from nmsbench.families import SOFT_PARAMS
 from nmsbench.registry import register
 
 from ._cpu import GRAPH_MAX_PAIRS, JIT, box_iou, overlap_graph
 
-# inputs whose graph holds more than N^2 / this many pairs take the dense path: there a
-# pass over every live box per pick costs less than the sweep and the tree (results/PERFLOG.md)
+# inputs whose graph would hold more than N^2 / this many pairs take the dense path: there
+# one pass over the live boxes per pick costs less than building the graph and the tree
 DENSE_FRACTION = 32
 
 
@@ -157,16 +157,6 @@ def soft_nms_cpu(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, sc
     return NMSResult(torch.from_numpy(keep), torch.from_numpy(final).to(scores.dtype))
 
 
-def _iou_row(boxes: torch.Tensor, m: int) -> torch.Tensor:
-    """IoU of box ``m`` with every box, with torchvision's arithmetic in the boxes' dtype (0 where the union is 0)."""
-    area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
-    w = (torch.minimum(boxes[m, 2], boxes[:, 2]) - torch.maximum(boxes[m, 0], boxes[:, 0])).clamp(min=0)
-    h = (torch.minimum(boxes[m, 3], boxes[:, 3]) - torch.maximum(boxes[m, 1], boxes[:, 1])).clamp(min=0)
-    inter = w * h
-    union = area[m] + area - inter
-    return torch.where(union > 0, inter / union, torch.zeros_like(inter))
-
-
 @register(
     name="soft_torch", family="soft", devices=("cpu", "cuda"), exact=False, params=SOFT_PARAMS, host_sync=True,
     summary="plain PyTorch loop: argmax, an IoU row and the decay per pick (the baseline users write)",
@@ -184,7 +174,7 @@ def soft_torch(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, scor
         keep.append(m)
         final.append(current[m].clone())
         alive[m] = False
-        v = _iou_row(boxes.detach(), m).to(torch.float64)
+        v = pairwise_iou(boxes.detach()[m:m + 1], boxes.detach())[0].to(torch.float64)
         if kernel == "linear":
             f = torch.where(v >= iou_threshold, 1.0 - v, torch.ones_like(v))
         else:

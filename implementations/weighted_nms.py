@@ -12,30 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from numba import njit, prange
+from numba import prange
 
 from nmsbench.boxes import NMSResult
 from nmsbench.registry import register
 
-from ._cpu import JIT, box_iou, serial_and_parallel, sorted_inputs
-
-
-@njit(**JIT)
-def greedy_kept(b, labels, iou_threshold):
-    """Rank positions greedy NMS keeps (rows of ``b`` in rank order), ascending."""
-    n = b.shape[0]
-    removed = np.zeros(n, dtype=np.bool_)
-    kept = np.empty(n, dtype=np.int64)
-    count = 0
-    for i in range(n):
-        if removed[i]:
-            continue
-        kept[count] = i
-        count += 1
-        for j in range(i + 1, n):
-            if not removed[j] and labels[j] == labels[i] and box_iou(b, i, j) > iou_threshold:
-                removed[j] = True
-    return kept[:count]
+from ._cpu import box_iou, greedy_kept, serial_and_parallel, sorted_inputs
 
 
 def merged_boxes(b, labels, scores, kept, iou_threshold):

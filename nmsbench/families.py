@@ -78,13 +78,15 @@ def _number(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+def _positive(name: str, value) -> float:
+    """``value`` as a float, or a ValueError unless it is a finite number > 0."""
+    if not _number(value) or not (math.isfinite(float(value)) and float(value) > 0):
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+    return float(value)
+
+
 def _sigma(value):
-    if not _number(value):
-        raise ValueError(f"sigma must be a positive number, got {value!r}")
-    v = float(value)
-    if not (math.isfinite(v) and v > 0):
-        raise ValueError(f"sigma must be a positive number, got {value!r}")
-    return v
+    return _positive("sigma", value)
 
 
 def _score_threshold(value):
@@ -111,12 +113,7 @@ def _soft_score_threshold(value):
 
 
 def _beta(value):
-    if not _number(value):
-        raise ValueError(f"beta must be a positive number, got {value!r}")
-    v = float(value)
-    if not (math.isfinite(v) and v > 0):
-        raise ValueError(f"beta must be a positive number, got {value!r}")
-    return v
+    return _positive("beta", value)
 
 
 SOFT_PARAMS = (

@@ -9,6 +9,7 @@ Example counts scale with NMSBENCH_EXAMPLES_SCALE (default 1; e.g. 10 for a long
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from typing import Optional
@@ -887,13 +888,24 @@ def test_the_overlap_graph_holds_every_overlapping_pair(dtype, data):
     case = data.draw(cases(dtype, max_n=60), label="case")
     n = len(case.scores)
     labels = np.zeros(n, dtype=np.int64) if case.labels is None else case.labels.astype(np.int64)
-    indptr, indices, ious = overlap_graph(case.boxes, labels, sort_rows=data.draw(st.booleans(), label="sorted"))
+    indptr, indices, ious = overlap_graph(case.boxes, labels)
     for i in range(n):
         row = dict(zip(indices[indptr[i]:indptr[i + 1]].tolist(), ious[indptr[i]:indptr[i + 1]].tolist()))
         want = {j: float(D.iou(case.row(i), case.row(j))) for j in range(n)
                 if j != i and labels[j] == labels[i] and float(D.iou(case.row(i), case.row(j))) > 0}
         assert row == want, f"row {i}"
     assert overlap_graph(case.boxes, labels, max_pairs=int(indptr[-1]) - 1) is None or indptr[-1] == 0
+
+
+@contextlib.contextmanager
+def dense_fraction_of(module, value):
+    """A graph backend's DENSE_FRACTION set for the block (1: always the graph; 10**9: always
+    the dense path); a plain swap, not monkeypatch, which hypothesis' examples cannot share."""
+    before, module.DENSE_FRACTION = module.DENSE_FRACTION, value
+    try:
+        yield
+    finally:
+        module.DENSE_FRACTION = before
 
 
 @pytest.mark.parametrize("dense_fraction", [1, 10**9], ids=["graph", "dense"])
@@ -904,13 +916,10 @@ def test_soft_nms_takes_either_path_to_the_definition(dense_fraction, data):
 
     dtype = data.draw(st.sampled_from(DTYPES), label="dtype")
     case = data.draw(cases(dtype, max_n=60), label="case")
-    before, module.DENSE_FRACTION = module.DENSE_FRACTION, dense_fraction  # 1: always the graph; 10**9: always dense
-    try:
+    with dense_fraction_of(module, dense_fraction):
         check_soft("soft_nms", case, data.draw(THRESHOLDS, label="iou_threshold"),
                    data.draw(st.sampled_from(["gaussian", "linear"]), label="kernel"), data.draw(SIGMAS, label="sigma"),
                    data.draw(SOFT_SCORE_THRESHOLDS, label="score_threshold"))
-    finally:
-        module.DENSE_FRACTION = before
 
 
 @pytest.mark.parametrize("dense_fraction", [1, 10**9], ids=["graph", "dense"])
@@ -921,11 +930,8 @@ def test_hard_graph_takes_either_path_to_the_definition(dense_fraction, data):
 
     dtype = data.draw(st.sampled_from(DTYPES), label="dtype")
     case = data.draw(cases(dtype, max_n=60), label="case")
-    before, module.DENSE_FRACTION = module.DENSE_FRACTION, dense_fraction  # 1: always the graph; 10**9: always dense
-    try:
+    with dense_fraction_of(module, dense_fraction):
         check_hard("hard_graph", case, data.draw(THRESHOLDS, label="iou_threshold"))
-    finally:
-        module.DENSE_FRACTION = before
 
 
 @pytest.mark.parametrize("seed", [0, 1])
