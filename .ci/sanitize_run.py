@@ -27,7 +27,10 @@ SIZES = {"hard_fused": (31, 100, 257, 1000, 1500, 4500), "matrix_recompute": (31
 OTHER_SIZES = (31, 64, 100, 1000)
 CASES = ((1, torch.float32), (3, torch.float32), (3, torch.float16))  # (classes, dtype)
 PARAMS = {"matrix": [{"kernel": "gaussian", "sigma": 0.5, "score_threshold": 0.05},
-                     {"kernel": "linear", "sigma": 0.5, "score_threshold": 0.05}]}
+                     {"kernel": "linear", "sigma": 0.5, "score_threshold": 0.05}],
+          "soft": [{"kernel": "gaussian", "sigma": 0.5, "score_threshold": 0.001},
+                   {"kernel": "linear", "sigma": 0.5, "score_threshold": 0.0}],
+          "diou": [{"beta": 1.0}, {"beta": 0.6}]}  # beta 0.6: the kernels' pow
 KERNEL_IMPLS = kernel_implementations()
 if sys.argv[1:] == ["--groups"]:  # one process each: the implementations with paths by size, the rest together
     rest = [name for name in KERNEL_IMPLS if name not in SIZES] + ["pipelines"]

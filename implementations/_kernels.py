@@ -22,13 +22,14 @@ def variant_modules() -> list:
 
 
 def cuda_modules() -> list[CudaModule]:
-    """Every ``CudaModule`` a variant module holds at its top level, each once (by .cu file)."""
-    found: dict[str, CudaModule] = {}
+    """Every ``CudaModule`` a variant module holds at its top level, each once (by .cu file
+    and defines: diou_nms's compilation of hard_fused.cu is a module of its own)."""
+    found: dict[tuple, CudaModule] = {}
     for module in variant_modules():
         for value in vars(module).values():
             if isinstance(value, CudaModule):
-                found.setdefault(value.cu_file, value)
-    return [found[name] for name in sorted(found)]
+                found.setdefault((value.cu_file, tuple(sorted(value.defines.items()))), value)
+    return [found[key] for key in sorted(found)]
 
 
 def holds_cuda_module(module_name: str) -> bool:

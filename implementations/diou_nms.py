@@ -4,9 +4,14 @@ the distance between the boxes' centres (Zheng et al., AAAI 2020).
 ``diou_nms`` (numba, CPU): boxes in rank order; each kept box removes the later boxes its
 test suppresses, in one pass over them (serial: a parallel loop per kept box cost more
 in thread wake-ups than it saved).
+``diou_nms`` (CUDA): hard_fused's paths, compiled with DIoU's suppression test in place of
+the IoU's (``diou_module``: hard_fused.cu with ``DIOU_BETA`` defined, one compilation per
+beta), so the mask, the resolve and their path choice are hard_fused's.
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 from numba import njit
@@ -15,6 +20,8 @@ from nmsbench.families import DIOU_PARAMS
 from nmsbench.registry import register
 
 from ._cpu import JIT, box_iou, keep_from_sorted, sorted_inputs
+from ._cuda import CUDA_DTYPES, CudaModule
+from .hard_fused import cuda as hard_fused_cuda
 
 
 @njit(inline="always", **JIT)
@@ -61,3 +68,34 @@ def diou_greedy(b, labels, iou_threshold, beta):
 def diou_nms_cpu(boxes, scores, *, iou_threshold, labels=None, beta):
     order, sorted_boxes, sorted_labels = sorted_inputs(boxes, scores, labels)
     return keep_from_sorted(order, diou_greedy(sorted_boxes, sorted_labels, float(iou_threshold), float(beta)))
+
+
+@functools.lru_cache(maxsize=16)
+def diou_module(beta: float) -> CudaModule:
+    """hard_fused.cu compiled with DIoU-NMS's suppression test for ``beta`` (NVRTC -D
+    DIOU_BETA, its shortest round-trip repr, so the kernel's constant is the same double)."""
+    base = hard_fused_cuda.CUDA_MODULE
+    templates = {name: base.codes[name] for name in base.templates}
+    plain = {name: base.codes[name] for name in base.plain}
+    defines = {**hard_fused_cuda.DEFINES, "DIOU_BETA": repr(float(beta))}
+    return CudaModule(base.cu_file, templates=templates, plain=plain, defines=defines)
+
+
+CUDA_MODULE = diou_module(DIOU_PARAMS[0].default)  # the default beta's, for the kernel tests' discovery
+PATHS = hard_fused_cuda.PATHS  # hard_fused's, each of which the CUDA backend takes (``path=``)
+
+
+def check_path(path: str, n: int, dtype, padded: bool, device, labels: bool = False) -> None:
+    """hard_fused's check_path for diou_nms's kernels (the default beta's)."""
+    hard_fused_cuda.check_path(path, n, dtype, padded, device, labels, module=CUDA_MODULE, op="diou_nms")
+
+
+@register(
+    name="diou_nms", family="diou", devices=("cuda",), exact=True, requires=("cupy",), params=DIOU_PARAMS,
+    dtypes=CUDA_DTYPES, host_sync=True, graph_safe=True, checks_values=True,
+    summary="CUDA: hard_fused's paths with the DIoU test in the mask (one compilation per beta)",
+)
+def diou_nms_cuda(boxes, scores, *, iou_threshold, labels=None, beta, padded=False, path=None, check_values=False):
+    """``path``: one of hard_fused's ``PATHS`` (forced), else its ``choose_path``'s."""
+    return hard_fused_cuda.run_paths(boxes, scores, iou_threshold, labels, padded, path, check_values,
+                                     diou_module(float(beta)), "diou_nms")

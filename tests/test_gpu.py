@@ -16,7 +16,7 @@ from nmsbench import datasets
 from nmsbench.boxes import BoxSet
 from nmsbench.runner import Grid, run_sweep
 from nmsbench.variants._kernels import kernel_implementations
-from test_properties import Case, check_allpairs, check_hard, check_matrix
+from test_properties import Case, check_allpairs, check_diou, check_hard, check_matrix, check_soft, check_weighted
 
 pytestmark = [
     pytest.mark.gpu,
@@ -41,17 +41,61 @@ def box_set(scenario: str, n: int, classes: int) -> BoxSet:
     return datasets.generate(scenario, n, seed=n, classes=classes)
 
 
+def cpu_reference(name: str) -> str:
+    """The implementation a CUDA backend is checked against on the CPU: its own CPU backend,
+    else its family's exact CPU implementation (soft_rounds: soft_nms)."""
+    if "cpu" in IMPLS[name].backends:
+        return name
+    family = IMPLS[name].family
+    return next(other for other, impl in sorted(IMPLS.items())
+                if impl.family == family and impl.exact and "cpu" in impl.backends)
+
+
 def run(name, boxes: BoxSet, **params):
+    if boxes.boxes.device.type == "cpu":
+        name = cpu_reference(name)
     return nmsbench.run_nms(name, boxes.boxes, boxes.scores, 0.5, labels=boxes.labels, **params)
 
 
-def assert_same_result(name, cpu, gpu, dtype=torch.float32):
-    """The CUDA result equals the CPU one: hard and all-pairs index for index; Matrix NMS
-    too, with decayed scores to rounding (kept sets may differ only on the threshold)."""
+def assert_same_soft(name, cpu, gpu, dtype, linear: bool):
+    """Soft-NMS: our kernel picks what the CPU picks, in the same order, with the same final
+    scores (the linear kernel bit for bit; the gaussian's factors come from CUDA's exp,
+    within an ulp of the C library's). soft_torch, the plain loop, only to rounding."""
+    assert gpu.scores.dtype == dtype and gpu.scores.shape == gpu.keep.shape
+    want = cpu.scores.to(torch.float32).to(dtype) if dtype == torch.float16 else cpu.scores
+    if name == "soft_rounds":
+        assert gpu.keep.tolist() == cpu.keep.tolist(), f"{name}: picks differ from the CPU's"
+        if linear:
+            assert torch.equal(gpu.scores.cpu(), want), f"{name}: linear final scores differ from the CPU's"
+        else:
+            torch.testing.assert_close(gpu.scores.cpu().double(), want.double(), rtol=1e-12, atol=0)
+        return
+    threshold = IMPLS[name].resolve_params({})["score_threshold"]
+    cpu_final = dict(zip(cpu.keep.tolist(), want.double().tolist()))
+    gpu_final = dict(zip(gpu.keep.tolist(), gpu.scores.double().tolist()))
+    for i in cpu_final.keys() ^ gpu_final.keys():
+        assert abs(cpu_final.get(i, gpu_final.get(i)) - threshold) < 1e-5, f"box {i} picked by one backend only"
+    common = sorted(cpu_final.keys() & gpu_final.keys())
+    torch.testing.assert_close(torch.tensor([gpu_final[i] for i in common]),
+                               torch.tensor([cpu_final[i] for i in common]), rtol=1e-5, atol=1e-6)
+
+
+def assert_same_result(name, cpu, gpu, dtype=torch.float32, linear: bool = False):
+    """The CUDA result equals the CPU one: hard, all-pairs and DIoU index for index, weighted
+    NMS with the same moved boxes bit for bit; Matrix NMS too, with decayed scores to
+    rounding (kept sets may differ only on the threshold); Soft-NMS: assert_same_soft."""
     assert gpu.keep.device.type == "cuda" and gpu.keep.dtype == torch.int64
-    if IMPLS[name].family != "matrix":
+    family = IMPLS[name].family
+    if family == "soft":
+        assert_same_soft(name, cpu, gpu, dtype, linear)
+        return
+    if family != "matrix":
         assert gpu.scores is None
         assert torch.equal(gpu.keep.cpu(), cpu.keep)
+        if family == "weighted":  # float16: the float32 copy's means, rounded to float16
+            assert gpu.boxes.dtype == dtype and torch.equal(gpu.boxes.cpu(), cpu.boxes.to(dtype))
+        else:
+            assert gpu.boxes is None
         return
     assert gpu.scores.dtype == dtype and gpu.scores.shape == gpu.keep.shape
     cpu_final = dict(zip(cpu.keep.tolist(), cpu.scores.double().tolist()))
@@ -79,6 +123,17 @@ def equals_definition(name, boxes: BoxSet):
         check_allpairs(name, case, 0.5, "cuda")
     elif family == "matrix":
         check_matrix(name, case, 0.5, "gaussian", 0.5, 0.05, "cuda")
+    elif family == "soft":
+        for kernel in ("gaussian", "linear"):
+            check_soft(name, case, 0.5, kernel, 0.5, 0.001, "cuda")
+    elif family == "diou":
+        check_diou(name, case, 0.5, 1.0, "cuda")
+    elif family == "weighted":
+        check_weighted(name, case, 0.5, "cuda")
+
+
+# the plain-torch loops (one pick, or one N x N pass, per step) take seconds from here on
+SLOW_LOOP_MAX_N = {"matrix_naive": 4097, "soft_torch": 4097, "cluster": 4097}
 
 
 @pytest.mark.parametrize("name", CUDA_IMPLS)
@@ -86,14 +141,20 @@ def equals_definition(name, boxes: BoxSet):
 @pytest.mark.parametrize("classes", [1, 3])
 def test_cuda_backend_equals_cpu_backend_and_definition(name, scenario, classes):
     for n in SIZES:
-        if n > 4097 and name == "matrix_naive":
-            continue  # its CPU reference materializes several N x N tensors: slow, nothing new
+        if n > SLOW_LOOP_MAX_N.get(name, n):
+            continue  # its CPU reference materializes several N x N tensors or loops per pick: slow, nothing new
         boxes = box_set(scenario, n, classes)
-        gpu = run(name, boxes.to("cuda"))
-        cpu = run(name, boxes)
-        assert_same_result(name, cpu, gpu)
+        for params in family_params(name):
+            gpu = run(name, boxes.to("cuda"), **params)
+            cpu = run(name, boxes, **params)
+            assert_same_result(name, cpu, gpu, linear=params.get("kernel") == "linear")
         if n <= DEFINITION_MAX_N:
             equals_definition(name, boxes)
+
+
+def family_params(name: str) -> list[dict]:
+    """The parameter sets a family's backends are compared on: both Soft-NMS kernels, else the defaults."""
+    return [{}, {"kernel": "linear"}] if IMPLS[name].family == "soft" else [{}]
 
 
 @pytest.mark.parametrize("name", [n for n in CUDA_IMPLS if torch.float16 in IMPLS[n].backend("cuda").dtypes])
@@ -102,18 +163,24 @@ def test_float16_equals_cpu_backend_on_the_same_values(name, scenario):
     """float16 boxes are computed in float32: the CPU backend on the float32 copy of the
     very same values is the reference."""
     for n in SIZES:
+        if n > SLOW_LOOP_MAX_N.get(name, n):
+            continue
         for classes in (1, 3):
             boxes = box_set(scenario, n, classes).to("cpu", torch.float16)
-            gpu = run(name, boxes.to("cuda"))
-            cpu = run(name, boxes.to("cpu", torch.float32))
-            assert_same_result(name, cpu, gpu, torch.float16)
+            for params in family_params(name):
+                gpu = run(name, boxes.to("cuda"), **params)
+                cpu = run(name, boxes.to("cpu", torch.float32), **params)
+                assert_same_result(name, cpu, gpu, torch.float16, linear=params.get("kernel") == "linear")
 
 
 @pytest.mark.parametrize("name", KERNEL_IMPLS)
-def test_float64(name):
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_float64(name, scenario):
     for n in (1, 33, 1000, 4097):
-        boxes = box_set("crowd", n, 3).to("cpu", torch.float64)
-        assert_same_result(name, run(name, boxes), run(name, boxes.to("cuda")), torch.float64)
+        boxes = box_set(scenario, n, 3).to("cpu", torch.float64)
+        for params in family_params(name):
+            assert_same_result(name, run(name, boxes, **params), run(name, boxes.to("cuda"), **params), torch.float64,
+                               linear=params.get("kernel") == "linear")
 
 
 @pytest.mark.parametrize("name", EXACT_HARD)
@@ -151,13 +218,16 @@ def test_cuda_backend_is_deterministic(name, dtype):
     if dtype not in IMPLS[name].backend("cuda").dtypes:
         pytest.skip(f"{name} on cuda does not take {dtype}")
     for n, scenario in ((4097, "clustered"), (8192, "ties")):
+        if n > SLOW_LOOP_MAX_N.get(name, n):
+            n = SLOW_LOOP_MAX_N[name]
         boxes = box_set(scenario, n, 2).to("cuda", dtype)
         first = run(name, boxes)
         for _ in range(20):
             again = run(name, boxes)
             assert torch.equal(again.keep, first.keep)
-            if first.scores is not None:
-                assert torch.equal(again.scores, first.scores)
+            for field in ("scores", "boxes"):
+                if getattr(first, field) is not None:
+                    assert torch.equal(getattr(again, field), getattr(first, field))
 
 
 @pytest.mark.parametrize("name", KERNEL_IMPLS)
@@ -173,7 +243,7 @@ def test_subnormal_scores_and_coordinates_equal_the_cpu(name):
                          torch.maximum(corners[:, 0], corners[:, 2]), torch.maximum(corners[:, 1], corners[:, 3])], 1)
     scores = tiny[torch.randint(0, len(tiny), (n,), generator=generator)]
     case = BoxSet(boxes, scores, None)
-    params = {"score_threshold": 0.0} if IMPLS[name].family == "matrix" else {}
+    params = {"score_threshold": 0.0} if IMPLS[name].family in ("matrix", "soft") else {}
     cpu, gpu = run(name, case, **params), run(name, case.to("cuda"), **params)
     assert_same_result(name, cpu, gpu)  # hard and all-pairs: index for index
 
@@ -227,7 +297,7 @@ def test_grid_boxes_with_touching_edges_empty_boxes_and_iou_ties(n):
     case = grid_boxes(n, seed=n)
     on_gpu = case.to("cuda")
     for name, paths, check_path in path_tables():
-        params = {"score_threshold": 0.0} if IMPLS[name].family == "matrix" else {}
+        params = {"score_threshold": 0.0} if IMPLS[name].family in ("matrix", "soft") else {}
         cpu, gpu = run(name, case, **params), run(name, on_gpu, **params)
         assert_same_result(name, cpu, gpu)
         for path in paths:
@@ -409,3 +479,23 @@ def test_hard_fused_block_resolve_rounds_equal_the_cpu(n, path):
     first = hard_fused_forced(gpu_boxes, path).keep
     for _ in range(20):
         assert torch.equal(hard_fused_forced(gpu_boxes, path).keep, first)
+
+
+@pytest.mark.parametrize("kernel", ["gaussian", "linear"])
+def test_soft_rounds_on_cliques_big_boxes_and_chains(kernel):
+    """The rounds' hard cases, against soft_nms on the CPU: every box the same (one clique:
+    one pick a round), one large box over 2000 small disjoint ones (it collects 2000
+    factors), a chain of boxes each overlapping the next with scores falling along it, and
+    score threshold 0 (nothing dropped)."""
+    same = BoxSet(torch.tensor([[10.0, 10.0, 50.0, 50.0]]).repeat(1500, 1), torch.rand(1500), None)
+    side = torch.arange(2000, dtype=torch.float32)
+    small = torch.stack([side % 50 * 2, side // 50 * 2, side % 50 * 2 + 1, side // 50 * 2 + 1], 1)
+    big = BoxSet(torch.cat([torch.tensor([[0.0, 0.0, 100.0, 100.0]]), small]), torch.rand(2001), None)
+    steps = torch.arange(3000, dtype=torch.float32)
+    chain = BoxSet(torch.stack([steps, steps * 0, steps + 3, steps * 0 + 1], 1), 1 - steps / 4000, None)  # IoU 0.5 with the next
+    for case in (same, big, chain):
+        for score_threshold in (0.001, 0.0):
+            params = dict(kernel=kernel, score_threshold=score_threshold, iou_threshold=0.3)
+            cpu = nmsbench.run_nms("soft_nms", case.boxes, case.scores, **params)
+            gpu = nmsbench.run_nms("soft_rounds", case.boxes.cuda(), case.scores.cuda(), **params)
+            assert_same_soft("soft_rounds", cpu, gpu, torch.float32, kernel == "linear")

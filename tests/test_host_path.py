@@ -95,7 +95,7 @@ def stubbed(monkeypatch):
         monkeypatch.setattr(module, "host_count", lambda device: count)
         monkeypatch.setattr(module, "grid_barrier_address", lambda index, stream: 4242)
         monkeypatch.setattr(module, "opted_in_shared_limit", lambda kernel, device: 227 * 1024)
-    monkeypatch.setattr(hf, "mid_grid", lambda n, dtype, device: _cuda.blocks(n, hf.MID_THREADS // 32))
+    monkeypatch.setattr(hf, "mid_grid", lambda n, dtype, device, module=None: _cuda.blocks(n, hf.MID_THREADS // 32))
     monkeypatch.setattr(hf, "staged_resolve_fits", lambda n, device: n <= 1024)
     monkeypatch.setattr(mr, "cooperative_grid", lambda n, dtype, device, labels=False: _cuda.blocks(n, 8))
     monkeypatch.setattr(mr, "_resident_blocks", lambda dtype, device, threads, shared: 132 if shared <= 227 * 1024 else 0)

@@ -146,7 +146,8 @@ def recorded(monkeypatch):
     stubs = {
         "_current_stream": lambda device: (0, 5), "host_count": lambda device: FakeCount(),
         "grid_barrier_address": lambda index, stream: 4242, "stream_counters": lambda index, stream, count: 4343,
-        "opted_in_shared_limit": lambda kernel, device: 227 * 1024, "mid_grid": lambda n, dtype, device: 1,
+        "opted_in_shared_limit": lambda kernel, device: 227 * 1024, "mid_grid": lambda n, dtype, device, module=None: 1,
+        "rounds_grid": lambda n, dtype, device: 4,
         "staged_resolve_fits": lambda n, device: n <= 1024, "cooperative_grid": lambda n, dtype, device, labels=False: 8,
         "_resident_blocks": lambda dtype, device, threads, shared: 132,
     }
@@ -175,7 +176,7 @@ def test_every_launch_of_every_kernel_backend_packs_its_kernels_signature(record
     impl = nmsbench.implementations()[name]
     backend = impl.backend("cuda")
     module = sys.modules[backend.fn.__module__]
-    params = MATRIX_PARAMS if impl.family == "matrix" else {}
+    params = MATRIX_PARAMS if impl.family == "matrix" else impl.resolve_params({})
     calls = []
     for n in (5, 200, 1500, 9000):
         for labels in (None, torch.zeros(n, dtype=torch.int64)):

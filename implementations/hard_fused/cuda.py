@@ -104,46 +104,49 @@ def mid_shared_bytes(n: int, dtype: torch.dtype) -> int:
     return max(staged_shared_bytes(n), n * (box_bytes + 16))
 
 
-_mid_blocks: dict[tuple[torch.dtype, int], int] = {}  # (dtype, device index) -> blocks resident at once
+_mid_blocks: dict[tuple[str, torch.dtype, int], int] = {}  # (DIOU_BETA or "", dtype, device index) -> blocks resident
 
 
-def mid_grid(n: int, dtype: torch.dtype, device: torch.device) -> int:
+def mid_grid(n: int, dtype: torch.dtype, device: torch.device, module: CudaModule | None = None) -> int:
     """Blocks for mid_nms_kernel at ``n`` (a warp per box: n / 32 blocks of 32 warps), or 0
     when the device cannot hold them all at once with COOPERATIVE_MAX_N's shared memory, which a
-    cooperative launch needs."""
+    cooperative launch needs. ``module``: this file compiled with another suppression test
+    (diou_nms's), CUDA_MODULE when None."""
+    module = module or CUDA_MODULE
     index = device_index(device)
-    resident = _mid_blocks.get((dtype, index))
+    key = (module.defines.get("DIOU_BETA", ""), dtype, index)
+    resident = _mid_blocks.get(key)
     if resident is None:
         from cupy_backends.cuda.api import driver
 
-        kernel = CUDA_MODULE.get("mid_nms_kernel", dtype, device)
+        kernel = module.get("mid_nms_kernel", dtype, device)
         shared = mid_shared_bytes(COOPERATIVE_MAX_N, dtype)
         resident = 0
         if shared <= opted_in_shared_limit(kernel, device):
             per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, MID_THREADS, shared)
             resident = per_sm * torch.cuda.get_device_properties(index).multi_processor_count
-        _mid_blocks[dtype, index] = resident
+        _mid_blocks[key] = resident
     needed = blocks(n, MID_THREADS // 32)
     return needed if needed <= resident else 0
 
 
 # ------------------------------------------------------------------ the paths
 
-def _refuses_one_block(n, dtype, padded, device):
+def _refuses_one_block(n, dtype, padded, device, module=None):
     return None if n <= ONE_BLOCK_CAPACITY else f"it takes at most {ONE_BLOCK_CAPACITY} boxes"
 
 
-def _refuses_cooperative(n, dtype, padded, device):
+def _refuses_cooperative(n, dtype, padded, device, module=None):
     if padded:
         return "it runs eager calls only (padded calls may be captured in a CUDA graph)"
     if n > COOPERATIVE_MAX_N:
         return f"it takes at most {COOPERATIVE_MAX_N} boxes"
-    if device is not None and mid_grid(n, dtype, device) == 0:
+    if device is not None and mid_grid(n, dtype, device, module) == 0:
         return "this GPU cannot hold its grid at once"
     return None
 
 
-def _refuses_staged(n, dtype, padded, device):
+def _refuses_staged(n, dtype, padded, device, module=None):
     if n > STAGED_MAX_N:
         return f"it takes at most {STAGED_MAX_N} boxes"
     if device is not None and not staged_resolve_fits(n, device):
@@ -151,12 +154,12 @@ def _refuses_staged(n, dtype, padded, device):
     return None
 
 
-def _refuses_streamed(n, dtype, padded, device):
+def _refuses_streamed(n, dtype, padded, device, module=None):
     # past the staged resolve's sizes only (where it was built and tested for)
     return None if n > STAGED_MAX_N else f"it takes more than {STAGED_MAX_N} boxes"
 
 
-def _refuses_nothing(n, dtype, padded, device):
+def _refuses_nothing(n, dtype, padded, device, module=None):
     return None
 
 
@@ -170,14 +173,15 @@ class Path(NamedTuple):
 
 
 def choose_path(n: int, dtype: torch.dtype = torch.float32, padded: bool = False,
-                device: torch.device | None = None, labels: bool = False) -> str:
+                device: torch.device | None = None, labels: bool = False, module: CudaModule | None = None) -> str:
     """The path a call with ``n`` boxes takes (see the module docstring). Without a
     ``device`` nothing is asked of a GPU: "cooperative" is not considered and the staged
     resolve's shared memory is taken to fit. ``labels`` changes nothing here (it is taken
-    for the same signature as matrix_recompute's)."""
+    for the same signature as matrix_recompute's); ``module``: the suppression test's
+    compilation of hard_fused.cu (CUDA_MODULE when None)."""
     if n <= ONE_BLOCK_MAX_N:
         return "one_block"
-    if device is not None and _refuses_cooperative(n, dtype, padded, device) is None:
+    if device is not None and _refuses_cooperative(n, dtype, padded, device, module) is None:
         return "cooperative"
     if _refuses_staged(n, dtype, padded, device) is None:
         return "mask_then_staged_resolve"
@@ -187,20 +191,20 @@ def choose_path(n: int, dtype: torch.dtype = torch.float32, padded: bool = False
 
 
 def check_path(path: str, n: int, dtype: torch.dtype, padded: bool, device: torch.device | None,
-               labels: bool = False) -> None:
+               labels: bool = False, module: CudaModule | None = None, op: str = "hard_fused") -> None:
     """A ValueError where ``path`` is no path or cannot take this input, naming those that can."""
     if path not in PATHS:
-        raise ValueError(f"hard_fused: no path {path!r}; the paths are {', '.join(PATHS)}")
-    reason = PATHS[path].refuses(n, dtype, padded, device)
+        raise ValueError(f"{op}: no path {path!r}; the paths are {', '.join(PATHS)}")
+    reason = PATHS[path].refuses(n, dtype, padded, device, module)
     if reason is not None:
-        valid = [name for name, p in PATHS.items() if p.refuses(n, dtype, padded, device) is None]
-        raise ValueError(f"hard_fused: path {path!r} cannot take this call: {reason}; "
+        valid = [name for name, p in PATHS.items() if p.refuses(n, dtype, padded, device, module) is None]
+        raise ValueError(f"{op}: path {path!r} cannot take this call: {reason}; "
                          f"for N = {n} (padded={padded}) the valid paths are {', '.join(valid)}")
 
 
-def _tile_mask(n: int, words: int, dtype: torch.dtype, device: torch.device, index: int) -> CompiledLaunch:
-    return CompiledLaunch(CUDA_MODULE.get("tile_mask_kernel", dtype, device), (blocks(words, TILE_WARPS), words),
-                          (32 * TILE_WARPS,), CUDA_MODULE.codes["tile_mask_kernel"], index)
+def _tile_mask(n, words, dtype, device, index, module) -> CompiledLaunch:
+    return CompiledLaunch(module.get("tile_mask_kernel", dtype, device), (blocks(words, TILE_WARPS), words),
+                          (32 * TILE_WARPS,), module.codes["tile_mask_kernel"], index)
 
 
 def _checked_shared(kernel, n: int, words: int, device: torch.device) -> int:
@@ -211,37 +215,37 @@ def _checked_shared(kernel, n: int, words: int, device: torch.device) -> int:
     return shared
 
 
-def _prepare_one_block(n, words, dtype, device, index):
-    return (CompiledLaunch(CUDA_MODULE.get("small_nms_kernel", dtype, device), (1,), (SMALL_THREADS,),
-                           CUDA_MODULE.codes["small_nms_kernel"], index),)
+def _prepare_one_block(n, words, dtype, device, index, module):
+    return (CompiledLaunch(module.get("small_nms_kernel", dtype, device), (1,), (SMALL_THREADS,),
+                           module.codes["small_nms_kernel"], index),)
 
 
-def _prepare_cooperative(n, words, dtype, device, index):
-    return (CompiledLaunch(CUDA_MODULE.get("mid_nms_kernel", dtype, device), (mid_grid(n, dtype, device),),
-                           (MID_THREADS,), CUDA_MODULE.codes["mid_nms_kernel"], index, mid_shared_bytes(n, dtype),
+def _prepare_cooperative(n, words, dtype, device, index, module):
+    return (CompiledLaunch(module.get("mid_nms_kernel", dtype, device), (mid_grid(n, dtype, device, module),),
+                           (MID_THREADS,), module.codes["mid_nms_kernel"], index, mid_shared_bytes(n, dtype),
                            cooperative=True),)
 
 
-def _prepare_staged(n, words, dtype, device, index):
+def _prepare_staged(n, words, dtype, device, index, module):
     resolve = CompiledLaunch(CUDA_MODULE.get("staged_resolve_kernel", None, device), (1,), (STAGED_THREADS,),
                              CUDA_MODULE.codes["staged_resolve_kernel"], index, staged_shared_bytes(n))
-    return _tile_mask(n, words, dtype, device, index), resolve
+    return _tile_mask(n, words, dtype, device, index, module), resolve
 
 
-def _prepare_streamed(n, words, dtype, device, index):
-    kernel = CUDA_MODULE.get("streamed_resolve_kernel", dtype, device)
+def _prepare_streamed(n, words, dtype, device, index, module):
+    kernel = module.get("streamed_resolve_kernel", dtype, device)
     shared = _checked_shared(kernel, n, words, device)
     # a resolving block and a mask producer on every other SM (one block an SM fits)
     grid = max(2, torch.cuda.get_device_properties(index).multi_processor_count)
-    return (CompiledLaunch(kernel, (grid,), (RESOLVE_THREADS,), CUDA_MODULE.codes["streamed_resolve_kernel"], index,
+    return (CompiledLaunch(kernel, (grid,), (RESOLVE_THREADS,), module.codes["streamed_resolve_kernel"], index,
                            shared),)
 
 
-def _prepare_block_resolve(n, words, dtype, device, index):
+def _prepare_block_resolve(n, words, dtype, device, index, module):
     kernel = CUDA_MODULE.get("block_resolve_kernel", None, device)
     shared = _checked_shared(kernel, n, words, device)
     resolve = CompiledLaunch(kernel, (1,), (RESOLVE_THREADS,), CUDA_MODULE.codes["block_resolve_kernel"], index, shared)
-    return _tile_mask(n, words, dtype, device, index), resolve
+    return _tile_mask(n, words, dtype, device, index, module), resolve
 
 
 def _run_one_block(plan, stream, index, boxes, scores, labels_at, ranked_labels, threshold, base, keep, count, host_at,
@@ -292,15 +296,15 @@ class _Plan:
                  "ranked_labels_at", "chunk_keys_at", "group_keys_at", "launches", "run")
 
     def __init__(self, n: int, dtype: torch.dtype, labels: bool, padded: bool, device: torch.device,
-                 path: str | None):
+                 path: str | None, module: CudaModule, op: str):
         words = (n + 31) // 32
         if words > MAX_WORDS:
-            raise ValueError(f"hard_fused on cuda resolves in one block with N/8 bytes of shared memory (and its "
+            raise ValueError(f"{op} on cuda resolves in one block with N/8 bytes of shared memory (and its "
                              f"N x N/8-byte mask in GPU memory); N = {n} is above its limit of {MAX_WORDS * 32}")
         if path is None:
-            path = choose_path(n, dtype, padded, device)
+            path = choose_path(n, dtype, padded, device, module=module)
         else:
-            check_path(path, n, dtype, padded, device)
+            check_path(path, n, dtype, padded, device, module=module, op=op)
         index = device_index(device)
         self.path, self.n, self.words, self.run = path, n, words, PATHS[path].run
         mask_words = 0 if path == "one_block" else (n * words + 1) // 2
@@ -317,17 +321,20 @@ class _Plan:
             boxes_at, labels_at, chunk_at, group_at = (self.scratch_at + at for at in _ranked_offsets(n, dtype, labels))
             self.ranked_boxes_at, self.ranked_labels_at, self.chunk_keys_at, self.group_keys_at = \
                 boxes_at, labels_at, chunk_at, group_at
-        self.launches = PATHS[path].prepare(n, words, dtype, device, index)
+        self.launches = PATHS[path].prepare(n, words, dtype, device, index, module)
         self.memory_words = n + 1 + mask_words + scratch_words
 
 
-_plans: dict[tuple, _Plan] = {}  # (n, dtype, labels, padded, device, path or None) -> plan
+_plans: dict[tuple, _Plan] = {}  # (n, dtype, labels, padded, device, path or None, module's file and defines) -> plan
 
 
 def plan_for(n: int, dtype: torch.dtype, labels: bool, padded: bool, device: torch.device,
-             path: str | None = None) -> _Plan:
-    """The prepared ``_Plan`` of a call shape (``path`` None: the one ``choose_path`` picks)."""
-    return cached_plan(_plans, (n, dtype, labels, padded, device, path), _Plan, n, dtype, labels, padded, device, path)
+             path: str | None = None, module: CudaModule | None = None, op: str = "hard_fused") -> _Plan:
+    """The prepared ``_Plan`` of a call shape (``path`` None: the one ``choose_path`` picks;
+    ``module`` None: CUDA_MODULE, hard NMS's test)."""
+    module = module or CUDA_MODULE
+    key = (n, dtype, labels, padded, device, path, id(module))
+    return cached_plan(_plans, key, _Plan, n, dtype, labels, padded, device, path, module, op)
 
 
 
@@ -340,16 +347,22 @@ def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False, 
     ``check_values`` (eager calls): run_nms's value rules, in the op's first launch (the
     one_block or cooperative kernel, else the rank), read in the same synchronization as
     the kept count."""
+    return run_paths(boxes, scores, iou_threshold, labels, padded, path, check_values, CUDA_MODULE, "hard_fused")
+
+
+def run_paths(boxes, scores, iou_threshold, labels, padded, path, check_values, module: CudaModule, op: str):
+    """hard_fused's paths with ``module``'s kernels (hard_fused.cu compiled with a suppression
+    test: CUDA_MODULE's, or diou_nms's); ``op`` names the caller in errors."""
     if check_values and padded:
-        raise ValueError("hard_fused: check_values is for eager calls; a padded call reports bad input through "
+        raise ValueError(f"{op}: check_values is for eager calls; a padded call reports bad input through "
                          "run_nms's input_check")
     n, device = boxes.shape[0], boxes.device
     if n == 0:
         if path is not None and path not in PATHS:
-            check_path(path, n, boxes.dtype, padded, None)
+            check_path(path, n, boxes.dtype, padded, None, op=op)
         out = torch.zeros(1, dtype=torch.int64, device=device)
         return PaddedNMSResult(out[:0], out[0]) if padded else NMSResult(out[:0])
-    plan = plan_for(n, boxes.dtype, labels is not None, padded, device, path)
+    plan = plan_for(n, boxes.dtype, labels is not None, padded, device, path, module, op)
     memory = torch.empty(plan.memory_words, dtype=torch.int64, device=device)
     base = memory.data_ptr()
     labels_at = 0
@@ -375,6 +388,6 @@ def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False, 
     if padded:
         return PaddedNMSResult(memory[:n], memory[n])
     kept_keep = memory[:n]  # made while the GPU works; the wait's count only shortens it
-    kept = kept_count(host, device, n, "hard_fused")
-    raise_if_bad_input(verdict, given_boxes, given_scores, "hard_fused")  # written before the wait above returned
+    kept = kept_count(host, device, n, op)
+    raise_if_bad_input(verdict, given_boxes, given_scores, op)  # written before the wait above returned
     return NMSResult(kept_keep.resize_(kept))

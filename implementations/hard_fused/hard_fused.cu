@@ -14,6 +14,35 @@
 
 #define SMALL_WORDS (SMALL_MAX / 32)
 
+// The suppression test of a pair (a ranked above b). Without DIOU_BETA: hard NMS's, the
+// IoU above the threshold. With DIOU_BETA defined (diou_nms's module of this file, one per
+// beta): DIoU-NMS's, IoU - (rho^2 / c^2)^beta above the threshold, in double as
+// implementations/diou_nms.py computes it. The penalty is >= 0, so only pairs whose IoU is
+// above the threshold can pass: the IoU test rejects first, the penalty is computed for
+// the rest (beta = 1 without pow; other betas take CUDA's pow, within 2 ulp of the C
+// library's, which moves a decision only for a pair within ~1e-16 of the threshold).
+#ifdef DIOU_BETA
+template <typename A>
+__device__ __forceinline__ bool diou_above(const Box<A>& a, const Box<A>& b, double threshold) {
+    const double v = double(box_iou(a, b));
+    const double ax1 = a.x1, ay1 = a.y1, ax2 = a.x2, ay2 = a.y2, bx1 = b.x1, by1 = b.y1, bx2 = b.x2, by2 = b.y2;
+    const double cw = fmax(ax2, bx2) - fmin(ax1, bx1), ch = fmax(ay2, by2) - fmin(ay1, by1);
+    const double s = fmax(cw, ch);
+    double penalty = 0.0;
+    if (s != 0.0) {  // every length divided by the enclosing box's larger side: no square overflows
+        const double dx = ((ax1 / 2.0 + ax2 / 2.0) - (bx1 / 2.0 + bx2 / 2.0)) / s;
+        const double dy = ((ay1 / 2.0 + ay2 / 2.0) - (by1 / 2.0 + by2 / 2.0)) / s;
+        const double cwn = cw / s, chn = ch / s;
+        const double ratio = (dx * dx + dy * dy) / (cwn * cwn + chn * chn);
+        penalty = DIOU_BETA == 1.0 ? ratio : pow(ratio, double(DIOU_BETA));
+    }
+    return v - penalty > threshold;  // a NaN penalty never suppresses
+}
+#define SUPPRESSES(a, area_a, b, area_b, t) (overlaps_decisive(a, area_a, b, area_b, t) && diou_above(a, b, (t).exact))
+#else
+#define SUPPRESSES(a, area_a, b, area_b, t) overlaps_decisive(a, area_a, b, area_b, t)
+#endif
+
 __device__ __forceinline__ unsigned int valid_bits(int n, int word) {
     const int valid = n - word * 32;
     return valid >= 32 ? 0xffffffffu : (1u << valid) - 1u;
@@ -158,7 +187,7 @@ __global__ void small_nms_kernel(const T* boxes, const T* scores, const long lon
         unsigned int bits = 0u;
         const int first = max(i + 1, w * 32), last = min(n, w * 32 + 32);
         for (int j = first; j < last; ++j)
-            if (label[j] == label_i && overlaps_decisive(box_i, area_i, box[j], area[j], threshold)) bits |= 1u << (j - w * 32);
+            if (label[j] == label_i && SUPPRESSES(box_i, area_i, box[j], area[j], threshold)) bits |= 1u << (j - w * 32);
         mask[i][w] = bits;
     }
     __syncthreads();
@@ -234,7 +263,7 @@ __device__ __forceinline__ void mask_tiles(const T* sorted_boxes, const long lon
     while (candidates != 0u) {
         const int k = __ffs(candidates) - 1;
         candidates &= candidates - 1u;
-        if ((!has_labels || row_label[k] == label_j) && overlaps_decisive(row_box[k], row_area[k], box_j, area_j, threshold))
+        if ((!has_labels || row_label[k] == label_j) && SUPPRESSES(row_box[k], row_area[k], box_j, area_j, threshold))
             suppressed_by |= 1u << k;
     }
     // Transpose: lane k keeps row k's word (bit l: column l). Most tiles have none.
@@ -379,7 +408,7 @@ __global__ void __launch_bounds__(MID_THREADS, 1) mid_nms_kernel(
         for (int word = j / 32; word < words; ++word) {
             const int other = word * 32 + lane;
             const bool vote = other > j && other < n && label[other] == label_j &&
-                              overlaps_decisive(box_j, area_j, box[other], area[other], threshold);
+                              SUPPRESSES(box_j, area_j, box[other], area[other], threshold);
             const unsigned int bits = __ballot_sync(0xffffffffu, vote);
             if (lane == 0) mask[(long long)j * words + word] = bits;
         }

@@ -1,0 +1,196 @@
+// soft_rounds: Soft-NMS (family soft) on CUDA, our own design; the host side is
+// soft_rounds.py, the design implementations/DESIGN.md. PAIR_ROWS, PAIR_CHUNK and
+// ROUND_THREADS come from soft_rounds.py's DEFINES (NVRTC -D).
+//
+// A pair of boxes whose decay factor is 1 (IoU 0, a linear pair below the threshold, two
+// labels) changes nothing, so the kernels work on the decay graph: the pairs with f < 1
+// possible. soft_pairs_kernel counts each box's neighbours and, once the host has their
+// offsets, lists them; soft_rounds_kernel then picks in parallel rounds on the lists.
+
+// Whether boxes a and b (IoU v, computed as box_iou does) decay each other, and by what
+// factor: the family definition's f, in double (nmsbench.families, tests/definitions.py).
+__device__ __forceinline__ bool decays(double v, int linear, double iou_threshold) {
+    return v > 0.0 && (!linear || v >= iou_threshold);
+}
+__device__ __forceinline__ double decay_factor(double v, int linear, double iou_threshold, double sigma) {
+    if (linear) return v >= iou_threshold ? 1.0 - v : 1.0;
+    return exp(-(v * v) / sigma);
+}
+
+// ---------------------------------------------------------------- the decay graph
+// Block (x, y): rows x * PAIR_ROWS ... (a thread each) against the column boxes of chunk y
+// (PAIR_CHUNK of them, staged PAIR_ROWS at a time in shared memory). A box below the score
+// threshold at the start is dropped at once: it has no neighbours and is no one's.
+// Count mode (neighbours null): slots[row * chunks + y] = the row's neighbours in the chunk
+// (zeroed by the host: a dropped box's row is not written).
+// List mode: slots holds their exclusive prefix sums (the host's cumsum), and the row's
+// neighbours in the chunk go to neighbours[slots[row * chunks + y] ...], in input order.
+template <typename T>
+__global__ void __launch_bounds__(PAIR_ROWS) soft_pairs_kernel(const T* boxes, const T* scores, const long long* labels,
+                                                              int n, int linear, double iou_threshold,
+                                                              double score_threshold, long long* slots,
+                                                              int* neighbours) {
+    typedef typename Arith<T>::type A;
+    __shared__ Box<A> column_box[PAIR_ROWS];
+    __shared__ long long column_label[PAIR_ROWS];
+    __shared__ bool column_alive[PAIR_ROWS];
+    const int i = blockIdx.x * PAIR_ROWS + threadIdx.x, chunks = gridDim.y;
+    const int first = blockIdx.y * PAIR_CHUNK, last = min(n, first + PAIR_CHUNK);
+    const bool row = i < n && double(A(load_value(scores, i))) >= score_threshold;
+    const Box<A> box_i = i < n ? load_box(boxes, i) : Box<A>{0, 0, 0, 0};
+    const long long label_i = i < n && labels != nullptr ? labels[i] : 0;
+    long long slot = row && neighbours != nullptr ? slots[(long long)i * chunks + blockIdx.y] : 0;
+    int count = 0;
+    for (int base = first; base < last; base += PAIR_ROWS) {
+        __syncthreads();  // the last tile is used up
+        const int j = base + threadIdx.x;
+        if (j < last) {
+            const Box<A> b = load_box(boxes, j);
+            column_box[threadIdx.x] = b;
+            column_label[threadIdx.x] = labels != nullptr ? labels[j] : 0;
+            column_alive[threadIdx.x] = double(A(load_value(scores, j))) >= score_threshold;
+        }
+        __syncthreads();
+        if (!row) continue;
+        const int columns = min(PAIR_ROWS, last - base);
+        for (int k = 0; k < columns; ++k) {
+            const Box<A> b = column_box[k];
+            // may_overlap first: four comparisons reject most pairs (it holds wherever box_iou is not 0)
+            if (!may_overlap(box_i, b) || base + k == i || !column_alive[k] || column_label[k] != label_i) continue;
+            if (!decays(double(box_iou(box_i, b)), linear, iou_threshold)) continue;
+            if (neighbours != nullptr) neighbours[slot++] = base + k;
+            ++count;
+        }
+    }
+    if (row && neighbours == nullptr) slots[(long long)i * chunks + blockIdx.y] = count;  // the rest stay 0
+}
+
+// ---------------------------------------------------------------- the rounds
+// Every box keeps the list of its neighbours picked so far with their factors (entries,
+// room for its degree after its neighbour list's offset), and its current score is its
+// input score times those factors in the order the picks have in the definition: higher
+// final score first, ties by lower index. A round:
+//  1. every undecided box whose list grew sorts the new entries in and recomputes its
+//     current score from its input score (so the products are the definition's, factor
+//     for factor, in its order); below the score threshold it is dropped;
+//  2. every undecided box that no undecided neighbour outranks (higher current score,
+//     ties by lower index) is picked, and adds itself and its factor to the lists of its
+//     undecided neighbours.
+// Why this is the definition exactly: a box is picked only once no neighbour that the
+// definition picks before it is undecided (that neighbour would outrank it: its current
+// score is never below its final one, and the box's own is never above the definition's
+// at that pick), so its list then holds exactly the definition's factors for it, and two
+// boxes picked in one round are never neighbours. The definition's picks are in
+// descending final score (ties by index), so the host sorts the picks by that at the end.
+// Cooperative launch (every block resident); grid barriers between the phases, and
+// __syncthreads alone when the grid is one block. Boxes' state written by other blocks is
+// read through L2 (__ldcg).
+// state: 0 undecided, 1 dropped; picked_round: -1 or the round a box was picked in.
+// counters: three words, the undecided boxes counted in round r go to counters[r % 3].
+
+__device__ __forceinline__ bool outranks(double score_a, int a, double score_b, int b) {
+    return score_a > score_b || (score_a == score_b && a < b);
+}
+
+__device__ __forceinline__ void rounds_barrier(unsigned int* barrier) {
+    if (gridDim.x == 1) __syncthreads();
+    else grid_barrier(barrier);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(ROUND_THREADS) soft_rounds_kernel(
+        const T* boxes, const T* scores, int n, int linear, double iou_threshold, double sigma,
+        double score_threshold, const long long* slots, int chunks, const int* neighbours, double* current,
+        int* state, int* picked_round, int* list_length, int* sorted_length, int* entry_box, double* entry_factor,
+        unsigned int* counters, unsigned int* barrier, int* rounds_out) {
+    typedef typename Arith<T>::type A;
+    const int threads = gridDim.x * blockDim.x, tid = blockIdx.x * blockDim.x + threadIdx.x;
+    const int lane = threadIdx.x % 32, warps = threads / 32, warp = tid / 32;
+    for (int i = tid; i < n; i += threads) {
+        const double score = double(A(load_value(scores, i)));
+        current[i] = score;
+        state[i] = score >= score_threshold ? 0 : 1;
+        picked_round[i] = -1;
+        list_length[i] = 0;
+        sorted_length[i] = 0;
+    }
+    if (tid < 3) counters[tid] = 0u;
+    rounds_barrier(barrier);
+    int round = 0;
+    for (;; ++round) {
+        // 1. new entries sorted in, current scores recomputed, drops; the undecided counted
+        if (tid == 0) counters[(round + 1) % 3] = 0u;  // last read two rounds ago
+        unsigned int undecided = 0u;
+        for (int i = tid; i < n; i += threads) {
+            if (__ldcg(state + i) != 0 || __ldcg(picked_round + i) >= 0) continue;
+            const int length = __ldcg(list_length + i), sorted = sorted_length[i];
+            if (length > sorted) {
+                const long long at = slots[(long long)i * chunks];
+                int* box_at = entry_box + at;
+                double* factor_at = entry_factor + at;
+                int lowest = length;  // the first place an insertion moved (or wrote)
+                for (int k = sorted; k < length; ++k) {  // insertion: few new entries a round
+                    const int p = __ldcg(box_at + k);
+                    const double f = __ldcg(factor_at + k), score_p = __ldcg(current + p);
+                    int place = k;
+                    while (place > 0) {
+                        const int q = box_at[place - 1];
+                        if (!outranks(score_p, p, __ldcg(current + q), q)) break;
+                        box_at[place] = q;
+                        factor_at[place] = factor_at[place - 1];
+                        --place;
+                    }
+                    box_at[place] = p;
+                    factor_at[place] = f;
+                    lowest = min(lowest, place);
+                }
+                sorted_length[i] = length;
+                // current is the product of the first `sorted` factors, taken left to right:
+                // where every new entry sorted in after them, go on from it, else start over
+                const int from = lowest >= sorted ? sorted : 0;
+                double score = from > 0 ? current[i] : double(A(load_value(scores, i)));
+                for (int k = from; k < length; ++k) score *= factor_at[k];
+                current[i] = score;
+                if (score < score_threshold) {
+                    state[i] = 1;
+                    continue;
+                }
+            }
+            ++undecided;
+        }
+        undecided = warp_sum(int(undecided));
+        if (lane == 0 && undecided != 0u) atomicAdd(counters + round % 3, undecided);
+        rounds_barrier(barrier);
+        if (__ldcg(counters + round % 3) == 0u) break;  // the same in every block
+        // 2. picks: a warp per box, 32 neighbours at a time
+        for (int i = warp; i < n; i += warps) {
+            if (__ldcg(state + i) != 0 || __ldcg(picked_round + i) >= 0) continue;  // warp-uniform
+            const double score_i = __ldcg(current + i);
+            const long long begin = slots[(long long)i * chunks], end = slots[(long long)(i + 1) * chunks];
+            bool outranked = false;
+            for (long long s = begin; s < end && !outranked; s += 32) {
+                bool mine = false;
+                if (s + lane < end) {
+                    const int u = neighbours[s + lane];
+                    const int picked = __ldcg(picked_round + u);  // one picked this round still competes
+                    mine = __ldcg(state + u) == 0 && (picked < 0 || picked == round) &&
+                           outranks(__ldcg(current + u), u, score_i, i);
+                }
+                outranked = __any_sync(0xffffffffu, mine);
+            }
+            if (outranked) continue;
+            if (lane == 0) picked_round[i] = round;
+            const Box<A> box_i = load_box(boxes, i);
+            for (long long s = begin + lane; s < end; s += 32) {
+                const int u = neighbours[s];
+                if (__ldcg(state + u) != 0 || __ldcg(picked_round + u) >= 0) continue;  // not picked now: a neighbour
+                const double v = double(box_iou(box_i, load_box(boxes, u)));
+                const long long at = slots[(long long)u * chunks] + atomicAdd(list_length + u, 1);
+                entry_box[at] = i;
+                entry_factor[at] = decay_factor(v, linear, iou_threshold, sigma);
+            }
+        }
+        rounds_barrier(barrier);
+    }
+    if (tid == 0) *rounds_out = round;
+}

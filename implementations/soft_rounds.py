@@ -1,0 +1,130 @@
+"""soft_rounds: Soft-NMS (family ``soft``) on CUDA, our own design (soft_rounds.cu).
+
+Soft-NMS picks one box at a time, but a pick decays only the boxes it overlaps, so boxes
+far apart can be picked at once. Three steps:
+
+- the decay graph: the pairs whose factor f can be below 1 (IoU > 0, and for the linear
+  kernel IoU >= iou_threshold; same label; both above the score threshold at the start),
+  counted, offset by a cumsum and listed (``soft_pairs_kernel``, two launches): O(N^2)
+  pair tests on the GPU, O(N + E) memory;
+- the picks, in parallel rounds in one cooperative launch (``soft_rounds_kernel``): each
+  round picks every undecided box that no undecided neighbour outranks, and each box keeps
+  its picked neighbours' factors in the definition's pick order, so every final score is
+  the product the definition forms, factor for factor;
+- the host sorts the picks by final score (ties by lower index): the definition's order.
+
+The linear kernel's results are the definition's bit for bit; the gaussian kernel's
+factors come from CUDA's ``exp`` (within 1 ulp of the C library's), so its final scores
+agree to rounding and ``exact`` is False: the GPU tests check the same picks in the same
+order with scores to 1e-12. Why the rounds are exact: soft_rounds.cu and DESIGN.md.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from nmsbench.boxes import NMSResult
+from nmsbench.families import SOFT_PARAMS
+from nmsbench.registry import register
+
+from ._cuda import CUDA_DTYPES, CudaModule, blocks, device_index, grid_barrier_address, on_torch_stream
+
+# Rows per block and columns per chunk of the pair kernel; threads of the rounds kernel (NVRTC -D).
+DEFINES = {"PAIR_ROWS": 128, "PAIR_CHUNK": 2048, "ROUND_THREADS": 512}
+PAIR_ROWS, PAIR_CHUNK, ROUND_THREADS = DEFINES["PAIR_ROWS"], DEFINES["PAIR_CHUNK"], DEFINES["ROUND_THREADS"]
+BOXES_PER_WARP = 2  # the rounds grid: enough warps for this many boxes each, as far as the GPU holds them at once
+
+CUDA_MODULE = CudaModule(
+    "soft_rounds.cu",
+    templates={
+        # boxes scores labels | n linear threshold score_threshold | slots neighbours
+        "soft_pairs_kernel": "QQQiiddQQ",
+        # boxes scores | n linear threshold sigma score_threshold | slots chunks neighbours | state arrays ...
+        "soft_rounds_kernel": "QQiiddd" + "QiQ" + "Q" * 10,
+    },
+    defines=DEFINES,
+)
+
+_resident: dict[tuple[torch.dtype, int], int] = {}  # (dtype, device index) -> rounds blocks resident at once
+
+
+def rounds_grid(n: int, dtype: torch.dtype, device: torch.device) -> int:
+    """Blocks of the cooperative rounds launch at ``n``: BOXES_PER_WARP boxes a warp, at
+    most what the GPU holds at once (a cooperative launch needs them all resident)."""
+    index = device_index(device)
+    resident = _resident.get((dtype, index))
+    if resident is None:
+        from cupy_backends.cuda.api import driver
+
+        kernel = CUDA_MODULE.get("soft_rounds_kernel", dtype, device)
+        per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, ROUND_THREADS, 0)
+        resident = _resident[dtype, index] = per_sm * torch.cuda.get_device_properties(index).multi_processor_count
+    if resident == 0:
+        raise RuntimeError("soft_rounds: this GPU cannot hold one block of its rounds kernel")
+    return min(resident, blocks(n, ROUND_THREADS // 32 * BOXES_PER_WARP))
+
+
+def decay_graph(launch, boxes, scores, labels, linear: bool, iou_threshold: float, score_threshold: float):
+    """(slots, neighbours): the decay graph's lists; box i's neighbours are
+    neighbours[slots[i * chunks] : slots[(i + 1) * chunks]] (one host synchronization, for
+    the number of pairs)."""
+    n, device = boxes.shape[0], boxes.device
+    chunks = blocks(n, PAIR_CHUNK)
+    kernel = CUDA_MODULE.get("soft_pairs_kernel", boxes.dtype, device)
+    grid = (blocks(n, PAIR_ROWS), chunks)
+    args = (boxes, scores, labels, n, int(linear), np.float64(iou_threshold), np.float64(score_threshold))
+    counts = torch.zeros(n * chunks, dtype=torch.int64, device=device)  # rows of dropped boxes stay 0
+    launch(kernel, grid, (PAIR_ROWS,), (*args, counts, None))
+    slots = torch.zeros(n * chunks + 1, dtype=torch.int64, device=device)
+    torch.cumsum(counts, 0, out=slots[1:])
+    pairs = int(slots[-1])
+    neighbours = torch.empty(max(pairs, 1), dtype=torch.int32, device=device)
+    launch(kernel, grid, (PAIR_ROWS,), (*args, slots, neighbours))
+    return slots, neighbours, chunks, pairs
+
+
+def soft_rounds_state(boxes, scores, labels, *, iou_threshold, kernel, sigma, score_threshold):
+    """The rounds' outcome: (current scores (float64), picked_round, rounds, pairs)."""
+    n, device = boxes.shape[0], boxes.device
+    boxes, scores = boxes.detach().contiguous(), scores.detach().contiguous()
+    labels = None if labels is None else labels.detach().to(torch.int64).contiguous()
+    linear = kernel == "linear"
+    with on_torch_stream(device) as launch:
+        slots, neighbours, chunks, pairs = decay_graph(launch, boxes, scores, labels, linear, iou_threshold,
+                                                       score_threshold)
+        current = torch.empty(n, dtype=torch.float64, device=device)
+        ints = torch.empty((4, n), dtype=torch.int32, device=device)  # state, picked_round, list and sorted lengths
+        entry_box = torch.empty(max(pairs, 1), dtype=torch.int32, device=device)
+        entry_factor = torch.empty(max(pairs, 1), dtype=torch.float64, device=device)
+        counters = torch.empty(4, dtype=torch.int32, device=device)  # three round counters, the rounds taken
+        index = device_index(device)
+        launch(CUDA_MODULE.get("soft_rounds_kernel", boxes.dtype, device), (rounds_grid(n, boxes.dtype, device),),
+               (ROUND_THREADS,),
+               (boxes, scores, n, int(linear), np.float64(iou_threshold), np.float64(sigma),
+                np.float64(score_threshold), slots, chunks, neighbours, current, ints[0], ints[1], ints[2], ints[3],
+                entry_box, entry_factor, counters, np.uint64(grid_barrier_address(index, launch.stream)),
+                counters[3:]),
+               cooperative=True)
+    return current, ints[1], counters[3], pairs
+
+
+@register(
+    name="soft_rounds", family="soft", devices=("cuda",), exact=False, requires=("cupy",), params=SOFT_PARAMS,
+    dtypes=CUDA_DTYPES, host_sync=True,
+    summary="CUDA: the decay graph (pair lists), then parallel rounds of picks in one cooperative launch, "
+            "products in the definition's order",
+)
+def soft_rounds(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold):
+    n, device = boxes.shape[0], boxes.device
+    if n == 0:
+        return NMSResult(torch.empty(0, dtype=torch.int64, device=device),
+                         torch.empty(0, dtype=scores.dtype, device=device))
+    current, picked_round, _, _ = soft_rounds_state(boxes, scores, labels, iou_threshold=iou_threshold,
+                                                    kernel=kernel, sigma=sigma, score_threshold=score_threshold)
+    picked = torch.nonzero(picked_round >= 0).squeeze(1)  # ascending index: the stable sort's ties
+    final = current[picked]
+    final, order = torch.sort(final, descending=True, stable=True)
+    if scores.dtype == torch.float16:  # float16 is computed in float32: round there first
+        final = final.to(torch.float32)
+    return NMSResult(picked[order], final.to(scores.dtype))
