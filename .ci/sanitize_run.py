@@ -82,11 +82,12 @@ for name in (n for n in KERNEL_IMPLS if n in SELECTED):
                     continue
                 paths, check_path = table
                 for path in paths:
-                    for padded in (False, True):
+                    for padded in (False, True) if backend.graph_safe else (False,):
                         if takes(check_path, path, n, dtype, padded, device, labels):
                             for checked in (False, True) if backend.checks_values and not padded else (False,):
                                 backend.fn(boxes.boxes, boxes.scores, iou_threshold=0.5, labels=boxes.labels,
-                                           padded=padded, path=path, **params, **({"check_values": True} if checked else {}))
+                                           path=path, **({"padded": True} if padded else {}), **params,
+                                           **({"check_values": True} if checked else {}))
     # rank.cu's merge (every kernel backend's rank from 8193 boxes), at small sizes, in one process of a split
     if name == "hard_fused" and (ONLY is None or min(sizes) in ONLY):
         from nmsbench.variants._cuda import input_verdict, on_torch_stream, rank_by_score

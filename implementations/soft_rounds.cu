@@ -194,3 +194,128 @@ __global__ void __launch_bounds__(ROUND_THREADS) soft_rounds_kernel(
     }
     if (tid == 0) *rounds_out = round;
 }
+
+// ---------------------------------------------------------------- "one_block": N <= BLOCK_MAX_N, one launch
+// The same rounds in one block of BLOCK_THREADS, the boxes and their state in shared
+// memory: no grid barrier, no pair count to wait for, no L2 round trip per neighbour
+// looked at. Each box's neighbour list and entries take a row of n slots in global
+// memory (the host allocates n x n of each: at these N a few MB), and the kernel ranks
+// the picks itself (a pick's place: the picks that outrank it), so the host waits once,
+// for the count. mark: -2 dropped, -1 undecided, r >= 0 picked in round r.
+// Dynamic shared memory (block_shared_bytes in soft_rounds.py): n boxes, n labels, n
+// current scores (double), then n marks, degrees, list lengths and sorted lengths (int).
+template <typename T>
+__global__ void __launch_bounds__(BLOCK_THREADS) soft_block_kernel(
+        const T* boxes, const T* scores, const long long* labels, int n, int linear, double iou_threshold,
+        double sigma, double score_threshold, short* neighbours, short* entry_box, double* entry_factor,
+        long long* keep, double* final_score, long long* count_out, long long* host_count, int* rounds_out) {
+    typedef typename Arith<T>::type A;
+    extern __shared__ __align__(16) unsigned char block_shared[];
+    Box<A>* box = reinterpret_cast<Box<A>*>(block_shared);
+    long long* label = reinterpret_cast<long long*>(box + n);
+    double* current = reinterpret_cast<double*>(label + n);
+    int* mark = reinterpret_cast<int*>(current + n);
+    int* degree = mark + n;
+    int* length = degree + n;
+    int* sorted = length + n;
+    __shared__ int undecided[2], kept;
+    const int tid = threadIdx.x;
+    for (int i = tid; i < n; i += blockDim.x) {
+        box[i] = load_box(boxes, i);
+        label[i] = labels != nullptr ? labels[i] : 0;
+        current[i] = double(A(load_value(scores, i)));
+        mark[i] = current[i] >= score_threshold ? -1 : -2;
+        length[i] = 0;
+        sorted[i] = 0;
+    }
+    if (tid == 0) undecided[0] = 0, kept = 0;
+    __syncthreads();
+    for (int i = tid; i < n; i += blockDim.x) {  // the decay graph's rows
+        int d = 0;
+        if (mark[i] == -1) {
+            const Box<A> b = box[i];
+            for (int j = 0; j < n; ++j)
+                if (j != i && mark[j] == -1 && label[j] == label[i] && may_overlap(b, box[j]) &&
+                    decays(double(box_iou(b, box[j])), linear, iou_threshold))
+                    neighbours[(long long)i * n + d++] = short(j);
+        }
+        degree[i] = d;
+    }
+    __syncthreads();
+    int round = 0;
+    for (;; ++round) {
+        if (tid == 0) undecided[(round + 1) & 1] = 0;  // last read a round ago
+        int mine = 0;
+        for (int i = tid; i < n; i += blockDim.x) {  // 1. new entries sorted in, scores recomputed, drops
+            if (mark[i] != -1) continue;
+            const int grown = length[i], before = sorted[i];
+            if (grown > before) {
+                short* box_at = entry_box + (long long)i * n;
+                double* factor_at = entry_factor + (long long)i * n;
+                int lowest = grown;
+                for (int k = before; k < grown; ++k) {
+                    const int p = box_at[k];
+                    const double f = factor_at[k];
+                    int place = k;
+                    while (place > 0 && outranks(current[p], p, current[box_at[place - 1]], box_at[place - 1])) {
+                        box_at[place] = box_at[place - 1];
+                        factor_at[place] = factor_at[place - 1];
+                        --place;
+                    }
+                    box_at[place] = short(p);
+                    factor_at[place] = f;
+                    lowest = min(lowest, place);
+                }
+                sorted[i] = grown;
+                const int from = lowest >= before ? before : 0;  // as in soft_rounds_kernel
+                double score = from > 0 ? current[i] : double(A(load_value(scores, i)));
+                for (int k = from; k < grown; ++k) score *= factor_at[k];
+                current[i] = score;
+                if (score < score_threshold) {
+                    mark[i] = -2;
+                    continue;
+                }
+            }
+            ++mine;
+        }
+        if (mine) atomicAdd(undecided + (round & 1), mine);
+        __syncthreads();
+        if (undecided[round & 1] == 0) break;  // the same in every thread
+        for (int i = tid; i < n; i += blockDim.x) {  // 2. picks, and their factors to their neighbours
+            if (mark[i] != -1) continue;
+            const short* row = neighbours + (long long)i * n;
+            bool outranked = false;
+            for (int s = 0; s < degree[i] && !outranked; ++s) {
+                const int u = row[s], m = mark[u];  // one picked this round still competes
+                outranked = (m == -1 || m == round) && outranks(current[u], u, current[i], i);
+            }
+            if (outranked) continue;
+            mark[i] = round;
+            for (int s = 0; s < degree[i]; ++s) {
+                const int u = row[s];
+                if (mark[u] != -1) continue;  // not picked this round: a neighbour
+                const int slot = atomicAdd(length + u, 1);
+                entry_box[(long long)u * n + slot] = short(i);
+                entry_factor[(long long)u * n + slot] = decay_factor(double(box_iou(box[i], box[u])), linear,
+                                                                    iou_threshold, sigma);
+            }
+        }
+        __syncthreads();
+    }
+    int picks = 0;
+    for (int i = tid; i < n; i += blockDim.x) {  // the definition's order: a pick's place is the picks above it
+        if (mark[i] < 0) continue;
+        int place = 0;
+        for (int j = 0; j < n; ++j) place += mark[j] >= 0 && outranks(current[j], j, current[i], i);
+        keep[place] = i;
+        final_score[place] = current[i];
+        ++picks;
+    }
+    if (picks) atomicAdd(&kept, picks);
+    __syncthreads();
+    if (tid == 0) {
+        *count_out = kept;
+        if (host_count != nullptr) *host_count = kept;
+        *rounds_out = round;
+    }
+}

@@ -28,12 +28,18 @@ from nmsbench.boxes import NMSResult
 from nmsbench.families import SOFT_PARAMS
 from nmsbench.registry import register
 
-from ._cuda import CUDA_DTYPES, CudaModule, blocks, device_index, grid_barrier_address, on_torch_stream
+from ._cuda import (CUDA_DTYPES, CudaModule, blocks, device_index, grid_barrier_address, host_count, kept_count,
+                    on_torch_stream, opted_in_shared_limit)
 
-# Rows per block and columns per chunk of the pair kernel; threads of the rounds kernel (NVRTC -D).
-DEFINES = {"PAIR_ROWS": 128, "PAIR_CHUNK": 2048, "ROUND_THREADS": 512}
+# Rows per block and columns per chunk of the pair kernel; threads of the rounds kernel and
+# of the one-block kernel (NVRTC -D).
+DEFINES = {"PAIR_ROWS": 128, "PAIR_CHUNK": 512, "ROUND_THREADS": 512, "BLOCK_THREADS": 1024}
 PAIR_ROWS, PAIR_CHUNK, ROUND_THREADS = DEFINES["PAIR_ROWS"], DEFINES["PAIR_CHUNK"], DEFINES["ROUND_THREADS"]
+BLOCK_THREADS = DEFINES["BLOCK_THREADS"]
 BOXES_PER_WARP = 2  # the rounds grid: enough warps for this many boxes each, as far as the GPU holds them at once
+# "one_block" up to here: its rows of n slots (n x n neighbours and entries, 12 bytes a
+# slot) stay a few MB, and its int16 box indices hold n
+BLOCK_MAX_N = 2048
 
 CUDA_MODULE = CudaModule(
     "soft_rounds.cu",
@@ -42,9 +48,45 @@ CUDA_MODULE = CudaModule(
         "soft_pairs_kernel": "QQQiiddQQ",
         # boxes scores | n linear threshold sigma score_threshold | slots chunks neighbours | state arrays ...
         "soft_rounds_kernel": "QQiiddd" + "QiQ" + "Q" * 10,
+        # boxes scores labels | n linear threshold sigma score_threshold | rows, outputs
+        "soft_block_kernel": "QQQiiddd" + "Q" * 8,
     },
     defines=DEFINES,
 )
+PATHS = ("one_block", "rounds")  # forced with path=; else choose_path's
+
+
+def block_shared_bytes(n: int, dtype: torch.dtype) -> int:
+    """soft_block_kernel's dynamic shared memory, as laid out in soft_rounds.cu: n boxes,
+    labels (8 bytes), current scores (8 bytes) and four ints."""
+    return n * ((32 if dtype == torch.float64 else 16) + 8 + 8 + 16)
+
+
+def _refuses(path: str, n: int, dtype: torch.dtype, device: torch.device | None) -> str | None:
+    if path not in PATHS:
+        return f"no path {path!r}; the paths are {', '.join(PATHS)}"
+    if path == "one_block":
+        if n > BLOCK_MAX_N:
+            return f"it takes at most {BLOCK_MAX_N} boxes"
+        if device is not None:
+            kernel = CUDA_MODULE.get("soft_block_kernel", dtype, device)
+            if block_shared_bytes(n, dtype) > opted_in_shared_limit(kernel, device):
+                return "its shared memory does not fit one block on this GPU"
+    return None
+
+
+def check_path(path: str, n: int, dtype: torch.dtype, padded: bool = False, device: torch.device | None = None,
+               labels: bool = False) -> None:
+    """A ValueError where ``path`` is no path or cannot take this input (the signature of
+    hard_fused's, which the sanitizer run and the GPU tests call)."""
+    reason = "it has no padded output" if padded else _refuses(path, n, dtype, device)
+    if reason is not None:
+        raise ValueError(f"soft_rounds: path {path!r} cannot take this call: {reason}")
+
+
+def choose_path(n: int, dtype: torch.dtype = torch.float32, device: torch.device | None = None) -> str:
+    """"one_block" up to BLOCK_MAX_N boxes (where its shared memory fits), else "rounds"."""
+    return "one_block" if _refuses("one_block", n, dtype, device) is None else "rounds"
 
 _resident: dict[tuple[torch.dtype, int], int] = {}  # (dtype, device index) -> rounds blocks resident at once
 
@@ -115,16 +157,46 @@ def soft_rounds_state(boxes, scores, labels, *, iou_threshold, kernel, sigma, sc
     summary="CUDA: the decay graph (pair lists), then parallel rounds of picks in one cooperative launch, "
             "products in the definition's order",
 )
-def soft_rounds(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold):
+def soft_rounds(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold, path=None):
+    """``path``: "one_block" or "rounds" (forced), else ``choose_path``'s."""
     n, device = boxes.shape[0], boxes.device
+    if path is not None:
+        check_path(path, n, boxes.dtype, device=device if n else None)
     if n == 0:
         return NMSResult(torch.empty(0, dtype=torch.int64, device=device),
                          torch.empty(0, dtype=scores.dtype, device=device))
-    current, picked_round, _, _ = soft_rounds_state(boxes, scores, labels, iou_threshold=iou_threshold,
-                                                    kernel=kernel, sigma=sigma, score_threshold=score_threshold)
-    picked = torch.nonzero(picked_round >= 0).squeeze(1)  # ascending index: the stable sort's ties
-    final = current[picked]
-    final, order = torch.sort(final, descending=True, stable=True)
+    params = dict(iou_threshold=iou_threshold, kernel=kernel, sigma=sigma, score_threshold=score_threshold)
+    if (path or choose_path(n, boxes.dtype, device)) == "one_block":
+        keep, final = one_block(boxes, scores, labels, **params)
+    else:
+        current, picked_round, _, _ = soft_rounds_state(boxes, scores, labels, **params)
+        picked = torch.nonzero(picked_round >= 0).squeeze(1)  # ascending index: the stable sort's ties
+        final, order = torch.sort(current[picked], descending=True, stable=True)
+        keep = picked[order]
     if scores.dtype == torch.float16:  # float16 is computed in float32: round there first
         final = final.to(torch.float32)
-    return NMSResult(picked[order], final.to(scores.dtype))
+    return NMSResult(keep, final.to(scores.dtype))
+
+
+def one_block(boxes, scores, labels, *, iou_threshold, kernel, sigma, score_threshold):
+    """(keep, final scores in float64) by soft_block_kernel: one launch, one wait."""
+    n, device = boxes.shape[0], boxes.device
+    boxes, scores = boxes.detach().contiguous(), scores.detach().contiguous()
+    labels = None if labels is None else labels.detach().to(torch.int64).contiguous()
+    rows = torch.empty(n * n + 1, dtype=torch.int32, device=device)  # neighbours, entry boxes (int16), rounds
+    factors = torch.empty(n * n, dtype=torch.float64, device=device)
+    outputs = torch.empty(2 * n + 1, dtype=torch.int64, device=device)  # keep, final scores (float64), count
+    kernel_fn = CUDA_MODULE.get("soft_block_kernel", boxes.dtype, device)
+    host = host_count(device)
+    base = rows.data_ptr()
+    with on_torch_stream(device) as launch:
+        launch(kernel_fn, (1,), (BLOCK_THREADS,),
+               (boxes, scores, labels, n, int(kernel == "linear"), np.float64(iou_threshold), np.float64(sigma),
+                np.float64(score_threshold), np.uint64(base), np.uint64(base + 2 * n * n), factors,
+                outputs, np.uint64(outputs.data_ptr() + 8 * n), np.uint64(outputs.data_ptr() + 16 * n),
+                np.uint64(host.address), np.uint64(base + 4 * n * n)),
+               shared_mem=block_shared_bytes(n, boxes.dtype))
+    keep = outputs[:n]
+    final = outputs[n:2 * n].view(torch.float64)
+    kept = kept_count(host, device, n, "soft_rounds")
+    return keep[:kept], final[:kept]

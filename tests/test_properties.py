@@ -699,8 +699,10 @@ def test_soft_family_large(name, device, data):
 
 @pytest.mark.parametrize("name", SOFT)
 def test_soft_refuses_a_negative_score_threshold(name):
+    device = "cpu" if "cpu" in IMPLS[name].backends else "cuda"
+    require(name, torch.float32, device)
     with pytest.raises(ValueError, match="score_threshold must be >= 0 for Soft-NMS"):
-        nmsbench.run_nms(name, torch.zeros(1, 4), torch.ones(1), score_threshold=-0.1)
+        nmsbench.run_nms(name, torch.zeros(1, 4, device=device), torch.ones(1, device=device), score_threshold=-0.1)
 
 
 def check_diou(name: str, case: Case, thr: float, beta: float, device: str = "cpu") -> None:
