@@ -195,56 +195,75 @@ __global__ void __launch_bounds__(ROUND_THREADS) soft_rounds_kernel(
     if (tid == 0) *rounds_out = round;
 }
 
-// ---------------------------------------------------------------- "one_block": N <= BLOCK_MAX_N, one launch
-// The same rounds in one block of BLOCK_THREADS, the boxes and their state in shared
-// memory: no grid barrier, no pair count to wait for, no L2 round trip per neighbour
-// looked at. Each box's neighbour list and entries take a row of n slots in global
-// memory (the host allocates n x n of each: at these N a few MB), and the kernel ranks
-// the picks itself (a pick's place: the picks that outrank it), so the host waits once,
-// for the count. mark: -2 dropped, -1 undecided, r >= 0 picked in round r.
-// Dynamic shared memory (block_shared_bytes in soft_rounds.py): n boxes, n labels, n
-// current scores (double), then n marks, degrees, list lengths and sorted lengths (int).
+// ---------------------------------------------------------------- "one_block": N <= BLOCK_MAX_N
+// soft_rows_kernel lists the decay graph into rows of n slots (a thread per row and chunk
+// of ROW_CHUNK columns, slots taken by atomics: a row's order is irrelevant, the entries
+// are sorted), then soft_block_kernel runs the same rounds in one block of BLOCK_THREADS,
+// the boxes and their state in shared memory: no grid barrier, no pair count for the host
+// to wait for, no L2 round trip per neighbour looked at. A box decides alone (a thread),
+// a pick's factors go out by a warp (its lanes over its neighbours); the kernel ranks the
+// picks itself (a pick's place: the picks that outrank it), so the host waits once, for
+// the count. degree: n ints, zeroed by the host.
+template <typename T>
+__global__ void __launch_bounds__(PAIR_ROWS) soft_rows_kernel(const T* boxes, const T* scores, const long long* labels,
+                                                             int n, int linear, double iou_threshold,
+                                                             double score_threshold, int* degree, short* neighbours) {
+    typedef typename Arith<T>::type A;
+    __shared__ Box<A> column_box[ROW_CHUNK];
+    __shared__ long long column_label[ROW_CHUNK];
+    __shared__ bool column_alive[ROW_CHUNK];
+    const int i = blockIdx.x * PAIR_ROWS + threadIdx.x, first = blockIdx.y * ROW_CHUNK;
+    const int columns = min(ROW_CHUNK, n - first);
+    for (int k = threadIdx.x; k < columns; k += blockDim.x) {
+        column_box[k] = load_box(boxes, first + k);
+        column_label[k] = labels != nullptr ? labels[first + k] : 0;
+        column_alive[k] = double(A(load_value(scores, first + k))) >= score_threshold;
+    }
+    __syncthreads();
+    if (i >= n || !(double(A(load_value(scores, i))) >= score_threshold)) return;
+    const Box<A> box_i = load_box(boxes, i);
+    const long long label_i = labels != nullptr ? labels[i] : 0;
+    for (int k = 0; k < columns; ++k) {
+        const Box<A> b = column_box[k];
+        if (!may_overlap(box_i, b) || first + k == i || !column_alive[k] || column_label[k] != label_i) continue;
+        if (decays(double(box_iou(box_i, b)), linear, iou_threshold))
+            neighbours[(long long)i * n + atomicAdd(degree + i, 1)] = short(first + k);
+    }
+}
+
+// mark: -2 dropped, -1 undecided, r >= 0 picked in round r. Dynamic shared memory
+// (block_shared_bytes in soft_rounds.py): n boxes, n current scores (double), then n
+// marks, degrees, list lengths, sorted lengths and the round's picks (int).
 template <typename T>
 __global__ void __launch_bounds__(BLOCK_THREADS) soft_block_kernel(
-        const T* boxes, const T* scores, const long long* labels, int n, int linear, double iou_threshold,
-        double sigma, double score_threshold, short* neighbours, short* entry_box, double* entry_factor,
-        long long* keep, double* final_score, long long* count_out, long long* host_count, int* rounds_out) {
+        const T* boxes, const T* scores, int n, int linear, double iou_threshold, double sigma,
+        double score_threshold, const int* degree_in, const short* neighbours, short* entry_box,
+        double* entry_factor, long long* keep, double* final_score, long long* count_out, long long* host_count,
+        int* rounds_out) {
     typedef typename Arith<T>::type A;
     extern __shared__ __align__(16) unsigned char block_shared[];
     Box<A>* box = reinterpret_cast<Box<A>*>(block_shared);
-    long long* label = reinterpret_cast<long long*>(box + n);
-    double* current = reinterpret_cast<double*>(label + n);
+    double* current = reinterpret_cast<double*>(box + n);
     int* mark = reinterpret_cast<int*>(current + n);
     int* degree = mark + n;
     int* length = degree + n;
     int* sorted = length + n;
-    __shared__ int undecided[2], kept;
-    const int tid = threadIdx.x;
+    int* pick = sorted + n;
+    __shared__ int undecided[2], picks, kept;
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, warps = blockDim.x / 32;
     for (int i = tid; i < n; i += blockDim.x) {
         box[i] = load_box(boxes, i);
-        label[i] = labels != nullptr ? labels[i] : 0;
         current[i] = double(A(load_value(scores, i)));
         mark[i] = current[i] >= score_threshold ? -1 : -2;
+        degree[i] = degree_in[i];
         length[i] = 0;
         sorted[i] = 0;
     }
     if (tid == 0) undecided[0] = 0, kept = 0;
     __syncthreads();
-    for (int i = tid; i < n; i += blockDim.x) {  // the decay graph's rows
-        int d = 0;
-        if (mark[i] == -1) {
-            const Box<A> b = box[i];
-            for (int j = 0; j < n; ++j)
-                if (j != i && mark[j] == -1 && label[j] == label[i] && may_overlap(b, box[j]) &&
-                    decays(double(box_iou(b, box[j])), linear, iou_threshold))
-                    neighbours[(long long)i * n + d++] = short(j);
-        }
-        degree[i] = d;
-    }
-    __syncthreads();
     int round = 0;
     for (;; ++round) {
-        if (tid == 0) undecided[(round + 1) & 1] = 0;  // last read a round ago
+        if (tid == 0) undecided[(round + 1) & 1] = 0, picks = 0;  // last read a round ago
         int mine = 0;
         for (int i = tid; i < n; i += blockDim.x) {  // 1. new entries sorted in, scores recomputed, drops
             if (mark[i] != -1) continue;
@@ -281,37 +300,42 @@ __global__ void __launch_bounds__(BLOCK_THREADS) soft_block_kernel(
         if (mine) atomicAdd(undecided + (round & 1), mine);
         __syncthreads();
         if (undecided[round & 1] == 0) break;  // the same in every thread
-        for (int i = tid; i < n; i += blockDim.x) {  // 2. picks, and their factors to their neighbours
+        for (int i = tid; i < n; i += blockDim.x) {  // 2. a box no undecided neighbour outranks is picked
             if (mark[i] != -1) continue;
             const short* row = neighbours + (long long)i * n;
             bool outranked = false;
             for (int s = 0; s < degree[i] && !outranked; ++s) {
-                const int u = row[s], m = mark[u];  // one picked this round still competes
-                outranked = (m == -1 || m == round) && outranks(current[u], u, current[i], i);
-            }
-            if (outranked) continue;
-            mark[i] = round;
-            for (int s = 0; s < degree[i]; ++s) {
                 const int u = row[s];
-                if (mark[u] != -1) continue;  // not picked this round: a neighbour
+                outranked = mark[u] == -1 && outranks(current[u], u, current[i], i);
+            }
+            if (!outranked) pick[atomicAdd(&picks, 1)] = i;
+        }
+        __syncthreads();
+        for (int k = warp; k < picks; k += warps) {  // 3. each pick's factors to its undecided neighbours
+            const int p = pick[k];
+            if (lane == 0) mark[p] = round;  // (no pick is a neighbour of another: none reads it here)
+            const short* row = neighbours + (long long)p * n;
+            for (int s = lane; s < degree[p]; s += 32) {
+                const int u = row[s];
+                if (mark[u] != -1) continue;
                 const int slot = atomicAdd(length + u, 1);
-                entry_box[(long long)u * n + slot] = short(i);
-                entry_factor[(long long)u * n + slot] = decay_factor(double(box_iou(box[i], box[u])), linear,
+                entry_box[(long long)u * n + slot] = short(p);
+                entry_factor[(long long)u * n + slot] = decay_factor(double(box_iou(box[p], box[u])), linear,
                                                                     iou_threshold, sigma);
             }
         }
         __syncthreads();
     }
-    int picks = 0;
+    int mine = 0;
     for (int i = tid; i < n; i += blockDim.x) {  // the definition's order: a pick's place is the picks above it
         if (mark[i] < 0) continue;
         int place = 0;
         for (int j = 0; j < n; ++j) place += mark[j] >= 0 && outranks(current[j], j, current[i], i);
         keep[place] = i;
         final_score[place] = current[i];
-        ++picks;
+        ++mine;
     }
-    if (picks) atomicAdd(&kept, picks);
+    if (mine) atomicAdd(&kept, mine);
     __syncthreads();
     if (tid == 0) {
         *count_out = kept;

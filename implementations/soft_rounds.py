@@ -33,9 +33,9 @@ from ._cuda import (CUDA_DTYPES, CudaModule, blocks, device_index, grid_barrier_
 
 # Rows per block and columns per chunk of the pair kernel; threads of the rounds kernel and
 # of the one-block kernel (NVRTC -D).
-DEFINES = {"PAIR_ROWS": 128, "PAIR_CHUNK": 512, "ROUND_THREADS": 512, "BLOCK_THREADS": 1024}
+DEFINES = {"PAIR_ROWS": 128, "PAIR_CHUNK": 512, "ROW_CHUNK": 64, "ROUND_THREADS": 512, "BLOCK_THREADS": 1024}
 PAIR_ROWS, PAIR_CHUNK, ROUND_THREADS = DEFINES["PAIR_ROWS"], DEFINES["PAIR_CHUNK"], DEFINES["ROUND_THREADS"]
-BLOCK_THREADS = DEFINES["BLOCK_THREADS"]
+ROW_CHUNK, BLOCK_THREADS = DEFINES["ROW_CHUNK"], DEFINES["BLOCK_THREADS"]
 BOXES_PER_WARP = 2  # the rounds grid: enough warps for this many boxes each, as far as the GPU holds them at once
 # "one_block" up to here: its rows of n slots (n x n neighbours and entries, 12 bytes a
 # slot) stay a few MB, and its int16 box indices hold n
@@ -48,8 +48,10 @@ CUDA_MODULE = CudaModule(
         "soft_pairs_kernel": "QQQiiddQQ",
         # boxes scores | n linear threshold sigma score_threshold | slots chunks neighbours | state arrays ...
         "soft_rounds_kernel": "QQiiddd" + "QiQ" + "Q" * 10,
-        # boxes scores labels | n linear threshold sigma score_threshold | rows, outputs
-        "soft_block_kernel": "QQQiiddd" + "Q" * 8,
+        # boxes scores labels | n linear threshold score_threshold | degree neighbours
+        "soft_rows_kernel": "QQQiiddQQ",
+        # boxes scores | n linear threshold sigma score_threshold | rows, outputs
+        "soft_block_kernel": "QQiiddd" + "Q" * 9,
     },
     defines=DEFINES,
 )
@@ -58,8 +60,8 @@ PATHS = ("one_block", "rounds")  # forced with path=; else choose_path's
 
 def block_shared_bytes(n: int, dtype: torch.dtype) -> int:
     """soft_block_kernel's dynamic shared memory, as laid out in soft_rounds.cu: n boxes,
-    labels (8 bytes), current scores (8 bytes) and four ints."""
-    return n * ((32 if dtype == torch.float64 else 16) + 8 + 8 + 16)
+    current scores (8 bytes) and five ints."""
+    return n * ((32 if dtype == torch.float64 else 16) + 8 + 20)
 
 
 def _refuses(path: str, n: int, dtype: torch.dtype, device: torch.device | None) -> str | None:
@@ -179,24 +181,25 @@ def soft_rounds(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, sco
 
 
 def one_block(boxes, scores, labels, *, iou_threshold, kernel, sigma, score_threshold):
-    """(keep, final scores in float64) by soft_block_kernel: one launch, one wait."""
+    """(keep, final scores in float64): soft_rows_kernel's rows, then soft_block_kernel; one wait."""
     n, device = boxes.shape[0], boxes.device
     boxes, scores = boxes.detach().contiguous(), scores.detach().contiguous()
     labels = None if labels is None else labels.detach().to(torch.int64).contiguous()
-    rows = torch.empty(n * n + 1, dtype=torch.int32, device=device)  # neighbours, entry boxes (int16), rounds
+    degree = torch.zeros(n + 1, dtype=torch.int32, device=device)  # then the rounds taken
+    rows = torch.empty(n * n, dtype=torch.int32, device=device)  # neighbours, entry boxes (int16 each)
     factors = torch.empty(n * n, dtype=torch.float64, device=device)
     outputs = torch.empty(2 * n + 1, dtype=torch.int64, device=device)  # keep, final scores (float64), count
-    kernel_fn = CUDA_MODULE.get("soft_block_kernel", boxes.dtype, device)
     host = host_count(device)
-    base = rows.data_ptr()
+    base, out = rows.data_ptr(), outputs.data_ptr()
+    linear = int(kernel == "linear")
     with on_torch_stream(device) as launch:
-        launch(kernel_fn, (1,), (BLOCK_THREADS,),
-               (boxes, scores, labels, n, int(kernel == "linear"), np.float64(iou_threshold), np.float64(sigma),
-                np.float64(score_threshold), np.uint64(base), np.uint64(base + 2 * n * n), factors,
-                outputs, np.uint64(outputs.data_ptr() + 8 * n), np.uint64(outputs.data_ptr() + 16 * n),
-                np.uint64(host.address), np.uint64(base + 4 * n * n)),
+        launch(CUDA_MODULE.get("soft_rows_kernel", boxes.dtype, device), (blocks(n, PAIR_ROWS), blocks(n, ROW_CHUNK)),
+               (PAIR_ROWS,), (boxes, scores, labels, n, linear, np.float64(iou_threshold), np.float64(score_threshold),
+                              degree, np.uint64(base)))
+        launch(CUDA_MODULE.get("soft_block_kernel", boxes.dtype, device), (1,), (BLOCK_THREADS,),
+               (boxes, scores, n, linear, np.float64(iou_threshold), np.float64(sigma), np.float64(score_threshold),
+                degree, np.uint64(base), np.uint64(base + 2 * n * n), factors, outputs, np.uint64(out + 8 * n),
+                np.uint64(out + 16 * n), np.uint64(host.address), np.uint64(degree.data_ptr() + 4 * n)),
                shared_mem=block_shared_bytes(n, boxes.dtype))
-    keep = outputs[:n]
-    final = outputs[n:2 * n].view(torch.float64)
     kept = kept_count(host, device, n, "soft_rounds")
-    return keep[:kept], final[:kept]
+    return outputs[:kept], outputs[n:2 * n].view(torch.float64)[:kept]

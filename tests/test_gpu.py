@@ -493,9 +493,17 @@ def test_soft_rounds_on_cliques_big_boxes_and_chains(kernel):
     big = BoxSet(torch.cat([torch.tensor([[0.0, 0.0, 100.0, 100.0]]), small]), torch.rand(2001), None)
     steps = torch.arange(3000, dtype=torch.float32)
     chain = BoxSet(torch.stack([steps, steps * 0, steps + 3, steps * 0 + 1], 1), 1 - steps / 4000, None)  # IoU 0.5 with the next
+    from nmsbench.variants import soft_rounds
+
     for case in (same, big, chain):
         for score_threshold in (0.001, 0.0):
             params = dict(kernel=kernel, score_threshold=score_threshold, iou_threshold=0.3)
             cpu = nmsbench.run_nms("soft_nms", case.boxes, case.scores, **params)
-            gpu = nmsbench.run_nms("soft_rounds", case.boxes.cuda(), case.scores.cuda(), **params)
-            assert_same_soft("soft_rounds", cpu, gpu, torch.float32, kernel == "linear")
+            on_gpu = case.to("cuda")
+            for path in soft_rounds.PATHS:  # each path that takes the case, forced
+                try:
+                    soft_rounds.check_path(path, len(case.scores), torch.float32, device=on_gpu.boxes.device)
+                except ValueError:
+                    continue
+                gpu = soft_rounds.soft_rounds(on_gpu.boxes, on_gpu.scores, sigma=0.5, path=path, **params)
+                assert_same_soft("soft_rounds", cpu, gpu, torch.float32, kernel == "linear")

@@ -134,7 +134,7 @@ __device__ __forceinline__ void finish(int count, int n, long long* keep, long l
 #define RANK_SPLIT (SMALL_THREADS / SMALL_MAX)
 
 template <typename T>
-__global__ void small_nms_kernel(const T* boxes, const T* scores, const long long* labels, int n,
+__global__ void __launch_bounds__(SMALL_THREADS) small_nms_kernel(const T* boxes, const T* scores, const long long* labels, int n,
                                  double iou_threshold, long long* keep, long long* count_out,
                                  long long* host_count, long long* verdict_host) {
     typedef typename Arith<T>::type A;
