@@ -39,7 +39,7 @@ ROW_CHUNK, BLOCK_THREADS = DEFINES["ROW_CHUNK"], DEFINES["BLOCK_THREADS"]
 BOXES_PER_WARP = 2  # the rounds grid: enough warps for this many boxes each, as far as the GPU holds them at once
 # "one_block" up to here: its rows of n slots (n x n neighbours and entries, 12 bytes a
 # slot) stay a few MB, and its int16 box indices hold n
-BLOCK_MAX_N = 2048
+BLOCK_MAX_N = 1024
 
 CUDA_MODULE = CudaModule(
     "soft_rounds.cu",

@@ -26,7 +26,7 @@ pytestmark = [
 IMPLS = nmsbench.implementations()
 CUDA_IMPLS = sorted(name for name, impl in IMPLS.items() if "cuda" in impl.backends)
 KERNEL_IMPLS = kernel_implementations()  # ours: backends whose module holds a CudaModule (.cu files)
-EXACT_HARD = sorted(name for name, impl in IMPLS.items() if impl.family == "hard" and impl.exact)
+EXACT_HARD = sorted(name for name, impl in IMPLS.items() if impl.family == "hard" and impl.exact and "cuda" in impl.backends)
 SIZES = [1, 2, 31, 32, 33, 63, 64, 65, 256, 512, 1000, 4096, 4097, 8192]
 SCENARIOS = list(datasets.SYNTHETIC) + ["ties"]
 DEFINITION_MAX_N = 65  # the plain-Python definitions are O(N^2) in Python
