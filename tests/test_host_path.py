@@ -429,3 +429,35 @@ def test_the_padded_calls_take_no_check_values(with_verdict):
     with pytest.raises(ValueError, match="check_values is for eager calls"):
         mr.matrix_recompute_cuda(torch.rand(4, 4), torch.rand(4), iou_threshold=0.5, kernel="gaussian", sigma=2.0,
                                  score_threshold=0.05, padded=True, check_values=True)
+
+
+# ------------------------------------------------------------------ the new families' host sides
+
+def test_soft_rounds_chooses_one_block_up_to_its_limit_and_refuses_what_a_path_cannot_take():
+    from nmsbench.variants import soft_rounds as sr
+
+    assert sr.choose_path(1) == sr.choose_path(sr.BLOCK_MAX_N) == "one_block"
+    assert sr.choose_path(sr.BLOCK_MAX_N + 1) == "rounds"
+    sr.check_path("rounds", 10 ** 6, torch.float32)  # the rounds take any N
+    with pytest.raises(ValueError, match=f"at most {sr.BLOCK_MAX_N} boxes"):
+        sr.check_path("one_block", sr.BLOCK_MAX_N + 1, torch.float32)
+    with pytest.raises(ValueError, match="no padded output"):
+        sr.check_path("rounds", 10, torch.float32, padded=True)
+    with pytest.raises(ValueError, match="no path 'tiles'; the paths are one_block, rounds"):
+        sr.check_path("tiles", 10, torch.float32)
+    # the one-block kernel's shared memory: boxes, float64 scores and five ints a box
+    assert sr.block_shared_bytes(1024, torch.float32) == 1024 * (16 + 8 + 20)
+    assert sr.block_shared_bytes(1024, torch.float64) == 1024 * (32 + 8 + 20)
+
+
+def test_diou_compiles_hard_fused_once_per_beta():
+    from nmsbench.variants import diou_nms
+
+    assert diou_nms.diou_module(1.0) is diou_nms.CUDA_MODULE and diou_nms.diou_module(0.6) is diou_nms.diou_module(0.6)
+    assert diou_nms.diou_module(0.6).defines["DIOU_BETA"] == "0.6"
+    assert "DIOU_BETA" not in hf.CUDA_MODULE.defines
+    assert diou_nms.CUDA_MODULE.cu_file == hf.CUDA_MODULE.cu_file and diou_nms.CUDA_MODULE.codes == hf.CUDA_MODULE.codes
+    # beta travels as the double's shortest repr, which C parses back to the same double
+    assert float(diou_nms.diou_module(1 / 3).defines["DIOU_BETA"]) == 1 / 3
+    with pytest.raises(ValueError, match="diou_nms: no path 'fast'"):
+        diou_nms.check_path("fast", 10, torch.float32, False, None)
