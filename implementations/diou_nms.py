@@ -87,7 +87,7 @@ PATHS = hard_fused_cuda.PATHS  # hard_fused's, each of which the CUDA backend ta
 
 def check_path(path: str, n: int, dtype, padded: bool, device, labels: bool = False) -> None:
     """hard_fused's check_path for diou_nms's kernels (the default beta's)."""
-    hard_fused_cuda.check_path(path, n, dtype, padded, device, labels, module=CUDA_MODULE, op="diou_nms")
+    hard_fused_cuda.check_module_path(path, n, dtype, padded, device, CUDA_MODULE, "diou_nms")
 
 
 @register(

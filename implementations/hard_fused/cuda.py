@@ -173,12 +173,18 @@ class Path(NamedTuple):
 
 
 def choose_path(n: int, dtype: torch.dtype = torch.float32, padded: bool = False,
-                device: torch.device | None = None, labels: bool = False, module: CudaModule | None = None) -> str:
+                device: torch.device | None = None, labels: bool = False) -> str:
     """The path a call with ``n`` boxes takes (see the module docstring). Without a
     ``device`` nothing is asked of a GPU: "cooperative" is not considered and the staged
     resolve's shared memory is taken to fit. ``labels`` changes nothing here (it is taken
-    for the same signature as matrix_recompute's); ``module``: the suppression test's
-    compilation of hard_fused.cu (CUDA_MODULE when None)."""
+    for the same signature as matrix_recompute's)."""
+    return choose_module_path(n, dtype, padded, device, CUDA_MODULE)
+
+
+def choose_module_path(n: int, dtype: torch.dtype, padded: bool, device: torch.device | None,
+                       module: CudaModule) -> str:
+    """choose_path for ``module``: hard_fused.cu compiled with a suppression test (CUDA_MODULE's
+    or diou_nms's; the cooperative kernel's occupancy is the module's)."""
     if n <= ONE_BLOCK_MAX_N:
         return "one_block"
     if device is not None and _refuses_cooperative(n, dtype, padded, device, module) is None:
@@ -191,8 +197,14 @@ def choose_path(n: int, dtype: torch.dtype = torch.float32, padded: bool = False
 
 
 def check_path(path: str, n: int, dtype: torch.dtype, padded: bool, device: torch.device | None,
-               labels: bool = False, module: CudaModule | None = None, op: str = "hard_fused") -> None:
+               labels: bool = False) -> None:
     """A ValueError where ``path`` is no path or cannot take this input, naming those that can."""
+    check_module_path(path, n, dtype, padded, device, CUDA_MODULE, "hard_fused")
+
+
+def check_module_path(path: str, n: int, dtype: torch.dtype, padded: bool, device: torch.device | None,
+                      module: CudaModule, op: str) -> None:
+    """check_path for ``module`` (see choose_module_path); ``op`` names the caller in the error."""
     if path not in PATHS:
         raise ValueError(f"{op}: no path {path!r}; the paths are {', '.join(PATHS)}")
     reason = PATHS[path].refuses(n, dtype, padded, device, module)
@@ -302,9 +314,9 @@ class _Plan:
             raise ValueError(f"{op} on cuda resolves in one block with N/8 bytes of shared memory (and its "
                              f"N x N/8-byte mask in GPU memory); N = {n} is above its limit of {MAX_WORDS * 32}")
         if path is None:
-            path = choose_path(n, dtype, padded, device, module=module)
+            path = choose_module_path(n, dtype, padded, device, module)
         else:
-            check_path(path, n, dtype, padded, device, module=module, op=op)
+            check_module_path(path, n, dtype, padded, device, module, op)
         index = device_index(device)
         self.path, self.n, self.words, self.run = path, n, words, PATHS[path].run
         mask_words = 0 if path == "one_block" else (n * words + 1) // 2
@@ -359,7 +371,7 @@ def run_paths(boxes, scores, iou_threshold, labels, padded, path, check_values, 
     n, device = boxes.shape[0], boxes.device
     if n == 0:
         if path is not None and path not in PATHS:
-            check_path(path, n, boxes.dtype, padded, None, op=op)
+            check_module_path(path, n, boxes.dtype, padded, None, module, op)
         out = torch.zeros(1, dtype=torch.int64, device=device)
         return PaddedNMSResult(out[:0], out[0]) if padded else NMSResult(out[:0])
     plan = plan_for(n, boxes.dtype, labels is not None, padded, device, path, module, op)
