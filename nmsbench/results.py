@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 CASE_COLUMNS = [
     "impl", "family", "device", "dtype", "timer", "scenario", "overlap", "classes", "n",
@@ -61,6 +61,11 @@ MEASURE_COLUMNS = [
     # and IQR), and the kernel launches, memory copies and sets, and host synchronizations
     # per call. (The CUDA-event timer of schema 4's `device` rows is now `events`.)
     "span_us", "span_iqr_us", "launches", "copies", "syncs",
+    # schema 7, families whose answer is not greedy's (soft, diou, weighted): the family's
+    # exact CPU implementation on the same boxes (nmsbench.agreement.FAMILY_REFERENCES),
+    # the Jaccard of the two kept sets, and the largest relative difference of the final
+    # scores or moved boxes over the boxes both keep
+    "family_ref", "family_jaccard", "family_max_diff",
 ]
 # columns a schema-1 file lacks, and their value for its rows (all of which are sweeps)
 ADDED_IN_SCHEMA_2 = ("benchmark", "image", "input_size", "n_cap", "batch", "stage", "candidates", "mismatched")
@@ -69,6 +74,7 @@ ADDED_IN_SCHEMA_3 = ("attempts",)
 ADDED_IN_SCHEMA_4 = ("blocks", "rounds", "round_spread", "noise")
 ADDED_IN_SCHEMA_5 = ("span_us", "span_iqr_us", "launches", "copies", "syncs")
 ADDED_IN_SCHEMA_6 = ("canvas",)
+ADDED_IN_SCHEMA_7 = ("family_ref", "family_jaccard", "family_max_diff")  # read as "" and NaN before
 EVENT_TIMER_RENAMED_IN = 5  # rows of older schemas with timer "device" timed CUDA events: read as "events"
 ENV_COLUMNS = [
     "machine", "cpu", "gpu", "driver", "cuda", "torch", "torchvision", "cupy", "numba",
@@ -322,7 +328,7 @@ def open_for_resume(path, env: dict, benchmark: str = "nms") -> set:
 
 
 # read as text: a CUDA version "12.10" is not the number 12.1
-TEXT_COLUMNS = ["params", "error", "benchmark", "image", "stage", "noise", "canvas", *ENV_COLUMNS]
+TEXT_COLUMNS = ["params", "error", "benchmark", "image", "stage", "noise", "canvas", "family_ref", *ENV_COLUMNS]
 
 
 def read_results(path, name: str | None = None) -> "pandas.DataFrame":
@@ -355,7 +361,7 @@ def read_results(path, name: str | None = None) -> "pandas.DataFrame":
         frame["canvas"] = frame["scenario"].isin(SYNTHETIC).map({True: "fixed", False: ""})
     for column in COLUMNS:
         if column not in frame.columns:
-            frame[column] = SCHEMA_1_DEFAULTS.get(column, float("nan"))
+            frame[column] = SCHEMA_1_DEFAULTS.get(column, "" if column == "family_ref" else float("nan"))
     renamed = pd.to_numeric(frame["schema_version"], errors="coerce").lt(EVENT_TIMER_RENAMED_IN) & frame["timer"].eq("device")
     if renamed.any():
         frame.loc[renamed, "timer"] = "events"

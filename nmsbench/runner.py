@@ -51,7 +51,7 @@ from typing import Callable, Iterator, Optional
 import torch
 
 from . import api, datasets
-from .agreement import compare_keep
+from .agreement import FAMILY_REFERENCES, NO_FAMILY_REFERENCE, compare_family, compare_keep
 from .boxes import BoxSet, validate_nms_inputs
 from .gpu_activity import NoGpuActivity
 from .overlap import realized_overlap
@@ -264,6 +264,22 @@ def error_rows(rows: list[dict], exc: BaseException):
     message = _error_text(exc)
     for row in rows:
         yield row | {"status": "error", "error": message}
+
+
+def _family_result(name: str, box_set: BoxSet, dtype_name: str, iou: float, params: dict):
+    """The family reference ``name`` on the CPU on the case's boxes (float16 on their
+    float32 copy, as the CPU backends compute it), or None where it cannot run here."""
+    from .registry import implementations
+
+    impl = implementations().get(name)
+    if impl is None or "cpu" not in impl.backends or not impl.backends["cpu"].availability()[0]:
+        return None
+    dtype = torch.float32 if dtype_name == "float16" else DTYPES[dtype_name]
+    data = box_set.to("cpu", dtype)
+    try:
+        return impl.backends["cpu"].fn(data.boxes, data.scores, iou_threshold=iou, labels=data.labels, **params)
+    except Exception:  # a reference that cannot take these boxes leaves the columns blank
+        return None
 
 
 def _reference(data: BoxSet, iou: float) -> torch.Tensor:
@@ -531,11 +547,22 @@ def _sweep_pass(grid: Grid, emit: Callable[[dict], None], done, between_turns: C
                     references[dtype_name, iou] = _reference(box_set.to("cpu", DTYPES[dtype_name]), iou)
                 return references[dtype_name, iou]
 
+            family_results: dict = {}  # (reference implementation, dtype, iou, params) -> its result or None
+
+            def family_reference(family: str, dtype_name: str, iou: float, params: dict):
+                name = FAMILY_REFERENCES.get(family)
+                if name is None:
+                    return None
+                key = (name, dtype_name, iou, json.dumps(params, sort_keys=True, default=str))
+                if key not in family_results:
+                    family_results[key] = _family_result(name, box_set, dtype_name, iou, params)
+                return None if family_results[key] is None else (name, family_results[key])
+
             # the implementations of one device, dtype and IoU are timed together, in rounds
             for (device, dtype_name, iou), group in itertools.groupby(cases, key=lambda case: case[:3]):
                 members = [(impl, rows) for *_, impl, rows in group]
                 for row in _run_group(members, device, dtype_name, iou, grid, box_set, reference, params_by_impl,
-                                      between_turns, gauge):
+                                      between_turns, gauge, family_reference):
                     emit(row)
 
 
@@ -571,7 +598,7 @@ def _unrunnable(impl, device, dtype_name, rows, params_error) -> Optional[Iterat
 
 def _run_group(members, device: str, dtype_name: str, iou: float, grid: Grid, box_set: BoxSet, reference,
                params_by_impl: dict, between_turns: Callable[[], None] = lambda: None,
-               gauge: Optional[HostGauge] = None) -> Iterator[dict]:
+               gauge: Optional[HostGauge] = None, family_reference: Optional[Callable] = None) -> Iterator[dict]:
     """The rows of every implementation of one box set, device, dtype and IoU: each
     prepared and checked, then all timed together in rotated rounds."""
     runnable = []
@@ -602,7 +629,8 @@ def _run_group(members, device: str, dtype_name: str, iou: float, grid: Grid, bo
     for impl, rows, params in runnable:
         contender = _Contender(impl, rows, {}, {}, "", meter=CpuMeter(grid.threads) if device == "cpu" else None)
         try:
-            _within_budget(contender, grid, lambda: _prepare(contender, data, iou, params, ref_keep, grid))
+            _within_budget(contender, grid, lambda: _prepare(contender, data, iou, params, ref_keep, grid,
+                                                             family_reference, dtype_name))
         except Exception as exc:
             yield from error_rows(rows, exc)
             continue
@@ -659,9 +687,11 @@ def _run_group(members, device: str, dtype_name: str, iou: float, grid: Grid, bo
         yield from rows
 
 
-def _prepare(contender: _Contender, data: BoxSet, iou: float, params: dict, ref_keep, grid: Grid) -> None:
-    """The warm-up call (its output is checked against the reference), its peak memory,
-    and each timer's callable."""
+def _prepare(contender: _Contender, data: BoxSet, iou: float, params: dict, ref_keep, grid: Grid,
+             family_reference: Optional[Callable] = None, dtype_name: str = "") -> None:
+    """The warm-up call (its output is checked against the references: greedy NMS, and the
+    family's exact CPU implementation where it has one), its peak memory, and each timer's
+    callable."""
     impl = contender.impl
     backend = impl.backends[data.boxes.device.type]
     device = data.boxes.device
@@ -677,7 +707,10 @@ def _prepare(contender: _Contender, data: BoxSet, iou: float, params: dict, ref_
     if device.type == "cuda":
         torch.cuda.synchronize()
         contender.peak = torch.cuda.max_memory_allocated(device) - before
-    contender.agreement = compare_keep(result.keep.cpu(), ref_keep)
+    contender.agreement = compare_keep(result.keep.cpu(), ref_keep) | NO_FAMILY_REFERENCE
+    found = family_reference(impl.family, dtype_name, iou, params) if family_reference is not None else None
+    if found is not None:
+        contender.agreement |= compare_family(result, found[1], found[0])
     for row in contender.rows:
         timer = row["timer"]
         if timer == "graph":

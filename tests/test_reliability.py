@@ -23,7 +23,7 @@ import nmsbench.runner as runner
 from nmsbench import NMSResult, register
 from nmsbench.cli import main
 from nmsbench.registry import unregister
-from nmsbench.results import (COLUMNS, KEY_COLUMNS, PartialRowWarning, ResultWriter, case_key, environment,
+from nmsbench.results import (COLUMNS, KEY_COLUMNS, SCHEMA_VERSION, PartialRowWarning, ResultWriter, case_key, environment,
                               open_for_resume, read_results)
 
 TESTS = Path(__file__).resolve().parent
@@ -174,7 +174,7 @@ def test_resume_refuses_another_schema_machine_or_measurement(tmp_path):
     frame.to_csv(schema4, index=False)
     result = run(*base, "--resume", str(schema4))
     assert result.exit_code == 2
-    assert "not this nmsbench's results schema 6 (missing span_us, span_iqr_us, launches, copies, syncs)" in result.output
+    assert f"not this nmsbench's results schema {SCHEMA_VERSION} (missing span_us, span_iqr_us, launches, copies, syncs)" in result.output
 
     other = tmp_path / "other.csv"
     frame = pd.read_csv(good)

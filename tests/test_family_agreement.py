@@ -1,0 +1,72 @@
+"""The family agreement columns (schema 7): soft, diou and weighted rows are held to their
+family's exact CPU implementation on the same boxes, beside greedy NMS."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from nmsbench.agreement import FAMILY_REFERENCES, compare_family
+from nmsbench.boxes import NMSResult
+from nmsbench.results import COLUMNS, read_results
+from nmsbench.runner import Grid, run_sweep
+
+
+def sweep_rows(impls, ns=(64, 300), dtypes=("float32",)):
+    rows = []
+    grid = Grid(impls=list(impls), devices=["cpu"], dtypes=list(dtypes), scenarios=["clustered"], ns=list(ns),
+                ious=[0.5], timers=["wall"], min_run_time=0.01, rounds=1)
+    run_sweep(grid, rows.append)
+    assert all(row["status"] == "ok" for row in rows), [row.get("error") for row in rows]
+    return rows
+
+
+def test_each_family_row_names_its_reference_and_how_far_it_is():
+    rows = sweep_rows(["soft_nms", "soft_torch", "weighted_nms", "diou_nms", "torchvision"])
+    by_impl = {}
+    for row in rows:
+        by_impl.setdefault(row["impl"], []).append(row)
+    for name in ("soft_nms", "weighted_nms", "diou_nms"):  # the references themselves
+        for row in by_impl[name]:
+            assert row["family_ref"] == name and row["family_jaccard"] == 1.0
+            assert math.isnan(row["family_max_diff"]) if name == "diou_nms" else row["family_max_diff"] == 0.0
+    for row in by_impl["soft_torch"]:  # the plain loop: torch's exp, the same picks here
+        assert row["family_ref"] == "soft_nms" and row["family_jaccard"] == 1.0 and row["family_max_diff"] < 1e-12
+    for row in by_impl["torchvision"]:  # hard: greedy NMS is its family's answer, the columns above say it
+        assert row["family_ref"] == "" and math.isnan(row["family_jaccard"])
+    # greedy agreement and family agreement answer different questions
+    assert any(row["jaccard"] < 1 for row in by_impl["soft_nms"])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ensemble_boxes") is None, reason="needs ensemble-boxes (.[externals])")
+def test_an_external_soft_nms_shows_its_distance_from_the_definition():
+    for row in sweep_rows(["ensemble_boxes_soft"]):
+        assert row["family_ref"] == "soft_nms" and row["family_jaccard"] == 1.0
+        assert 0 < row["family_max_diff"] < 1e-4  # its normalised float32 coordinates
+
+
+def test_compare_family_by_index():
+    reference = NMSResult(torch.tensor([0, 1, 2]), torch.tensor([0.9, 0.5, 0.2]))
+    result = NMSResult(torch.tensor([0, 2, 3]), torch.tensor([0.9, 0.25, 0.1]))
+    out = compare_family(result, reference, "soft_nms")
+    assert out["family_jaccard"] == 0.5 and out["family_max_diff"] == pytest.approx(0.05 / 0.25)
+    moved = NMSResult(torch.tensor([1]), boxes=torch.tensor([[0.0, 0.0, 2.0, 4.0]]))
+    assert compare_family(moved, NMSResult(torch.tensor([1]), boxes=torch.tensor([[0.0, 0.0, 2.0, 5.0]])),
+                          "weighted_nms")["family_max_diff"] == pytest.approx(0.2)
+    assert math.isnan(compare_family(NMSResult(torch.tensor([1])), NMSResult(torch.tensor([1])), "diou_nms")
+                      ["family_max_diff"])
+    assert set(FAMILY_REFERENCES) == {"soft", "diou", "weighted"}
+
+
+def test_older_files_read_with_blank_family_columns(tmp_path):
+    rows = sweep_rows(["soft_nms"], ns=(64,))
+    frame = pd.DataFrame(rows).reindex(columns=COLUMNS)
+    frame["schema_version"] = 6
+    path = tmp_path / "old.csv"
+    frame.drop(columns=["family_ref", "family_jaccard", "family_max_diff"]).to_csv(path, index=False)
+    read = read_results(path)
+    assert (read["family_ref"] == "").all() and read["family_jaccard"].isna().all()
