@@ -24,6 +24,9 @@ from nmsbench.registry import register
 
 from ._cpu import GRAPH_MAX_PAIRS, JIT, box_iou, overlap_graph
 
+# soft_torch pays launches and a host synchronization per pick, seconds a call beyond this N:
+# a sweep of every implementation leaves it out there (naming it in --impl times it anyway)
+SOFT_TORCH_SWEEP_MAX_N = 4096
 # inputs whose graph would hold more than N^2 / this many pairs take the dense path: there
 # one pass over the live boxes per pick costs less than building the graph and the tree
 DENSE_FRACTION = 32
@@ -159,7 +162,9 @@ def soft_nms_cpu(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, sc
 
 @register(
     name="soft_torch", family="soft", devices=("cpu", "cuda"), exact=False, params=SOFT_PARAMS, host_sync=True,
-    summary="plain PyTorch loop: argmax, an IoU row and the decay per pick (the baseline users write)",
+    sweep_max_n=SOFT_TORCH_SWEEP_MAX_N,
+    summary="plain PyTorch loop: argmax, an IoU row and the decay per pick (the baseline users write; sweeps of "
+            "every implementation leave it out above N = 4096)",
 )
 def soft_torch(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold):
     n = boxes.shape[0]

@@ -46,6 +46,9 @@ class Backend:
     # check_values=True and then raises the reference ValueError itself
     # (nmsbench.validation.report_bad_values), so run_nms runs no pass of its own
     checks_values: bool = False
+    # the largest N a sweep of every implementation times it at (a plain loop whose calls
+    # take seconds beyond); None: no limit. Naming it in `sweep --impl` lifts it.
+    sweep_max_n: Optional[int] = None
 
     def availability(self) -> tuple[bool, str]:
         """(available, reason) on this machine; reason is "" when available."""
@@ -162,6 +165,7 @@ def register(
     host_sync: bool = False,
     graph_safe: bool = False,
     checks_values: bool = False,
+    sweep_max_n: Optional[int] = None,
 ):
     """Decorator that registers ``fn`` as ``name``'s backend on each of ``devices``."""
     if family not in FAMILIES:
@@ -180,7 +184,7 @@ def register(
             if device in impl.backends:
                 raise ValueError(f"{name} already has a {device} backend")
             impl.backends[device] = Backend(device, fn, tuple(requires), tuple(dtypes), summary, host_sync, graph_safe,
-                                             checks_values)
+                                             checks_values, sweep_max_n)
         ROUTES.clear()
         return fn
 

@@ -101,6 +101,9 @@ class Grid:
     rounds: int = DEFAULT_ROUNDS  # interleaved rounds per measurement (see the module docstring)
     host_wait: float = 0.0  # seconds a turn may wait for the host's usual speed (0: never waits)
     canvases: list[str] = field(default_factory=lambda: ["fixed"])  # synthetic scenarios' canvas (datasets.synthetic)
+    # leave a backend out above its sweep_max_n (the CLI's sweep of every implementation,
+    # without --impl): a plain per-pick loop would take hours at the largest N
+    cap_slow: bool = False
 
     def __post_init__(self):
         self.validate()
@@ -577,8 +580,9 @@ def _case_rows(impl: Implementation, device: str, dtype_name: str, iou: float, g
     return [common | {"timer": t} for t in grid.timers_for(device)]
 
 
-def _unrunnable(impl, device, dtype_name, rows, params_error) -> Optional[Iterator[dict]]:
-    """Skipped or error rows for a case that cannot run (None when it can)."""
+def _unrunnable(impl, device, dtype_name, rows, params_error, cap_slow: bool = False) -> Optional[Iterator[dict]]:
+    """Skipped or error rows for a case that cannot run, or that a sweep of every
+    implementation leaves out (``cap_slow``: above the backend's sweep_max_n); None when it runs."""
     backend = impl.backends.get(device)
     skip = None
     if backend is None:
@@ -589,6 +593,9 @@ def _unrunnable(impl, device, dtype_name, rows, params_error) -> Optional[Iterat
             skip = reason
         elif DTYPES[dtype_name] not in backend.dtypes:
             skip = f"{dtype_name} not supported on {device}"
+        elif cap_slow and backend.sweep_max_n is not None and rows and rows[0]["n"] > backend.sweep_max_n:
+            skip = (f"{impl.name} on {device} is left out above N = {backend.sweep_max_n} when --impl does not name it "
+                    "(its calls take seconds there)")
     if skip:
         return (row | {"status": "skipped", "error": skip} for row in rows)
     if params_error:
@@ -604,7 +611,7 @@ def _run_group(members, device: str, dtype_name: str, iou: float, grid: Grid, bo
     runnable = []
     for impl, rows in members:
         params, params_error = params_by_impl[impl.name]
-        cannot = _unrunnable(impl, device, dtype_name, rows, params_error)
+        cannot = _unrunnable(impl, device, dtype_name, rows, params_error, grid.cap_slow)
         if cannot is not None:
             yield from cannot
             continue

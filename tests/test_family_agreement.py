@@ -1,10 +1,12 @@
-"""The family agreement columns (schema 7): soft, diou and weighted rows are held to their
-family's exact CPU implementation on the same boxes, beside greedy NMS."""
+"""What a sweep says of the newer families: the family agreement columns (schema 7: soft,
+diou and weighted rows held to their family's exact CPU implementation on the same boxes,
+beside greedy NMS), and the sweep limit of the plain Soft-NMS loop."""
 
 from __future__ import annotations
 
 import importlib.util
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -70,3 +72,37 @@ def test_older_files_read_with_blank_family_columns(tmp_path):
     frame.drop(columns=["family_ref", "family_jaccard", "family_max_diff"]).to_csv(path, index=False)
     read = read_results(path)
     assert (read["family_ref"] == "").all() and read["family_jaccard"].isna().all()
+
+
+# ------------------------------------------------------------------ sweep limits of slow baselines
+
+def test_a_sweep_of_every_implementation_leaves_the_plain_loop_out_above_its_limit(monkeypatch):
+    """soft_torch (a host synchronization per pick) has a sweep_max_n: a sweep without --impl
+    (cap_slow) gives a skipped row above it, saying why and how to time it anyway; naming it
+    in --impl (cap_slow False) times it."""
+    import dataclasses
+
+    from nmsbench import cli, registry
+    from nmsbench.variants import soft_nms
+
+    impl = registry.implementations()["soft_torch"]
+    assert impl.backends["cpu"].sweep_max_n == soft_nms.SOFT_TORCH_SWEEP_MAX_N
+    monkeypatch.setitem(impl.backends, "cpu", dataclasses.replace(impl.backends["cpu"], sweep_max_n=32))
+
+    def rows(cap_slow):
+        out = []
+        grid = Grid(impls=["soft_torch", "torchvision"], devices=["cpu"], dtypes=["float32"], scenarios=["uniform"],
+                    ns=[16, 64], ious=[0.5], timers=["wall"], min_run_time=0.01, rounds=1, cap_slow=cap_slow)
+        run_sweep(grid, out.append)
+        return {(row["impl"], row["n"]): row for row in out}
+
+    capped = rows(True)
+    assert capped["soft_torch", 16]["status"] == "ok" and capped["torchvision", 64]["status"] == "ok"
+    assert capped["soft_torch", 64]["status"] == "skipped"
+    assert "left out above N = 32 when --impl does not name it" in capped["soft_torch", 64]["error"]
+    assert rows(False)["soft_torch", 64]["status"] == "ok"
+    # the command a capped sweep records names no implementation (naming them all would lift the caps)
+    grid = Grid(impls=["soft_torch"], devices=["cpu"], dtypes=["float32"], scenarios=["uniform"], ns=[16], ious=[0.5],
+                cap_slow=True)
+    assert "--impl" not in cli.reproduce_command(grid, Path("x.csv"))
+    assert "--impl soft_torch" in cli.reproduce_command(dataclasses.replace(grid, cap_slow=False), Path("x.csv"))
