@@ -125,17 +125,34 @@ def keep_from_sorted(order: torch.Tensor, kept_positions: np.ndarray) -> NMSResu
 GRAPH_MAX_PAIRS = 1 << 25  # neighbour entries the overlap graph may hold (16 bytes each); denser inputs take a dense path
 
 
-def _neighbour_counts(b, labels, cell_x, cell_y, gx, gy, starts, by_cell, above):
-    """Per box, how many same-label boxes overlap it with IoU > ``above``, among the boxes
-    of the 3 x 3 grid cells around its own (cells as wide as the largest box side)."""
+SIZE_CLASSES = 4  # octaves of box size, each with a grid of its own (the last takes every smaller box)
+
+
+@njit(inline="always", **JIT)
+def _window(lo, hi, origin, side, cells):
+    """The cells [first, last] of one axis of a class's grid that a corner in (lo, hi) can
+    lie in (clamped to the grid)."""
+    first = max(int(math.floor((lo - origin) / side)), 0)
+    last = min(int(math.floor((hi - origin) / side)), cells - 1)
+    return first, last
+
+
+def _neighbour_counts(b, labels, grid, above):
+    """Per box, how many same-label boxes overlap it with IoU > ``above``: in every size
+    class, the boxes whose corner lies in the cells the box's window covers."""
+    x0, y0, sides, gxs, gys, cell0, starts, by_cell = grid
     n = b.shape[0]
     counts = np.zeros(n, dtype=np.int64)
     for i in prange(n):
         c = 0
-        for yy in range(max(cell_y[i] - 1, 0), min(cell_y[i] + 2, gy)):
-            for xx in range(max(cell_x[i] - 1, 0), min(cell_x[i] + 2, gx)):
-                cell = yy * gx + xx
-                for q in range(starts[cell], starts[cell + 1]):
+        for k in range(sides.shape[0]):
+            if gxs[k] == 0:
+                continue
+            xl, xh = _window(np.float64(b[i, 0]) - sides[k], np.float64(b[i, 2]), x0, sides[k], gxs[k])
+            yl, yh = _window(np.float64(b[i, 1]) - sides[k], np.float64(b[i, 3]), y0, sides[k], gys[k])
+            for yy in range(yl, yh + 1):
+                row = cell0[k] + yy * gxs[k]
+                for q in range(starts[row + xl], starts[row + xh + 1]):  # cells xl..xh of a grid row are adjacent
                     j = by_cell[q]
                     if j != i and labels[j] == labels[i] and np.float64(box_iou(b, i, j)) > above:
                         c += 1
@@ -143,16 +160,21 @@ def _neighbour_counts(b, labels, cell_x, cell_y, gx, gy, starts, by_cell, above)
     return counts
 
 
-def _neighbour_fill(b, labels, cell_x, cell_y, gx, gy, starts, by_cell, above, indptr):
+def _neighbour_fill(b, labels, grid, above, indptr):
+    x0, y0, sides, gxs, gys, cell0, starts, by_cell = grid
     n = b.shape[0]
     indices = np.empty(indptr[n], dtype=np.int64)
     ious = np.empty(indptr[n], dtype=np.float64)
     for i in prange(n):
         w = indptr[i]
-        for yy in range(max(cell_y[i] - 1, 0), min(cell_y[i] + 2, gy)):
-            for xx in range(max(cell_x[i] - 1, 0), min(cell_x[i] + 2, gx)):
-                cell = yy * gx + xx
-                for q in range(starts[cell], starts[cell + 1]):
+        for k in range(sides.shape[0]):
+            if gxs[k] == 0:
+                continue
+            xl, xh = _window(np.float64(b[i, 0]) - sides[k], np.float64(b[i, 2]), x0, sides[k], gxs[k])
+            yl, yh = _window(np.float64(b[i, 1]) - sides[k], np.float64(b[i, 3]), y0, sides[k], gys[k])
+            for yy in range(yl, yh + 1):
+                row = cell0[k] + yy * gxs[k]
+                for q in range(starts[row + xl], starts[row + xh + 1]):
                     j = by_cell[q]
                     if j != i and labels[j] == labels[i]:
                         v = np.float64(box_iou(b, i, j))
@@ -169,15 +191,69 @@ GRAPH_PARALLEL_MIN = 4096  # boxes from which the graph's rows are built by the 
 WINDOW_FACTOR = 4  # pairs the cells may test per pair the graph may hold, before it gives up (None: dense)
 
 
-def overlap_graph(b: np.ndarray, labels: np.ndarray, max_pairs: int = GRAPH_MAX_PAIRS, above: float = 0.0):
+def _size_class_grids(b: np.ndarray):
+    """Boxes split by size (octaves down from the largest side, SIZE_CLASSES of them), each
+    class on a grid of square cells at least as wide as its own largest side (at most about
+    4 n_k cells), boxes binned by their x1, y1 corner: (grid, the number of pairs the
+    windows would test). A box's window in class k, its box widened left and down by the
+    class's cell side, covers the corners of every class-k box that can intersect it."""
+    n = b.shape[0]
+    x1, y1 = b[:, 0].astype(np.float64), b[:, 1].astype(np.float64)
+    w, h = b[:, 2].astype(np.float64) - x1, b[:, 3].astype(np.float64) - y1
+    size = np.maximum(w, h)
+    largest = float(size.max())
+    ratio = largest / np.maximum(size, largest * 2.0 ** -SIZE_CLASSES)
+    size_class = np.minimum(np.floor(np.log2(ratio)).astype(np.int64), SIZE_CLASSES - 1)
+    x0, y0 = float(x1.min()), float(y1.min())
+    span = max(float(x1.max()) - x0, float(y1.max()) - y0)
+    reach = max(float(np.max(np.abs(x1))), float(np.max(np.abs(y1))), largest)
+    sides, gxs, gys = np.ones(SIZE_CLASSES), np.zeros(SIZE_CLASSES, np.int64), np.zeros(SIZE_CLASSES, np.int64)
+    cell_of = np.zeros(n, dtype=np.int64)
+    cell0 = np.zeros(SIZE_CLASSES, dtype=np.int64)
+    total, windows, tests = 0, [], 0
+    for k in range(SIZE_CLASSES):
+        members = np.flatnonzero(size_class == k)
+        cell0[k] = total
+        if members.size == 0:
+            continue
+        # a slack far above the rounding of the cell arithmetic: every corner that can reach
+        # a box lies in its window's cells
+        side = max(float(size[members].max()) * (1 + 1e-6) + 1e-9 * reach, span / math.sqrt(4.0 * members.size + 16),
+                   1e-300)
+        cx = ((x1[members] - x0) / side).astype(np.int64)
+        cy = ((y1[members] - y0) / side).astype(np.int64)
+        gx, gy = int(cx.max()) + 1, int(cy.max()) + 1
+        sides[k], gxs[k], gys[k] = side, gx, gy
+        cell_of[members] = total + cy * gx + cx
+        total += gx * gy
+        windows.append((k, members, cx, cy))
+    by_cell = np.argsort(cell_of, kind="stable")
+    per_cell = np.bincount(cell_of, minlength=total)
+    starts = np.zeros(total + 1, dtype=np.int64)
+    np.cumsum(per_cell, out=starts[1:])
+    for k, _, _, _ in windows:  # the pairs every box's window in class k would test (summed-area table)
+        gx, gy, side = int(gxs[k]), int(gys[k]), sides[k]
+        table = np.zeros((gy + 1, gx + 1), dtype=np.int64)
+        table[1:, 1:] = per_cell[cell0[k]:cell0[k] + gx * gy].reshape(gy, gx).cumsum(0).cumsum(1)
+        xl = np.clip(np.floor((x1 - side - x0) / side).astype(np.int64), 0, gx - 1)
+        xh = np.clip(np.floor((x1 + w - x0) / side).astype(np.int64), 0, gx - 1)
+        yl = np.clip(np.floor((y1 - side - y0) / side).astype(np.int64), 0, gy - 1)
+        yh = np.clip(np.floor((y1 + h - y0) / side).astype(np.int64), 0, gy - 1)
+        tests += int((table[yh + 1, xh + 1] - table[yl, xh + 1] - table[yh + 1, xl] + table[yl, xl]).sum())
+    return (x0, y0, sides, gxs, gys, cell0, starts, by_cell), tests
+
+
+def overlap_graph(b: np.ndarray, labels: np.ndarray, max_pairs: int = GRAPH_MAX_PAIRS, above: float = 0.0,
+                  max_tests: int | None = None):
     """The same-label pairs of boxes (input order) whose IoU is > ``above`` (compared in
     float64, as a Python float threshold is; 0: every overlapping pair), as rows of
-    neighbours: (indptr, indices, ious) with row i at indptr[i]:indptr[i + 1], ious in float64 of the input dtype's IoU (torchvision's
-    arithmetic, exactly symmetric); None when the graph would hold more than ``max_pairs``
-    entries (the caller then takes its dense path). Found on a grid of cells as wide as
-    the largest box side (a box meets only the boxes of the 3 x 3 cells around its own), so
-    at constant density the work grows with N + E; the rows are built by the threads from
-    ``GRAPH_PARALLEL_MIN`` boxes."""
+    neighbours: (indptr, indices, ious) with row i at indptr[i]:indptr[i + 1], ious in
+    float64 of the input dtype's IoU (torchvision's arithmetic, exactly symmetric); None
+    when the graph would hold more than ``max_pairs`` entries, or finding it would test
+    more than ``max_tests`` pairs (default WINDOW_FACTOR x max_pairs): the caller then
+    takes its dense path. Found on grids of cells, one per size class (``_size_class_grids``),
+    so at constant density the work grows with N + E even where box sizes vary; the rows
+    are built by the threads from ``GRAPH_PARALLEL_MIN`` boxes."""
     n = b.shape[0]
     if n == 0:
         return np.zeros(1, dtype=np.int64), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
@@ -185,31 +261,14 @@ def overlap_graph(b: np.ndarray, labels: np.ndarray, max_pairs: int = GRAPH_MAX_
     largest = max(float(np.max(b[:, 2].astype(np.float64) - x1)), float(np.max(b[:, 3].astype(np.float64) - y1)))
     if largest <= 0:  # every box has zero area: no pair overlaps
         return np.zeros(n + 1, dtype=np.int64), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
-    # cells at least as wide as the largest side, with a slack far above the rounding of the
-    # cell arithmetic: two boxes that intersect lie in neighbouring cells (or one cell)
-    reach = max(float(np.max(np.abs(x1))), float(np.max(np.abs(y1))), largest)
-    side = largest * (1 + 1e-6) + 1e-9 * reach
-    span = max(float(x1.max() - x1.min()), float(y1.max() - y1.min()))
-    side = max(side, span / math.sqrt(4.0 * n + 16))  # at most about 4 n cells
-    cell_x = ((x1 - x1.min()) / side).astype(np.int64)
-    cell_y = ((y1 - y1.min()) / side).astype(np.int64)
-    gx, gy = int(cell_x.max()) + 1, int(cell_y.max()) + 1
-    cells = cell_y * gx + cell_x
-    by_cell = np.argsort(cells, kind="stable")
-    per_cell = np.bincount(cells, minlength=gx * gy)
-    starts = np.zeros(gx * gy + 1, dtype=np.int64)
-    np.cumsum(per_cell, out=starts[1:])
-    # the pairs the 3 x 3 neighbourhoods would test: give up early when they are too many
-    padded = np.pad(per_cell.reshape(gy, gx), 1)
-    around = sum(padded[dy:dy + gy, dx:dx + gx] for dy in range(3) for dx in range(3))
-    if int((per_cell.reshape(gy, gx) * around).sum()) > WINDOW_FACTOR * max_pairs:
+    grid, tests = _size_class_grids(b)
+    if tests > (WINDOW_FACTOR * max_pairs if max_tests is None else max_tests):  # give up before the work
         return None
     parallel = int(n >= GRAPH_PARALLEL_MIN)
-    grid = (cell_x, cell_y, gx, gy, starts, by_cell)
-    counts = _NEIGHBOUR_COUNTS[parallel](b, labels, *grid, float(above))
+    counts = _NEIGHBOUR_COUNTS[parallel](b, labels, grid, float(above))
     if counts.sum() > max_pairs:
         return None
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
-    indices, ious = _NEIGHBOUR_FILL[parallel](b, labels, *grid, float(above), indptr)
+    indices, ious = _NEIGHBOUR_FILL[parallel](b, labels, grid, float(above), indptr)
     return indptr, indices, ious

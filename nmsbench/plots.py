@@ -30,7 +30,7 @@ from .tables import DEFAULT_BASELINE, aggregate, ok_rows
 # two headline kernels take the two strongest (hard_fused vermillion, matrix_recompute
 # blue) and the baseline black; the later families take Tol's indigo and olive, a grey for
 # the plain PyTorch Soft-NMS loop, maroon and a dark teal, a bright cyan for our GPU
-# Soft-NMS (the one hue left that far from the rest); the libraries' entries colours
+# Soft-NMS (the one hue left that far from the rest), a slate for matrix_graph; the libraries' entries colours
 # chosen to stay apart from all of those. tests/test_colors.py holds every pair apart by
 # CIEDE2000.
 IMPL_STYLES = {
@@ -53,6 +53,7 @@ IMPL_STYLES = {
     "ensemble_boxes_soft": ("#FFAD99", "square-cross"),
     "hard_graph": ("#00CC00", "triangle-sw"),
     "soft_rounds": ("#00DDDD", "hexagon-open"),
+    "matrix_graph": ("#555566", "diamond-x"),
 }
 PINNED_COLORS = {name: style[0] for name, style in IMPL_STYLES.items()}
 PINNED_SYMBOLS = {name: style[1] for name, style in IMPL_STYLES.items()}

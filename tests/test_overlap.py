@@ -141,3 +141,28 @@ def test_bad_inputs_raise_value_error(boxes, scores, labels, message):
     with pytest.raises(ValueError) as info:
         max_iou_with_higher_ranked(boxes, scores, labels)
     assert message in str(info.value)
+
+
+def test_boxes_of_every_size_class_meet_each_other():
+    """A few huge boxes over many tiny ones (each size class on its grid of its own): the
+    graph holds exactly the overlapping pairs, both directions, as the brute force finds."""
+    import numpy as np
+
+    from nmsbench.variants._cpu import overlap_graph
+
+    rng = np.random.default_rng(5)
+    n = 1500
+    corner = rng.uniform(0, 2000, (n, 2))
+    side = np.where(rng.uniform(size=n) < 0.01, rng.uniform(300, 900, n), rng.uniform(1, 12, n))
+    side[::97] = 0.0  # zero-size boxes overlap nothing
+    boxes = np.concatenate([corner, corner + side[:, None] * rng.uniform(0.5, 1, (n, 2))], 1).astype(np.float32)
+    labels = np.zeros(n, dtype=np.int64)
+    indptr, indices, ious = overlap_graph(boxes, labels, max_pairs=1 << 30)
+    found = {(i, int(j)) for i in range(n) for j in indices[indptr[i]:indptr[i + 1]]}
+    x1, y1, x2, y2 = (boxes[:, k][:, None] for k in range(4))
+    w = np.minimum(x2, x2.T) - np.maximum(x1, x1.T)
+    h = np.minimum(y2, y2.T) - np.maximum(y1, y1.T)
+    overlapping = (w > 0) & (h > 0)
+    np.fill_diagonal(overlapping, False)
+    assert found == {(int(i), int(j)) for i, j in zip(*np.nonzero(overlapping))}
+    assert any(side[i] > 300 and indptr[i + 1] - indptr[i] > 10 for i in range(n))  # the huge boxes reach the tiny
