@@ -131,10 +131,21 @@ SIZE_CLASSES = 4  # octaves of box size, each with a grid of its own (the last t
 @njit(inline="always", **JIT)
 def _window(lo, hi, origin, side, cells):
     """The cells [first, last] of one axis of a class's grid that a corner in (lo, hi) can
-    lie in (clamped to the grid)."""
-    first = max(int(math.floor((lo - origin) / side)), 0)
-    last = min(int(math.floor((hi - origin) / side)), cells - 1)
+    lie in, clamped to the grid before any conversion to an integer: near the float64
+    limit a bound overflows to an infinity (or NaN), which widens the window, never
+    narrows it."""
+    q = (lo - origin) / side  # compared as floats: numba's floor of a NaN or an infinity is no integer
+    first = 0 if not q > 0.0 else (cells - 1 if q >= cells else int(math.floor(q)))
+    r = (hi - origin) / side
+    last = cells - 1 if not r < cells - 1 else (0 if r < 0.0 else int(math.floor(r)))
     return first, last
+
+
+def _cells(values: np.ndarray, cells: int, nan_to: int) -> np.ndarray:
+    """Cell indices from float positions, floored and clamped to [0, cells) in float before
+    the conversion (bounds that overflowed: infinities to the edges, NaN to ``nan_to``)."""
+    return np.clip(np.nan_to_num(np.floor(values), nan=nan_to, posinf=cells - 1, neginf=0), 0, cells - 1
+                   ).astype(np.int64)
 
 
 def _neighbour_counts(b, labels, grid, above):
@@ -191,6 +202,7 @@ GRAPH_PARALLEL_MIN = 4096  # boxes from which the graph's rows are built by the 
 WINDOW_FACTOR = 4  # pairs the cells may test per pair the graph may hold, before it gives up (None: dense)
 
 
+@np.errstate(over="ignore", invalid="ignore")  # bounds near the float64 limit: _cells clamps them
 def _size_class_grids(b: np.ndarray):
     """Boxes split by size (octaves down from the largest side, SIZE_CLASSES of them), each
     class on a grid of square cells at least as wide as its own largest side (at most about
@@ -220,8 +232,8 @@ def _size_class_grids(b: np.ndarray):
         # a box lies in its window's cells
         side = max(float(size[members].max()) * (1 + 1e-6) + 1e-9 * reach, span / math.sqrt(4.0 * members.size + 16),
                    1e-300)
-        cx = ((x1[members] - x0) / side).astype(np.int64)
-        cy = ((y1[members] - y0) / side).astype(np.int64)
+        cells = int(math.sqrt(4.0 * members.size + 16)) + 2  # per axis: what the side allows
+        cx, cy = _cells((x1[members] - x0) / side, cells, cells - 1), _cells((y1[members] - y0) / side, cells, cells - 1)
         gx, gy = int(cx.max()) + 1, int(cy.max()) + 1
         sides[k], gxs[k], gys[k] = side, gx, gy
         cell_of[members] = total + cy * gx + cx
@@ -235,10 +247,8 @@ def _size_class_grids(b: np.ndarray):
         gx, gy, side = int(gxs[k]), int(gys[k]), sides[k]
         table = np.zeros((gy + 1, gx + 1), dtype=np.int64)
         table[1:, 1:] = per_cell[cell0[k]:cell0[k] + gx * gy].reshape(gy, gx).cumsum(0).cumsum(1)
-        xl = np.clip(np.floor((x1 - side - x0) / side).astype(np.int64), 0, gx - 1)
-        xh = np.clip(np.floor((x1 + w - x0) / side).astype(np.int64), 0, gx - 1)
-        yl = np.clip(np.floor((y1 - side - y0) / side).astype(np.int64), 0, gy - 1)
-        yh = np.clip(np.floor((y1 + h - y0) / side).astype(np.int64), 0, gy - 1)
+        xl, xh = _cells((x1 - side - x0) / side, gx, 0), _cells((x1 + w - x0) / side, gx, gx - 1)
+        yl, yh = _cells((y1 - side - y0) / side, gy, 0), _cells((y1 + h - y0) / side, gy, gy - 1)
         tests += int((table[yh + 1, xh + 1] - table[yl, xh + 1] - table[yh + 1, xl] + table[yl, xl]).sum())
     return (x0, y0, sides, gxs, gys, cell0, starts, by_cell), tests
 

@@ -166,3 +166,17 @@ def test_boxes_of_every_size_class_meet_each_other():
     np.fill_diagonal(overlapping, False)
     assert found == {(int(i), int(j)) for i, j in zip(*np.nonzero(overlapping))}
     assert any(side[i] > 300 and indptr[i + 1] - indptr[i] > 10 for i in range(n))  # the huge boxes reach the tiny
+
+
+def test_coordinates_near_the_float64_limit_lose_no_pair():
+    """Where the grid's arithmetic overflows (a span beyond float64, cells of infinite
+    side), the windows widen to the whole grid instead of losing pairs."""
+    import numpy as np
+
+    from nmsbench.variants._cpu import overlap_graph
+
+    big = 1.7e308
+    boxes = np.array([[-big, 0, -big + 1e300, 1], [-big + 5e299, 0, -big + 2e300, 1], [big - 1e300, 0, big, 1],
+                      [big - 5e299, 0.5, big, 2], [0.0, 0.0, 1.0, 1.0]])
+    indptr, indices, _ = overlap_graph(boxes, np.zeros(5, dtype=np.int64))
+    assert [sorted(indices[indptr[i]:indptr[i + 1]].tolist()) for i in range(5)] == [[1], [0], [3], [2], []]
