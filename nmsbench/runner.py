@@ -62,6 +62,10 @@ from .timing import (BLOCKS_PER_MEASUREMENT, CPU_TIMERS, DEFAULT_ROUNDS, DEFAULT
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16}
 REFERENCE = "torchvision"
+# Above this many boxes the greedy reference is hard_graph: index for index torchvision's
+# (the property tests hold it there) in O(N + E), where torchvision's CPU NMS takes about
+# a minute at 131072 boxes on a large image and hours at a million.
+LARGE_REFERENCE, LARGE_REFERENCE_MIN_N = "hard_graph", 32769
 
 
 class GridError(ValueError):
@@ -286,10 +290,14 @@ def _family_result(name: str, box_set: BoxSet, dtype_name: str, iou: float, para
 
 
 def _reference(data: BoxSet, iou: float) -> torch.Tensor:
-    """Greedy NMS by torchvision on the CPU, on exactly the case's (cast) values."""
+    """Greedy NMS on the CPU on exactly the case's (cast) values: torchvision's, or from
+    LARGE_REFERENCE_MIN_N boxes on, LARGE_REFERENCE's (the same indices)."""
     if data.boxes.dtype == torch.float16:  # torchvision's CPU kernel has no half; float32 holds them exactly
         data = data.to("cpu", torch.float32)
-    backend = get(REFERENCE).backend("cpu")
+    name = REFERENCE
+    if data.boxes.shape[0] >= LARGE_REFERENCE_MIN_N and get(LARGE_REFERENCE).backend("cpu").availability()[0]:
+        name = LARGE_REFERENCE
+    backend = get(name).backend("cpu")
     return backend.fn(data.boxes, data.scores, iou_threshold=iou, labels=data.labels).keep
 
 

@@ -106,3 +106,25 @@ def test_a_sweep_of_every_implementation_leaves_the_plain_loop_out_above_its_lim
                 cap_slow=True)
     assert "--impl" not in cli.reproduce_command(grid, Path("x.csv"))
     assert "--impl soft_torch" in cli.reproduce_command(dataclasses.replace(grid, cap_slow=False), Path("x.csv"))
+
+
+def test_large_box_sets_take_the_graph_greedy_reference(monkeypatch):
+    """From LARGE_REFERENCE_MIN_N boxes the greedy reference is hard_graph (torchvision's CPU
+    NMS takes minutes there): the same indices, from the graph."""
+    import dataclasses
+
+    from nmsbench import datasets, registry, runner
+
+    impl = registry.implementations()["hard_graph"]
+    backend, calls = impl.backends["cpu"], []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return backend.fn(*args, **kwargs)
+
+    monkeypatch.setitem(impl.backends, "cpu", dataclasses.replace(backend, fn=counted))
+    case = datasets.generate("clustered", 600, seed=2)
+    small = runner._reference(case, 0.5)
+    assert not calls
+    monkeypatch.setattr(runner, "LARGE_REFERENCE_MIN_N", 600)
+    assert torch.equal(runner._reference(case, 0.5), small) and calls == [1]
