@@ -62,9 +62,9 @@ from .timing import (BLOCKS_PER_MEASUREMENT, CPU_TIMERS, DEFAULT_ROUNDS, DEFAULT
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16}
 REFERENCE = "torchvision"
-# Above this many boxes the greedy reference is hard_graph: index for index torchvision's
-# (the property tests hold it there) in O(N + E), where torchvision's CPU NMS takes about
-# a minute at 131072 boxes on a large image and hours at a million.
+# From this many boxes on the greedy reference is hard_graph: index for index torchvision's
+# (the property tests hold it there) in O(N + E), where torchvision's CPU NMS, which tests
+# every kept box against every later one, grows too slow to wait for on large images.
 LARGE_REFERENCE, LARGE_REFERENCE_MIN_N = "hard_graph", 32769
 
 
