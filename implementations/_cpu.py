@@ -148,14 +148,19 @@ def _cells(values: np.ndarray, cells: int, nan_to: int) -> np.ndarray:
                    ).astype(np.int64)
 
 
-def _neighbour_counts(b, labels, grid, above):
-    """Per box, how many same-label boxes overlap it with IoU > ``above``: in every size
-    class, the boxes whose corner lies in the cells the box's window covers."""
+def _neighbour_rows(b, labels, grid, above, indptr):
+    """The same-label boxes that overlap each box with IoU > ``above``: in every size class,
+    the boxes whose corner lies in the cells the box's window covers. With ``indptr``
+    empty, (their count per box, -, -); else (-, the rows' boxes, their IoUs), row i
+    filled from indptr[i]."""
     x0, y0, sides, gxs, gys, cell0, starts, by_cell = grid
     n = b.shape[0]
-    counts = np.zeros(n, dtype=np.int64)
+    fill = indptr.shape[0] > 0
+    counts = np.zeros(0 if fill else n, dtype=np.int64)
+    indices = np.empty(indptr[n] if fill else 0, dtype=np.int64)
+    ious = np.empty(indptr[n] if fill else 0, dtype=np.float64)
     for i in prange(n):
-        c = 0
+        w = indptr[i] if fill else 0
         for k in range(sides.shape[0]):
             if gxs[k] == 0:
                 continue
@@ -165,39 +170,19 @@ def _neighbour_counts(b, labels, grid, above):
                 row = cell0[k] + yy * gxs[k]
                 for q in range(starts[row + xl], starts[row + xh + 1]):  # cells xl..xh of a grid row are adjacent
                     j = by_cell[q]
-                    if j != i and labels[j] == labels[i] and np.float64(box_iou(b, i, j)) > above:
-                        c += 1
-        counts[i] = c
-    return counts
-
-
-def _neighbour_fill(b, labels, grid, above, indptr):
-    x0, y0, sides, gxs, gys, cell0, starts, by_cell = grid
-    n = b.shape[0]
-    indices = np.empty(indptr[n], dtype=np.int64)
-    ious = np.empty(indptr[n], dtype=np.float64)
-    for i in prange(n):
-        w = indptr[i]
-        for k in range(sides.shape[0]):
-            if gxs[k] == 0:
-                continue
-            xl, xh = _window(np.float64(b[i, 0]) - sides[k], np.float64(b[i, 2]), x0, sides[k], gxs[k])
-            yl, yh = _window(np.float64(b[i, 1]) - sides[k], np.float64(b[i, 3]), y0, sides[k], gys[k])
-            for yy in range(yl, yh + 1):
-                row = cell0[k] + yy * gxs[k]
-                for q in range(starts[row + xl], starts[row + xh + 1]):
-                    j = by_cell[q]
                     if j != i and labels[j] == labels[i]:
                         v = np.float64(box_iou(b, i, j))
                         if v > above:
-                            indices[w] = j
-                            ious[w] = v
+                            if fill:
+                                indices[w] = j
+                                ious[w] = v
                             w += 1
-    return indices, ious
+        if not fill:
+            counts[i] = w
+    return counts, indices, ious
 
 
-_NEIGHBOUR_COUNTS = serial_and_parallel(_neighbour_counts)
-_NEIGHBOUR_FILL = serial_and_parallel(_neighbour_fill)
+_NEIGHBOUR_ROWS = serial_and_parallel(_neighbour_rows)
 GRAPH_PARALLEL_MIN = 4096  # boxes from which the graph's rows are built by the threads
 WINDOW_FACTOR = 4  # pairs the cells may test per pair the graph may hold, before it gives up (None: dense)
 
@@ -275,10 +260,11 @@ def overlap_graph(b: np.ndarray, labels: np.ndarray, max_pairs: int = GRAPH_MAX_
     if tests > (WINDOW_FACTOR * max_pairs if max_tests is None else max_tests):  # give up before the work
         return None
     parallel = int(n >= GRAPH_PARALLEL_MIN)
-    counts = _NEIGHBOUR_COUNTS[parallel](b, labels, grid, float(above))
+    rows = _NEIGHBOUR_ROWS[parallel]
+    counts = rows(b, labels, grid, float(above), np.zeros(0, dtype=np.int64))[0]
     if counts.sum() > max_pairs:
         return None
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
-    indices, ious = _NEIGHBOUR_FILL[parallel](b, labels, grid, float(above), indptr)
+    _, indices, ious = rows(b, labels, grid, float(above), indptr)
     return indptr, indices, ious

@@ -48,6 +48,16 @@ def max_iou_with_parents(b, labels):
     return cmax
 
 
+@njit(inline="always", **JIT)
+def decay_ratio(iou, cmax_parent, linear, sigma):
+    """f(iou) / f(cmax) of the family definition, in float64; inf for a linear parent whose
+    1 - cmax is 0 (a parent duplicating a box above it constrains nothing)."""
+    if linear:
+        room = 1.0 - cmax_parent
+        return (1.0 - iou) / room if room != 0.0 else np.inf
+    return math.exp((cmax_parent * cmax_parent - iou * iou) / sigma)
+
+
 @njit(parallel=True, **JIT)
 def decay_factors(b, labels, cmax, linear, sigma):
     n = b.shape[0]
@@ -58,14 +68,7 @@ def decay_factors(b, labels, cmax, linear, sigma):
         for i in range(j):
             if labels[i] != labels[j]:
                 continue
-            iou = np.float64(box_iou(b, i, j))
-            if linear:
-                room = 1.0 - cmax[i]
-                if room == 0.0:
-                    continue  # a parent duplicating a box above it constrains nothing
-                ratio = (1.0 - iou) / room
-            else:
-                ratio = math.exp((cmax[i] * cmax[i] - iou * iou) / sigma)
+            ratio = decay_ratio(np.float64(box_iou(b, i, j)), cmax[i], linear, sigma)
             if ratio < d:
                 d = ratio
         decay[j] = d

@@ -19,8 +19,6 @@ dtype, by which the kept boxes are ordered.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 from numba import prange
@@ -30,7 +28,7 @@ from nmsbench.families import MATRIX_PARAMS
 from nmsbench.registry import register
 
 from ._cpu import GRAPH_MAX_PAIRS, overlap_graph, serial_and_parallel, sorted_inputs
-from .matrix_fused import decay_factors, max_iou_with_parents
+from .matrix_fused import decay_factors, decay_ratio, max_iou_with_parents
 
 DENSE_FRACTION = 32  # a graph of more than N^2 / this many pairs takes the dense passes (as hard_graph, soft_nms)
 
@@ -53,14 +51,7 @@ def graph_decays(indptr, indices, ious, linear, sigma):
             i = indices[t]
             if i >= j:
                 continue
-            v = ious[t]
-            if linear:
-                room = 1.0 - cmax[i]
-                if room == 0.0:
-                    continue  # a parent duplicating a box above it constrains nothing
-                ratio = (1.0 - v) / room
-            else:
-                ratio = math.exp((cmax[i] * cmax[i] - v * v) / sigma)
+            ratio = decay_ratio(ious[t], cmax[i], linear, sigma)
             if ratio < d:
                 d = ratio
         decay[j] = d
