@@ -11,8 +11,6 @@ import torch
 import nmsbench
 from nmsbench import datasets
 
-MATRIX_DEFAULTS = {"kernel": "gaussian", "sigma": 0.5, "score_threshold": 0.05}
-
 
 def parse_sizes(text: str) -> list[int]:
     return [int(v) for v in text.split(",") if v]
@@ -23,13 +21,14 @@ def boxes_of(scenario: str, n: int, seed: int = 0, classes: int = 1):
     return datasets.generate(scenario, n, seed=seed, classes=classes).to("cuda")
 
 
-def op_call(spec: str, boxes, iou_threshold: float = 0.5, padded: bool = False):
+def op_call(spec: str, boxes, iou_threshold: float = 0.5, padded: bool = False, params: dict | None = None):
     """``spec`` "impl" or "impl:path" -> (zero-argument call of its CUDA backend on
-    ``boxes``, the path it takes or None for a backend without paths)."""
+    ``boxes`` with its family's parameters (``params`` over the defaults), the path it
+    takes or None for a backend without paths)."""
     name, _, path = spec.partition(":")
     impl = nmsbench.implementations()[name]
     backend = impl.backend("cuda")
-    params = MATRIX_DEFAULTS if impl.family == "matrix" else {}
+    params = impl.resolve_params(dict(params or {}))  # the family's defaults (Matrix NMS, Soft-NMS, DIoU), overridden
     extra = {"padded": True} if padded else {}
     module = sys.modules[backend.fn.__module__]
     chosen = None

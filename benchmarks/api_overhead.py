@@ -17,7 +17,7 @@ import statistics
 import nmsbench
 from nmsbench.timing import HostGauge, enough_usual, wall_blocks
 
-from _common import MATRIX_DEFAULTS, boxes_of, parse_sizes
+from _common import boxes_of, parse_sizes
 
 
 def interleaved(calls: dict, seconds: float, rounds: int, gauge: HostGauge) -> dict:
@@ -56,7 +56,7 @@ def main() -> None:
     for name in names:
         impl = registered[name]
         backend = impl.backend("cuda")
-        params = MATRIX_DEFAULTS if impl.family == "matrix" else {}
+        params = impl.resolve_params({})  # the family's defaults
         for n in parse_sizes(args.n):
             case = boxes_of(args.scenario, n)
             b, s = case.boxes, case.scores

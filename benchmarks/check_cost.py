@@ -20,7 +20,7 @@ from torch.profiler import ProfilerActivity, profile
 
 import nmsbench
 
-from _common import MATRIX_DEFAULTS, boxes_of
+from _common import boxes_of
 
 
 def profiled(call, calls: int, trace: Path):
@@ -46,7 +46,7 @@ def main() -> None:
     args = parser.parse_args()
     impl = nmsbench.implementations()[args.impl]
     backend = impl.backend("cuda")
-    params = MATRIX_DEFAULTS if impl.family == "matrix" else {}
+    params = impl.resolve_params({})  # the family's defaults
     case = boxes_of(args.scenario, args.n)
     b, s = case.boxes, case.scores
     variants = {

@@ -86,8 +86,10 @@ def check_path(path: str, n: int, dtype: torch.dtype, padded: bool = False, devi
         raise ValueError(f"soft_rounds: path {path!r} cannot take this call: {reason}")
 
 
-def choose_path(n: int, dtype: torch.dtype = torch.float32, device: torch.device | None = None) -> str:
-    """"one_block" up to BLOCK_MAX_N boxes (where its shared memory fits), else "rounds"."""
+def choose_path(n: int, dtype: torch.dtype = torch.float32, padded: bool = False, device: torch.device | None = None,
+                labels: bool = False) -> str:
+    """"one_block" up to BLOCK_MAX_N boxes (where its shared memory fits), else "rounds"
+    (hard_fused's signature: ``padded`` and ``labels`` change nothing here)."""
     return "one_block" if _refuses("one_block", n, dtype, device) is None else "rounds"
 
 _resident: dict[tuple[torch.dtype, int], int] = {}  # (dtype, device index) -> rounds blocks resident at once
@@ -168,7 +170,7 @@ def soft_rounds(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, sco
         return NMSResult(torch.empty(0, dtype=torch.int64, device=device),
                          torch.empty(0, dtype=scores.dtype, device=device))
     params = dict(iou_threshold=iou_threshold, kernel=kernel, sigma=sigma, score_threshold=score_threshold)
-    if (path or choose_path(n, boxes.dtype, device)) == "one_block":
+    if (path or choose_path(n, boxes.dtype, device=device)) == "one_block":
         keep, final = one_block(boxes, scores, labels, **params)
     else:
         current, picked_round, _, _ = soft_rounds_state(boxes, scores, labels, **params)
