@@ -849,19 +849,26 @@ def boxes_canvas(boxes: np.ndarray, classes: np.ndarray, names: tuple[str, str] 
     return fig
 
 
+ANNOTATED_MAX = 8  # implementations up to which the agreement heatmap writes each cell's value
+
+
 def agreement_heatmap(matrix: pd.DataFrame, title: str | None = None) -> go.Figure:
-    """Pairwise agreement (Jaccard index of the kept sets) as an annotated heatmap."""
+    """Pairwise agreement (Jaccard index of the kept sets) as a heatmap, each cell's value
+    written in it up to ANNOTATED_MAX implementations (beyond, the cells are too narrow for
+    it to be read: hover gives it)."""
     if matrix.empty:
         return empty_figure("No implementation ran on this case.")
     z = matrix.to_numpy(dtype=float)
+    annotated = len(matrix) <= ANNOTATED_MAX
     fig = go.Figure(go.Heatmap(
         z=z, x=list(matrix.columns), y=list(matrix.index), zmin=0, zmax=1, colorscale="Viridis",
-        text=[[f"{v:.2f}" for v in row] for row in z], texttemplate="%{text}", textfont=dict(size=13 if len(matrix) <= 5 else 10),
+        text=[[f"{v:.2f}" for v in row] for row in z] if annotated else None,
+        texttemplate="%{text}" if annotated else None, textfont=dict(size=13 if len(matrix) <= 5 else 10),
         colorbar=dict(title=dict(text="Jaccard"), thickness=12),
         hovertemplate="%{y} vs %{x}<br>Jaccard of kept sets %{z:.3f}<extra></extra>",
     ))
     fig.update_yaxes(autorange="reversed")
-    size = 110 + 60 * len(matrix)
+    size = 110 + (60 if annotated else 32) * len(matrix)
     fig.update_layout(height=max(size, 300), title=title, margin=dict(l=130, r=10, t=60 if title else 30, b=130),
                       meta={"figure": "agreement"})
     return fig

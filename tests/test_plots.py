@@ -307,6 +307,12 @@ def test_boxes_canvas_colours_the_four_classes():
     assert fig.layout.yaxis.scaleanchor == "x"
     heat = plots.agreement_heatmap(differences.agreement_matrix({"a": np.array([0]), "b": np.array([0, 1])}))
     assert heat.data[0].zmin == 0 and heat.data[0].zmax == 1 and heat.data[0].z[0][1] == 0.5
+    assert heat.data[0].texttemplate == "%{text}" and heat.data[0].text[0][1] == "0.50"
+    # many implementations: cells too narrow to write in; hover still gives every value
+    many = plots.agreement_heatmap(differences.agreement_matrix(
+        {f"impl_{k}": np.arange(k + 1) for k in range(plots.ANNOTATED_MAX + 1)}))
+    assert many.data[0].text is None and many.data[0].texttemplate is None and "%{z:.3f}" in many.data[0].hovertemplate
+    assert many.layout.height < 110 + 60 * (plots.ANNOTATED_MAX + 1)
 
 
 def test_results_columns_are_all_known_to_the_tables():
