@@ -5,13 +5,20 @@ far apart can be picked at once. Three steps:
 
 - the decay graph: the pairs whose factor f can be below 1 (IoU > 0, and for the linear
   kernel IoU >= iou_threshold; same label; both above the score threshold at the start),
-  counted, offset by a cumsum and listed (``soft_pairs_kernel``, two launches): O(N^2)
-  pair tests on the GPU, O(N + E) memory;
-- the picks, in parallel rounds in one cooperative launch (``soft_rounds_kernel``): each
-  round picks every undecided box that no undecided neighbour outranks, and each box keeps
-  its picked neighbours' factors in the definition's pick order, so every final score is
-  the product the definition forms, factor for factor;
-- the host sorts the picks by final score (ties by lower index): the definition's order.
+  found by O(N^2) pair tests spread over the GPU, kept in neighbour lists;
+- the picks, in parallel rounds: each round picks every undecided box that no undecided
+  neighbour outranks, and each box keeps its picked neighbours' factors in the
+  definition's pick order, so every final score is the product the definition forms,
+  factor for factor;
+- the picks sorted by final score (ties by lower index): the definition's order.
+
+Two paths (``choose_path``; ``path=`` forces one): "one_block" (N <= ``BLOCK_MAX_N``):
+``soft_rows_kernel`` lists each box's neighbours into a row of N slots, then
+``soft_block_kernel`` runs the rounds and the sort in one block, shared memory holding
+the boxes' state: one wait. "rounds": ``soft_pairs_kernel`` counts, a cumsum offsets and
+the kernel lists again (O(N + E) memory; a wait for the number of pairs), then
+``soft_rounds_kernel`` runs the rounds over the whole GPU in one cooperative launch, and
+torch sorts the picks.
 
 The linear kernel's results are the definition's bit for bit; the gaussian kernel's
 factors come from CUDA's ``exp`` (within 1 ulp of the C library's), so its final scores
