@@ -123,6 +123,9 @@ def keep_from_sorted(order: torch.Tensor, kept_positions: np.ndarray) -> NMSResu
 # --------------------------------------------------------------------------- overlap graph
 
 GRAPH_MAX_PAIRS = 1 << 25  # neighbour entries the overlap graph may hold (16 bytes each); denser inputs take a dense path
+# a graph of more than N^2 / this many pairs is not worth building: the backends on the
+# graph (hard_graph, soft_nms, matrix_graph) take their dense path instead
+DENSE_FRACTION = 32
 
 
 SIZE_CLASSES = 4  # octaves of box size, each with a grid of its own (the last takes every smaller box)

@@ -1,13 +1,13 @@
 """Greedy NMS on the suppression graph (family ``hard``): only pairs of boxes whose IoU
-exceeds the threshold can suppress, so it builds that graph (``_cpu.overlap_graph``: a
-grid of cells, O(N + E) memory, rows built by the threads) and resolves it in rank order:
+exceeds the threshold can suppress, so it builds that graph (``_cpu.overlap_graph``: grids
+of cells by box size, O(N + E) memory, rows built by the threads) and resolves it in rank order:
 a box is kept unless a kept higher-ranked neighbour removed it, and a kept box removes its
 lower-ranked neighbours. Greedy NMS is the lexicographically first maximal independent set
 of that graph in score order, so this is torchvision's result index for index.
 
 ``hard_graph`` (numba, CPU): for box sets where few pairs overlap (large images, constant
 density), memory and work grow with N + E instead of N^2; a graph denser than
-``DENSE_FRACTION`` takes the dense resolve (``_cpu.greedy_kept``: each kept box tests the later boxes).
+``_cpu.DENSE_FRACTION`` takes the dense resolve (``_cpu.greedy_kept``: each kept box tests the later boxes).
 """
 
 from __future__ import annotations
@@ -19,9 +19,7 @@ from numba import njit
 from nmsbench.boxes import NMSResult, score_order
 from nmsbench.registry import register
 
-from ._cpu import GRAPH_MAX_PAIRS, JIT, greedy_kept, keep_from_sorted, overlap_graph, sorted_inputs
-
-DENSE_FRACTION = 32  # a graph of more than N^2 / this many pairs takes the dense resolve (as soft_nms)
+from ._cpu import DENSE_FRACTION, GRAPH_MAX_PAIRS, JIT, greedy_kept, keep_from_sorted, overlap_graph, sorted_inputs
 
 
 @njit(**JIT)
@@ -49,7 +47,7 @@ def resolve_on_graph(order, indptr, indices):
 
 @register(
     name="hard_graph", family="hard", devices=("cpu",), exact=True, requires=("numba",),
-    summary="numba: the suppression graph (IoU > threshold pairs, a grid of cells), resolved in rank order; O(N + E)",
+    summary="numba: the suppression graph (IoU > threshold pairs, grids of cells by box size), resolved in rank order; O(N + E)",
 )
 def hard_graph_cpu(boxes, scores, *, iou_threshold, labels=None):
     n = boxes.shape[0]

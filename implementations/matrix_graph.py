@@ -7,8 +7,8 @@ the top box of its label has that top box among its parents, with cmax 0 and so 
 at most 1: the minimum is at most 1, and a ratio above 1 never sets it. So decay_j =
 min(1, the ratios of j's overlapping parents), and cmax_i is the largest IoU of i's
 overlapping parents: both come from the overlap graph (``_cpu.overlap_graph``, the pairs
-with IoU > 0 on a grid of cells), each ratio computed as ``matrix_fused``'s CPU backend
-computes it. A graph denser than ``DENSE_FRACTION`` takes matrix_fused's two dense passes.
+with IoU > 0, on grids of cells by box size), each ratio computed as ``matrix_fused``'s CPU backend
+computes it. A graph denser than ``_cpu.DENSE_FRACTION`` takes matrix_fused's two dense passes.
 
 ``matrix_graph`` (numba, CPU): the CPU version of the GPU graph path of issue 26, for
 large, sparse box sets (large images at constant density), where ``matrix_naive`` would
@@ -27,10 +27,9 @@ from nmsbench.boxes import result_by_final_score
 from nmsbench.families import MATRIX_PARAMS
 from nmsbench.registry import register
 
-from ._cpu import GRAPH_MAX_PAIRS, overlap_graph, serial_and_parallel, sorted_inputs
+from ._cpu import DENSE_FRACTION, GRAPH_MAX_PAIRS, overlap_graph, serial_and_parallel, sorted_inputs
 from .matrix_fused import decay_factors, decay_ratio, max_iou_with_parents
 
-DENSE_FRACTION = 32  # a graph of more than N^2 / this many pairs takes the dense passes (as hard_graph, soft_nms)
 
 
 def graph_decays(indptr, indices, ious, linear, sigma):
@@ -64,7 +63,7 @@ PARALLEL_MIN = 4096  # boxes from which the decays are split over the threads
 
 @register(
     name="matrix_graph", family="matrix", devices=("cpu",), requires=("numba",), params=MATRIX_PARAMS,
-    summary="numba: the overlap graph (IoU > 0 pairs, a grid of cells), cmax and the min decay from it; O(N + E)",
+    summary="numba: the overlap graph (IoU > 0 pairs, grids of cells by box size), cmax and the min decay from it; O(N + E)",
 )
 def matrix_graph_cpu(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold):
     n = boxes.shape[0]

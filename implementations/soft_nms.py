@@ -1,11 +1,11 @@
 """Soft-NMS (family ``soft``, nmsbench.families): Bodla et al.'s Algorithm 1.
 
 ``soft_nms`` (numba, CPU): a pair of boxes with IoU 0 changes nothing (f(0) = 1 for both
-kernels), so it builds the overlap graph first (``_cpu.overlap_graph``: a grid of cells,
+kernels), so it builds the overlap graph first (``_cpu.overlap_graph``: grids of cells,
 rows built by the threads) and then picks in a loop that touches only the pick's
 neighbours, the next pick read from a tournament tree over the current scores (the
 highest, ties by lower input index). Inputs whose graph would be dense (over N^2 /
-``DENSE_FRACTION`` pairs: clustered scenes of thousands of boxes) take the dense path
+``_cpu.DENSE_FRACTION`` pairs: clustered scenes of thousands of boxes) take the dense path
 instead: per pick, one pass over the live boxes decays them and finds the next pick.
 ``soft_torch``: the plain PyTorch loop users write (argmax, an IoU row, the decay, per
 step), on CPU and CUDA: the baseline a GPU Soft-NMS is measured against; exact to rounding
@@ -22,14 +22,11 @@ from nmsbench.boxes import NMSResult, pairwise_iou
 from nmsbench.families import SOFT_PARAMS
 from nmsbench.registry import register
 
-from ._cpu import GRAPH_MAX_PAIRS, JIT, box_iou, overlap_graph
+from ._cpu import DENSE_FRACTION, GRAPH_MAX_PAIRS, JIT, box_iou, overlap_graph
 
 # soft_torch pays launches and a host synchronization per pick, seconds a call beyond this N:
 # a sweep of every implementation leaves it out there (naming it in --impl times it anyway)
 SOFT_TORCH_SWEEP_MAX_N = 4096
-# inputs whose graph would hold more than N^2 / this many pairs take the dense path: there
-# one pass over the live boxes per pick costs less than building the graph and the tree
-DENSE_FRACTION = 32
 
 
 @njit(inline="always", **JIT)
@@ -144,7 +141,7 @@ def soft_nms_dense(b, labels, scores, iou_threshold, linear, sigma, score_thresh
 
 @register(
     name="soft_nms", family="soft", devices=("cpu",), exact=True, requires=("numba",), params=SOFT_PARAMS,
-    summary="numba: the overlap graph (a grid of cells, threads), then picks from a tournament tree touching neighbours only",
+    summary="numba: the overlap graph (grids of cells by box size, threads), then picks from a tournament tree touching neighbours only",
 )
 def soft_nms_cpu(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold):
     n = boxes.shape[0]
