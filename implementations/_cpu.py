@@ -210,7 +210,7 @@ def _size_class_grids(b: np.ndarray):
     sides, gxs, gys = np.ones(SIZE_CLASSES), np.zeros(SIZE_CLASSES, np.int64), np.zeros(SIZE_CLASSES, np.int64)
     cell_of = np.zeros(n, dtype=np.int64)
     cell0 = np.zeros(SIZE_CLASSES, dtype=np.int64)
-    total, windows, tests = 0, [], 0
+    total, filled, tests = 0, [], 0
     for k in range(SIZE_CLASSES):
         members = np.flatnonzero(size_class == k)
         cell0[k] = total
@@ -226,12 +226,12 @@ def _size_class_grids(b: np.ndarray):
         sides[k], gxs[k], gys[k] = side, gx, gy
         cell_of[members] = total + cy * gx + cx
         total += gx * gy
-        windows.append((k, members, cx, cy))
+        filled.append(k)
     by_cell = np.argsort(cell_of, kind="stable")
     per_cell = np.bincount(cell_of, minlength=total)
     starts = np.zeros(total + 1, dtype=np.int64)
     np.cumsum(per_cell, out=starts[1:])
-    for k, _, _, _ in windows:  # the pairs every box's window in class k would test (summed-area table)
+    for k in filled:  # the pairs every box's window in class k would test (summed-area table)
         gx, gy, side = int(gxs[k]), int(gys[k]), sides[k]
         table = np.zeros((gy + 1, gx + 1), dtype=np.int64)
         table[1:, 1:] = per_cell[cell0[k]:cell0[k] + gx * gy].reshape(gy, gx).cumsum(0).cumsum(1)
