@@ -15,6 +15,16 @@ __device__ __forceinline__ float load_value(const unsigned short* p, long long i
     return f;
 }
 
+// Storing a value computed in the arithmetic type into the stored type (float16 rounded
+// to nearest, as torch's .to(float16)).
+__device__ __forceinline__ void store_value(float* p, long long i, float v) { p[i] = v; }
+__device__ __forceinline__ void store_value(double* p, long long i, double v) { p[i] = v; }
+__device__ __forceinline__ void store_value(unsigned short* p, long long i, float v) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));  // what torch's .to(float16) does
+    p[i] = h;
+}
+
 template <typename A> struct Box { A x1, y1, x2, y2; };
 
 template <typename T>

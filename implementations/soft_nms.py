@@ -24,9 +24,9 @@ from nmsbench.registry import register
 
 from ._cpu import DENSE_FRACTION, GRAPH_MAX_PAIRS, JIT, box_iou, overlap_graph
 
-# soft_torch pays launches and a host synchronization per pick, seconds a call beyond this N:
-# a sweep of every implementation leaves it out there (naming it in --impl times it anyway)
-SOFT_TORCH_SWEEP_MAX_N = 4096
+# soft_torch pays launches and a host synchronization per pick, a second or more a call beyond
+# this N: a sweep of every implementation leaves it out there (naming it in --impl times it anyway)
+SOFT_TORCH_SWEEP_MAX_N = 1024
 
 
 @njit(inline="always", **JIT)
@@ -161,7 +161,7 @@ def soft_nms_cpu(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, sc
     name="soft_torch", family="soft", devices=("cpu", "cuda"), exact=False, params=SOFT_PARAMS, host_sync=True,
     sweep_max_n=SOFT_TORCH_SWEEP_MAX_N,
     summary="plain PyTorch loop: argmax, an IoU row and the decay per pick (the baseline users write; sweeps of "
-            "every implementation leave it out above N = 4096)",
+            "every implementation leave it out above N = 1024)",
 )
 def soft_torch(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold):
     n = boxes.shape[0]

@@ -231,9 +231,11 @@ __global__ void __launch_bounds__(PAIR_ROWS) soft_rows_kernel(const T* boxes, co
     }
 }
 
-// mark: -2 dropped, -1 undecided, r >= 0 picked in round r. Dynamic shared memory
-// (block_shared_bytes in soft_rounds.py): n boxes, n current scores (double), then n
-// marks, degrees, list lengths, sorted lengths and the round's picks (int).
+// mark: -2 dropped, -1 undecided, r >= 0 picked in round r; blocker: the neighbour that
+// kept a box from being picked in the last round it was looked at (-1: none yet), looked
+// at first. Dynamic shared memory (block_shared_bytes in soft_rounds.py): n boxes, n
+// current scores (double), then n marks, degrees, list lengths, sorted lengths, the
+// round's picks and blockers (int).
 template <typename T>
 __global__ void __launch_bounds__(BLOCK_THREADS) soft_block_kernel(
         const T* boxes, const T* scores, int n, int linear, double iou_threshold, double sigma,
@@ -249,6 +251,7 @@ __global__ void __launch_bounds__(BLOCK_THREADS) soft_block_kernel(
     int* length = degree + n;
     int* sorted = length + n;
     int* pick = sorted + n;
+    int* blocker = pick + n;
     __shared__ int undecided[2], picks, kept;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, warps = blockDim.x / 32;
     for (int i = tid; i < n; i += blockDim.x) {
@@ -258,6 +261,7 @@ __global__ void __launch_bounds__(BLOCK_THREADS) soft_block_kernel(
         degree[i] = degree_in[i];
         length[i] = 0;
         sorted[i] = 0;
+        blocker[i] = -1;
     }
     if (tid == 0) undecided[0] = 0, kept = 0;
     __syncthreads();
@@ -302,13 +306,23 @@ __global__ void __launch_bounds__(BLOCK_THREADS) soft_block_kernel(
         if (undecided[round & 1] == 0) break;  // the same in every thread
         for (int i = tid; i < n; i += blockDim.x) {  // 2. a box no undecided neighbour outranks is picked
             if (mark[i] != -1) continue;
+            const double score_i = current[i];
+            const int last = blocker[i];  // the neighbour that outranked it last round: most often still does
+            if (last >= 0 && mark[last] == -1 && outranks(current[last], last, score_i, i)) continue;
             const short* row = neighbours + (long long)i * n;
-            bool outranked = false;
-            for (int s = 0; s < degree[i] && !outranked; ++s) {
-                const int u = row[s];
-                outranked = mark[u] == -1 && outranks(current[u], u, current[i], i);
+            const int d = degree[i];
+            int found = -1;
+            for (int s = 0; s < d && found < 0; s += SCAN_BATCH) {  // SCAN_BATCH independent loads in flight
+                int u[SCAN_BATCH];
+#pragma unroll
+                for (int k = 0; k < SCAN_BATCH; ++k) u[k] = s + k < d ? row[s + k] : -1;
+#pragma unroll
+                for (int k = 0; k < SCAN_BATCH; ++k)
+                    if (found < 0 && u[k] >= 0 && mark[u[k]] == -1 && outranks(current[u[k]], u[k], score_i, i))
+                        found = u[k];
             }
-            if (!outranked) pick[atomicAdd(&picks, 1)] = i;
+            blocker[i] = found;
+            if (found < 0) pick[atomicAdd(&picks, 1)] = i;
         }
         __syncthreads();
         for (int k = warp; k < picks; k += warps) {  // 3. each pick's factors to its undecided neighbours

@@ -39,8 +39,10 @@ from ._cuda import (CUDA_DTYPES, CudaModule, blocks, device_index, grid_barrier_
                     on_torch_stream, opted_in_shared_limit)
 
 # Rows per block and columns per chunk of the pair kernel; threads of the rounds kernel and
-# of the one-block kernel (NVRTC -D).
-DEFINES = {"PAIR_ROWS": 128, "PAIR_CHUNK": 512, "ROW_CHUNK": 64, "ROUND_THREADS": 512, "BLOCK_THREADS": 1024}
+# of the one-block kernel, and the neighbours the one-block kernel loads at once while it
+# looks for a box's outranking neighbour (NVRTC -D).
+DEFINES = {"PAIR_ROWS": 128, "PAIR_CHUNK": 512, "ROW_CHUNK": 64, "ROUND_THREADS": 512, "BLOCK_THREADS": 1024,
+           "SCAN_BATCH": 8}
 PAIR_ROWS, PAIR_CHUNK, ROUND_THREADS = DEFINES["PAIR_ROWS"], DEFINES["PAIR_CHUNK"], DEFINES["ROUND_THREADS"]
 ROW_CHUNK, BLOCK_THREADS = DEFINES["ROW_CHUNK"], DEFINES["BLOCK_THREADS"]
 BOXES_PER_WARP = 2  # the rounds grid: enough warps for this many boxes each, as far as the GPU holds them at once
@@ -67,8 +69,8 @@ PATHS = ("one_block", "rounds")  # forced with path=; else choose_path's
 
 def block_shared_bytes(n: int, dtype: torch.dtype) -> int:
     """soft_block_kernel's dynamic shared memory, as laid out in soft_rounds.cu: n boxes,
-    current scores (8 bytes) and five ints."""
-    return n * ((32 if dtype == torch.float64 else 16) + 8 + 20)
+    current scores (8 bytes) and six ints."""
+    return n * ((32 if dtype == torch.float64 else 16) + 8 + 24)
 
 
 def _refuses(path: str, n: int, dtype: torch.dtype, device: torch.device | None) -> str | None:

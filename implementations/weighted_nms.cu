@@ -6,15 +6,23 @@
 // A warp per kept box, MERGE_WARPS per block; the block stages MERGE_TILE input boxes at a
 // time in shared memory. Each lane tests one box of 32 in a row, a ballot gives the boxes
 // that count, and every lane adds them in input order (their values by shuffles): the
-// tests run 32 at a time, the sums stay serial. out: k rows of 4 doubles.
+// tests run 32 at a time, the sums stay serial.
+//
+// It runs right after the keep, without the host learning the count in between: the grid
+// covers n kept boxes and reads the count (*kept_count) on the device; blocks past it end
+// at once. out: n rows of 4 in the stored type, the first *kept_count written (each mean
+// rounded from double once, to float for float16 as the CPU backend's float32 copy is).
 template <typename T>
 __global__ void __launch_bounds__(32 * MERGE_WARPS) merge_kernel(const T* boxes, const T* scores,
                                                                  const long long* labels, int n, double iou_threshold,
-                                                                 const long long* kept, int k, double* out) {
+                                                                 const long long* kept, const long long* kept_count,
+                                                                 T* out) {
     typedef typename Arith<T>::type A;
     __shared__ Box<A> tile_box[MERGE_TILE];
     __shared__ A tile_score[MERGE_TILE];
     __shared__ long long tile_label[MERGE_TILE];
+    const long long k = *kept_count;
+    if ((long long)blockIdx.x * MERGE_WARPS >= k) return;  // the whole block: before any barrier
     const int lane = threadIdx.x % 32, t = blockIdx.x * MERGE_WARPS + threadIdx.x / 32;
     const bool active = t < k;  // warp-uniform; inactive warps still stage tiles
     const long long m = active ? kept[t] : 0;
@@ -50,11 +58,13 @@ __global__ void __launch_bounds__(32 * MERGE_WARPS) merge_kernel(const T* boxes,
         }
     }
     if (active && lane == 0) {
-        double* row = out + 4 * (long long)t;
+        const long long row = 4 * (long long)t;
         if (total > 0.0) {
-            row[0] = a0 / total, row[1] = a1 / total, row[2] = a2 / total, row[3] = a3 / total;
+            store_value(out, row, A(a0 / total)), store_value(out, row + 1, A(a1 / total));
+            store_value(out, row + 2, A(a2 / total)), store_value(out, row + 3, A(a3 / total));
         } else {  // every weight 0: the box stays where it is
-            row[0] = box_m.x1, row[1] = box_m.y1, row[2] = box_m.x2, row[3] = box_m.y2;
+            store_value(out, row, box_m.x1), store_value(out, row + 1, box_m.y1);
+            store_value(out, row + 2, box_m.x2), store_value(out, row + 3, box_m.y2);
         }
     }
 }

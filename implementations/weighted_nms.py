@@ -8,7 +8,8 @@ later boxes it overlaps), then one pass over every box per kept box, the kept bo
 split over the threads.
 ``weighted_nms`` (CUDA): hard_fused's greedy keep, then weighted_nms.cu's merge: a warp per
 kept box tests 32 boxes at a time and adds those that count in input order, in double,
-so the moved boxes equal the CPU backend's bit for bit.
+so the moved boxes equal the CPU backend's bit for bit. The merge is queued right behind
+the keep and reads the kept count on the device, so the call waits once, as hard_fused's.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from nmsbench.boxes import NMSResult
 from nmsbench.registry import register
 
 from ._cpu import box_iou, greedy_kept, serial_and_parallel, sorted_inputs
-from ._cuda import CUDA_DTYPES, CudaModule, blocks, on_torch_stream
-from .hard_fused import hard_fused_cuda
+from ._cuda import CUDA_DTYPES, CompiledLaunch, CudaModule, blocks, cached_plan, device_index
+from .hard_fused import cuda as hard_fused_cuda
 
 
 def merged_boxes(b, labels, scores, kept, iou_threshold):
@@ -73,27 +74,36 @@ def weighted_nms_cpu(boxes, scores, *, iou_threshold, labels=None):
 # Kept boxes (a warp each) per block and input boxes staged in shared memory at a time (NVRTC -D).
 DEFINES = {"MERGE_WARPS": 8, "MERGE_TILE": 256}
 MERGE_WARPS = DEFINES["MERGE_WARPS"]
-# boxes scores labels | n threshold | kept k | out
-CUDA_MODULE = CudaModule("weighted_nms.cu", templates={"merge_kernel": "QQQidQiQ"}, defines=DEFINES)
+# boxes scores labels | n threshold | kept kept_count | out
+CUDA_MODULE = CudaModule("weighted_nms.cu", templates={"merge_kernel": "QQQidQQQ"}, defines=DEFINES)
+_merges: dict[tuple, CompiledLaunch] = {}  # (n, dtype, device) -> the merge's launch
+
+
+def merge_launch(n: int, dtype: torch.dtype, device: torch.device) -> CompiledLaunch:
+    """merge_kernel's launch for ``n`` boxes: a warp for each box that the keep may keep."""
+    return cached_plan(_merges, (n, dtype, device), lambda: CompiledLaunch(
+        CUDA_MODULE.get("merge_kernel", dtype, device), (blocks(n, MERGE_WARPS),), (32 * MERGE_WARPS,),
+        CUDA_MODULE.codes["merge_kernel"], device_index(device)))
 
 
 @register(
     name="weighted_nms", family="weighted", devices=("cuda",), exact=True, requires=("cupy",), dtypes=CUDA_DTYPES,
     host_sync=True, checks_values=True,
-    summary="CUDA: hard_fused's keep, then a warp per kept box merges 32 boxes a step (sums in input order, double)",
+    summary="CUDA: hard_fused's keep, then a warp per kept box merges 32 boxes a step (sums in input order, double); "
+            "one wait",
 )
 def weighted_nms_cuda(boxes, scores, *, iou_threshold, labels=None, check_values=False):
-    """``check_values``: run_nms's value rules, checked by hard_fused's first launch."""
-    keep = hard_fused_cuda(boxes, scores, iou_threshold=iou_threshold, labels=labels, check_values=check_values).keep
-    k, n, device = keep.shape[0], boxes.shape[0], boxes.device
-    moved = torch.empty((k, 4), dtype=torch.float64, device=device)
-    if k:
-        labels = None if labels is None else labels.to(torch.int64).contiguous()
-        with on_torch_stream(device) as launch:
-            launch(CUDA_MODULE.get("merge_kernel", boxes.dtype, device), (blocks(k, MERGE_WARPS),), (32 * MERGE_WARPS,),
-                   (boxes.contiguous(), scores.contiguous(), labels, n, np.float64(iou_threshold), keep, k, moved))
-    # float16 boxes are computed in float32: their means round to float32 first, as the
-    # CPU backend's on the float32 copy do
-    if boxes.dtype == torch.float16:
-        moved = moved.to(torch.float32)
-    return NMSResult(keep, boxes=moved.to(boxes.dtype))
+    """``check_values``: run_nms's value rules, checked by the keep's first launch. The merge
+    is queued behind the keep and reads its count on the device: the host waits once."""
+    n, device = boxes.shape[0], boxes.device
+    if n == 0:
+        return NMSResult(torch.zeros(0, dtype=torch.int64, device=device),
+                         boxes=torch.zeros((0, 4), dtype=boxes.dtype, device=device))
+    keep = hard_fused_cuda.launch_paths(boxes, scores, iou_threshold, labels, False, None, check_values,
+                                        hard_fused_cuda.CUDA_MODULE, "weighted_nms")
+    moved = torch.empty((n, 4), dtype=boxes.dtype, device=device)
+    labels_at = 0 if keep.labels is None else keep.labels.data_ptr()
+    merge_launch(n, boxes.dtype, device)(keep.stream, keep.boxes.data_ptr(), keep.scores.data_ptr(), labels_at, n,
+                                         float(iou_threshold), keep.keep_at, keep.count_at, moved.data_ptr())
+    kept = hard_fused_cuda.wait_for_keep(keep, "weighted_nms").keep
+    return NMSResult(kept, boxes=moved[:kept.shape[0]])

@@ -164,7 +164,7 @@ def _grid(**fields) -> Grid:
                    "100, 200, 400, 800, 1000); or a list 100,1000; or both.")
 @click.option("--impl", "impls", multiple=True,
               help="Implementations to run (repeat or comma-separate). Default: all, each up to its sweep limit (the "
-                   "plain Soft-NMS loop soft_torch to N = 4096: its calls take seconds beyond; naming it here lifts "
+                   "plain Soft-NMS loop soft_torch to N = 1024: its calls take a second or more beyond; naming it here lifts "
                    "that); see `nmsbench list`.")
 @click.option("--device", "devices", multiple=True, default=("cpu",), show_default=True, help="cpu and/or cuda (repeat or comma-separate).")
 @click.option("--scenario", "scenarios", multiple=True, help=f"Box-set scenarios. Default: {', '.join(datasets.SYNTHETIC)}. Known: {SCENARIO_HELP}.")

@@ -13,7 +13,7 @@ import ctypes
 import pytest
 import torch
 
-from nmsbench.variants import _cuda
+from nmsbench.variants import _cuda, weighted_nms
 from nmsbench.variants.hard_fused import cuda as hf  # the host sides, where the stubs go
 from nmsbench.variants.matrix_recompute import cuda as mr
 
@@ -101,6 +101,7 @@ def stubbed(monkeypatch):
     monkeypatch.setattr(mr, "_resident_blocks", lambda dtype, device, threads, shared: 132 if shared <= 227 * 1024 else 0)
     monkeypatch.setattr(hf, "_plans", {})
     monkeypatch.setattr(mr, "_plans", {})
+    monkeypatch.setattr(weighted_nms, "_merges", {})
     _cuda.rank_launches.cache_clear()
     yield driver, count, kernels, allocations
     _cuda.rank_launches.cache_clear()
@@ -163,6 +164,36 @@ def l_dtype(name: str):
 
 def _launches_of(plan) -> list:
     return list(plan.launches) + (list(plan.rank.launches) if plan.rank is not None else [])
+
+
+@pytest.mark.parametrize("n, keep_kernels", [(4, ["small_nms_kernel"]), (200, ["mid_nms_kernel"]),
+                                           (1025, ["rank_by_score_kernel", "streamed_resolve_kernel"])])
+@pytest.mark.parametrize("labels", [False, True])
+def test_weighted_nms_queues_its_merge_behind_the_keep_and_waits_once(stubbed, monkeypatch, n, keep_kernels, labels):
+    """weighted_nms on CUDA: hard_fused's keep, then merge_kernel on the same stream with a
+    warp for each of the n boxes the keep may keep, reading the keep's indices and its
+    count where the keep writes them (the op's allocation), writing into the returned
+    boxes; the host waits once, after both launches, and shortens both results to the count."""
+    driver, count, known, allocations = stubbed
+    waits = []
+    real_wait = count.wait
+    monkeypatch.setattr(count, "wait", lambda device: waits.append(len(driver.launches)) or real_wait(device))
+    boxes, scores = torch.rand(n, 4), torch.rand(n)
+    label_tensor = torch.randint(0, 3, (n,)) if labels else None
+    count.count = min(n, 3)
+    result = weighted_nms.weighted_nms_cuda(boxes, scores, iou_threshold=0.5, labels=label_tensor)
+    assert launched(driver, known) == keep_kernels + ["merge_kernel"]
+    assert waits == [len(keep_kernels) + 1]  # one wait, after the merge's launch
+    memory, moved = allocations[0], allocations[-1]
+    call, recorded = driver.launches[-1]
+    assert call[8] == 5 and call[1] * weighted_nms.MERGE_WARPS >= n and call[4] == 32 * weighted_nms.MERGE_WARPS
+    args = read_arguments(weighted_nms.CUDA_MODULE.codes["merge_kernel"], recorded)
+    assert args[0] == boxes.data_ptr() and args[1] == scores.data_ptr() and args[3] == n and args[4] == 0.5
+    assert (args[2] != 0) == labels
+    assert args[5] == memory.data_ptr() and args[6] == memory.data_ptr() + 8 * n  # keep, then its count
+    assert args[7] == moved.data_ptr() and moved.shape == (n, 4) and moved.dtype == boxes.dtype
+    assert result.keep.shape == (count.count,) and result.boxes.shape == (count.count, 4)
+    assert result.boxes.data_ptr() == moved.data_ptr()
 
 
 def test_hard_fused_refuses_a_count_above_n(stubbed):
@@ -392,6 +423,7 @@ def _ops():
         "bitmask_classic": (bitmask_classic.bitmask_classic_cuda, {}, 40, "rank_by_score_kernel"),
         "bitmask_two_phase": (bitmask_two_phase.bitmask_two_phase_cuda, {}, 40, "rank_by_score_kernel"),
         "matrix_fused": (matrix_fused.matrix_fused_cuda, matrix, 40, "rank_by_score_kernel"),
+        "weighted_nms": (weighted_nms.weighted_nms_cuda, {}, 200, "mid_nms_kernel"),
     }
 
 

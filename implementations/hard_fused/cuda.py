@@ -28,8 +28,8 @@ import torch
 from nmsbench.boxes import NMSResult, PaddedNMSResult
 from nmsbench.registry import register
 
-from .._cuda import (CUDA_DTYPES, MAX_SHARED_BYTES, CompiledLaunch, CudaModule, _current_stream, _ranked_offsets, blocks,
-                     cached_plan, device_index, grid_barrier_address, host_count, input_verdict, kept_count,
+from .._cuda import (CUDA_DTYPES, MAX_SHARED_BYTES, CompiledLaunch, CudaModule, HostCount, _current_stream,
+                     _ranked_offsets, blocks, cached_plan, device_index, grid_barrier_address, host_count, input_verdict, kept_count,
                      opted_in_shared_limit, raise_if_bad_input,
                      rank_launches, rank_scratch_words, stream_counters)
 
@@ -365,15 +365,58 @@ def hard_fused_cuda(boxes, scores, *, iou_threshold, labels=None, padded=False, 
 def run_paths(boxes, scores, iou_threshold, labels, padded, path, check_values, module: CudaModule, op: str):
     """hard_fused's paths with ``module``'s kernels (hard_fused.cu compiled with a suppression
     test: CUDA_MODULE's, or diou_nms's); ``op`` names the caller in errors."""
-    if check_values and padded:
-        raise ValueError(f"{op}: check_values is for eager calls; a padded call reports bad input through "
-                         "run_nms's input_check")
+    _refuse_checks_when_padded(check_values, padded, op)
     n, device = boxes.shape[0], boxes.device
     if n == 0:
         if path is not None and path not in PATHS:
             check_module_path(path, n, boxes.dtype, padded, None, module, op)
         out = torch.zeros(1, dtype=torch.int64, device=device)
         return PaddedNMSResult(out[:0], out[0]) if padded else NMSResult(out[:0])
+    launched = launch_paths(boxes, scores, iou_threshold, labels, padded, path, check_values, module, op)
+    if padded:
+        return PaddedNMSResult(launched.memory[:n], launched.memory[n])
+    return wait_for_keep(launched, op)
+
+
+def _refuse_checks_when_padded(check_values: bool, padded: bool, op: str) -> None:
+    if check_values and padded:
+        raise ValueError(f"{op}: check_values is for eager calls; a padded call reports bad input through "
+                         "run_nms's input_check")
+
+
+class Launched(NamedTuple):
+    """A call's launches, queued on ``stream`` and not waited for: its allocation
+    (``memory``: keep, n words, then the count), the inputs as the kernels read them
+    (contiguous; ``labels`` int64 or None) and what the wait reads (``host``: the kept
+    count, None for padded calls; ``verdict``: check_values' word or None)."""
+
+    memory: torch.Tensor
+    boxes: torch.Tensor
+    scores: torch.Tensor
+    labels: torch.Tensor | None
+    given_boxes: torch.Tensor
+    given_scores: torch.Tensor
+    host: HostCount | None
+    verdict: HostCount | None
+    stream: int
+    index: int
+
+    @property
+    def keep_at(self) -> int:
+        return self.memory.data_ptr()
+
+    @property
+    def count_at(self) -> int:
+        return self.memory.data_ptr() + 8 * self.boxes.shape[0]
+
+
+def launch_paths(boxes, scores, iou_threshold, labels, padded, path, check_values, module: CudaModule,
+                 op: str) -> Launched:
+    """run_paths' launches for N >= 1, not waited for: an op that queues more work after
+    the keep (weighted_nms's merge) reads the count on the device and waits once, with
+    ``wait_for_keep``."""
+    _refuse_checks_when_padded(check_values, padded, op)
+    n, device = boxes.shape[0], boxes.device
     plan = plan_for(n, boxes.dtype, labels is not None, padded, device, path, module, op)
     memory = torch.empty(plan.memory_words, dtype=torch.int64, device=device)
     base = memory.data_ptr()
@@ -397,9 +440,14 @@ def run_paths(boxes, scores, iou_threshold, labels, padded, path, check_values, 
     keep, count, host_at = base, base + 8 * n, 0 if host is None else host.address
     plan.run(plan, stream, index, boxes.data_ptr(), scores.data_ptr(), labels_at, ranked_labels, float(iou_threshold),
              base, keep, count, host_at, verdict_at)
-    if padded:
-        return PaddedNMSResult(memory[:n], memory[n])
-    kept_keep = memory[:n]  # made while the GPU works; the wait's count only shortens it
-    kept = kept_count(host, device, n, op)
-    raise_if_bad_input(verdict, given_boxes, given_scores, op)  # written before the wait above returned
+    return Launched(memory, boxes, scores, labels, given_boxes, given_scores, host, verdict, stream, index)
+
+
+def wait_for_keep(launched: Launched, op: str) -> NMSResult:
+    """An eager call's one wait (for everything queued on its stream): the kept boxes, or
+    check_values' ValueError."""
+    n, device = launched.boxes.shape[0], launched.boxes.device
+    kept_keep = launched.memory[:n]  # made while the GPU works; the wait's count only shortens it
+    kept = kept_count(launched.host, device, n, op)
+    raise_if_bad_input(launched.verdict, launched.given_boxes, launched.given_scores, op)  # written before the wait
     return NMSResult(kept_keep.resize_(kept))

@@ -32,14 +32,6 @@ __device__ __forceinline__ long long load_label(const void* labels, long long i,
     return wide ? ((const long long*)labels)[i] : (long long)((const int*)labels)[i];
 }
 
-__device__ __forceinline__ void store_value(float* p, long long i, float v) { p[i] = v; }
-__device__ __forceinline__ void store_value(double* p, long long i, double v) { p[i] = v; }
-__device__ __forceinline__ void store_value(unsigned short* p, long long i, float v) {
-    unsigned short h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));  // what torch's .to(float16) does
-    p[i] = h;
-}
-
 // IoU with the areas precomputed ((x2 - x1) * (y2 - y1), the same rounding as box_iou).
 template <typename A>
 __device__ __forceinline__ A iou_with_areas(const Box<A>& a, A area_a, const Box<A>& b, A area_b) {
