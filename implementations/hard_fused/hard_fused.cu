@@ -130,7 +130,8 @@ __device__ __forceinline__ void finish(int count, int n, long long* keep, long l
 // latency-bound, so the work is spread over all threads: the rank of each box is counted
 // by RANK_SPLIT threads over slices of the others; each (row, word) of the suppression
 // mask is one thread's loop over the word's 32 boxes (the column box is the same for the
-// threads of a row group: a broadcast); warp 0 resolves, lane w holding "removed" word w.
+// threads of a row group: a broadcast), or a few lanes' where the block has threads to
+// spare; warp 0 resolves, lane w holding "removed" word w.
 #define RANK_SPLIT (SMALL_THREADS / SMALL_MAX)
 
 template <typename T>
@@ -177,18 +178,30 @@ __global__ void __launch_bounds__(SMALL_THREADS) small_nms_kernel(const T* boxes
     const int any_bad = __syncthreads_or(bad);  // also the barrier before the mask
     if (tid == 0 && any_bad && verdict_host != nullptr) report_bad_row(verdict_host);
     const IouThreshold threshold(iou_threshold);
-    const int words = (n + 31) / 32;
-    for (int task = tid; task < n * words; task += blockDim.x) {
-        const int w = task / n, i = task % n;  // consecutive threads: consecutive rows, one word
-        if (w < i / 32) continue;
-        const Box<A> box_i = box[i];
-        const A area_i = area[i];
-        const long long label_i = label[i];
+    const int words = (n + 31) / 32, tasks = n * words;
+    // Few (row, word) tasks (small N): each task's 32 columns split over `split` consecutive
+    // lanes, their bits ORed by shuffles, so the pair tests of a dense input (DIoU's penalty
+    // for every pair over the threshold) spread over the block. Every thread takes the same
+    // number of turns: the shuffles see whole warps.
+    int split = 1;
+    while (split < 32 && 2 * split * tasks <= SMALL_THREADS) split *= 2;
+    const int span = 32 / split, turns = (tasks * split + blockDim.x - 1) / blockDim.x;
+    for (int turn = 0; turn < turns; ++turn) {
+        const int t = turn * blockDim.x + tid, task = t / split, part = t % split;
+        const int w = task / n, i = task % n;  // consecutive tasks: consecutive rows, one word
+        const bool mine = task < tasks && w >= i / 32;  // tiles left of the diagonal are not written
         unsigned int bits = 0u;
-        const int first = max(i + 1, w * 32), last = min(n, w * 32 + 32);
-        for (int j = first; j < last; ++j)
-            if (label[j] == label_i && SUPPRESSES(box_i, area_i, box[j], area[j], threshold)) bits |= 1u << (j - w * 32);
-        mask[i][w] = bits;
+        if (mine) {
+            const Box<A> box_i = box[i];
+            const A area_i = area[i];
+            const long long label_i = label[i];
+            const int first = max(i + 1, w * 32 + part * span), last = min(n, w * 32 + (part + 1) * span);
+            for (int j = first; j < last; ++j)
+                if (label[j] == label_i && SUPPRESSES(box_i, area_i, box[j], area[j], threshold))
+                    bits |= 1u << (j - w * 32);
+        }
+        for (int offset = 1; offset < split; offset <<= 1) bits |= __shfl_xor_sync(0xffffffffu, bits, offset);
+        if (mine && part == 0) mask[i][w] = bits;
     }
     __syncthreads();
     if (warp == 0) {
