@@ -218,8 +218,10 @@ class CaseTimeout(Exception):
 
 
 @contextlib.contextmanager
-def case_deadline(seconds: Optional[float]):
+def case_deadline(seconds: Optional[float], limit: Optional[float] = None):
     """Raise :class:`CaseTimeout` in the body once ``seconds`` have passed (None: no limit).
+    ``limit``: the whole case's timeout, when ``seconds`` is what its earlier timers left
+    of it (the message names both).
 
     SIGALRM (``signal.setitimer``) in the main thread: the exception is raised the next
     time the interpreter runs Python bytecode, which stops a case that hangs or loops in
@@ -235,7 +237,10 @@ def case_deadline(seconds: Optional[float]):
         return
 
     def alarm(signum, frame):
-        raise CaseTimeout(f"stopped after the case timeout of {seconds:g} s (--case-timeout)")
+        if limit is None or limit <= seconds:
+            raise CaseTimeout(f"stopped after the case timeout of {seconds:g} s (--case-timeout)")
+        raise CaseTimeout(f"stopped after the case timeout of {limit:g} s (--case-timeout): the case's earlier "
+                          f"timers took {limit - seconds:.1f} s of it, this one the remaining {seconds:.3g} s")
 
     previous = signal.signal(signal.SIGALRM, alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -373,7 +378,7 @@ def _within_budget(contender: _Contender, grid: Grid, work: Callable[[], None]) 
             raise CaseTimeout(f"stopped after the case timeout of {grid.case_timeout:g} s (--case-timeout)")
     start = time.perf_counter()
     try:
-        with case_deadline(remaining), (contender.meter or contextlib.nullcontext()):
+        with case_deadline(remaining, grid.case_timeout), (contender.meter or contextlib.nullcontext()):
             work()
     finally:
         contender.spent += time.perf_counter() - start

@@ -258,6 +258,17 @@ def test_case_timeout_turns_a_hang_into_an_error_row_and_the_sweep_goes_on(tmp_p
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # no alarm left armed
 
 
+def test_a_timer_stopped_with_what_earlier_timers_left_names_the_case_timeout():
+    """A case's timers share its --case-timeout: a later timer stopped by the remainder
+    names the case's timeout and what the earlier ones took, not the remainder alone."""
+    with pytest.raises(runner.CaseTimeout, match=r"case timeout of 2 s \(--case-timeout\): the case's earlier "
+                                                 r"timers took 1\.9 s of it, this one the remaining 0\.1 s"):
+        with runner.case_deadline(0.1, 2.0):
+            while True:
+                time.sleep(0.001)
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
 def test_case_timeout_is_refused_off_the_main_thread():
     import threading
 
