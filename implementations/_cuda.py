@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import struct
 import threading
 from pathlib import Path
@@ -71,8 +72,12 @@ class CudaModule:
         self._expression.update({(name, None): name for name in plain})
 
     def options(self, arch: str) -> list[str]:
-        """NVRTC's options for ``arch``: ``NVRTC_OPTIONS``, the defines, the target."""
-        return [*NVRTC_OPTIONS, *(f"-D{name}={value}" for name, value in self.defines.items()), f"-arch={arch}"]
+        """NVRTC's options for ``arch``: ``NVRTC_OPTIONS``, the defines, the target; with
+        NMSBENCH_NVRTC_LINEINFO=1 in the environment also ``-lineinfo`` (source lines for a
+        profiler such as Nsight Compute; the code is otherwise the same)."""
+        lineinfo = ("-lineinfo",) if os.environ.get("NMSBENCH_NVRTC_LINEINFO") == "1" else ()
+        return [*NVRTC_OPTIONS, *lineinfo, *(f"-D{name}={value}" for name, value in self.defines.items()),
+                f"-arch={arch}"]
 
     def source(self) -> str:
         """The code NVRTC compiles: ``_common.cuh`` followed by the ``.cu`` file."""

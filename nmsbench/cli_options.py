@@ -21,7 +21,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from .results import ResultWriter, environment, open_for_resume, sidecar_path
+from .results import ResultWriter, environment, library_versions, open_for_resume, sidecar_path
 from .timing import NOISY_SPREAD, load_average, load_warning, usable_cpus
 
 
@@ -144,6 +144,18 @@ def _load_note(when: str) -> dict:
             "loadavg": list(load) if load else None, "cpus": len(usable_cpus())}
 
 
+def _required_modules(names, devices) -> list[str]:
+    """The modules that the backends on ``devices`` of the registered implementations among
+    ``names`` need (their ``requires``); names that are not registered implementations
+    (pipelines) add none."""
+    from .registry import implementations
+
+    registered = implementations()
+    return [module for name in names if name in registered
+            for device, backend in registered[name].backends.items() if device in devices
+            for module in backend.requires]
+
+
 def run_with_progress(command: str, out: Path, force: bool, total: int, grid: dict, reproduce: str,
                       run: Callable, describe: Callable[[dict], str], label: Callable[[dict], str], *,
                       append: bool = False, completed: int = 0, resume_command: str | None = None) -> dict:
@@ -169,7 +181,9 @@ def run_with_progress(command: str, out: Path, force: bool, total: int, grid: di
             warning = load_warning(int(grid.get("threads") or 1)) if "cpu" in grid.get("devices", ["cpu"]) else ""
             if warning:
                 console.print(f"[yellow]warning[/]: {warning}")
-            writer = ResultWriter(out, environment(), grid, reproduce, append=append)
+            writer = ResultWriter(out, environment(), grid, reproduce, append=append,
+                                  libraries=library_versions(_required_modules(grid.get("impls") or [],
+                                                                             grid.get("devices") or [])))
             writer.note("load", _load_note("start"))
             # redrawn between rows only: rich's refresh thread would take the interpreter from
             # the timing loops several times a second (host-bound CUDA calls time that too)

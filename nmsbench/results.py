@@ -123,6 +123,18 @@ def _version(*distributions: str) -> str:
     return ""
 
 
+def library_versions(modules) -> dict[str, str]:
+    """For each import name (an implementation's ``requires``: cv2, onnxruntime, ...) the
+    distribution that provides it and its version ("opencv-python-headless 4.10.0"), "" where
+    it is not installed: the sidecar's record of the libraries a run's entries called."""
+    provided_by = importlib.metadata.packages_distributions()
+    versions = {}
+    for module in sorted(set(modules)):
+        names = sorted(set(provided_by.get(module, [])))
+        versions[module] = ", ".join(f"{name} {_version(name)}" for name in names)
+    return versions
+
+
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -194,7 +206,8 @@ class ResultWriter:
     --resume``; check it first with :func:`open_for_resume`) and notes the command in its
     sidecar instead of writing a new header and sidecar."""
 
-    def __init__(self, path: Path, env: dict, grid: dict, command: str = "", *, append: bool = False):
+    def __init__(self, path: Path, env: dict, grid: dict, command: str = "", *, append: bool = False,
+                 libraries: dict | None = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.env = env
@@ -211,6 +224,7 @@ class ResultWriter:
             "command": command,
             "grid": grid,
             "environment": env,
+            "libraries": libraries or {},
             "columns": COLUMNS,
         }
         sidecar_path(self.path).write_text(json.dumps(meta, indent=2, default=str) + "\n")

@@ -85,7 +85,21 @@ def test_tiny_sweep_writes_tidy_rows(tmp_path):
     assert meta["command"].startswith("nmsbench sweep --n 8,16 --impl torchvision,allpairs --device cpu")
     assert "--scenario uniform,chain" in meta["command"] and "--threads 1" in meta["command"]
     assert meta["environment"]["torch"] == torch.__version__
+    # the libraries the entries call, by the distribution that provides each import name
+    import importlib.metadata
+
+    assert meta["libraries"]["numba"] == f"numba {importlib.metadata.version('numba')}"  # allpairs requires numba
+    assert set(meta["libraries"]) == {"numba", "torchvision"}
     assert "median µs" in result.output
+
+
+def test_library_versions_name_the_distribution_and_leave_missing_ones_empty():
+    import importlib.metadata
+
+    from nmsbench.results import library_versions
+
+    versions = library_versions(["numba", "no_such_module_here", "numba"])
+    assert versions == {"numba": f"numba {importlib.metadata.version('numba')}", "no_such_module_here": ""}
 
 
 def test_default_output_goes_under_results_runs(tmp_path, monkeypatch):

@@ -276,3 +276,16 @@ def test_rank_layout_fits_the_words_a_caller_gives_it(n, dtype, labels):
     words = _cuda.rank_scratch_words(n, dtype, labels)
     merging = n >= _cuda.MERGE_RANK_MIN
     assert 8 * words == (group_at + key_bytes if merging else chunk_at)
+
+
+def test_lineinfo_for_a_profiler_only_when_asked(monkeypatch):
+    """NMSBENCH_NVRTC_LINEINFO=1 adds -lineinfo to NVRTC's options (source lines for Nsight
+    Compute), and nothing else changes; without it the options have none."""
+    from nmsbench.variants import soft_rounds
+
+    monkeypatch.delenv("NMSBENCH_NVRTC_LINEINFO", raising=False)
+    plain = soft_rounds.CUDA_MODULE.options("sm_90")
+    assert "-lineinfo" not in plain
+    monkeypatch.setenv("NMSBENCH_NVRTC_LINEINFO", "1")
+    with_lines = soft_rounds.CUDA_MODULE.options("sm_90")
+    assert [option for option in with_lines if option != "-lineinfo"] == plain and "-lineinfo" in with_lines
