@@ -4,6 +4,7 @@ the rounds the picks took, each path of the CUDA backend (forced with its public
 interleaved case by case, so their ratio is the one the Soft-NMS target asks for.
 
     python benchmarks/soft.py --n 1024,2048,4096 --scenario clustered,uniform
+    NMSBENCH_CUDA_TUNABLES=SOFT_WARP_SCAN=1 python benchmarks/soft.py --n 1024   # a kernel variant
 
 Append what is worth keeping to results/PERFLOG.md.
 """
@@ -18,6 +19,7 @@ import torch
 import nmsbench
 from nmsbench.timing import wall_blocks
 from nmsbench.variants import soft_rounds
+from nmsbench.variants._cuda import tunable_overrides
 
 from _common import boxes_of, parse_sizes
 
@@ -31,6 +33,7 @@ def main() -> None:
     parser.add_argument("--min-run-time", type=float, default=0.2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    print(f"kernel variants (NMSBENCH_CUDA_TUNABLES): {tunable_overrides(soft_rounds.CUDA_MODULE.tunables) or 'none'}")
     cpu_backend = nmsbench.implementations()["soft_nms"].backend("cpu")
     for scenario in args.scenario.split(","):
         for n in parse_sizes(args.n):

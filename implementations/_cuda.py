@@ -47,6 +47,31 @@ class CompileError(RuntimeError):
     """NVRTC rejected a kernel source; the message carries its log."""
 
 
+TUNABLES_VARIABLE = "NMSBENCH_CUDA_TUNABLES"
+DECLARED_TUNABLES: dict[str, set[str]] = {}  # tunable -> the .cu files that declare it
+
+
+def tunable_overrides(declared: dict[str, int] | None = None) -> dict[str, int]:
+    """The kernel variants NMSBENCH_CUDA_TUNABLES asks for ("NAME=integer,..."), for a probe
+    that compares a variant with the default: those among ``declared`` (None: all). A
+    ValueError names an entry that is not a declared tunable with an integer value. The
+    sweep refuses to run while it is set (its rows would time a variant)."""
+    text = os.environ.get(TUNABLES_VARIABLE, "").strip()
+    overrides = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, equals, value = (part.strip() for part in item.partition("="))
+        try:
+            number = int(value)
+        except ValueError:
+            number = None
+        if not equals or number is None or name not in DECLARED_TUNABLES:
+            raise ValueError(f"{TUNABLES_VARIABLE}: {item!r} is not NAME=integer for a tunable; the tunables are "
+                             f"{', '.join(sorted(DECLARED_TUNABLES)) or 'none'}")
+        if declared is None or name in declared:
+            overrides[name] = number
+    return overrides
+
+
 class CudaModule:
     """One ``.cu`` file: its template kernels (instantiated for every input dtype) and
     plain kernels, compiled once per device on first use.
@@ -59,8 +84,14 @@ class CudaModule:
     kernels were compiled with and the ``.cu`` file does not #define them itself."""
 
     def __init__(self, cu_file: str, templates: tuple[str, ...] | dict[str, str] = (),
-                 plain: tuple[str, ...] | dict[str, str] = (), defines: dict[str, int] | None = None):
+                 plain: tuple[str, ...] | dict[str, str] = (), defines: dict[str, int] | None = None,
+                 tunables: dict[str, int] | None = None):
+        """``tunables``: kernel-only variants (NVRTC -D, read by no host code) with their
+        default values, which a probe may switch through NMSBENCH_CUDA_TUNABLES."""
         self.cu_file = cu_file
+        self.tunables = dict(tunables or {})
+        for name in self.tunables:
+            DECLARED_TUNABLES.setdefault(name, set()).add(cu_file)
         self.expressions = [f"{name}<{t}>" for name in templates for t in SOURCE_TYPES.values()] + list(plain)
         self.templates, self.plain = tuple(templates), tuple(plain)
         self.codes = {name: codes for kernels in (templates, plain) if isinstance(kernels, dict)
@@ -72,12 +103,12 @@ class CudaModule:
         self._expression.update({(name, None): name for name in plain})
 
     def options(self, arch: str) -> list[str]:
-        """NVRTC's options for ``arch``: ``NVRTC_OPTIONS``, the defines, the target; with
+        """NVRTC's options for ``arch``: ``NVRTC_OPTIONS``, the defines and tunables, the target; with
         NMSBENCH_NVRTC_LINEINFO=1 in the environment also ``-lineinfo`` (source lines for a
         profiler such as Nsight Compute; the code is otherwise the same)."""
         lineinfo = ("-lineinfo",) if os.environ.get("NMSBENCH_NVRTC_LINEINFO") == "1" else ()
-        return [*NVRTC_OPTIONS, *lineinfo, *(f"-D{name}={value}" for name, value in self.defines.items()),
-                f"-arch={arch}"]
+        values = {**self.defines, **self.tunables, **tunable_overrides(self.tunables)}
+        return [*NVRTC_OPTIONS, *lineinfo, *(f"-D{name}={value}" for name, value in values.items()), f"-arch={arch}"]
 
     def source(self) -> str:
         """The code NVRTC compiles: ``_common.cuh`` followed by the ``.cu`` file."""

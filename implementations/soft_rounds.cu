@@ -235,7 +235,8 @@ __global__ void __launch_bounds__(PAIR_ROWS) soft_rows_kernel(const T* boxes, co
 // kept a box from being picked in the last round it was looked at (-1: none yet), looked
 // at first. Dynamic shared memory (block_shared_bytes in soft_rounds.py): n boxes, n
 // current scores (double), then n marks, degrees, list lengths, sorted lengths, the
-// round's picks and blockers (int).
+// round's picks, blockers and (SOFT_WARP_SCAN, a tunable) the boxes queued for a warp's
+// scan (int).
 template <typename T>
 __global__ void __launch_bounds__(BLOCK_THREADS) soft_block_kernel(
         const T* boxes, const T* scores, int n, int linear, double iou_threshold, double sigma,
@@ -252,7 +253,8 @@ __global__ void __launch_bounds__(BLOCK_THREADS) soft_block_kernel(
     int* sorted = length + n;
     int* pick = sorted + n;
     int* blocker = pick + n;
-    __shared__ int undecided[2], picks, kept;
+    int* queue = blocker + n;  // SOFT_WARP_SCAN: the boxes whose rows a warp looks at this round
+    __shared__ int undecided[2], picks, queued, kept;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, warps = blockDim.x / 32;
     for (int i = tid; i < n; i += blockDim.x) {
         box[i] = load_box(boxes, i);
@@ -267,7 +269,7 @@ __global__ void __launch_bounds__(BLOCK_THREADS) soft_block_kernel(
     __syncthreads();
     int round = 0;
     for (;; ++round) {
-        if (tid == 0) undecided[(round + 1) & 1] = 0, picks = 0;  // last read a round ago
+        if (tid == 0) undecided[(round + 1) & 1] = 0, picks = 0, queued = 0;  // last read a round ago
         int mine = 0;
         for (int i = tid; i < n; i += blockDim.x) {  // 1. new entries sorted in, scores recomputed, drops
             if (mark[i] != -1) continue;
@@ -304,6 +306,34 @@ __global__ void __launch_bounds__(BLOCK_THREADS) soft_block_kernel(
         if (mine) atomicAdd(undecided + (round & 1), mine);
         __syncthreads();
         if (undecided[round & 1] == 0) break;  // the same in every thread
+#if SOFT_WARP_SCAN
+        // 2. a box no undecided neighbour outranks is picked: a thread per box asks whether
+        // its last blocker still outranks it; the others queue for a warp each, whose lanes
+        // look at 32 neighbours a step (the first outranking one by a ballot)
+        for (int i = tid; i < n; i += blockDim.x) {
+            if (mark[i] != -1) continue;
+            const int last = blocker[i];
+            if (last >= 0 && mark[last] == -1 && outranks(current[last], last, current[i], i)) continue;
+            queue[atomicAdd(&queued, 1)] = i;
+        }
+        __syncthreads();
+        for (int q = warp; q < queued; q += warps) {
+            const int i = queue[q], d = degree[i];
+            const double score_i = current[i];
+            const short* row = neighbours + (long long)i * n;
+            int found = -1;
+            for (int s = 0; s < d && found < 0; s += 32) {  // warp-uniform: found comes from a ballot
+                const int u = s + lane < d ? row[s + lane] : -1;
+                const unsigned int beats =
+                    __ballot_sync(0xffffffffu, u >= 0 && mark[u] == -1 && outranks(current[u], u, score_i, i));
+                if (beats != 0u) found = __shfl_sync(0xffffffffu, u, __ffs(beats) - 1);
+            }
+            if (lane == 0) {
+                blocker[i] = found;
+                if (found < 0) pick[atomicAdd(&picks, 1)] = i;
+            }
+        }
+#else
         for (int i = tid; i < n; i += blockDim.x) {  // 2. a box no undecided neighbour outranks is picked
             if (mark[i] != -1) continue;
             const double score_i = current[i];
@@ -324,6 +354,7 @@ __global__ void __launch_bounds__(BLOCK_THREADS) soft_block_kernel(
             blocker[i] = found;
             if (found < 0) pick[atomicAdd(&picks, 1)] = i;
         }
+#endif
         __syncthreads();
         for (int k = warp; k < picks; k += warps) {  // 3. each pick's factors to its undecided neighbours
             const int p = pick[k];

@@ -63,14 +63,16 @@ CUDA_MODULE = CudaModule(
         "soft_block_kernel": "QQiiddd" + "Q" * 9,
     },
     defines=DEFINES,
+    # a probe's variant (NMSBENCH_CUDA_TUNABLES, benchmarks/README.md): the one-block scan by a warp per box
+    tunables={"SOFT_WARP_SCAN": 0},
 )
 PATHS = ("one_block", "rounds")  # forced with path=; else choose_path's
 
 
 def block_shared_bytes(n: int, dtype: torch.dtype) -> int:
     """soft_block_kernel's dynamic shared memory, as laid out in soft_rounds.cu: n boxes,
-    current scores (8 bytes) and six ints."""
-    return n * ((32 if dtype == torch.float64 else 16) + 8 + 24)
+    current scores (8 bytes) and seven ints."""
+    return n * ((32 if dtype == torch.float64 else 16) + 8 + 28)
 
 
 def _refuses(path: str, n: int, dtype: torch.dtype, device: torch.device | None) -> str | None:

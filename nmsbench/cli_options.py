@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import signal
 import sys
 import threading
@@ -20,6 +21,8 @@ from typing import Callable
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from nmsbench.variants._cuda import TUNABLES_VARIABLE
 
 from .results import ResultWriter, environment, library_versions, open_for_resume, sidecar_path
 from .timing import NOISY_SPREAD, load_average, load_warning, usable_cpus
@@ -168,6 +171,10 @@ def run_with_progress(command: str, out: Path, force: bool, total: int, grid: di
     ``run(write, on_case, redraw)`` does the work (calling ``redraw()`` where nothing is
     timed, to keep the elapsed time moving) and returns the counts, to which ``noisy_rows``
     (descriptions of this run's noisy rows) and ``error_rows`` are added."""
+    if os.environ.get(TUNABLES_VARIABLE, "").strip():
+        raise click.UsageError(f"{TUNABLES_VARIABLE} is set ({os.environ[TUNABLES_VARIABLE]}): it compiles the kernels' "
+                               "probe variants, and a run's rows would time them as the product's; unset it "
+                               "(the probes in benchmarks/ take it)")
     if out.exists() and not force and not append:
         raise click.UsageError(f"{out} exists; pass --force to overwrite it or choose another --out")
     tally = {"ok": 0, "error": 0, "skipped": 0}

@@ -57,6 +57,38 @@ def test_kernels_compile_with_nvrtc_without_a_gpu(module):
     assert all(name.startswith("_Z") or name in module.expressions for name in names.values())
 
 
+TUNED = [(module, name) for module in MODULES for name in module.tunables]
+
+
+@pytest.mark.parametrize("module, name", TUNED, ids=[f"{m.cu_file}:{name}" for m, name in TUNED])
+def test_every_tunable_variant_compiles(module, name, monkeypatch):
+    """A probe's kernel variant (NMSBENCH_CUDA_TUNABLES) compiles too, and reaches NVRTC
+    as its -D; the defaults are what the product runs."""
+    pytest.importorskip("cupy", reason="needs cupy")
+    assert f"-D{name}={module.tunables[name]}" in module.options("sm_90")
+    monkeypatch.setenv("NMSBENCH_CUDA_TUNABLES", f"{name}=1")
+    assert f"-D{name}=1" in module.options("sm_90")
+    try:
+        cubin, names = module.compile("sm_90")
+    except _cuda.CompileError:
+        raise
+    except Exception as error:
+        pytest.skip(f"NVRTC not usable here: {error}")
+    assert cubin[:4] == b"\x7fELF" and set(names) == set(module.expressions)
+
+
+def test_tunables_outside_the_declared_ones_are_refused(monkeypatch):
+    assert TUNED, "no module declares a tunable"
+    for text in ("NO_SUCH_TUNABLE=1", f"{TUNED[0][1]}", f"{TUNED[0][1]}=fast"):
+        monkeypatch.setenv("NMSBENCH_CUDA_TUNABLES", text)
+        with pytest.raises(ValueError, match="NMSBENCH_CUDA_TUNABLES: .* is not NAME=integer for a tunable; "
+                                             f"the tunables are .*{TUNED[0][1]}"):
+            _cuda.tunable_overrides()
+    monkeypatch.setenv("NMSBENCH_CUDA_TUNABLES", f" {TUNED[0][1]} = 1 ,")
+    assert _cuda.tunable_overrides() == {TUNED[0][1]: 1}
+    assert _cuda.tunable_overrides({}) == {}  # a module that does not declare it is compiled as it was
+
+
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.cu_file)
 def test_no_float_instruction_flushes_subnormals(module):
     """CuPy's RawModule would append -ftz=true, flushing subnormal scores and IoUs to 0
