@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+import torch
 from numba import njit
 
 from nmsbench.families import DIOU_PARAMS
@@ -83,6 +84,11 @@ def diou_module(beta: float) -> CudaModule:
 
 CUDA_MODULE = diou_module(DIOU_PARAMS[0].default)  # the default beta's, for the kernel tests' discovery
 PATHS = hard_fused_cuda.PATHS  # hard_fused's, each of which the CUDA backend takes (``path=``)
+
+
+def choose_path(n: int, dtype=torch.float32, padded: bool = False, device=None, labels: bool = False) -> str:
+    """hard_fused's chooser for diou_nms's kernels (the default beta's): the same limits."""
+    return hard_fused_cuda.choose_module_path(n, dtype, padded, device, CUDA_MODULE)
 
 
 def check_path(path: str, n: int, dtype, padded: bool, device, labels: bool = False) -> None:

@@ -493,3 +493,16 @@ def test_diou_compiles_hard_fused_once_per_beta():
     assert float(diou_nms.diou_module(1 / 3).defines["DIOU_BETA"]) == 1 / 3
     with pytest.raises(ValueError, match="diou_nms: no path 'fast'"):
         diou_nms.check_path("fast", 10, torch.float32, False, None)
+
+
+def test_diou_takes_hard_fuseds_paths_by_the_same_limits():
+    """diou_nms's choose_path and check_path (what benchmarks/paths.py calls) are
+    hard_fused's for its kernels: the same path at every size, without a device."""
+    from nmsbench.variants import diou_nms
+
+    assert diou_nms.PATHS is hf.PATHS
+    for n in (1, hf.ONE_BLOCK_MAX_N, hf.ONE_BLOCK_MAX_N + 1, 1024, 1025, hf.STREAMED_MAX_N + 1):
+        for padded in (False, True):
+            chosen = diou_nms.choose_path(n, torch.float32, padded)
+            assert chosen == hf.choose_path(n, torch.float32, padded)
+            diou_nms.check_path(chosen, n, torch.float32, padded, None)
