@@ -12,8 +12,8 @@ far apart can be picked at once. Three steps:
   factor for factor;
 - the picks sorted by final score (ties by lower index): the definition's order.
 
-Two paths (``choose_path``; ``path=`` forces one): "one_block" (N <= ``BLOCK_MAX_N``):
-``soft_rows_kernel`` lists each box's neighbours into a row of N slots, then
+Two paths (``choose_path``; ``path=`` forces one): "one_block" (chosen up to ``BLOCK_MAX_N``
+boxes, forced up to ``ONE_BLOCK_CAPACITY``): ``soft_rows_kernel`` lists each box's neighbours into a row of N slots, then
 ``soft_block_kernel`` runs the rounds and the sort in one block, shared memory holding
 the boxes' state: one wait. "rounds": ``soft_pairs_kernel`` counts, a cumsum offsets and
 the kernel lists again (O(N + E) memory; a wait for the number of pairs), then
@@ -46,9 +46,12 @@ DEFINES = {"PAIR_ROWS": 128, "PAIR_CHUNK": 512, "ROW_CHUNK": 64, "ROUND_THREADS"
 PAIR_ROWS, PAIR_CHUNK, ROUND_THREADS = DEFINES["PAIR_ROWS"], DEFINES["PAIR_CHUNK"], DEFINES["ROUND_THREADS"]
 ROW_CHUNK, BLOCK_THREADS = DEFINES["ROW_CHUNK"], DEFINES["BLOCK_THREADS"]
 BOXES_PER_WARP = 2  # the rounds grid: enough warps for this many boxes each, as far as the GPU holds them at once
-# "one_block" up to here: its rows of n slots (n x n neighbours and entries, 12 bytes a
-# slot) stay a few MB, and its int16 box indices hold n
+# "one_block": the chooser takes it up to BLOCK_MAX_N boxes (where it beat the rounds path;
+# results/PERFLOG.md); forced with path=, the kernel takes up to ONE_BLOCK_CAPACITY (its rows
+# of n slots, n x n neighbours and entries at 12 bytes a slot, stay a few hundred MB, its
+# int16 box indices hold n, and its shared memory is checked on the device)
 BLOCK_MAX_N = 1024
+ONE_BLOCK_CAPACITY = 4096
 
 CUDA_MODULE = CudaModule(
     "soft_rounds.cu",
@@ -79,8 +82,8 @@ def _refuses(path: str, n: int, dtype: torch.dtype, device: torch.device | None)
     if path not in PATHS:
         return f"no path {path!r}; the paths are {', '.join(PATHS)}"
     if path == "one_block":
-        if n > BLOCK_MAX_N:
-            return f"it takes at most {BLOCK_MAX_N} boxes"
+        if n > ONE_BLOCK_CAPACITY:
+            return f"it takes at most {ONE_BLOCK_CAPACITY} boxes"
         if device is not None:
             kernel = CUDA_MODULE.get("soft_block_kernel", dtype, device)
             if block_shared_bytes(n, dtype) > opted_in_shared_limit(kernel, device):
@@ -101,7 +104,7 @@ def choose_path(n: int, dtype: torch.dtype = torch.float32, padded: bool = False
                 labels: bool = False) -> str:
     """"one_block" up to BLOCK_MAX_N boxes (where its shared memory fits), else "rounds"
     (hard_fused's signature: ``padded`` and ``labels`` change nothing here)."""
-    return "one_block" if _refuses("one_block", n, dtype, device) is None else "rounds"
+    return "one_block" if n <= BLOCK_MAX_N and _refuses("one_block", n, dtype, device) is None else "rounds"
 
 _resident: dict[tuple[torch.dtype, int], int] = {}  # (dtype, device index) -> rounds blocks resident at once
 

@@ -471,8 +471,10 @@ def test_soft_rounds_chooses_one_block_up_to_its_limit_and_refuses_what_a_path_c
     assert sr.choose_path(1) == sr.choose_path(sr.BLOCK_MAX_N) == "one_block"
     assert sr.choose_path(sr.BLOCK_MAX_N + 1) == "rounds"
     sr.check_path("rounds", 10 ** 6, torch.float32)  # the rounds take any N
-    with pytest.raises(ValueError, match=f"at most {sr.BLOCK_MAX_N} boxes"):
-        sr.check_path("one_block", sr.BLOCK_MAX_N + 1, torch.float32)
+    assert sr.BLOCK_MAX_N < sr.ONE_BLOCK_CAPACITY < 2 ** 15  # int16 box indices
+    sr.check_path("one_block", sr.ONE_BLOCK_CAPACITY, torch.float32)  # forced, past the chooser's limit (a probe's)
+    with pytest.raises(ValueError, match=f"at most {sr.ONE_BLOCK_CAPACITY} boxes"):
+        sr.check_path("one_block", sr.ONE_BLOCK_CAPACITY + 1, torch.float32)
     with pytest.raises(ValueError, match="no padded output"):
         sr.check_path("rounds", 10, torch.float32, padded=True)
     with pytest.raises(ValueError, match="no path 'tiles'; the paths are one_block, rounds"):
