@@ -13,12 +13,12 @@ far apart can be picked at once. Three steps:
 - the picks sorted by final score (ties by lower index): the definition's order.
 
 Two paths (``choose_path``; ``path=`` forces one): "one_block" (chosen up to ``BLOCK_MAX_N``
-boxes, forced up to ``ONE_BLOCK_CAPACITY``): ``soft_rows_kernel`` lists each box's neighbours into a row of N slots, then
-``soft_block_kernel`` runs the rounds and the sort in one block, shared memory holding
-the boxes' state: one wait. "rounds": ``soft_pairs_kernel`` counts, a cumsum offsets and
-the kernel lists again (O(N + E) memory; a wait for the number of pairs), then
-``soft_rounds_kernel`` runs the rounds over the whole GPU in one cooperative launch, and
-torch sorts the picks.
+boxes, forced up to ``ONE_BLOCK_CAPACITY``): ``soft_rows_kernel`` lists each box's
+neighbours into a row of N slots, then ``soft_block_kernel`` runs the rounds and the sort in
+one block, shared memory holding the boxes' state: one wait. "rounds": ``soft_pairs_kernel``
+counts, a cumsum offsets and the kernel lists again (O(N + E) memory; a wait for the number
+of pairs), then ``soft_rounds_kernel`` runs the rounds over the whole GPU in one cooperative
+launch, and torch sorts the picks.
 
 The linear kernel's results are the definition's bit for bit; the gaussian kernel's
 factors come from CUDA's ``exp`` (within 1 ulp of the C library's), so its final scores

@@ -29,9 +29,9 @@ from nmsbench.boxes import NMSResult, PaddedNMSResult
 from nmsbench.registry import register
 
 from .._cuda import (CUDA_DTYPES, MAX_SHARED_BYTES, CompiledLaunch, CudaModule, HostCount, _current_stream,
-                     _ranked_offsets, blocks, cached_plan, device_index, grid_barrier_address, host_count, input_verdict, kept_count,
-                     opted_in_shared_limit, raise_if_bad_input,
-                     rank_launches, rank_scratch_words, stream_counters)
+                     _ranked_offsets, blocks, cached_plan, device_index, grid_barrier_address, host_count,
+                     input_verdict, kept_count, opted_in_shared_limit, raise_if_bad_input, rank_launches,
+                     rank_scratch_words, stream_counters)
 
 SUMMARY_CUDA = ("CUDA: one launch for N <= 160 (one block) and for eager calls to 1024 (cooperative); else rank, "
                 "a mask of 32 x 32 tiles, and a resolve from shared memory (N <= 1024) "
