@@ -67,6 +67,10 @@ def prepare(frame: pd.DataFrame, source: str = "") -> pd.DataFrame:
     frame["source"] = source
     gpu_rows = frame["device"].eq("cuda") & frame["gpu"].ne("")
     chip = frame["cpu"].where(~gpu_rows, frame["gpu"]).replace("", "unknown hardware")
+    # a GPU machine's host CPU is named with its GPU: virtual machines share host names and
+    # CPU models, and a GPU machine's CPU rows must not be taken for another machine's
+    hosted = ~gpu_rows & frame["gpu"].ne("") & frame["cpu"].ne("")
+    chip = chip.where(~hosted, chip + " (host of " + frame["gpu"] + ")")
     machine = frame["machine"].replace("", "unknown machine")
     frame["hardware"] = machine + ": " + chip
     return frame

@@ -36,8 +36,22 @@ def test_load_results_adds_source_and_hardware(sample):
     cuda = sample[sample["device"] == "cuda"]
     cpu = sample[sample["device"] == "cpu"]
     assert set(cuda["hardware"]) == {"vm: NVIDIA H200"}
-    assert set(cpu["hardware"]) == {"vm: Intel(R) Xeon(R) Processor"}
+    assert set(cpu["hardware"]) == {"vm: Intel(R) Xeon(R) Processor (host of NVIDIA H200)"}
     assert sample["cuda"].map(type).eq(str).all()  # versions stay text ("13.0", never 13.0)
+
+
+def test_a_gpu_machines_cpu_rows_are_not_another_machines(tmp_path):
+    """Two machines with the same host name and CPU model, one with a GPU: their CPU rows
+    are two machines (the dashboard's newest run per machine keeps both)."""
+    first = pd.read_csv(SAMPLES[0])
+    cpu = first[first["device"] == "cpu"].head(1)
+    assert not cpu.empty and cpu["gpu"].iloc[0]
+    elsewhere = cpu.assign(gpu="", timestamp="2099-01-01T00:00:00+00:00")
+    cpu.to_csv(tmp_path / "gpu-machine.csv", index=False)
+    elsewhere.to_csv(tmp_path / "cpu-machine.csv", index=False)
+    frame = tables.load_results(sorted(tmp_path.glob("*.csv")))
+    assert frame["hardware"].nunique() == 2
+    assert len(tables.latest_runs(frame)) == 2
 
 
 def test_load_results_names_the_bad_file(tmp_path):
