@@ -85,7 +85,9 @@ __global__ void __launch_bounds__(PAIR_ROWS) soft_pairs_kernel(const T* boxes, c
 // Cooperative launch (every block resident); grid barriers between the phases, and
 // __syncthreads alone when the grid is one block. Boxes' state written by other blocks is
 // read through L2 (__ldcg).
-// state: 0 undecided, 1 dropped; picked_round: -1 or the round a box was picked in.
+// state: 0 undecided, 1 dropped; picked_round: -1 or the round a box was picked in;
+// blocker: (SOFT_ROUNDS_BLOCKER, a tunable) the neighbour that outranked a box when its
+// warp last scanned it, looked at first (-1: none).
 // counters: three words, the undecided boxes counted in round r go to counters[r % 3].
 
 __device__ __forceinline__ bool outranks(double score_a, int a, double score_b, int b) {
@@ -101,8 +103,8 @@ template <typename T>
 __global__ void __launch_bounds__(ROUND_THREADS) soft_rounds_kernel(
         const T* boxes, const T* scores, int n, int linear, double iou_threshold, double sigma,
         double score_threshold, const long long* slots, int chunks, const int* neighbours, double* current,
-        int* state, int* picked_round, int* list_length, int* sorted_length, int* entry_box, double* entry_factor,
-        unsigned int* counters, unsigned int* barrier, int* rounds_out) {
+        int* state, int* picked_round, int* list_length, int* sorted_length, int* blocker, int* entry_box,
+        double* entry_factor, unsigned int* counters, unsigned int* barrier, int* rounds_out) {
     typedef typename Arith<T>::type A;
     const int threads = gridDim.x * blockDim.x, tid = blockIdx.x * blockDim.x + threadIdx.x;
     const int lane = threadIdx.x % 32, warps = threads / 32, warp = tid / 32;
@@ -113,6 +115,7 @@ __global__ void __launch_bounds__(ROUND_THREADS) soft_rounds_kernel(
         picked_round[i] = -1;
         list_length[i] = 0;
         sorted_length[i] = 0;
+        blocker[i] = -1;
     }
     if (tid < 3) counters[tid] = 0u;
     rounds_barrier(barrier);
@@ -168,15 +171,33 @@ __global__ void __launch_bounds__(ROUND_THREADS) soft_rounds_kernel(
             const double score_i = __ldcg(current + i);
             const long long begin = slots[(long long)i * chunks], end = slots[(long long)(i + 1) * chunks];
             bool outranked = false;
+#if SOFT_ROUNDS_BLOCKER
+            {  // the neighbour that outranked it last time (only this warp writes it): most often still does
+                const int last = blocker[i];
+                if (last >= 0) {
+                    const int picked = __ldcg(picked_round + last);
+                    outranked = __ldcg(state + last) == 0 && (picked < 0 || picked == round) &&
+                                outranks(__ldcg(current + last), last, score_i, i);
+                }
+            }
+#endif
             for (long long s = begin; s < end && !outranked; s += 32) {
                 bool mine = false;
+                int u = -1;
                 if (s + lane < end) {
-                    const int u = neighbours[s + lane];
+                    u = neighbours[s + lane];
                     const int picked = __ldcg(picked_round + u);  // one picked this round still competes
                     mine = __ldcg(state + u) == 0 && (picked < 0 || picked == round) &&
                            outranks(__ldcg(current + u), u, score_i, i);
                 }
-                outranked = __any_sync(0xffffffffu, mine);
+                const unsigned int beats = __ballot_sync(0xffffffffu, mine);
+                outranked = beats != 0u;
+#if SOFT_ROUNDS_BLOCKER
+                if (outranked) {
+                    const int first = __shfl_sync(0xffffffffu, u, __ffs(beats) - 1);
+                    if (lane == 0) blocker[i] = first;
+                }
+#endif
             }
             if (outranked) continue;
             if (lane == 0) picked_round[i] = round;

@@ -59,15 +59,16 @@ CUDA_MODULE = CudaModule(
         # boxes scores labels | n linear threshold score_threshold | slots neighbours
         "soft_pairs_kernel": "QQQiiddQQ",
         # boxes scores | n linear threshold sigma score_threshold | slots chunks neighbours | state arrays ...
-        "soft_rounds_kernel": "QQiiddd" + "QiQ" + "Q" * 10,
+        "soft_rounds_kernel": "QQiiddd" + "QiQ" + "Q" * 11,
         # boxes scores labels | n linear threshold score_threshold | degree neighbours
         "soft_rows_kernel": "QQQiiddQQ",
         # boxes scores | n linear threshold sigma score_threshold | rows, outputs
         "soft_block_kernel": "QQiiddd" + "Q" * 9,
     },
     defines=DEFINES,
-    # a probe's variant (NMSBENCH_CUDA_TUNABLES, benchmarks/README.md): the one-block scan by a warp per box
-    tunables={"SOFT_WARP_SCAN": 0},
+    # probes' variants (NMSBENCH_CUDA_TUNABLES, benchmarks/README.md): the one-block scan by a
+    # warp per queued box; the rounds kernel looking first at each box's last blocker
+    tunables={"SOFT_WARP_SCAN": 0, "SOFT_ROUNDS_BLOCKER": 0},
 )
 PATHS = ("one_block", "rounds")  # forced with path=; else choose_path's
 
@@ -154,7 +155,7 @@ def soft_rounds_state(boxes, scores, labels, *, iou_threshold, kernel, sigma, sc
         slots, neighbours, chunks, pairs = decay_graph(launch, boxes, scores, labels, linear, iou_threshold,
                                                        score_threshold)
         current = torch.empty(n, dtype=torch.float64, device=device)
-        ints = torch.empty((4, n), dtype=torch.int32, device=device)  # state, picked_round, list and sorted lengths
+        ints = torch.empty((5, n), dtype=torch.int32, device=device)  # state, picked_round, lengths, blockers
         entry_box = torch.empty(max(pairs, 1), dtype=torch.int32, device=device)
         entry_factor = torch.empty(max(pairs, 1), dtype=torch.float64, device=device)
         counters = torch.empty(4, dtype=torch.int32, device=device)  # three round counters, the rounds taken
@@ -163,7 +164,7 @@ def soft_rounds_state(boxes, scores, labels, *, iou_threshold, kernel, sigma, sc
                (ROUND_THREADS,),
                (boxes, scores, n, int(linear), np.float64(iou_threshold), np.float64(sigma),
                 np.float64(score_threshold), slots, chunks, neighbours, current, ints[0], ints[1], ints[2], ints[3],
-                entry_box, entry_factor, counters, np.uint64(grid_barrier_address(index, launch.stream)),
+                ints[4], entry_box, entry_factor, counters, np.uint64(grid_barrier_address(index, launch.stream)),
                 counters[3:]),
                cooperative=True)
     return current, ints[1], counters[3], pairs
