@@ -12,6 +12,8 @@ figure builders in :mod:`nmsbench.plots`, the dashboard (``app.py``) and the ``p
 
 from __future__ import annotations
 
+import json
+
 import math
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -249,17 +251,53 @@ def aggregate(frame: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
 def with_speedup(frame: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> pd.DataFrame:
     """Measured rows with ``baseline_us`` and ``speedup`` = baseline median / own median,
     matched on the same case (hardware, device, dtype, timer, scenario, knob, n, IoU,
-    seed), so > 1 means faster than the baseline. Rows without a baseline twin are dropped.
-    """
+    seed), so > 1 means faster than the baseline. Where the baseline ran the case with
+    several parameter sets (Soft-NMS's two kernels), a row is matched with the baseline's
+    row of its own parameters, never with a mix of them; a row without a baseline twin is
+    dropped."""
     ok = ok_rows(frame)
     keys = [k for k in CASE_KEYS if k in ok.columns]
     base = ok[ok["impl"] == baseline]
     if base.empty:
         return ok.assign(baseline_us=pd.Series(dtype=float), speedup=pd.Series(dtype=float)).iloc[0:0]
-    base = base.groupby(keys, dropna=False)["median_us"].median().rename("baseline_us").reset_index()
-    merged = ok.merge(base, on=keys, how="inner")
+    if "params" not in ok.columns:
+        ok, base = ok.assign(params="{}"), base.assign(params="{}")
+    variants = base.groupby(keys, dropna=False)["params"].transform("nunique")
+    same_params = base.groupby([*keys, "params"], dropna=False)["median_us"].median().rename("same_params_us")
+    one_params = base[variants.eq(1)].groupby(keys, dropna=False)["median_us"].median().rename("one_params_us")
+    merged = ok.merge(same_params.reset_index(), on=[*keys, "params"], how="left")
+    merged = merged.merge(one_params.reset_index(), on=keys, how="left")
+    merged["baseline_us"] = merged["same_params_us"].fillna(merged["one_params_us"])
+    merged = merged[merged["baseline_us"].notna()].drop(columns=["same_params_us", "one_params_us"])
     merged["speedup"] = merged["baseline_us"] / merged["median_us"]
-    return merged
+    return merged.reset_index(drop=True)
+
+
+def variant_labels(frame: pd.DataFrame) -> pd.Series:
+    """Each row's implementation as a table names it: the name alone, or, for an
+    implementation the selection holds with several parameter sets, the name and the
+    parameters that differ between them (``soft_nms kernel=linear``)."""
+    if "params" not in frame.columns or frame.empty:
+        return frame["impl"].astype(str)
+    labels = frame["impl"].astype(str).copy()
+    for impl, part in frame.groupby("impl"):
+        sets = {text: _params_dict(text) for text in part["params"].unique()}
+        if len(sets) < 2:
+            continue
+        differing = sorted({key for values in sets.values() for key in values
+                            if len({json.dumps(v.get(key), sort_keys=True) for v in sets.values()}) > 1})
+        for text, values in sets.items():
+            shown = " ".join(f"{key}={values.get(key, '-')}" for key in differing)
+            labels[part.index[part["params"].eq(text)]] = f"{impl} {shown}"
+    return labels
+
+
+def _params_dict(text: str) -> dict:
+    try:
+        value = json.loads(text or "{}")
+    except ValueError:
+        return {"params": text}
+    return value if isinstance(value, dict) else {"params": text}
 
 
 def group_dims(frame: pd.DataFrame, dims: Sequence[str]) -> list[str]:
@@ -281,10 +319,17 @@ def speedup_table(frame: pd.DataFrame, baseline: str = DEFAULT_BASELINE, impls: 
         raise ValueError("no measured (status ok) rows in the selection")
     groups = group_dims(ok, ["benchmark", "device", "timer", "dtype", "threads", "scenario", "canvas", "image", "input_size", "overlap",
                              "iou_threshold", "classes", "seed", "batch", "stage", "hardware", "git_commit"])
-    rows = aggregate(ok, [*groups, "n", "impl"])
-    if impls:
-        rows = rows[rows["impl"].isin(list(impls))]
+    if impls:  # by implementation name: every parameter set of a chosen one
+        ok = ok[ok["impl"].isin(list(impls)) | ok["impl"].eq(baseline)]
     speed = with_speedup(ok, baseline)
+    if impls:
+        ok, speed = ok[ok["impl"].isin(list(impls))], speed[speed["impl"].isin(list(impls))]
+    # an implementation run with several parameter sets is one column each, never a mix
+    if "params" in ok.columns and not ok.empty:
+        label_of = dict(zip(zip(ok["impl"], ok["params"]), variant_labels(ok)))
+        ok = ok.assign(impl=[label_of[key] for key in zip(ok["impl"], ok["params"])])
+        speed = speed.assign(impl=[label_of.get(key, key[0]) for key in zip(speed["impl"], speed["params"])])
+    rows = aggregate(ok, [*groups, "n", "impl"])
     if not speed.empty:
         speed = speed.groupby([*groups, "n", "impl"], dropna=False)["speedup"].median().reset_index()
         rows = rows.merge(speed, on=[*groups, "n", "impl"], how="left")
@@ -302,8 +347,10 @@ def speedup_table(frame: pd.DataFrame, baseline: str = DEFAULT_BASELINE, impls: 
 
 
 def _impl_order(impls: Iterable[str], baseline: str) -> list[str]:
+    """The baseline first (each of its parameter sets), then the others by name."""
     impls = sorted(set(impls))
-    return ([baseline] if baseline in impls else []) + [i for i in impls if i != baseline]
+    first = [i for i in impls if i == baseline or i.startswith(baseline + " ")]
+    return first + [i for i in impls if i not in first]
 
 
 def wide_table(table: pd.DataFrame) -> pd.DataFrame:
@@ -338,7 +385,10 @@ def format_us(value: float) -> str:
 
 
 def format_speedup(value: float) -> str:
-    return "" if value is None or pd.isna(value) else f"{value:.2f}"
+    """Two decimals, or two significant digits below 0.1 (0.0075, not 0.00)."""
+    if value is None or pd.isna(value):
+        return ""
+    return f"{value:.2f}" if value >= 0.1 else f"{value:.2g}"
 
 
 def _group_label(dim: str) -> str:

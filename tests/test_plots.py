@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import math
 
 import numpy as np
@@ -402,3 +403,35 @@ def test_boxes_canvas_draws_decayed_boxes_fainter():
     key = lines(fig, "decay key")
     assert [t.meta["count"] for t in key] == [1, 1, 0, 1] and fig.layout.meta["decayed"]
     assert not plots.boxes_canvas(boxes, codes).layout.meta["decayed"]
+
+
+def _two_parameter_sets(sample):
+    """torchvision's wall rows of one scenario as two made-up implementations, each run with
+    two parameter sets: "base" at 1x and 1.5x torchvision's time, "x" at 2x and 3x."""
+    rows = tables.select(sample, timer=["wall"], impl=["torchvision"], device=["cpu"])
+    rows = rows[rows["scenario"] == rows["scenario"].iloc[0]]
+    made = []
+    for impl, kernel, factor in (("base", "a", 1.0), ("base", "b", 1.5), ("x", "a", 2.0), ("x", "b", 3.0)):
+        made.append(rows.assign(impl=impl, params=json.dumps({"kernel": kernel, "sigma": 0.5}),
+                                median_us=rows["median_us"] * factor))
+    return pd.concat(made, ignore_index=True)
+
+
+def test_a_baseline_with_two_parameter_sets_is_matched_parameter_for_parameter(sample):
+    """Speedups against a baseline that ran each case with two parameter sets pair the rows
+    of the same parameters (never a mix): the baseline is exactly 1 against itself."""
+    speed = tables.with_speedup(_two_parameter_sets(sample), "base")
+    assert len(speed) == 4 * len(speed[(speed["impl"] == "x") & speed["params"].str.contains('"a"')])
+    mine = speed[speed["impl"] == "base"]
+    assert np.allclose(mine["speedup"], 1.0)
+    assert np.allclose(speed[speed["impl"] == "x"]["speedup"], 0.5)  # 1/2 for a, 1.5/3 for b
+
+
+def test_the_export_gives_each_parameter_set_its_own_column(sample):
+    table = tables.speedup_table(_two_parameter_sets(sample), "base")
+    assert table.attrs["impls"] == ["base kernel=a", "base kernel=b", "x kernel=a", "x kernel=b"]  # sigma is shared
+    assert np.allclose(table[table["impl"].str.startswith("base")]["speedup"], 1.0)
+    assert np.allclose(table[table["impl"].str.startswith("x")]["speedup"], 0.5)
+    chosen = tables.speedup_table(_two_parameter_sets(sample), "base", impls=["x"])
+    assert set(chosen["impl"]) == {"x kernel=a", "x kernel=b"} and np.allclose(chosen["speedup"], 0.5)
+    assert tables.format_speedup(0.0075) == "0.0075" and tables.format_speedup(1.234) == "1.23"
