@@ -236,7 +236,8 @@ def curves_view(rows: pd.DataFrame, all_timers: pd.DataFrame, without_impl: pd.D
     st.subheader(f"Speedup vs {baseline}")
     st.plotly_chart(figure("speedup"), key="chart_speedup")
     st.caption(f"{baseline}'s median divided by each implementation's median on the same case (hardware, device, "
-               "dtype, timer, scenario, knob, N, IoU); above 1 is faster.")
+               "dtype, timer, scenario, knob, N, IoU, and parameters where it ran several); above 1 is faster. A "
+               "baseline that never runs on CUDA is compared there on the same machine's CPU.")
 
     timers = figure("timers")
     st.subheader("Wall vs GPU time")

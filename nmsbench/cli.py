@@ -440,7 +440,8 @@ def _selected_results(paths, scenarios, impls, devices, timers, baseline=None, b
     one clear message. Rows of `nmsbench pipeline` (benchmark=pipeline) are left out
     unless asked for (or ``default_benchmark`` is pipeline), or unless the files hold
     nothing else. With ``wants_baseline`` and no ``baseline``, the baseline is numpy (the
-    reference pipeline) for pipeline rows and torchvision for sweeps. ``apply_devices``
+    reference pipeline) for pipeline rows and torchvision for sweeps (for a sweep of one
+    family without it, the family's exact CPU reference: soft_nms, ...). ``apply_devices``
     False checks --device but keeps every device's rows (the caller picks them later)."""
     from . import tables
 
@@ -470,9 +471,16 @@ def _selected_results(paths, scenarios, impls, devices, timers, baseline=None, b
     _check_measured(rows, files)
     if wants_baseline and baseline is None:
         baseline = tables.PIPELINE_BASELINE if set(rows["benchmark"]) == {"pipeline"} else tables.DEFAULT_BASELINE
-        if baseline not in tables.options(frame, "impl"):
-            raise click.BadParameter(f"{baseline} not in {files}; it has: {', '.join(tables.options(frame, 'impl'))}",
-                                     param_hint="--baseline")
+        have_impls = tables.options(frame, "impl")
+        families = set(tables.ok_rows(rows)["family"]) if "family" in rows.columns else set()
+        if baseline not in have_impls and len(families) == 1:
+            # one family without torchvision (a Soft-NMS run): its exact CPU reference, where the files have it
+            from .agreement import FAMILY_REFERENCES
+
+            baseline = FAMILY_REFERENCES.get(next(iter(families)), baseline)
+        if baseline not in have_impls:
+            raise click.BadParameter(f"{baseline} not in {files}; it has: {', '.join(have_impls)}; "
+                                     "name one with --baseline", param_hint="--baseline")
     _check_measured(rows, files, baseline)
     return rows, baseline
 

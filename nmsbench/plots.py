@@ -122,7 +122,7 @@ def _rgba(hex_color: str, alpha: float) -> str:
 
 PLOT_COLUMNS = list(dict.fromkeys([
     *tables.CASE_KEYS, *tables.SERIES_DIMS, "impl", "family", "status", "median_us", "iqr_us", "runs", "peak_mem_bytes",
-    "mean_max_iou", "greedy_suppressed_frac", "baseline_us", "speedup", "source",
+    "mean_max_iou", "greedy_suppressed_frac", "baseline_us", "speedup", "source", "machine", "gpu",
     "span_us", "launches", "copies", "syncs",
 ]))
 

@@ -253,8 +253,10 @@ def with_speedup(frame: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> pd.Da
     matched on the same case (hardware, device, dtype, timer, scenario, knob, n, IoU,
     seed), so > 1 means faster than the baseline. Where the baseline ran the case with
     several parameter sets (Soft-NMS's two kernels), a row is matched with the baseline's
-    row of its own parameters, never with a mix of them; a row without a baseline twin is
-    dropped."""
+    row of its own parameters, never with a mix of them. A row on a device the baseline
+    never runs on is matched with the baseline on the same machine's other device (a CUDA
+    backend against a CPU-only reference such as soft_nms), where that is one device and
+    thread count; a row without a baseline twin is dropped."""
     ok = ok_rows(frame)
     keys = [k for k in CASE_KEYS if k in ok.columns]
     base = ok[ok["impl"] == baseline]
@@ -262,15 +264,34 @@ def with_speedup(frame: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> pd.Da
         return ok.assign(baseline_us=pd.Series(dtype=float), speedup=pd.Series(dtype=float)).iloc[0:0]
     if "params" not in ok.columns:
         ok, base = ok.assign(params="{}"), base.assign(params="{}")
+    merged = _match_baseline(ok, base, keys)
+    # a baseline that never runs on a row's device (a CUDA backend against a CPU-only
+    # reference): the baseline on the same machine's other device, where it ran the case
+    # there once
+    machine = [k for k in ("machine", "gpu") if k in ok.columns]
+    if machine:
+        elsewhere = [k for k in keys if k not in ("hardware", "device", "threads")] + machine
+        missing = merged["baseline_us"].isna() & ~merged["device"].isin(set(base["device"]))
+        once = base.groupby(elsewhere, dropna=False)["device"].transform("nunique").eq(1) & \
+            base.groupby(elsewhere, dropna=False)["threads"].transform("nunique").eq(1)
+        other = _match_baseline(merged.loc[missing, ok.columns], base[once], elsewhere)
+        merged = pd.concat([merged[~missing], other], ignore_index=True)
+    merged = merged[merged["baseline_us"].notna()]
+    merged["speedup"] = merged["baseline_us"] / merged["median_us"]
+    return merged.reset_index(drop=True)
+
+
+def _match_baseline(rows: pd.DataFrame, base: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """``rows`` with ``baseline_us``: the baseline's median on the same ``keys`` and the same
+    parameters, or, where the baseline ran those keys with one parameter set only, that
+    one's (NaN where neither)."""
     variants = base.groupby(keys, dropna=False)["params"].transform("nunique")
     same_params = base.groupby([*keys, "params"], dropna=False)["median_us"].median().rename("same_params_us")
     one_params = base[variants.eq(1)].groupby(keys, dropna=False)["median_us"].median().rename("one_params_us")
-    merged = ok.merge(same_params.reset_index(), on=[*keys, "params"], how="left")
+    merged = rows.merge(same_params.reset_index(), on=[*keys, "params"], how="left")
     merged = merged.merge(one_params.reset_index(), on=keys, how="left")
     merged["baseline_us"] = merged["same_params_us"].fillna(merged["one_params_us"])
-    merged = merged[merged["baseline_us"].notna()].drop(columns=["same_params_us", "one_params_us"])
-    merged["speedup"] = merged["baseline_us"] / merged["median_us"]
-    return merged.reset_index(drop=True)
+    return merged.drop(columns=["same_params_us", "one_params_us"])
 
 
 def variant_labels(frame: pd.DataFrame) -> pd.Series:

@@ -435,3 +435,20 @@ def test_the_export_gives_each_parameter_set_its_own_column(sample):
     chosen = tables.speedup_table(_two_parameter_sets(sample), "base", impls=["x"])
     assert set(chosen["impl"]) == {"x kernel=a", "x kernel=b"} and np.allclose(chosen["speedup"], 0.5)
     assert tables.format_speedup(0.0075) == "0.0075" and tables.format_speedup(1.234) == "1.23"
+
+
+def test_a_cuda_backend_is_compared_with_a_cpu_only_baseline_of_the_same_machine(sample):
+    """A baseline that never runs on CUDA (soft_nms): CUDA rows take its CPU rows of the same
+    machine and case; a baseline that runs on both devices (torchvision) never crosses."""
+    cpu = tables.select(sample, timer=["wall"], impl=["torchvision"], device=["cpu"])
+    cpu = cpu[cpu["threads"] == cpu["threads"].iloc[0]]
+    cuda = cpu.assign(impl="gpu_op", device="cuda", threads=cpu["threads"], median_us=cpu["median_us"] / 4)
+    cuda["hardware"] = cuda["machine"] + ": " + cuda["gpu"]
+    frame = pd.concat([cpu.assign(impl="cpu_ref"), cuda], ignore_index=True)
+    speed = tables.with_speedup(frame, "cpu_ref")
+    assert np.allclose(speed[speed["impl"] == "gpu_op"]["speedup"], 4.0) and len(speed) == len(frame)
+    elsewhere = cuda.assign(machine="another machine")  # another machine's GPU: no twin
+    assert tables.with_speedup(pd.concat([cpu.assign(impl="cpu_ref"), elsewhere]), "cpu_ref")["impl"].eq("cpu_ref").all()
+    both = pd.concat([frame, cuda.assign(impl="cpu_ref", median_us=cuda["median_us"] * 2)], ignore_index=True)
+    crossed = tables.with_speedup(both, "cpu_ref")  # the baseline has CUDA rows: same device only
+    assert np.allclose(crossed[(crossed["impl"] == "gpu_op")]["speedup"], 2.0)
