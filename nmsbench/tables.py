@@ -197,7 +197,11 @@ def add_series(frame: pd.DataFrame, dims: Sequence[str] | None = None, shown_by:
     dims = kept
     label = frame["impl"].astype(str)
     for dim in dims:
-        part = " · " + frame[dim].map(lambda v, d=dim: _fmt_dim(d, v))
+        if dim == "params":  # only where an implementation has several: the parameters that differ
+            suffix = [variant[len(name):].strip() for variant, name in zip(variant_labels(frame), frame["impl"].astype(str))]
+            part = pd.Series([" · " + text if text else "" for text in suffix], index=frame.index)
+        else:
+            part = " · " + frame[dim].map(lambda v, d=dim: _fmt_dim(d, v))
         if dim == "threads" and "device" in frame.columns:  # host threads say nothing about a GPU kernel's line
             part = part.where(frame["device"].ne("cuda"), "")
         label = label + part

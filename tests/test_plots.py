@@ -452,3 +452,11 @@ def test_a_cuda_backend_is_compared_with_a_cpu_only_baseline_of_the_same_machine
     both = pd.concat([frame, cuda.assign(impl="cpu_ref", median_us=cuda["median_us"] * 2)], ignore_index=True)
     crossed = tables.with_speedup(both, "cpu_ref")  # the baseline has CUDA rows: same device only
     assert np.allclose(crossed[(crossed["impl"] == "gpu_op")]["speedup"], 2.0)
+
+
+def test_a_line_names_only_the_parameters_that_tell_its_implementations_runs_apart(sample):
+    frame = pd.concat([_two_parameter_sets(sample),
+                       tables.select(sample, timer=["wall"], impl=["torchvision"], device=["cpu"])], ignore_index=True)
+    series = tables.add_series(frame, ["params"])
+    assert set(series["series"]) >= {"base · kernel=a", "base · kernel=b", "x · kernel=a", "x · kernel=b"}
+    assert set(series[series["impl"] == "torchvision"]["series"]) == {"torchvision"}  # one parameter set: no suffix
