@@ -26,8 +26,10 @@ def _normalised(boxes: torch.Tensor) -> np.ndarray:
     b = boxes.detach().to(torch.float64).numpy()
     if b.size == 0:
         return b.reshape(0, 4)
-    low, span = b.min(), b.max() - b.min()
-    return (b - low) / (span if span > 0 else 1.0)
+    # halves first: the same quotients (scaling by 2 is exact), and no overflow for
+    # coordinates near the float64 limit
+    low, half_span = b.min(), b.max() / 2 - b.min() / 2
+    return (b / 2 - low / 2) / (half_span if half_span > 0 else 0.5)
 
 
 def _groups(boxes: torch.Tensor, labels):
