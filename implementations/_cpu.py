@@ -122,7 +122,10 @@ def keep_from_sorted(order: torch.Tensor, kept_positions: np.ndarray) -> NMSResu
 
 # --------------------------------------------------------------------------- overlap graph
 
-GRAPH_MAX_PAIRS = 1 << 25  # neighbour entries the overlap graph may hold (16 bytes each); denser inputs take a dense path
+# neighbour entries the overlap graph may hold (16 bytes each: 4 GiB); past it a backend takes
+# its dense path, O(N^2) time, which at a million boxes would take hours where the graph of a
+# constant-density scene (tens of neighbours a box) takes seconds and a GiB or two
+GRAPH_MAX_PAIRS = 1 << 28
 # a graph of more than N^2 / this many pairs is not worth building: the backends on the
 # graph (hard_graph, soft_nms, matrix_graph) take their dense path instead
 DENSE_FRACTION = 32
