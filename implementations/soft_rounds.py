@@ -46,8 +46,8 @@ DEFINES = {"PAIR_ROWS": 128, "PAIR_CHUNK": 512, "ROW_CHUNK": 64, "ROUND_THREADS"
 PAIR_ROWS, PAIR_CHUNK, ROUND_THREADS = DEFINES["PAIR_ROWS"], DEFINES["PAIR_CHUNK"], DEFINES["ROUND_THREADS"]
 ROW_CHUNK, BLOCK_THREADS = DEFINES["ROW_CHUNK"], DEFINES["BLOCK_THREADS"]
 BOXES_PER_WARP = 2  # the rounds grid: enough warps for this many boxes each, as far as the GPU holds them at once
-# "one_block": the chooser takes it up to BLOCK_MAX_N boxes (where it beat the rounds path;
-# results/PERFLOG.md); forced with path=, the kernel takes up to ONE_BLOCK_CAPACITY (its rows
+# "one_block": the chooser takes it up to BLOCK_MAX_N boxes (where it beat the rounds path);
+# forced with path=, the kernel takes up to ONE_BLOCK_CAPACITY (its rows
 # of n slots, n x n neighbours and entries at 12 bytes a slot, stay a few hundred MB, its
 # int16 box indices hold n, and its shared memory is checked on the device)
 BLOCK_MAX_N = 1024

@@ -13,7 +13,6 @@ figure builders in :mod:`nmsbench.plots`, the dashboard (``app.py``) and the ``p
 from __future__ import annotations
 
 import json
-
 import math
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -353,7 +352,7 @@ def speedup_table(frame: pd.DataFrame, baseline: str = DEFAULT_BASELINE, impls: 
     if "params" in ok.columns and not ok.empty:
         label_of = dict(zip(zip(ok["impl"], ok["params"]), variant_labels(ok)))
         ok = ok.assign(impl=[label_of[key] for key in zip(ok["impl"], ok["params"])])
-        speed = speed.assign(impl=[label_of.get(key, key[0]) for key in zip(speed["impl"], speed["params"])])
+        speed = speed.assign(impl=[label_of[key] for key in zip(speed["impl"], speed["params"])])  # rows of ok
     rows = aggregate(ok, [*groups, "n", "impl"])
     if not speed.empty:
         speed = speed.groupby([*groups, "n", "impl"], dropna=False)["speedup"].median().reset_index()
