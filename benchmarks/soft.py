@@ -1,10 +1,12 @@
 """soft_rounds beside soft_nms: for each (scenario, N, kernel) the decay graph's pairs and
 the rounds the picks took, each path of the CUDA backend (forced with its public
 ``path=``; * marks ``choose_path``'s) and the numba CPU backend on this host's threads,
-interleaved case by case, so their ratio is the one the Soft-NMS target asks for.
+interleaved case by case, so their ratio is the one the Soft-NMS target asks for. Each
+path's result is compared with the CPU backend's (same picks in the same order, scores to
+float32 rounding), so a kernel variant that changes the answer says so beside its time.
 
     python benchmarks/soft.py --n 1024,2048,4096 --scenario clustered,uniform
-    NMSBENCH_CUDA_TUNABLES=SOFT_WARP_SCAN=1 python benchmarks/soft.py --n 1024   # a kernel variant
+    NMSBENCH_CUDA_TUNABLES=NAME=1 python benchmarks/soft.py --n 1024   # a declared kernel variant
 
 Append what is worth keeping to results/PERFLOG.md.
 """
@@ -46,6 +48,7 @@ def main() -> None:
                                                                     **params)
                 chosen = soft_rounds.choose_path(n, on_gpu.boxes.dtype, device=on_gpu.boxes.device)
                 cells = []
+                expected = cpu_backend.fn(on_cpu.boxes, on_cpu.scores, labels=on_cpu.labels, **params)
                 cpu_us = statistics.median(wall_blocks(
                     lambda: cpu_backend.fn(on_cpu.boxes, on_cpu.scores, labels=on_cpu.labels, **params),
                     min_run_time=args.min_run_time, threads=args.threads).times_us)
@@ -54,11 +57,16 @@ def main() -> None:
                         soft_rounds.check_path(path, n, on_gpu.boxes.dtype, device=on_gpu.boxes.device)
                     except ValueError:
                         continue
+                    result = soft_rounds.soft_rounds(on_gpu.boxes, on_gpu.scores, labels=on_gpu.labels, path=path,
+                                                     **params)
+                    agrees = torch.equal(result.keep.cpu(), expected.keep) and torch.allclose(
+                        result.scores.cpu().double(), expected.scores.double(), rtol=1e-6, atol=0.0)
                     us = statistics.median(wall_blocks(
                         lambda: soft_rounds.soft_rounds(on_gpu.boxes, on_gpu.scores, labels=on_gpu.labels, path=path,
                                                         **params),
                         min_run_time=args.min_run_time, threads=args.threads).times_us)
-                    cells.append(f"{'*' if path == chosen else ' '}{path} {us:.1f} us ({cpu_us / us:.1f}x)")
+                    cells.append(f"{'*' if path == chosen else ' '}{path} {us:.1f} us ({cpu_us / us:.1f}x)"
+                                 + ("" if agrees else " DIFFERS from soft_nms"))
                 print(f"{scenario:10s} n={n:6d} {kernel:8s} pairs={pairs} rounds={int(rounds)} "
                       f"soft_nms {cpu_us:.1f} us | " + " | ".join(cells), flush=True)
 

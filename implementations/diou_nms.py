@@ -6,7 +6,9 @@ test suppresses, in one pass over them (serial: a parallel loop per kept box cos
 in thread wake-ups than it saved).
 ``diou_nms`` (CUDA): hard_fused's paths, compiled with DIoU's suppression test in place of
 the IoU's (``diou_module``: hard_fused.cu with ``DIOU_BETA`` defined, one compilation per
-beta), so the mask, the resolve and their path choice are hard_fused's.
+beta), so the mask, the resolve and their paths are hard_fused's; one block stops sooner
+(``DIOU_ONE_BLOCK_MAX_N``), and float boxes have the penalty estimated in float first (the
+double test decides only near the threshold: DESIGN.md).
 """
 
 from __future__ import annotations
@@ -87,7 +89,8 @@ PATHS = hard_fused_cuda.PATHS  # hard_fused's, each of which the CUDA backend ta
 
 
 def choose_path(n: int, dtype=torch.float32, padded: bool = False, device=None, labels: bool = False) -> str:
-    """hard_fused's chooser for diou_nms's kernels (the default beta's): the same limits."""
+    """hard_fused's chooser for diou_nms's kernels (the default beta's): its limits, except
+    that one block stops at DIOU_ONE_BLOCK_MAX_N."""
     return hard_fused_cuda.choose_module_path(n, dtype, padded, device, CUDA_MODULE)
 
 

@@ -85,9 +85,7 @@ __global__ void __launch_bounds__(PAIR_ROWS) soft_pairs_kernel(const T* boxes, c
 // Cooperative launch (every block resident); grid barriers between the phases, and
 // __syncthreads alone when the grid is one block. Boxes' state written by other blocks is
 // read through L2 (__ldcg).
-// state: 0 undecided, 1 dropped; picked_round: -1 or the round a box was picked in;
-// blocker: (SOFT_ROUNDS_BLOCKER, a tunable) the neighbour that outranked a box when its
-// warp last scanned it, looked at first (-1: none).
+// state: 0 undecided, 1 dropped; picked_round: -1 or the round a box was picked in.
 // counters: three words, the undecided boxes counted in round r go to counters[r % 3].
 
 __device__ __forceinline__ bool outranks(double score_a, int a, double score_b, int b) {
@@ -103,7 +101,7 @@ template <typename T>
 __global__ void __launch_bounds__(ROUND_THREADS) soft_rounds_kernel(
         const T* boxes, const T* scores, int n, int linear, double iou_threshold, double sigma,
         double score_threshold, const long long* slots, int chunks, const int* neighbours, double* current,
-        int* state, int* picked_round, int* list_length, int* sorted_length, int* blocker, int* entry_box,
+        int* state, int* picked_round, int* list_length, int* sorted_length, int* entry_box,
         double* entry_factor, unsigned int* counters, unsigned int* barrier, int* rounds_out) {
     typedef typename Arith<T>::type A;
     const int threads = gridDim.x * blockDim.x, tid = blockIdx.x * blockDim.x + threadIdx.x;
@@ -115,7 +113,6 @@ __global__ void __launch_bounds__(ROUND_THREADS) soft_rounds_kernel(
         picked_round[i] = -1;
         list_length[i] = 0;
         sorted_length[i] = 0;
-        blocker[i] = -1;
     }
     if (tid < 3) counters[tid] = 0u;
     rounds_barrier(barrier);
@@ -171,33 +168,15 @@ __global__ void __launch_bounds__(ROUND_THREADS) soft_rounds_kernel(
             const double score_i = __ldcg(current + i);
             const long long begin = slots[(long long)i * chunks], end = slots[(long long)(i + 1) * chunks];
             bool outranked = false;
-#if SOFT_ROUNDS_BLOCKER
-            {  // the neighbour that outranked it last time (only this warp writes it): most often still does
-                const int last = blocker[i];
-                if (last >= 0) {
-                    const int picked = __ldcg(picked_round + last);
-                    outranked = __ldcg(state + last) == 0 && (picked < 0 || picked == round) &&
-                                outranks(__ldcg(current + last), last, score_i, i);
-                }
-            }
-#endif
             for (long long s = begin; s < end && !outranked; s += 32) {
                 bool mine = false;
-                int u = -1;
                 if (s + lane < end) {
-                    u = neighbours[s + lane];
+                    const int u = neighbours[s + lane];
                     const int picked = __ldcg(picked_round + u);  // one picked this round still competes
                     mine = __ldcg(state + u) == 0 && (picked < 0 || picked == round) &&
                            outranks(__ldcg(current + u), u, score_i, i);
                 }
-                const unsigned int beats = __ballot_sync(0xffffffffu, mine);
-                outranked = beats != 0u;
-#if SOFT_ROUNDS_BLOCKER
-                if (outranked) {
-                    const int first = __shfl_sync(0xffffffffu, u, __ffs(beats) - 1);
-                    if (lane == 0) blocker[i] = first;
-                }
-#endif
+                outranked = __ballot_sync(0xffffffffu, mine) != 0u;
             }
             if (outranked) continue;
             if (lane == 0) picked_round[i] = round;
@@ -221,8 +200,9 @@ __global__ void __launch_bounds__(ROUND_THREADS) soft_rounds_kernel(
 // of ROW_CHUNK columns, slots taken by atomics: a row's order is irrelevant, the entries
 // are sorted), then soft_block_kernel runs the same rounds in one block of BLOCK_THREADS,
 // the boxes and their state in shared memory: no grid barrier, no pair count for the host
-// to wait for, no L2 round trip per neighbour looked at. A box decides alone (a thread),
-// a pick's factors go out by a warp (its lanes over its neighbours); the kernel ranks the
+// to wait for, no L2 round trip per neighbour looked at. A box whose last blocker still
+// outranks it is decided by a thread, the others by a warp each (32 neighbours a step);
+// the picks' factors go out a thread per (pick, neighbour); the kernel ranks the
 // picks itself (a pick's place: the picks that outrank it), so the host waits once, for
 // the count. degree: n ints, zeroed by the host.
 template <typename T>
@@ -256,8 +236,8 @@ __global__ void __launch_bounds__(PAIR_ROWS) soft_rows_kernel(const T* boxes, co
 // kept a box from being picked in the last round it was looked at (-1: none yet), looked
 // at first. Dynamic shared memory (block_shared_bytes in soft_rounds.py): n boxes, n
 // current scores (double), then n marks, degrees, list lengths, sorted lengths, the
-// round's picks, blockers and (SOFT_WARP_SCAN, a tunable) the boxes queued for a warp's
-// scan (int).
+// round's picks, blockers and the boxes queued for a warp's scan (int; the queue holds the
+// picks' rows' ends once the picks are known).
 template <typename T>
 __global__ void __launch_bounds__(BLOCK_THREADS) soft_block_kernel(
         const T* boxes, const T* scores, int n, int linear, double iou_threshold, double sigma,
@@ -274,7 +254,7 @@ __global__ void __launch_bounds__(BLOCK_THREADS) soft_block_kernel(
     int* sorted = length + n;
     int* pick = sorted + n;
     int* blocker = pick + n;
-    int* queue = blocker + n;  // SOFT_WARP_SCAN: the boxes whose rows a warp looks at this round
+    int* queue = blocker + n;  // the boxes whose rows a warp looks at this round
     __shared__ int undecided[2], picks, queued, kept;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, warps = blockDim.x / 32;
     for (int i = tid; i < n; i += blockDim.x) {
@@ -327,7 +307,6 @@ __global__ void __launch_bounds__(BLOCK_THREADS) soft_block_kernel(
         if (mine) atomicAdd(undecided + (round & 1), mine);
         __syncthreads();
         if (undecided[round & 1] == 0) break;  // the same in every thread
-#if SOFT_WARP_SCAN
         // 2. a box no undecided neighbour outranks is picked: a thread per box asks whether
         // its last blocker still outranks it; the others queue for a warp each, whose lanes
         // look at 32 neighbours a step (the first outranking one by a ballot)
@@ -354,41 +333,38 @@ __global__ void __launch_bounds__(BLOCK_THREADS) soft_block_kernel(
                 if (found < 0) pick[atomicAdd(&picks, 1)] = i;
             }
         }
-#else
-        for (int i = tid; i < n; i += blockDim.x) {  // 2. a box no undecided neighbour outranks is picked
-            if (mark[i] != -1) continue;
-            const double score_i = current[i];
-            const int last = blocker[i];  // the neighbour that outranked it last round: most often still does
-            if (last >= 0 && mark[last] == -1 && outranks(current[last], last, score_i, i)) continue;
-            const short* row = neighbours + (long long)i * n;
-            const int d = degree[i];
-            int found = -1;
-            for (int s = 0; s < d && found < 0; s += SCAN_BATCH) {  // SCAN_BATCH independent loads in flight
-                int u[SCAN_BATCH];
-#pragma unroll
-                for (int k = 0; k < SCAN_BATCH; ++k) u[k] = s + k < d ? row[s + k] : -1;
-#pragma unroll
-                for (int k = 0; k < SCAN_BATCH; ++k)
-                    if (found < 0 && u[k] >= 0 && mark[u[k]] == -1 && outranks(current[u[k]], u[k], score_i, i))
-                        found = u[k];
-            }
-            blocker[i] = found;
-            if (found < 0) pick[atomicAdd(&picks, 1)] = i;
-        }
-#endif
         __syncthreads();
-        for (int k = warp; k < picks; k += warps) {  // 3. each pick's factors to its undecided neighbours
-            const int p = pick[k];
-            if (lane == 0) mark[p] = round;  // (no pick is a neighbour of another: none reads it here)
-            const short* row = neighbours + (long long)p * n;
-            for (int s = lane; s < degree[p]; s += 32) {
-                const int u = row[s];
-                if (mark[u] != -1) continue;
-                const int slot = atomicAdd(length + u, 1);
-                entry_box[(long long)u * n + slot] = short(p);
-                entry_factor[(long long)u * n + slot] = decay_factor(double(box_iou(box[p], box[u])), linear,
-                                                                    iou_threshold, sigma);
+        // 3. each pick's factors to its undecided neighbours: the picks' rows end to end
+        // (queue: their inclusive ends, summed by warp 0), a thread per (pick, neighbour)
+        if (warp == 0) {
+            int carry = 0;
+            for (int base = 0; base < picks; base += 32) {
+                const int k = base + lane;
+                int end = k < picks ? degree[pick[k]] : 0;
+                for (int offset = 1; offset < 32; offset <<= 1) {
+                    const int below = __shfl_up_sync(0xffffffffu, end, offset);
+                    if (lane >= offset) end += below;
+                }
+                if (k < picks) queue[k] = carry + end;
+                carry += __shfl_sync(0xffffffffu, end, 31);
             }
+            if (lane == 0) queued = carry;
+        }
+        __syncthreads();
+        for (int k = tid; k < picks; k += blockDim.x) mark[pick[k]] = round;  // no pick neighbours another
+        for (int t = tid; t < queued; t += blockDim.x) {
+            int low = 0, high = picks - 1;  // the first pick whose rows end after t
+            while (low < high) {
+                const int middle = (low + high) / 2;
+                if (queue[middle] > t) high = middle;
+                else low = middle + 1;
+            }
+            const int p = pick[low], u = neighbours[(long long)p * n + t - (low > 0 ? queue[low - 1] : 0)];
+            if (mark[u] != -1) continue;
+            const int slot = atomicAdd(length + u, 1);
+            entry_box[(long long)u * n + slot] = short(p);
+            entry_factor[(long long)u * n + slot] = decay_factor(double(box_iou(box[p], box[u])), linear,
+                                                                iou_threshold, sigma);
         }
         __syncthreads();
     }

@@ -39,10 +39,8 @@ from ._cuda import (CUDA_DTYPES, CudaModule, blocks, device_index, grid_barrier_
                     on_torch_stream, opted_in_shared_limit)
 
 # Rows per block and columns per chunk of the pair kernel; threads of the rounds kernel and
-# of the one-block kernel, and the neighbours the one-block kernel loads at once while it
-# looks for a box's outranking neighbour (NVRTC -D).
-DEFINES = {"PAIR_ROWS": 128, "PAIR_CHUNK": 512, "ROW_CHUNK": 64, "ROUND_THREADS": 512, "BLOCK_THREADS": 1024,
-           "SCAN_BATCH": 8}
+# of the one-block kernel (NVRTC -D).
+DEFINES = {"PAIR_ROWS": 128, "PAIR_CHUNK": 512, "ROW_CHUNK": 64, "ROUND_THREADS": 512, "BLOCK_THREADS": 1024}
 PAIR_ROWS, PAIR_CHUNK, ROUND_THREADS = DEFINES["PAIR_ROWS"], DEFINES["PAIR_CHUNK"], DEFINES["ROUND_THREADS"]
 ROW_CHUNK, BLOCK_THREADS = DEFINES["ROW_CHUNK"], DEFINES["BLOCK_THREADS"]
 BOXES_PER_WARP = 2  # the rounds grid: enough warps for this many boxes each, as far as the GPU holds them at once
@@ -50,7 +48,7 @@ BOXES_PER_WARP = 2  # the rounds grid: enough warps for this many boxes each, as
 # forced with path=, the kernel takes up to ONE_BLOCK_CAPACITY (its rows
 # of n slots, n x n neighbours and entries at 12 bytes a slot, stay a few hundred MB, its
 # int16 box indices hold n, and its shared memory is checked on the device)
-BLOCK_MAX_N = 1024
+BLOCK_MAX_N = 2048
 ONE_BLOCK_CAPACITY = 4096
 
 CUDA_MODULE = CudaModule(
@@ -59,16 +57,13 @@ CUDA_MODULE = CudaModule(
         # boxes scores labels | n linear threshold score_threshold | slots neighbours
         "soft_pairs_kernel": "QQQiiddQQ",
         # boxes scores | n linear threshold sigma score_threshold | slots chunks neighbours | state arrays ...
-        "soft_rounds_kernel": "QQiiddd" + "QiQ" + "Q" * 11,
+        "soft_rounds_kernel": "QQiiddd" + "QiQ" + "Q" * 10,
         # boxes scores labels | n linear threshold score_threshold | degree neighbours
         "soft_rows_kernel": "QQQiiddQQ",
         # boxes scores | n linear threshold sigma score_threshold | rows, outputs
         "soft_block_kernel": "QQiiddd" + "Q" * 9,
     },
     defines=DEFINES,
-    # probes' variants (NMSBENCH_CUDA_TUNABLES, benchmarks/README.md): the one-block scan by a
-    # warp per queued box; the rounds kernel looking first at each box's last blocker
-    tunables={"SOFT_WARP_SCAN": 0, "SOFT_ROUNDS_BLOCKER": 0},
 )
 PATHS = ("one_block", "rounds")  # forced with path=; else choose_path's
 
@@ -155,7 +150,7 @@ def soft_rounds_state(boxes, scores, labels, *, iou_threshold, kernel, sigma, sc
         slots, neighbours, chunks, pairs = decay_graph(launch, boxes, scores, labels, linear, iou_threshold,
                                                        score_threshold)
         current = torch.empty(n, dtype=torch.float64, device=device)
-        ints = torch.empty((5, n), dtype=torch.int32, device=device)  # state, picked_round, lengths, blockers
+        ints = torch.empty((4, n), dtype=torch.int32, device=device)  # state, picked_round, lengths
         entry_box = torch.empty(max(pairs, 1), dtype=torch.int32, device=device)
         entry_factor = torch.empty(max(pairs, 1), dtype=torch.float64, device=device)
         counters = torch.empty(4, dtype=torch.int32, device=device)  # three round counters, the rounds taken
@@ -164,7 +159,7 @@ def soft_rounds_state(boxes, scores, labels, *, iou_threshold, kernel, sigma, sc
                (ROUND_THREADS,),
                (boxes, scores, n, int(linear), np.float64(iou_threshold), np.float64(sigma),
                 np.float64(score_threshold), slots, chunks, neighbours, current, ints[0], ints[1], ints[2], ints[3],
-                ints[4], entry_box, entry_factor, counters, np.uint64(grid_barrier_address(index, launch.stream)),
+                entry_box, entry_factor, counters, np.uint64(grid_barrier_address(index, launch.stream)),
                 counters[3:]),
                cooperative=True)
     return current, ints[1], counters[3], pairs

@@ -416,8 +416,8 @@ def test_no_progress_thread_runs_while_a_sweep_times(tmp_path, thread_spy):
 def test_a_sweep_refuses_to_time_the_kernels_probe_variants(tmp_path, monkeypatch):
     """NMSBENCH_CUDA_TUNABLES (benchmarks/' kernel variants) set: the sweep and the pipeline
     benchmark refuse to start, so no row times a variant as the product's kernels."""
-    monkeypatch.setenv("NMSBENCH_CUDA_TUNABLES", "SOFT_WARP_SCAN=1")
+    monkeypatch.setenv("NMSBENCH_CUDA_TUNABLES", "PROBE_VARIANT=1")
     for command in (["sweep", "--n", "8", "--impl", "torchvision", "--scenario", "uniform"], ["pipeline"]):
         result = run(*command, "--out", str(tmp_path / "run.csv"))
-        assert result.exit_code == 2 and "NMSBENCH_CUDA_TUNABLES is set (SOFT_WARP_SCAN=1)" in result.output
+        assert result.exit_code == 2 and "NMSBENCH_CUDA_TUNABLES is set (PROBE_VARIANT=1)" in result.output
         assert not (tmp_path / "run.csv").exists()

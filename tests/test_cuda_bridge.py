@@ -63,30 +63,37 @@ def test_kernels_compile_with_nvrtc_without_a_gpu(module):
     assert all(name.startswith("_Z") or name in module.expressions for name in names.values())
 
 
-TUNED = [(module, name) for module in MODULES for name in module.tunables]
+def probe_module(monkeypatch):
+    """A module with a probe's variant (a tunable) that its kernels do not read, declared
+    for this test only."""
+    monkeypatch.setattr(_cuda, "DECLARED_TUNABLES", {})
+    return _cuda.CudaModule(MODULES[0].cu_file, templates=MODULES[0].templates, plain=MODULES[0].plain,
+                            defines=MODULES[0].defines, tunables={"PROBE_VARIANT": 0})
 
 
-@pytest.mark.parametrize("module, name", TUNED, ids=[f"{m.cu_file}:{name}" for m, name in TUNED])
-def test_every_tunable_variant_compiles(module, name, monkeypatch):
-    """A probe's kernel variant (NMSBENCH_CUDA_TUNABLES) compiles too, and reaches NVRTC
-    as its -D; the defaults are what the product runs."""
-    assert f"-D{name}={module.tunables[name]}" in module.options("sm_90")
-    monkeypatch.setenv("NMSBENCH_CUDA_TUNABLES", f"{name}=1")
-    assert f"-D{name}=1" in module.options("sm_90")
+def test_a_tunable_variant_reaches_nvrtc_and_compiles(monkeypatch):
+    """A probe's kernel variant (NMSBENCH_CUDA_TUNABLES) reaches NVRTC as its -D and the
+    module compiles with it; the default is what the product runs, and a module that does
+    not declare the tunable is compiled as it was."""
+    module = probe_module(monkeypatch)
+    assert "-DPROBE_VARIANT=0" in module.options("sm_90")
+    monkeypatch.setenv("NMSBENCH_CUDA_TUNABLES", "PROBE_VARIANT=1")
+    assert "-DPROBE_VARIANT=1" in module.options("sm_90")
+    assert not any("PROBE_VARIANT" in option for option in MODULES[0].options("sm_90"))
     cubin, names = compiled(module, "sm_90")
     assert cubin[:4] == b"\x7fELF" and set(names) == set(module.expressions)
 
 
 def test_tunables_outside_the_declared_ones_are_refused(monkeypatch):
-    assert TUNED, "no module declares a tunable"
-    for text in ("NO_SUCH_TUNABLE=1", f"{TUNED[0][1]}", f"{TUNED[0][1]}=fast"):
+    probe_module(monkeypatch)
+    for text in ("NO_SUCH_TUNABLE=1", "PROBE_VARIANT", "PROBE_VARIANT=fast"):
         monkeypatch.setenv("NMSBENCH_CUDA_TUNABLES", text)
         with pytest.raises(ValueError, match="NMSBENCH_CUDA_TUNABLES: .* is not NAME=integer for a tunable; "
-                                             f"the tunables are .*{TUNED[0][1]}"):
+                                             "the tunables are PROBE_VARIANT"):
             _cuda.tunable_overrides()
-    monkeypatch.setenv("NMSBENCH_CUDA_TUNABLES", f" {TUNED[0][1]} = 1 ,")
-    assert _cuda.tunable_overrides() == {TUNED[0][1]: 1}
-    assert _cuda.tunable_overrides({}) == {}  # a module that does not declare it is compiled as it was
+    monkeypatch.setenv("NMSBENCH_CUDA_TUNABLES", " PROBE_VARIANT = 1 ,")
+    assert _cuda.tunable_overrides() == {"PROBE_VARIANT": 1}
+    assert _cuda.tunable_overrides({}) == {}
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.cu_file)

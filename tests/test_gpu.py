@@ -512,3 +512,36 @@ def test_soft_rounds_on_cliques_big_boxes_and_chains(kernel):
                     continue
                 gpu = soft_rounds.soft_rounds(on_gpu.boxes, on_gpu.scores, sigma=0.5, path=path, **params)
                 assert_same_soft("soft_rounds", cpu, gpu, torch.float32, kernel == "linear")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_diou_decides_pairs_on_the_threshold_as_the_cpu_does(dtype):
+    """Pairs whose IoU minus penalty lies on the threshold or within a few float steps of
+    it: there the float estimate of the penalty (float boxes) cannot decide and the double
+    test does, and every decision is the CPU backend's, on every path."""
+    import definitions as D
+    import numpy as np
+    from nmsbench.variants import diou_nms
+
+    float_type = np.float32 if dtype == torch.float32 else np.float64
+    generator = torch.Generator().manual_seed(11)
+    corner = torch.rand(60, 2, generator=generator) * 900
+    size = 20 + torch.rand(60, 2, generator=generator) * 80
+    a = torch.cat([corner, corner + size], 1)
+    b = a + (torch.rand(60, 4, generator=generator) - 0.5) * size.repeat(1, 2) * 0.2
+    scores = torch.tensor([0.9, 0.8])
+    checked = 0
+    for k in range(60):
+        pair = torch.stack([a[k], b[k]]).to(dtype)
+        first, second = ([float_type(x) for x in row] for row in pair.tolist())
+        d = float(D.iou(first, second)) - D.diou_penalty(first, second, 1.0)
+        if not 0.0 < d < 1.0:
+            continue
+        checked += 1
+        for threshold in (d, np.nextafter(d, -1.0), np.nextafter(d, 2.0), d - 1e-9, d + 1e-9, d - 1e-7, d + 1e-7):
+            cpu = nmsbench.run_nms("diou_nms", pair, scores, float(threshold))
+            for path in ("one_block", "cooperative", "mask_then_block_resolve"):
+                gpu = diou_nms.diou_nms_cuda(pair.cuda(), scores.cuda(), iou_threshold=float(threshold), beta=1.0,
+                                             path=path)
+                assert gpu.keep.tolist() == cpu.keep.tolist(), (k, threshold, path)
+    assert checked > 30

@@ -498,14 +498,21 @@ def test_diou_compiles_hard_fused_once_per_beta():
         diou_nms.check_path("fast", 10, torch.float32, False, None)
 
 
-def test_diou_takes_hard_fuseds_paths_by_the_same_limits():
+def test_diou_takes_hard_fuseds_paths_leaving_one_block_sooner():
     """diou_nms's choose_path and check_path (what benchmarks/paths.py calls) are
-    hard_fused's for its kernels: the same path at every size, without a device."""
+    hard_fused's for its kernels, without a device: the same paths, except that one block
+    stops at DIOU_ONE_BLOCK_MAX_N (DIoU's test costs one SM more), for every beta."""
     from nmsbench.variants import diou_nms
 
     assert diou_nms.PATHS is hf.PATHS
-    for n in (1, hf.ONE_BLOCK_MAX_N, hf.ONE_BLOCK_MAX_N + 1, 1024, 1025, hf.STREAMED_MAX_N + 1):
+    assert hf.DIOU_ONE_BLOCK_MAX_N < hf.ONE_BLOCK_MAX_N
+    for n in (1, hf.DIOU_ONE_BLOCK_MAX_N, hf.DIOU_ONE_BLOCK_MAX_N + 1, hf.ONE_BLOCK_MAX_N, hf.ONE_BLOCK_MAX_N + 1,
+              1024, 1025, hf.STREAMED_MAX_N + 1):
         for padded in (False, True):
             chosen = diou_nms.choose_path(n, torch.float32, padded)
-            assert chosen == hf.choose_path(n, torch.float32, padded)
+            if hf.DIOU_ONE_BLOCK_MAX_N < n <= hf.ONE_BLOCK_MAX_N:
+                assert chosen == hf.choose_path(hf.ONE_BLOCK_MAX_N + 1, torch.float32, padded) != "one_block"
+            else:
+                assert chosen == hf.choose_path(n, torch.float32, padded)
+            assert hf.choose_module_path(n, torch.float32, padded, None, diou_nms.diou_module(0.6)) == chosen
             diou_nms.check_path(chosen, n, torch.float32, padded, None)

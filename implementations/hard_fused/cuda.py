@@ -63,6 +63,9 @@ CUDA_MODULE = CudaModule(
 
 # The chooser's limits. Tuning (where the next path became faster; results/PERFLOG.md):
 ONE_BLOCK_MAX_N = 160  # "one_block" up to here (the kernel takes up to ONE_BLOCK_CAPACITY)
+# diou_nms's modules (DIOU_BETA defined): DIoU's test costs more per pair, and one block
+# pays all of it on one SM, so the grid-wide paths overtake it at fewer boxes
+DIOU_ONE_BLOCK_MAX_N = 64
 STREAMED_MAX_N = 8192  # "streamed" from 1025 boxes to here; above, "mask_then_block_resolve"
 # What the kernels take: a staged resolve (its own, and block 0's in "cooperative") holds
 # rows of at most 32 mask words, one warp's lanes.
@@ -185,7 +188,7 @@ def choose_module_path(n: int, dtype: torch.dtype, padded: bool, device: torch.d
                        module: CudaModule) -> str:
     """choose_path for ``module``: hard_fused.cu compiled with a suppression test (CUDA_MODULE's
     or diou_nms's; the cooperative kernel's occupancy is the module's)."""
-    if n <= ONE_BLOCK_MAX_N:
+    if n <= (DIOU_ONE_BLOCK_MAX_N if "DIOU_BETA" in module.defines else ONE_BLOCK_MAX_N):
         return "one_block"
     if device is not None and _refuses_cooperative(n, dtype, padded, device, module) is None:
         return "cooperative"

@@ -22,9 +22,34 @@
 // the rest (beta = 1 without pow; other betas take CUDA's pow, within 2 ulp of the C
 // library's, which moves a decision only for a pair within ~1e-16 of the threshold).
 #ifdef DIOU_BETA
+// For float boxes and beta = 1 the penalty is first estimated in float: where v - estimate
+// is farther from the threshold than the estimate's error bound, 2^-19 (M/s + 2) with M
+// the largest |coordinate| and s the enclosing box's larger side (DESIGN.md derives it),
+// that decides, else the double test does. Most pairs never pay the double divisions.
+// -1: not decided by the estimate.
+__device__ __forceinline__ int diou_float_decision(float ax1, float ay1, float ax2, float ay2, float bx1, float by1,
+                                                   float bx2, float by2, double v, double threshold) {
+    const float cw = fmaxf(ax2, bx2) - fminf(ax1, bx1), ch = fmaxf(ay2, by2) - fminf(ay1, by1);
+    const float s = fmaxf(cw, ch);
+    const float m = fmaxf(fmaxf(fmaxf(fabsf(ax1), fabsf(ay1)), fmaxf(fabsf(ax2), fabsf(ay2))),
+                          fmaxf(fmaxf(fabsf(bx1), fabsf(by1)), fmaxf(fabsf(bx2), fabsf(by2))));
+    if (!(s >= 0x1p-60f && m <= 0x1p60f)) return -1;  // no subnormal halves, no square overflows; NaN fails
+    const float dx = (ax1 * 0.5f + ax2 * 0.5f) - (bx1 * 0.5f + bx2 * 0.5f);
+    const float dy = (ay1 * 0.5f + ay2 * 0.5f) - (by1 * 0.5f + by2 * 0.5f);
+    const float estimate = (dx * dx + dy * dy) / (cw * cw + ch * ch);
+    const double margin = double((m / s + 2.0f) * 0x1p-19f);
+    const double d = v - double(estimate) - threshold;
+    return d > margin ? 1 : (d < -margin ? 0 : -1);
+}
+
 template <typename A>
 __device__ __forceinline__ bool diou_above(const Box<A>& a, const Box<A>& b, double threshold) {
     const double v = double(box_iou(a, b));
+    if (sizeof(A) == 4 && DIOU_BETA == 1.0) {
+        const int decided = diou_float_decision(float(a.x1), float(a.y1), float(a.x2), float(a.y2), float(b.x1),
+                                                float(b.y1), float(b.x2), float(b.y2), v, threshold);
+        if (decided >= 0) return decided == 1;
+    }
     const double ax1 = a.x1, ay1 = a.y1, ax2 = a.x2, ay2 = a.y2, bx1 = b.x1, by1 = b.y1, bx2 = b.x2, by2 = b.y2;
     const double cw = fmax(ax2, bx2) - fmin(ax1, bx1), ch = fmax(ay2, by2) - fmin(ay1, by1);
     const double s = fmax(cw, ch);
