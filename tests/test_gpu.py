@@ -529,7 +529,7 @@ def test_diou_decides_pairs_on_the_threshold_as_the_cpu_does(dtype):
     size = 20 + torch.rand(60, 2, generator=generator) * 80
     a = torch.cat([corner, corner + size], 1)
     b = a + (torch.rand(60, 4, generator=generator) - 0.5) * size.repeat(1, 2) * 0.2
-    scores = torch.tensor([0.9, 0.8])
+    scores = torch.tensor([0.9, 0.8], dtype=dtype)
     checked = 0
     for k in range(60):
         pair = torch.stack([a[k], b[k]]).to(dtype)
