@@ -46,7 +46,7 @@ def main() -> None:
                 params = dict(iou_threshold=0.5, kernel=kernel, sigma=0.5, score_threshold=0.001)
                 _, _, rounds, pairs = soft_rounds.soft_rounds_state(on_gpu.boxes, on_gpu.scores, on_gpu.labels,
                                                                     **params)
-                chosen = soft_rounds.choose_path(n, on_gpu.boxes.dtype, device=on_gpu.boxes.device)
+                chosen = soft_rounds.choose_path(n, on_gpu.boxes.dtype, device=on_gpu.boxes.device, kernel=kernel)
                 cells = []
                 expected = cpu_backend.fn(on_cpu.boxes, on_cpu.scores, labels=on_cpu.labels, **params)
                 cpu_us = statistics.median(wall_blocks(

@@ -13,8 +13,8 @@ far apart can be picked at once. Three steps:
 - the picks sorted by final score (ties by lower index): the definition's order.
 
 Two paths (``choose_path``; ``path=`` forces one): "one_block" (chosen up to ``BLOCK_MAX_N``
-boxes, forced up to ``ONE_BLOCK_CAPACITY``): ``soft_rows_kernel`` lists each box's
-neighbours into a row of N slots, then ``soft_block_kernel`` runs the rounds and the sort in
+boxes, ``LINEAR_BLOCK_MAX_N`` with the linear kernel; forced up to ``ONE_BLOCK_CAPACITY``):
+``soft_rows_kernel`` lists each box's neighbours into a row of N slots, then ``soft_block_kernel`` runs the rounds and the sort in
 one block, shared memory holding the boxes' state: one wait. "rounds": ``soft_pairs_kernel``
 counts, a cumsum offsets and the kernel lists again (O(N + E) memory; a wait for the number
 of pairs), then ``soft_rounds_kernel`` runs the rounds over the whole GPU in one cooperative
@@ -44,11 +44,13 @@ DEFINES = {"PAIR_ROWS": 128, "PAIR_CHUNK": 512, "ROW_CHUNK": 64, "ROUND_THREADS"
 PAIR_ROWS, PAIR_CHUNK, ROUND_THREADS = DEFINES["PAIR_ROWS"], DEFINES["PAIR_CHUNK"], DEFINES["ROUND_THREADS"]
 ROW_CHUNK, BLOCK_THREADS = DEFINES["ROW_CHUNK"], DEFINES["BLOCK_THREADS"]
 BOXES_PER_WARP = 2  # the rounds grid: enough warps for this many boxes each, as far as the GPU holds them at once
-# "one_block": the chooser takes it up to BLOCK_MAX_N boxes (where it beat the rounds path);
-# forced with path=, the kernel takes up to ONE_BLOCK_CAPACITY (its rows
+# "one_block": the chooser takes it up to BLOCK_MAX_N boxes, LINEAR_BLOCK_MAX_N for the
+# linear kernel (where it beat the rounds path: the linear kernel's sparser graph and fewer
+# rounds favour the rounds path sooner); forced with path=, the kernel takes up to ONE_BLOCK_CAPACITY (its rows
 # of n slots, n x n neighbours and entries at 12 bytes a slot, stay a few hundred MB, its
 # int16 box indices hold n, and its shared memory is checked on the device)
 BLOCK_MAX_N = 2048
+LINEAR_BLOCK_MAX_N = 1024
 ONE_BLOCK_CAPACITY = 4096
 
 CUDA_MODULE = CudaModule(
@@ -97,10 +99,12 @@ def check_path(path: str, n: int, dtype: torch.dtype, padded: bool = False, devi
 
 
 def choose_path(n: int, dtype: torch.dtype = torch.float32, padded: bool = False, device: torch.device | None = None,
-                labels: bool = False) -> str:
-    """"one_block" up to BLOCK_MAX_N boxes (where its shared memory fits), else "rounds"
-    (hard_fused's signature: ``padded`` and ``labels`` change nothing here)."""
-    return "one_block" if n <= BLOCK_MAX_N and _refuses("one_block", n, dtype, device) is None else "rounds"
+                labels: bool = False, kernel: str = "gaussian") -> str:
+    """"one_block" up to BLOCK_MAX_N boxes (LINEAR_BLOCK_MAX_N for ``kernel`` "linear"), where
+    its shared memory fits, else "rounds" (hard_fused's signature and the decay kernel:
+    ``padded`` and ``labels`` change nothing here)."""
+    limit = LINEAR_BLOCK_MAX_N if kernel == "linear" else BLOCK_MAX_N
+    return "one_block" if n <= limit and _refuses("one_block", n, dtype, device) is None else "rounds"
 
 _resident: dict[tuple[torch.dtype, int], int] = {}  # (dtype, device index) -> rounds blocks resident at once
 
@@ -180,7 +184,7 @@ def soft_rounds(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, sco
         return NMSResult(torch.empty(0, dtype=torch.int64, device=device),
                          torch.empty(0, dtype=scores.dtype, device=device))
     params = dict(iou_threshold=iou_threshold, kernel=kernel, sigma=sigma, score_threshold=score_threshold)
-    if (path or choose_path(n, boxes.dtype, device=device)) == "one_block":
+    if (path or choose_path(n, boxes.dtype, device=device, kernel=kernel)) == "one_block":
         keep, final = one_block(boxes, scores, labels, **params)
     else:
         current, picked_round, _, _ = soft_rounds_state(boxes, scores, labels, **params)

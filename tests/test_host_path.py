@@ -470,6 +470,10 @@ def test_soft_rounds_chooses_one_block_up_to_its_limit_and_refuses_what_a_path_c
 
     assert sr.choose_path(1) == sr.choose_path(sr.BLOCK_MAX_N) == "one_block"
     assert sr.choose_path(sr.BLOCK_MAX_N + 1) == "rounds"
+    assert sr.LINEAR_BLOCK_MAX_N < sr.BLOCK_MAX_N  # the linear kernel's sparser graph: the rounds path sooner
+    assert sr.choose_path(sr.LINEAR_BLOCK_MAX_N, kernel="linear") == "one_block"
+    assert sr.choose_path(sr.LINEAR_BLOCK_MAX_N + 1, kernel="linear") == "rounds"
+    assert sr.choose_path(sr.LINEAR_BLOCK_MAX_N + 1, kernel="gaussian") == "one_block"
     sr.check_path("rounds", 10 ** 6, torch.float32)  # the rounds take any N
     assert sr.BLOCK_MAX_N < sr.ONE_BLOCK_CAPACITY < 2 ** 15  # int16 box indices
     sr.check_path("one_block", sr.ONE_BLOCK_CAPACITY, torch.float32)  # forced, past the chooser's limit (a probe's)
