@@ -326,10 +326,15 @@ def _params_dict(text: str) -> dict:
 
 def group_dims(frame: pd.DataFrame, dims: Sequence[str]) -> list[str]:
     """The dimensions of ``dims`` (in that order) that vary in ``frame``, leaving out any
-    that the ones before it already determine: a table's group columns."""
+    that the ones before it already determine: a table's group columns. ``git_commit``
+    splits the table only where one implementation and parameter set (a column) has rows
+    of several commits: a run resumed at a later commit for other parameters is one table."""
     groups: list[str] = []
     for dim in dims:
-        if dim in frame.columns and frame[dim].nunique() > 1 and frame.groupby(groups or (lambda _: 0))[dim].nunique().max() > 1:
+        if dim not in frame.columns or frame[dim].nunique() <= 1:
+            continue
+        within = [*groups, *(c for c in ("impl", "params") if c in frame.columns)] if dim == "git_commit" else groups
+        if frame.groupby(within or (lambda _: 0))[dim].nunique().max() > 1:
             groups.append(dim)
     return groups
 

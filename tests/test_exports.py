@@ -65,6 +65,21 @@ def test_export_markdown_and_latex_show_the_csv_numbers(cpu_results):
     assert latex.startswith(r"\begin{table}") and r"matrix\_naive" in latex and "scenario" in latex
 
 
+def test_export_splits_by_commit_only_where_one_column_has_several(tmp_path):
+    """A run resumed at a later commit for another implementation is one table; the same
+    implementation measured at two commits is two groups (never one median of both)."""
+    raw = pd.read_csv(CPU_CSV)
+    raw = raw[raw["scenario"] == "crowd"]
+    resumed = raw.assign(git_commit=np.where(raw["impl"] == "torchvision", "a" * 40, "b" * 40))
+    resumed.to_csv(tmp_path / "resumed.csv", index=False)
+    text = export(tmp_path / "resumed.csv")
+    assert "commit" not in text and "| N |" in text
+    twice = pd.concat([raw.assign(git_commit="a" * 40), raw.assign(git_commit="b" * 40)])
+    twice.to_csv(tmp_path / "twice.csv", index=False)
+    text = export(tmp_path / "twice.csv")
+    assert "| commit | N |" in text and text.count("aaaa") >= 1 and text.count("bbbb") >= 1
+
+
 def test_export_groups_devices_of_several_files():
     text = export(CPU_CSV, CUDA_CSV, "--scenario", "crowd")
     assert "| device | N |" in text and "| cuda | 64 |" in text and "| cpu | 64 |" in text
