@@ -33,13 +33,13 @@ PARAMS = {"matrix": [{"kernel": "gaussian", "sigma": 0.5, "score_threshold": 0.0
           "diou": [{"beta": 1.0}, {"beta": 0.6}]}  # beta 0.6: the kernels' pow
 KERNEL_IMPLS = kernel_implementations()
 if sys.argv[1:] == ["--groups"]:  # one process each: the implementations with paths by size, the rest together
-    rest = [name for name in KERNEL_IMPLS if name not in SIZES] + ["pipelines"]
+    rest = [name for name in KERNEL_IMPLS if name not in SIZES] + ["pipelines", "overlap_graph"]
     for name in KERNEL_IMPLS:
         if name in SIZES:
             print(name, ",".join(map(str, SIZES[name])))
     print(" ".join(rest))
     sys.exit(0)
-SELECTED = sys.argv[1:] or KERNEL_IMPLS + ["pipelines"]
+SELECTED = sys.argv[1:] or KERNEL_IMPLS + ["pipelines", "overlap_graph"]
 ONLY = tuple(int(v) for v in os.environ["SANITIZE_SIZES"].split(",")) if os.environ.get("SANITIZE_SIZES") else None
 
 
@@ -114,3 +114,18 @@ if "pipelines" in SELECTED:
             run_pipeline(name, torch.from_numpy(raw).cuda(), PipelineConfig(conf, input_size=(size, size)), "cuda")
         torch.cuda.synchronize()
         print(name, "ran", flush=True)
+
+# The overlap graph (implementations/overlap_graph.py, no implementation calls it yet): its
+# rows both ways and greedy NMS on them, constant density and everything overlapping.
+if "overlap_graph" in SELECTED:
+    from nmsbench.variants import overlap_graph
+    from nmsbench.variants._cuda import on_torch_stream
+
+    for scenario, n, canvas in (("uniform", 3000, "density"), ("clustered", 3000, "density"), ("crowd", 500, "fixed")):
+        for classes, dtype in CASES:
+            boxes = datasets.generate(scenario, n, seed=n, classes=classes, canvas=canvas).to("cuda", dtype)
+            overlap_graph.greedy_on_graph(boxes.boxes, boxes.scores, 0.5, boxes.labels)
+            with on_torch_stream(boxes.boxes.device) as launch:
+                overlap_graph.graph_rows(launch, boxes.boxes, boxes.labels, 0.0, higher_only=False)
+    torch.cuda.synchronize()
+    print("overlap_graph ran", flush=True)

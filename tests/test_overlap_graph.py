@@ -1,0 +1,90 @@
+"""The GPU overlap graph's host side (implementations/overlap_graph.py) in CI: the grid that
+``device_grid`` builds with torch (on the CPU here, on the boxes' GPU there) must let
+``_cpu._neighbour_rows``, whose arithmetic ``graph_rows_kernel`` repeats, find every
+overlapping pair: the same rows as a brute-force pair test, on box sets of every shape
+(constant density, mixed sizes, boxes far larger than the cells, everything identical,
+zero-area boxes, labels). The kernels themselves are checked on the GPU (tests/test_gpu.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nmsbench import datasets
+from nmsbench.boxes import pairwise_iou
+from nmsbench.variants import _cpu, overlap_graph
+from test_properties import examples
+
+
+def brute_force_rows(boxes: torch.Tensor, labels: torch.Tensor | None, above: float) -> list[set[int]]:
+    iou = pairwise_iou(boxes, boxes).double()
+    iou.fill_diagonal_(0)
+    pairs = iou > above
+    if labels is not None:
+        pairs &= labels[:, None] == labels[None, :]
+    return [set(np.flatnonzero(row).tolist()) for row in pairs.numpy()]
+
+
+def rows_on_device_grid(boxes: torch.Tensor, labels: torch.Tensor | None, above: float) -> list[set[int]]:
+    grid = overlap_graph.device_grid(boxes)
+    n = boxes.shape[0]
+    if grid is None:
+        return [set() for _ in range(n)]
+    b = boxes.numpy()
+    lab = np.zeros(n, dtype=np.int64) if labels is None else labels.numpy().astype(np.int64)
+    rows = _cpu._NEIGHBOUR_ROWS[0]
+    counts = rows(b, lab, overlap_graph.grid_tuple(grid), float(above), np.zeros(0, dtype=np.int64))[0]
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    _, indices, _ = rows(b, lab, overlap_graph.grid_tuple(grid), float(above), indptr)
+    return [set(indices[indptr[i]:indptr[i + 1]].tolist()) for i in range(n)]
+
+
+def assert_same_rows(boxes, labels=None):
+    for above in (0.0, 0.5):
+        assert rows_on_device_grid(boxes, labels, above) == brute_force_rows(boxes, labels, above)
+
+
+@pytest.mark.parametrize("scenario", list(datasets.SYNTHETIC))
+@pytest.mark.parametrize("canvas", ["fixed", "density"])
+def test_the_grid_finds_every_pair_of_the_scenarios(scenario, canvas):
+    case = datasets.generate(scenario, 700, seed=5, canvas=canvas, classes=3)
+    assert_same_rows(case.boxes, None)
+    assert_same_rows(case.boxes, case.labels)
+
+
+def test_boxes_far_larger_than_the_cells_identical_and_zero_area_boxes():
+    generator = torch.Generator().manual_seed(2)
+    corner = torch.rand(500, 2, generator=generator) * 5000
+    small = torch.cat([corner, corner + 4 + torch.rand(500, 2, generator=generator) * 8], 1)
+    huge = torch.tensor([[0.0, 0.0, 5000.0, 5000.0], [100.0, 2000.0, 4900.0, 2100.0], [2500.0, 0.0, 2510.0, 5000.0]])
+    assert_same_rows(torch.cat([small, huge]))
+    assert_same_rows(torch.tensor([[1.0, 2.0, 30.0, 40.0]]).repeat(300, 1))
+    flat = small.clone()
+    flat[::3, 2] = flat[::3, 0]  # a third of zero width
+    assert_same_rows(flat)
+    assert overlap_graph.device_grid(torch.tensor([[5.0, 5.0, 5.0, 5.0], [1.0, 1.0, 1.0, 1.0]])) is None  # points only
+
+
+@st.composite
+def box_sets(draw):
+    n = draw(st.integers(1, 80))
+    scale = 2.0 ** draw(st.integers(-10, 20))
+    origin = draw(st.floats(-1e4, 1e4)) * scale
+    rows = []
+    for _ in range(n):
+        x, y = (origin + draw(st.floats(0, 500)) * scale for _ in range(2))
+        w, h = (draw(st.sampled_from([0.0, 1.0, 3.0, 30.0, 300.0])) * draw(st.floats(0.5, 1.5)) * scale for _ in range(2))
+        rows.append([x, y, x + w, y + h])
+    dtype = draw(st.sampled_from([torch.float32, torch.float64]))
+    return torch.tensor(rows, dtype=torch.float64).to(dtype)
+
+
+@settings(max_examples=examples(80), deadline=None)
+@given(box_sets())
+def test_the_grid_finds_every_pair_at_any_scale(boxes):
+    assert_same_rows(boxes)

@@ -1,0 +1,110 @@
+"""GPU tests of the overlap graph (implementations/overlap_graph.py): its rows against the
+CPU's grid rows, and greedy NMS on them against torchvision on the GPU and hard_graph on
+the CPU, N = 1 ... 1048576, the five scenarios on both canvases, boxes much larger than
+the cells, all boxes identical, labels, 20 identical repeats, two streams at once.
+
+Marked ``gpu`` and skipped without a CUDA device (CI has none: tests/test_overlap_graph.py
+checks the grid there).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torchvision
+
+import nmsbench
+from nmsbench import datasets
+from nmsbench.boxes import BoxSet
+from test_overlap_graph import rows_on_device_grid
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+SCENARIOS = list(datasets.SYNTHETIC)
+
+
+def graph(boxes: BoxSet):
+    from nmsbench.variants import overlap_graph
+
+    return overlap_graph.greedy_on_graph(boxes.boxes, boxes.scores, 0.5, boxes.labels)[0].keep
+
+
+def torchvision_keep(boxes: BoxSet) -> torch.Tensor:
+    if boxes.labels is None:
+        return torchvision.ops.nms(boxes.boxes, boxes.scores, 0.5)
+    return torchvision.ops.batched_nms(boxes.boxes, boxes.scores, boxes.labels, 0.5)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("canvas", ["fixed", "density"])
+@pytest.mark.parametrize("n", [1, 2, 31, 1000, 4097, 65536])
+@pytest.mark.parametrize("classes", [1, 3])
+def test_greedy_on_the_graph_is_torchvision(scenario, canvas, n, classes):
+    boxes = datasets.generate(scenario, n, seed=n, classes=classes, canvas=canvas).to("cuda")
+    assert torch.equal(graph(boxes), torchvision_keep(boxes))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float64])
+def test_other_dtypes_equal_the_cpu(dtype):
+    boxes = datasets.generate("clustered", 3000, seed=4, classes=3, canvas="density").to("cuda", dtype)
+    cpu = boxes.to("cpu")
+    expected = nmsbench.run_nms("hard_graph", cpu.boxes, cpu.scores, 0.5, labels=cpu.labels).keep
+    assert torch.equal(graph(boxes).cpu(), expected)
+
+
+def test_a_million_boxes_at_constant_density_equal_the_cpu_reference():
+    for scenario in ("uniform", "clustered"):
+        boxes = datasets.generate(scenario, 1 << 20, seed=0, canvas="density").to("cuda")
+        cpu = boxes.to("cpu")
+        expected = nmsbench.run_nms("hard_graph", cpu.boxes, cpu.scores, 0.5).keep
+        assert torch.equal(graph(boxes).cpu(), expected), scenario
+
+
+def test_big_boxes_identical_boxes_and_points():
+    generator = torch.Generator().manual_seed(2)
+    corner = torch.rand(5000, 2, generator=generator) * 20000
+    small = torch.cat([corner, corner + 4 + torch.rand(5000, 2, generator=generator) * 30], 1)
+    huge = torch.tensor([[0.0, 0.0, 20000.0, 20000.0], [100.0, 2000.0, 19900.0, 2400.0]])
+    cases = [torch.cat([small, huge]), torch.tensor([[1.0, 2.0, 30.0, 40.0]]).repeat(3000, 1),
+             torch.tensor([[5.0, 5.0, 5.0, 5.0]]).repeat(10, 1)]
+    for case in cases:
+        boxes = BoxSet(case, torch.rand(case.shape[0], generator=generator), None).to("cuda")
+        assert torch.equal(graph(boxes), torchvision_keep(boxes))
+
+
+def test_rows_equal_the_cpu_grid_rows_both_ways():
+    from nmsbench.variants import overlap_graph
+    from nmsbench.variants._cuda import on_torch_stream
+
+    boxes = datasets.generate("clustered", 4000, seed=1, classes=2, canvas="density")
+    cuda = boxes.to("cuda")
+    for above in (0.0, 0.5):
+        expected = rows_on_device_grid(boxes.boxes, boxes.labels, above)
+        for higher_only in (False, True):
+            with on_torch_stream(cuda.boxes.device) as launch:
+                indptr, indices = overlap_graph.graph_rows(launch, cuda.boxes, cuda.labels, above, higher_only)
+            indptr, indices = indptr.cpu().numpy(), indices.cpu().numpy()
+            got = [set(indices[indptr[i]:indptr[i + 1]].tolist()) for i in range(len(expected))]
+            want = [{j for j in row if j < i} if higher_only else row for i, row in enumerate(expected)]
+            assert got == want, (above, higher_only)
+
+
+def test_twenty_repeats_are_identical_and_two_streams_at_once_agree():
+    boxes = datasets.generate("clustered", 50000, seed=3, canvas="density").to("cuda")
+    first = graph(boxes)
+    for _ in range(20):
+        assert torch.equal(graph(boxes), first)
+    other = datasets.generate("uniform", 50000, seed=4, canvas="density").to("cuda")
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    results = [None, None]
+    for k, (stream, case) in enumerate(zip(streams, (boxes, other))):
+        with torch.cuda.stream(stream):
+            results[k] = graph(case)
+    torch.cuda.synchronize()
+    assert torch.equal(results[0], first)
+    assert torch.equal(results[1], torchvision_keep(other))
+    assert np.all(np.diff(first.cpu().numpy()) != 0)  # no index twice
