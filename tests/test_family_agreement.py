@@ -44,6 +44,21 @@ def test_each_family_row_names_its_reference_and_how_far_it_is():
     assert any(row["jaccard"] < 1 for row in by_impl["soft_nms"])
 
 
+def test_a_reference_in_the_sweep_is_not_run_again_as_its_own_reference(monkeypatch):
+    """soft_nms on the CPU is its family's reference: its own warm-up result serves as the
+    reference of its rows and of the family's other rows (at a million boxes a second run
+    of it cost as long as the case), and the columns are the same as before."""
+    import nmsbench.runner as runner
+
+    calls = []
+    real = runner._family_result
+    monkeypatch.setattr(runner, "_family_result", lambda name, *args: calls.append(name) or real(name, *args))
+    rows = sweep_rows(["soft_nms", "soft_torch"], dtypes=("float32", "float64"))
+    assert calls == []
+    for row in rows:
+        assert row["family_ref"] == "soft_nms" and row["family_jaccard"] == 1.0, row
+
+
 @pytest.mark.skipif(importlib.util.find_spec("ensemble_boxes") is None, reason="needs ensemble-boxes (.[externals])")
 def test_an_external_soft_nms_shows_its_distance_from_the_definition():
     for row in sweep_rows(["ensemble_boxes_soft"]):
