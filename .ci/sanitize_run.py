@@ -116,7 +116,7 @@ if "pipelines" in SELECTED:
         print(name, "ran", flush=True)
 
 # The overlap graph (implementations/overlap_graph.py, no implementation calls it yet): its
-# rows both ways and greedy NMS on them, constant density and everything overlapping.
+# rows both ways, greedy NMS and Matrix NMS on them, constant density and everything overlapping.
 if "overlap_graph" in SELECTED:
     from nmsbench.variants import overlap_graph
     from nmsbench.variants._cuda import on_torch_stream
@@ -125,6 +125,9 @@ if "overlap_graph" in SELECTED:
         for classes, dtype in CASES:
             boxes = datasets.generate(scenario, n, seed=n, classes=classes, canvas=canvas).to("cuda", dtype)
             overlap_graph.greedy_on_graph(boxes.boxes, boxes.scores, 0.5, boxes.labels)
+            for kernel in ("gaussian", "linear"):
+                overlap_graph.matrix_on_graph(boxes.boxes, boxes.scores, boxes.labels, kernel=kernel, sigma=0.5,
+                                              score_threshold=0.05)
             with on_torch_stream(boxes.boxes.device) as launch:
                 overlap_graph.graph_rows(launch, boxes.boxes, boxes.labels, 0.0, higher_only=False)
     torch.cuda.synchronize()

@@ -113,3 +113,39 @@ __global__ void __launch_bounds__(ROUND_THREADS) greedy_rounds_kernel(int n, con
     }
     if (tid == 0) *rounds_out = round + 1;
 }
+
+// Matrix NMS's decay on the rows of higher-ranked neighbours with IoU > 0 (matrix_graph's
+// CPU arithmetic: a pair with IoU 0 never lowers the minimum, see matrix_graph.py), a
+// thread per box j: cmax mode (decay null) writes cmax[j], the largest IoU of j with its
+// rows' boxes; decay mode writes decay[j] = min(1, f(iou_ij) / f(cmax_i)) over them, in
+// double (gaussian: CUDA's exp, within an ulp of the C library's; linear: a parent whose
+// 1 - cmax is 0 constrains nothing).
+template <typename T>
+__global__ void __launch_bounds__(ROW_THREADS) graph_decay_kernel(const T* boxes, int n, const long long* indptr,
+                                                                 const int* indices, int linear, double sigma,
+                                                                 double* cmax, double* decay) {
+    typedef typename Arith<T>::type A;
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n) return;
+    const Box<A> box_j = load_box(boxes, j);
+    double best = 0.0, smallest = 1.0;
+    for (long long s = indptr[j]; s < indptr[j + 1]; ++s) {
+        const int i = indices[s];
+        const double v = double(box_iou(load_box(boxes, i), box_j));
+        if (decay == nullptr) {
+            best = v > best ? v : best;
+            continue;
+        }
+        const double c = cmax[i];
+        double ratio;
+        if (linear) {
+            const double room = 1.0 - c;
+            ratio = room != 0.0 ? (1.0 - v) / room : infinity(1.0);
+        } else {
+            ratio = exp((c * c - v * v) / sigma);
+        }
+        smallest = ratio < smallest ? ratio : smallest;
+    }
+    if (decay == nullptr) cmax[j] = best;
+    else decay[j] = smallest;
+}

@@ -7,7 +7,9 @@ greedy NMS resolved on them (overlap_graph.cu).
 - ``graph_rows``: ``graph_rows_kernel`` counts each box's neighbours, a cumsum offsets the
   rows (one host read, for the number of pairs), and the kernel fills them;
 - ``greedy_on_graph``: greedy NMS on the rows of higher-ranked neighbours, in rounds in
-  one cooperative launch: torchvision's indices, labels included.
+  one cooperative launch: torchvision's indices, labels included;
+- ``matrix_on_graph``: Matrix NMS's decay from the rows of higher-ranked neighbours with
+  IoU > 0 (``matrix_graph``'s arithmetic on the CPU), O(N + E) memory.
 
 Not registered yet: no implementation calls it until the GPU tests (tests/test_gpu.py,
 ``overlap_graph``) have run on a GPU; then ``hard_graph`` gains a CUDA backend with the
@@ -22,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from nmsbench.boxes import NMSResult, score_order
+from nmsbench.boxes import NMSResult, result_by_final_score, score_order
 
 from ._cpu import SIZE_CLASSES
 from ._cuda import CudaModule, blocks, device_index, grid_barrier_address, on_torch_stream
@@ -35,6 +37,7 @@ CUDA_MODULE = CudaModule(
     templates={
         # boxes labels | n threshold higher_only | grid_doubles grid_ints starts by_cell | counts indptr indices
         "graph_rows_kernel": "QQidi" + "QQQQ" + "QQQ",
+        "graph_decay_kernel": "QiQQidQQ",  # boxes n | indptr indices | linear sigma | cmax decay
     },
     plain={"greedy_rounds_kernel": "iQQQQQQ"},  # n | indptr indices | state counters barrier rounds
     defines=DEFINES,
@@ -179,3 +182,29 @@ def greedy_on_graph(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: fl
                cooperative=True)
     keep = order[torch.nonzero(state == 1).squeeze(1)]
     return NMSResult(keep), int(indices.numel()), int(counters[3])
+
+
+def matrix_on_graph(boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor | None, *, kernel: str,
+                    sigma: float, score_threshold: float) -> NMSResult:
+    """Matrix NMS (family ``matrix``) from the overlap graph: cmax and the decay of every box
+    from its higher-ranked overlapping neighbours, final scores in float64 (kept where
+    >= score_threshold, as the definition decides), ordered by the scores returned."""
+    n, device = boxes.shape[0], boxes.device
+    if n == 0:
+        return NMSResult(torch.empty(0, dtype=torch.int64, device=device), torch.empty(0, dtype=scores.dtype,
+                                                                                        device=device))
+    order = score_order(scores)
+    ranked = boxes.detach()[order].contiguous()
+    ranked_labels = None if labels is None else labels.detach().to(torch.int64)[order].contiguous()
+    with on_torch_stream(device) as launch:
+        indptr, indices = graph_rows(launch, ranked, ranked_labels, 0.0, higher_only=True)
+        cmax = torch.empty(n, dtype=torch.float64, device=device)
+        decay = torch.empty(n, dtype=torch.float64, device=device)
+        decay_kernel = CUDA_MODULE.get("graph_decay_kernel", boxes.dtype, device)
+        rows = indices if indices.numel() else indptr  # never read without pairs
+        args = (ranked, n, indptr, rows, int(kernel == "linear"), np.float64(sigma), cmax)
+        launch(decay_kernel, (blocks(n, ROW_THREADS),), (ROW_THREADS,), (*args, None))
+        launch(decay_kernel, (blocks(n, ROW_THREADS),), (ROW_THREADS,), (*args, decay))
+    final = scores.detach()[order].to(torch.float64) * decay
+    kept = (final >= score_threshold).nonzero().squeeze(1)
+    return result_by_final_score(order[kept], final[kept].to(scores.dtype))

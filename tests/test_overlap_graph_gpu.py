@@ -108,3 +108,25 @@ def test_twenty_repeats_are_identical_and_two_streams_at_once_agree():
     assert torch.equal(results[0], first)
     assert torch.equal(results[1], torchvision_keep(other))
     assert np.all(np.diff(first.cpu().numpy()) != 0)  # no index twice
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("kernel", ["gaussian", "linear"])
+def test_matrix_on_the_graph_equals_matrix_graph_on_the_cpu(scenario, kernel):
+    from nmsbench.variants import overlap_graph
+
+    params = dict(kernel=kernel, sigma=0.5, score_threshold=0.05)
+    for n, canvas, classes in ((1, "fixed", 1), (700, "fixed", 3), (20000, "density", 1)):
+        boxes = datasets.generate(scenario, n, seed=n, classes=classes, canvas=canvas)
+        cpu = nmsbench.run_nms("matrix_graph", boxes.boxes, boxes.scores, 0.5, labels=boxes.labels, **params)
+        cuda = boxes.to("cuda")
+        gpu = overlap_graph.matrix_on_graph(cuda.boxes, cuda.scores, cuda.labels, **params)
+        if kernel == "linear":  # the linear ratios are the CPU's to the bit
+            assert torch.equal(gpu.keep.cpu(), cpu.keep) and torch.equal(gpu.scores.cpu(), cpu.scores)
+        else:  # CUDA's exp: final scores to rounding; a box kept by one side only sits on the threshold
+            gpu_final = dict(zip(gpu.keep.tolist(), gpu.scores.double().tolist()))
+            cpu_final = dict(zip(cpu.keep.tolist(), cpu.scores.double().tolist()))
+            for i in gpu_final.keys() ^ cpu_final.keys():
+                assert abs(gpu_final.get(i, cpu_final.get(i)) - 0.05) < 1e-6, (n, i)
+            common = gpu_final.keys() & cpu_final.keys()
+            assert all(abs(gpu_final[i] - cpu_final[i]) <= 1e-6 * abs(cpu_final[i]) for i in common)
