@@ -133,7 +133,7 @@ def graph_rows(launch, boxes: torch.Tensor, labels: torch.Tensor | None, thresho
     ints = torch.tensor([*grid.gxs, *grid.gys, *grid.cell0], dtype=torch.int64, device=device)
     kernel = CUDA_MODULE.get("graph_rows_kernel", boxes.dtype, device)
     args = (boxes, labels, n, np.float64(threshold), int(higher_only), doubles, ints, grid.starts, grid.by_cell)
-    counts = torch.empty(n, dtype=torch.int64, device=device)
+    counts = torch.zeros(n, dtype=torch.int64, device=device)  # zeroed: a recorded, unrun launch gives empty rows
     launch(kernel, (blocks(n, ROW_THREADS),), (ROW_THREADS,), (*args, counts, None, None))
     torch.cumsum(counts, 0, out=indptr[1:])
     pairs = int(indptr[-1])
@@ -145,7 +145,7 @@ def graph_rows(launch, boxes: torch.Tensor, labels: torch.Tensor | None, thresho
 _resident: dict[int, int] = {}  # device index -> blocks of greedy_rounds_kernel resident at once
 
 
-def rounds_grid(n: int, device: torch.device) -> int:
+def greedy_grid(n: int, device: torch.device) -> int:
     """Blocks of the cooperative rounds launch: a thread per box, at most what the GPU holds
     at once (a cooperative launch needs them all resident)."""
     index = device_index(device)
@@ -176,7 +176,7 @@ def greedy_on_graph(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: fl
         indptr, indices = graph_rows(launch, ranked, ranked_labels, float(iou_threshold), higher_only=True)
         state = torch.empty(n, dtype=torch.int32, device=device)
         counters = torch.empty(4, dtype=torch.int32, device=device)  # three round counters, the rounds taken
-        launch(CUDA_MODULE.get("greedy_rounds_kernel", None, device), (rounds_grid(n, device),), (ROUND_THREADS,),
+        launch(CUDA_MODULE.get("greedy_rounds_kernel", None, device), (greedy_grid(n, device),), (ROUND_THREADS,),
                (n, indptr, indices if indices.numel() else indptr, state, counters,
                 np.uint64(grid_barrier_address(device_index(device), launch.stream)), counters[3:]),
                cooperative=True)

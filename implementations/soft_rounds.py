@@ -18,7 +18,9 @@ boxes, ``LINEAR_BLOCK_MAX_N`` with the linear kernel; forced up to ``ONE_BLOCK_C
 one block, shared memory holding the boxes' state: one wait. "rounds": ``soft_pairs_kernel``
 counts, a cumsum offsets and the kernel lists again (O(N + E) memory; a wait for the number
 of pairs), then ``soft_rounds_kernel`` runs the rounds over the whole GPU in one cooperative
-launch, and torch sorts the picks.
+launch, and torch sorts the picks. "graph_rounds" (forced only, until measured): the same
+rounds on lists from the overlap graph's grids of cells (``overlap_graph.graph_rows``), so
+neither the pair search nor the memory is O(N^2).
 
 The linear kernel's results are the definition's bit for bit; the gaussian kernel's
 factors come from CUDA's ``exp`` (within 1 ulp of the C library's), so its final scores
@@ -67,7 +69,7 @@ CUDA_MODULE = CudaModule(
     },
     defines=DEFINES,
 )
-PATHS = ("one_block", "rounds")  # forced with path=; else choose_path's
+PATHS = ("one_block", "rounds", "graph_rounds")  # forced with path=; else choose_path's (never graph_rounds yet)
 
 
 def block_shared_bytes(n: int, dtype: torch.dtype) -> int:
@@ -144,15 +146,32 @@ def decay_graph(launch, boxes, scores, labels, linear: bool, iou_threshold: floa
     return slots, neighbours, chunks, pairs
 
 
-def soft_rounds_state(boxes, scores, labels, *, iou_threshold, kernel, sigma, score_threshold):
-    """The rounds' outcome: (current scores (float64), picked_round, rounds, pairs)."""
+def grid_decay_graph(launch, boxes, labels, linear: bool, iou_threshold: float):
+    """decay_graph's lists from the overlap graph's grids of cells (overlap_graph.graph_rows,
+    both directions), O(N + E) work where few pairs overlap: the pairs whose factor can be
+    below 1 (IoU > 0; linear: IoU >= iou_threshold, asked as IoU > the double just below
+    it). Boxes below the score threshold keep their rows: the rounds never read them."""
+    from .overlap_graph import graph_rows
+
+    above = float(np.nextafter(iou_threshold, -np.inf)) if linear and iou_threshold > 0 else 0.0
+    indptr, indices = graph_rows(launch, boxes, labels, above, higher_only=False)
+    pairs = int(indices.numel())
+    return indptr, indices if pairs else torch.empty(1, dtype=torch.int32, device=boxes.device), 1, pairs
+
+
+def soft_rounds_state(boxes, scores, labels, *, iou_threshold, kernel, sigma, score_threshold, grid: bool = False):
+    """The rounds' outcome: (current scores (float64), picked_round, rounds, pairs), on the
+    decay graph of ``decay_graph`` (all pairs tested) or, with ``grid``, of ``grid_decay_graph``."""
     n, device = boxes.shape[0], boxes.device
     boxes, scores = boxes.detach().contiguous(), scores.detach().contiguous()
     labels = None if labels is None else labels.detach().to(torch.int64).contiguous()
     linear = kernel == "linear"
     with on_torch_stream(device) as launch:
-        slots, neighbours, chunks, pairs = decay_graph(launch, boxes, scores, labels, linear, iou_threshold,
-                                                       score_threshold)
+        if grid:
+            slots, neighbours, chunks, pairs = grid_decay_graph(launch, boxes, labels, linear, iou_threshold)
+        else:
+            slots, neighbours, chunks, pairs = decay_graph(launch, boxes, scores, labels, linear, iou_threshold,
+                                                           score_threshold)
         current = torch.empty(n, dtype=torch.float64, device=device)
         ints = torch.empty((4, n), dtype=torch.int32, device=device)  # state, picked_round, lengths
         entry_box = torch.empty(max(pairs, 1), dtype=torch.int32, device=device)
@@ -176,7 +195,7 @@ def soft_rounds_state(boxes, scores, labels, *, iou_threshold, kernel, sigma, sc
             "products in the definition's order",
 )
 def soft_rounds(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold, path=None):
-    """``path``: "one_block" or "rounds" (forced), else ``choose_path``'s."""
+    """``path``: one of ``PATHS`` (forced), else ``choose_path``'s."""
     n, device = boxes.shape[0], boxes.device
     if path is not None:
         check_path(path, n, boxes.dtype, device=device if n else None)
@@ -184,10 +203,11 @@ def soft_rounds(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, sco
         return NMSResult(torch.empty(0, dtype=torch.int64, device=device),
                          torch.empty(0, dtype=scores.dtype, device=device))
     params = dict(iou_threshold=iou_threshold, kernel=kernel, sigma=sigma, score_threshold=score_threshold)
-    if (path or choose_path(n, boxes.dtype, device=device, kernel=kernel)) == "one_block":
+    path = path or choose_path(n, boxes.dtype, device=device, kernel=kernel)
+    if path == "one_block":
         keep, final = one_block(boxes, scores, labels, **params)
     else:
-        current, picked_round, _, _ = soft_rounds_state(boxes, scores, labels, **params)
+        current, picked_round, _, _ = soft_rounds_state(boxes, scores, labels, **params, grid=path == "graph_rounds")
         picked = torch.nonzero(picked_round >= 0).squeeze(1)  # ascending index: the stable sort's ties
         final, order = torch.sort(current[picked], descending=True, stable=True)
         keep = picked[order]

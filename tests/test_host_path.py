@@ -475,13 +475,15 @@ def test_soft_rounds_chooses_one_block_up_to_its_limit_and_refuses_what_a_path_c
     assert sr.choose_path(sr.LINEAR_BLOCK_MAX_N + 1, kernel="linear") == "rounds"
     assert sr.choose_path(sr.LINEAR_BLOCK_MAX_N + 1, kernel="gaussian") == "one_block"
     sr.check_path("rounds", 10 ** 6, torch.float32)  # the rounds take any N
+    sr.check_path("graph_rounds", 10 ** 6, torch.float32)
+    assert all(sr.choose_path(n) != "graph_rounds" for n in (1, 10 ** 4, 10 ** 6))  # forced only, until measured
     assert sr.BLOCK_MAX_N < sr.ONE_BLOCK_CAPACITY < 2 ** 15  # int16 box indices
     sr.check_path("one_block", sr.ONE_BLOCK_CAPACITY, torch.float32)  # forced, past the chooser's limit (a probe's)
     with pytest.raises(ValueError, match=f"at most {sr.ONE_BLOCK_CAPACITY} boxes"):
         sr.check_path("one_block", sr.ONE_BLOCK_CAPACITY + 1, torch.float32)
     with pytest.raises(ValueError, match="no padded output"):
         sr.check_path("rounds", 10, torch.float32, padded=True)
-    with pytest.raises(ValueError, match="no path 'tiles'; the paths are one_block, rounds"):
+    with pytest.raises(ValueError, match="no path .tiles.; the paths are one_block, rounds, graph_rounds"):
         sr.check_path("tiles", 10, torch.float32)
     # the one-block kernel's shared memory: boxes, float64 scores and seven ints a box (marks,
     # degrees, list lengths, sorted lengths, picks, blockers, the scan queue)

@@ -147,7 +147,7 @@ def recorded(monkeypatch):
         "_current_stream": lambda device: (0, 5), "host_count": lambda device: FakeCount(),
         "grid_barrier_address": lambda index, stream: 4242, "stream_counters": lambda index, stream, count: 4343,
         "opted_in_shared_limit": lambda kernel, device: 227 * 1024, "mid_grid": lambda n, dtype, device, module=None: 1,
-        "rounds_grid": lambda n, dtype, device: 4,
+        "rounds_grid": lambda n, dtype, device: 4, "greedy_grid": lambda n, device: 4,
         "staged_resolve_fits": lambda n, device: n <= 1024, "cooperative_grid": lambda n, dtype, device, labels=False: 8,
         "_resident_blocks": lambda dtype, device, threads, shared: 132,
     }
@@ -201,3 +201,19 @@ def test_every_launch_of_every_kernel_backend_packs_its_kernels_signature(record
         assert codes == signatures[cuda_module.cu_file][kernel], (name, cuda_module.cu_file, kernel)
     if hasattr(module, "PATHS"):  # every path ran at some size
         assert {path for _, path, _ in calls} == set(module.PATHS)
+
+
+def test_the_overlap_graphs_launches_pack_their_kernels_signatures(recorded):
+    """overlap_graph.py's launches (no implementation calls all of them yet): the rows, the
+    greedy rounds and the Matrix decay pack their kernels' C signatures."""
+    from nmsbench.variants import overlap_graph
+
+    for labels in (None, torch.zeros(300, dtype=torch.int64)):
+        boxes = torch.rand(300, 4) * 100
+        boxes[:, 2:] += boxes[:, :2]
+        overlap_graph.greedy_on_graph(boxes, torch.rand(300), 0.5, labels)
+        overlap_graph.matrix_on_graph(boxes, torch.rand(300), labels, kernel="linear", sigma=0.5, score_threshold=0.05)
+    signatures = c_signatures(overlap_graph.CUDA_MODULE.source())
+    assert {kernel for _, kernel, _ in recorded} == {"graph_rows_kernel", "greedy_rounds_kernel", "graph_decay_kernel"}
+    for _, kernel, codes in recorded:
+        assert codes == signatures[kernel], kernel

@@ -130,3 +130,20 @@ def test_matrix_on_the_graph_equals_matrix_graph_on_the_cpu(scenario, kernel):
                 assert abs(gpu_final.get(i, cpu_final.get(i)) - 0.05) < 1e-6, (n, i)
             common = gpu_final.keys() & cpu_final.keys()
             assert all(abs(gpu_final[i] - cpu_final[i]) <= 1e-6 * abs(cpu_final[i]) for i in common)
+
+
+@pytest.mark.parametrize("kernel", ["gaussian", "linear"])
+@pytest.mark.parametrize("scenario", ["uniform", "clustered"])
+def test_soft_rounds_on_the_graph_rows_equals_soft_nms(scenario, kernel):
+    """soft_rounds' "graph_rounds" path (its rounds on the overlap graph's lists) picks what
+    soft_nms picks on the CPU, in the same order, scores to rounding."""
+    from nmsbench.variants import soft_rounds
+    from test_gpu import assert_same_soft
+
+    params = dict(iou_threshold=0.5, kernel=kernel, sigma=0.5, score_threshold=0.001)
+    for n, canvas, classes in ((1, "fixed", 1), (700, "fixed", 3), (30000, "density", 1)):
+        boxes = datasets.generate(scenario, n, seed=n, classes=classes, canvas=canvas)
+        cpu = nmsbench.run_nms("soft_nms", boxes.boxes, boxes.scores, labels=boxes.labels, **params)
+        cuda = boxes.to("cuda")
+        gpu = soft_rounds.soft_rounds(cuda.boxes, cuda.scores, labels=cuda.labels, path="graph_rounds", **params)
+        assert_same_soft("soft_rounds", cpu, gpu, torch.float32, kernel == "linear")
