@@ -11,9 +11,10 @@ greedy NMS resolved on them (overlap_graph.cu).
 - ``matrix_on_graph``: Matrix NMS's decay from the rows of higher-ranked neighbours with
   IoU > 0 (``matrix_graph``'s arithmetic on the CPU), O(N + E) memory.
 
-Not registered yet: no implementation calls it until the GPU tests (tests/test_gpu.py,
-``overlap_graph``) have run on a GPU; then ``hard_graph`` gains a CUDA backend with the
-dispatcher between this path and hard_fused's dense ones.
+No implementation chooses it yet (soft_rounds' ``graph_rounds`` path takes its rows only
+when forced): once the GPU tests (tests/test_overlap_graph_gpu.py) have run on a GPU,
+``hard_graph`` gains a CUDA backend with the dispatcher between this path and hard_fused's
+dense ones.
 """
 
 from __future__ import annotations
