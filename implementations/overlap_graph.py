@@ -4,6 +4,8 @@ greedy NMS resolved on them (overlap_graph.cu).
 - ``device_grid``: the grids of cells by box size that ``_cpu.overlap_graph`` uses, built
   with torch on the boxes' own device (one host read, of a few statistics); CI holds the
   grid to the CPU's rows (``_cpu._neighbour_rows`` on it finds every overlapping pair);
+- ``window_tests``: the pairs the rows kernel would test on a grid (summed-area tables of
+  the cells), before any of them is: the density estimate for a dispatcher;
 - ``graph_rows``: ``graph_rows_kernel`` counts each box's neighbours, a cumsum offsets the
   rows (one host read, for the number of pairs), and the kernel fills them;
 - ``greedy_on_graph``: greedy NMS on the rows of higher-ranked neighbours, in rounds in
@@ -118,6 +120,29 @@ def grid_tuple(grid: DeviceGrid) -> tuple:
     return (grid.x0, grid.y0, np.array(grid.sides), np.array(grid.gxs, dtype=np.int64),
             np.array(grid.gys, dtype=np.int64), np.array(grid.cell0, dtype=np.int64), grid.starts.cpu().numpy(),
             grid.by_cell.cpu().numpy())
+
+
+def window_tests(boxes: torch.Tensor, grid: DeviceGrid) -> int:
+    """How many pairs ``graph_rows_kernel`` would test on ``grid``: over every box and class,
+    the boxes whose corners lie in its window's cells (itself included), from a summed-area
+    table of each class's cell counts; torch on the boxes' device, one host read. The
+    work the graph would cost before it is built: a dispatcher's density estimate."""
+    b = boxes.to(torch.float64)
+    per_cell = grid.starts[1:] - grid.starts[:-1]
+    total = torch.zeros((), dtype=torch.int64, device=boxes.device)
+    for side, gx, gy, first in zip(grid.sides, grid.gxs, grid.gys, grid.cell0):
+        if gx == 0:
+            continue
+        table = torch.zeros((gy + 1, gx + 1), dtype=torch.int64, device=boxes.device)
+        table[1:, 1:] = per_cell[first:first + gx * gy].view(gy, gx).cumsum(0).cumsum(1)
+
+        def cells(position, count):  # the kernel's window arithmetic: floored, clamped into the grid
+            return torch.clamp(torch.floor(position / side), 0, count - 1).to(torch.int64)
+
+        xl, xh = cells(b[:, 0] - side - grid.x0, gx), cells(b[:, 2] - grid.x0, gx)
+        yl, yh = cells(b[:, 1] - side - grid.y0, gy), cells(b[:, 3] - grid.y0, gy)
+        total += (table[yh + 1, xh + 1] - table[yl, xh + 1] - table[yh + 1, xl] + table[yl, xl]).sum()
+    return int(total)
 
 
 def graph_rows(launch, boxes: torch.Tensor, labels: torch.Tensor | None, threshold: float, higher_only: bool):
