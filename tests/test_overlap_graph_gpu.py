@@ -9,7 +9,6 @@ checks the grid there).
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 import torchvision
@@ -107,7 +106,7 @@ def test_twenty_repeats_are_identical_and_two_streams_at_once_agree():
     torch.cuda.synchronize()
     assert torch.equal(results[0], first)
     assert torch.equal(results[1], torchvision_keep(other))
-    assert np.all(np.diff(first.cpu().numpy()) != 0)  # no index twice
+    assert len(set(first.tolist())) == len(first)  # no index twice
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
