@@ -729,3 +729,21 @@ def opted_in_shared_limit(kernel, device: torch.device) -> int:
         _shared_limits[kernel.ptr, index] = limit
     return limit
 
+
+
+_resident: dict[tuple[int, int, int], int] = {}  # (kernel, threads, device index) -> blocks resident at once
+
+
+def resident_blocks(kernel, threads: int, device: torch.device) -> int:
+    """How many blocks of ``threads`` of ``kernel`` (a loaded ``Function``, no dynamic
+    shared memory) the whole device holds at once, asked once: the most a cooperative
+    launch of it may have (0: not even one)."""
+    index = device_index(device)
+    resident = _resident.get((kernel.ptr, threads, index))
+    if resident is None:
+        from cupy_backends.cuda.api import driver
+
+        per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, threads, 0)
+        resident = _resident[kernel.ptr, threads, index] = (
+            per_sm * torch.cuda.get_device_properties(index).multi_processor_count)
+    return resident

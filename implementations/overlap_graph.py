@@ -30,7 +30,7 @@ import torch
 from nmsbench.boxes import NMSResult, result_by_final_score, score_order
 
 from ._cpu import SIZE_CLASSES
-from ._cuda import CudaModule, blocks, device_index, grid_barrier_address, on_torch_stream
+from ._cuda import CudaModule, blocks, device_index, grid_barrier_address, on_torch_stream, resident_blocks
 
 DEFINES = {"SIZE_CLASSES": SIZE_CLASSES, "ROW_THREADS": 256, "ROUND_THREADS": 512}
 ROW_THREADS, ROUND_THREADS = DEFINES["ROW_THREADS"], DEFINES["ROUND_THREADS"]
@@ -146,15 +146,16 @@ def window_tests(boxes: torch.Tensor, grid: DeviceGrid) -> int:
 
 
 def graph_rows(launch, boxes: torch.Tensor, labels: torch.Tensor | None, threshold: float, higher_only: bool):
-    """(indptr int64 (n + 1), indices int32): each box's same-label neighbours with IoU
-    above ``threshold`` (0: every intersecting box), the higher-ranked ones only (lower
-    indices: ``boxes`` are in rank order) where ``higher_only``. One host read, for the
-    number of pairs."""
+    """(indptr int64 (n + 1), indices int32, pairs): each box's same-label neighbours with
+    IoU above ``threshold`` (0: every intersecting box), the higher-ranked ones only (lower
+    indices: ``boxes`` are in rank order) where ``higher_only``; ``indices`` holds at least
+    one element (a kernel argument even without pairs), its first ``pairs`` the rows. One
+    host read, for the number of pairs."""
     n, device = boxes.shape[0], boxes.device
     indptr = torch.zeros(n + 1, dtype=torch.int64, device=device)
     grid = device_grid(boxes) if n else None
     if grid is None:
-        return indptr, torch.empty(0, dtype=torch.int32, device=device)
+        return indptr, torch.empty(1, dtype=torch.int32, device=device), 0
     doubles = torch.tensor([grid.x0, grid.y0, *grid.sides], dtype=torch.float64, device=device)
     ints = torch.tensor([*grid.gxs, *grid.gys, *grid.cell0], dtype=torch.int64, device=device)
     kernel = CUDA_MODULE.get("graph_rows_kernel", boxes.dtype, device)
@@ -165,26 +166,24 @@ def graph_rows(launch, boxes: torch.Tensor, labels: torch.Tensor | None, thresho
     pairs = int(indptr[-1])
     indices = torch.empty(max(pairs, 1), dtype=torch.int32, device=device)
     launch(kernel, (blocks(n, ROW_THREADS),), (ROW_THREADS,), (*args, None, indptr, indices))
-    return indptr, indices[:pairs]
-
-
-_resident: dict[int, int] = {}  # device index -> blocks of greedy_rounds_kernel resident at once
+    return indptr, indices, pairs
 
 
 def greedy_grid(n: int, device: torch.device) -> int:
     """Blocks of the cooperative rounds launch: a thread per box, at most what the GPU holds
     at once (a cooperative launch needs them all resident)."""
-    index = device_index(device)
-    resident = _resident.get(index)
-    if resident is None:
-        from cupy_backends.cuda.api import driver
-
-        kernel = CUDA_MODULE.get("greedy_rounds_kernel", None, device)
-        per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, ROUND_THREADS, 0)
-        resident = _resident[index] = per_sm * torch.cuda.get_device_properties(index).multi_processor_count
+    resident = resident_blocks(CUDA_MODULE.get("greedy_rounds_kernel", None, device), ROUND_THREADS, device)
     if resident == 0:
         raise RuntimeError("overlap_graph: this GPU cannot hold one block of its rounds kernel")
     return max(1, min(resident, blocks(n, ROUND_THREADS)))
+
+
+def _ranked(boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor | None):
+    """(order, the boxes and labels in rank order): input indices by descending score, ties
+    by lower index, and what the kernels read, contiguous."""
+    order = score_order(scores)
+    ranked_labels = None if labels is None else labels.detach().to(torch.int64)[order].contiguous()
+    return order, boxes.detach()[order].contiguous(), ranked_labels
 
 
 def greedy_on_graph(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float,
@@ -195,19 +194,17 @@ def greedy_on_graph(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: fl
     n, device = boxes.shape[0], boxes.device
     if n == 0:
         return NMSResult(torch.empty(0, dtype=torch.int64, device=device)), 0, 0
-    order = score_order(scores)
-    ranked = boxes.detach()[order].contiguous()
-    ranked_labels = None if labels is None else labels.detach().to(torch.int64)[order].contiguous()
+    order, ranked, ranked_labels = _ranked(boxes, scores, labels)
     with on_torch_stream(device) as launch:
-        indptr, indices = graph_rows(launch, ranked, ranked_labels, float(iou_threshold), higher_only=True)
+        indptr, indices, pairs = graph_rows(launch, ranked, ranked_labels, float(iou_threshold), higher_only=True)
         state = torch.empty(n, dtype=torch.int32, device=device)
         counters = torch.empty(4, dtype=torch.int32, device=device)  # three round counters, the rounds taken
         launch(CUDA_MODULE.get("greedy_rounds_kernel", None, device), (greedy_grid(n, device),), (ROUND_THREADS,),
-               (n, indptr, indices if indices.numel() else indptr, state, counters,
+               (n, indptr, indices, state, counters,
                 np.uint64(grid_barrier_address(device_index(device), launch.stream)), counters[3:]),
                cooperative=True)
     keep = order[torch.nonzero(state == 1).squeeze(1)]
-    return NMSResult(keep), int(indices.numel()), int(counters[3])
+    return NMSResult(keep), pairs, int(counters[3])
 
 
 def matrix_on_graph(boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor | None, *, kernel: str,
@@ -219,16 +216,13 @@ def matrix_on_graph(boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Ten
     if n == 0:
         return NMSResult(torch.empty(0, dtype=torch.int64, device=device), torch.empty(0, dtype=scores.dtype,
                                                                                         device=device))
-    order = score_order(scores)
-    ranked = boxes.detach()[order].contiguous()
-    ranked_labels = None if labels is None else labels.detach().to(torch.int64)[order].contiguous()
+    order, ranked, ranked_labels = _ranked(boxes, scores, labels)
     with on_torch_stream(device) as launch:
-        indptr, indices = graph_rows(launch, ranked, ranked_labels, 0.0, higher_only=True)
+        indptr, indices, _ = graph_rows(launch, ranked, ranked_labels, 0.0, higher_only=True)
         cmax = torch.empty(n, dtype=torch.float64, device=device)
         decay = torch.empty(n, dtype=torch.float64, device=device)
         decay_kernel = CUDA_MODULE.get("graph_decay_kernel", boxes.dtype, device)
-        rows = indices if indices.numel() else indptr  # never read without pairs
-        args = (ranked, n, indptr, rows, int(kernel == "linear"), np.float64(sigma), cmax)
+        args = (ranked, n, indptr, indices, int(kernel == "linear"), np.float64(sigma), cmax)
         launch(decay_kernel, (blocks(n, ROW_THREADS),), (ROW_THREADS,), (*args, None))
         launch(decay_kernel, (blocks(n, ROW_THREADS),), (ROW_THREADS,), (*args, decay))
     final = scores.detach()[order].to(torch.float64) * decay

@@ -12,7 +12,7 @@ far apart can be picked at once. Three steps:
   factor for factor;
 - the picks sorted by final score (ties by lower index): the definition's order.
 
-Two paths (``choose_path``; ``path=`` forces one): "one_block" (chosen up to ``BLOCK_MAX_N``
+Three paths (``choose_path``; ``path=`` forces one): "one_block" (chosen up to ``BLOCK_MAX_N``
 boxes, ``LINEAR_BLOCK_MAX_N`` with the linear kernel; forced up to ``ONE_BLOCK_CAPACITY``):
 ``soft_rows_kernel`` lists each box's neighbours into a row of N slots, then ``soft_block_kernel`` runs the rounds and the sort in
 one block, shared memory holding the boxes' state: one wait. "rounds": ``soft_pairs_kernel``
@@ -38,7 +38,7 @@ from nmsbench.families import SOFT_PARAMS
 from nmsbench.registry import register
 
 from ._cuda import (CUDA_DTYPES, CudaModule, blocks, device_index, grid_barrier_address, host_count, kept_count,
-                    on_torch_stream, opted_in_shared_limit)
+                    on_torch_stream, opted_in_shared_limit, resident_blocks)
 
 # Rows per block and columns per chunk of the pair kernel; threads of the rounds kernel and
 # of the one-block kernel (NVRTC -D).
@@ -108,20 +108,10 @@ def choose_path(n: int, dtype: torch.dtype = torch.float32, padded: bool = False
     limit = LINEAR_BLOCK_MAX_N if kernel == "linear" else BLOCK_MAX_N
     return "one_block" if n <= limit and _refuses("one_block", n, dtype, device) is None else "rounds"
 
-_resident: dict[tuple[torch.dtype, int], int] = {}  # (dtype, device index) -> rounds blocks resident at once
-
-
 def rounds_grid(n: int, dtype: torch.dtype, device: torch.device) -> int:
     """Blocks of the cooperative rounds launch at ``n``: BOXES_PER_WARP boxes a warp, at
     most what the GPU holds at once (a cooperative launch needs them all resident)."""
-    index = device_index(device)
-    resident = _resident.get((dtype, index))
-    if resident is None:
-        from cupy_backends.cuda.api import driver
-
-        kernel = CUDA_MODULE.get("soft_rounds_kernel", dtype, device)
-        per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, ROUND_THREADS, 0)
-        resident = _resident[dtype, index] = per_sm * torch.cuda.get_device_properties(index).multi_processor_count
+    resident = resident_blocks(CUDA_MODULE.get("soft_rounds_kernel", dtype, device), ROUND_THREADS, device)
     if resident == 0:
         raise RuntimeError("soft_rounds: this GPU cannot hold one block of its rounds kernel")
     return min(resident, blocks(n, ROUND_THREADS // 32 * BOXES_PER_WARP))
@@ -154,9 +144,8 @@ def grid_decay_graph(launch, boxes, labels, linear: bool, iou_threshold: float):
     from .overlap_graph import graph_rows
 
     above = float(np.nextafter(iou_threshold, -np.inf)) if linear and iou_threshold > 0 else 0.0
-    indptr, indices = graph_rows(launch, boxes, labels, above, higher_only=False)
-    pairs = int(indices.numel())
-    return indptr, indices if pairs else torch.empty(1, dtype=torch.int32, device=boxes.device), 1, pairs
+    indptr, indices, pairs = graph_rows(launch, boxes, labels, above, higher_only=False)
+    return indptr, indices, 1, pairs
 
 
 def soft_rounds_state(boxes, scores, labels, *, iou_threshold, kernel, sigma, score_threshold, grid: bool = False):

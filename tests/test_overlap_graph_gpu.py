@@ -85,7 +85,7 @@ def test_rows_equal_the_cpu_grid_rows_both_ways():
         expected = rows_on_device_grid(boxes.boxes, boxes.labels, above)
         for higher_only in (False, True):
             with on_torch_stream(cuda.boxes.device) as launch:
-                indptr, indices = overlap_graph.graph_rows(launch, cuda.boxes, cuda.labels, above, higher_only)
+                indptr, indices, _ = overlap_graph.graph_rows(launch, cuda.boxes, cuda.labels, above, higher_only)
             indptr, indices = indptr.cpu().numpy(), indices.cpu().numpy()
             got = [set(indices[indptr[i]:indptr[i + 1]].tolist()) for i in range(len(expected))]
             want = [{j for j in row if j < i} if higher_only else row for i, row in enumerate(expected)]
