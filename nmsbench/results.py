@@ -29,12 +29,13 @@ from pathlib import Path
 
 import torch
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 CASE_COLUMNS = [
     "impl", "family", "device", "dtype", "timer", "scenario", "overlap", "classes", "n",
     "iou_threshold", "seed", "params",
-    # schema 2: which benchmark ("nms": `nmsbench sweep`; "pipeline": `nmsbench pipeline`),
+    # schema 2: which benchmark ("nms": `nmsbench sweep`; "pipeline": `nmsbench pipeline`; from
+    # schema 8 "accuracy": `nmsbench accuracy`),
     # the recording (real scenario / real pipeline source), the real scenario's cap on n,
     # and the pipeline's batch size and stage (decode, nms, total)
     "benchmark", "image", "input_size", "n_cap", "batch", "stage",
@@ -66,6 +67,11 @@ MEASURE_COLUMNS = [
     # the Jaccard of the two kept sets, and the largest relative difference of the final
     # scores or moved boxes over the boxes both keep
     "family_ref", "family_jaccard", "family_max_diff",
+    # schema 8, accuracy rows (`nmsbench accuracy`): COCO AP@[.5:.95], AP50, AP75 and AR@100 of
+    # the detections (fractions 0..1), AR@100 over the crowded images only (see
+    # nmsbench.accuracy.CROWDED_IOU), the images scored, the detections kept over all of them,
+    # and the source's parameters (JSON: the noise model's, or the files of a COCO source)
+    "ap", "ap50", "ap75", "ar100", "ar100_crowded", "images", "detections", "source_params",
 ]
 # columns a schema-1 file lacks, and their value for its rows (all of which are sweeps)
 ADDED_IN_SCHEMA_2 = ("benchmark", "image", "input_size", "n_cap", "batch", "stage", "candidates", "mismatched")
@@ -75,6 +81,8 @@ ADDED_IN_SCHEMA_4 = ("blocks", "rounds", "round_spread", "noise")
 ADDED_IN_SCHEMA_5 = ("span_us", "span_iqr_us", "launches", "copies", "syncs")
 ADDED_IN_SCHEMA_6 = ("canvas",)
 ADDED_IN_SCHEMA_7 = ("family_ref", "family_jaccard", "family_max_diff")  # read as "" and NaN before
+ADDED_IN_SCHEMA_8 = ("ap", "ap50", "ap75", "ar100", "ar100_crowded", "images", "detections", "source_params")
+TEXT_ADDED = ("family_ref", "source_params")  # added columns an older file's rows read as "" (the others as NaN)
 EVENT_TIMER_RENAMED_IN = 5  # rows of older schemas with timer "device" timed CUDA events: read as "events"
 ENV_COLUMNS = [
     "machine", "cpu", "gpu", "driver", "cuda", "torch", "torchvision", "cupy", "numba",
@@ -342,14 +350,15 @@ def open_for_resume(path, env: dict, benchmark: str = "nms") -> set:
 
 
 # read as text: a CUDA version "12.10" is not the number 12.1
-TEXT_COLUMNS = ["params", "error", "benchmark", "image", "stage", "noise", "canvas", "family_ref", *ENV_COLUMNS]
+TEXT_COLUMNS = ["params", "error", "benchmark", "image", "stage", "noise", "canvas", "family_ref", "source_params",
+                *ENV_COLUMNS]
 
 
 def read_results(path, name: str | None = None) -> "pandas.DataFrame":
     """Load a results CSV (a path or a file-like object), or raise ValueError naming what
     makes it not one; ``name`` is what messages call it (default: ``path``).
 
-    Older files (schema 1 to 5) gain the columns added since, empty (``benchmark`` = "nms";
+    Older files (schema 1 to 7) gain the columns added since, empty (``benchmark`` = "nms";
     ``canvas`` = "fixed" for synthetic scenarios), and their ``device`` rows (schema 1 to 4),
     which timed CUDA events, are read as ``events`` rows.
     A partial last line (a run killed while writing it) is dropped with a
@@ -375,7 +384,7 @@ def read_results(path, name: str | None = None) -> "pandas.DataFrame":
         frame["canvas"] = frame["scenario"].isin(SYNTHETIC).map({True: "fixed", False: ""})
     for column in COLUMNS:
         if column not in frame.columns:
-            frame[column] = SCHEMA_1_DEFAULTS.get(column, "" if column == "family_ref" else float("nan"))
+            frame[column] = SCHEMA_1_DEFAULTS.get(column, "" if column in TEXT_ADDED else float("nan"))
     renamed = pd.to_numeric(frame["schema_version"], errors="coerce").lt(EVENT_TIMER_RENAMED_IN) & frame["timer"].eq("device")
     if renamed.any():
         frame.loc[renamed, "timer"] = "events"
