@@ -553,15 +553,18 @@ def pipeline_color_map(names: Sequence[str]) -> dict[str, str]:
     return colors
 
 
-def _pipeline_label(dim: str, value) -> str:
+def _panel_label(dim: str, value) -> str:
+    """A panel title's part: a pipeline's knob is its confidence threshold; N of accuracy rows counts candidates."""
     if dim == "overlap":
         return f"conf {value:g}"
+    if dim == "n":
+        return f"{value:,.0f} candidates"
     if dim in ("scenario", "device", "stage"):
         return str(value)
     return tables._fmt_dim(dim, value)
 
 
-def _pipeline_panels(rows: pd.DataFrame, dims: Sequence[str]) -> tuple[list[tuple[str, pd.DataFrame]], list[str]]:
+def _group_panels(rows: pd.DataFrame, dims: Sequence[str]) -> tuple[list[tuple[str, pd.DataFrame]], list[str]]:
     """One (title, rows) per combination of the ``dims`` that vary (what the ones before
     determine left out), and those dims."""
     used = tables.group_dims(rows, dims)
@@ -570,7 +573,7 @@ def _pipeline_panels(rows: pd.DataFrame, dims: Sequence[str]) -> tuple[list[tupl
     panels = []
     for values, part in rows.groupby(used, sort=True, dropna=False):
         values = values if isinstance(values, tuple) else (values,)
-        panels.append((" · ".join(_pipeline_label(d, v) for d, v in zip(used, values)), part))
+        panels.append((" · ".join(_panel_label(d, v) for d, v in zip(used, values)), part))
     return panels, used
 
 
@@ -609,7 +612,7 @@ def pipeline_time_per_image(frame: pd.DataFrame, *, stage: str = "total", colors
     rows = rows[rows["stage"] == stage]
     if rows.empty:
         return empty_figure(f"No measured pipeline rows (stage {stage}) in this selection.")
-    panels, used = _pipeline_panels(rows, ["scenario", "overlap"])
+    panels, used = _group_panels(rows, ["scenario", "overlap"])
     rows = tables.add_series(rows, [d for d in tables.PIPELINE_DIMS if d not in ("scenario", "overlap", "stage")], shown_by=used)
     panels = [(t, rows.loc[part.index]) for t, part in panels]
     styles = _pipeline_styles(rows, colors)
@@ -652,7 +655,7 @@ def pipeline_stage_bars(frame: pd.DataFrame, *, title: str | None = None, max_co
     rows = rows[rows["stage"].isin(tables.PIPELINE_STAGES)]
     if rows.empty:
         return empty_figure("No measured pipeline rows in this selection.")
-    panels, _ = _pipeline_panels(rows, ["scenario", "overlap", "device", "timer", "hardware", "threads", "input_size",
+    panels, _ = _group_panels(rows, ["scenario", "overlap", "device", "timer", "hardware", "threads", "input_size",
                                         "iou_threshold", "params", "git_commit"])
     cols = _pipeline_cols(len(panels), max_cols)
     grid_rows = math.ceil(len(panels) / cols)
@@ -716,7 +719,7 @@ def pipeline_cpu_vs_gpu(frame: pd.DataFrame, *, colors=None, title: str | None =
         return None
     pairs["ratio"] = pairs["cpu_us"] / pairs["cuda_us"]
     pairs["device"] = "cuda"
-    panels, used = _pipeline_panels(pairs, ["scenario", "overlap"])
+    panels, used = _group_panels(pairs, ["scenario", "overlap"])
     pairs = tables.add_series(pairs, ["machine", "threads", "input_size", "iou_threshold", "params", "git_commit"], shown_by=used)
     panels = [(t, pairs.loc[part.index]) for t, part in panels]
     styles = _pipeline_styles(pairs, colors)
@@ -741,6 +744,82 @@ def pipeline_cpu_vs_gpu(frame: pd.DataFrame, *, colors=None, title: str | None =
     fig.update_yaxes(type="log", title_text="CPU time / GPU time (×)")
     fig.update_layout(meta={"figure": "pipeline_cpu_vs_gpu"})
     return _finish(fig, grid_rows, title, legend_title="pipeline")
+
+
+# --- accuracy beside speed (`nmsbench accuracy` rows) ----------------------------------
+
+FRONT_COLOR = "#444444"
+ACCURACY_TIME_AXIS = "median NMS time per image (µs)"
+
+
+def _accuracy_text(point) -> str:
+    """A point's hover line of every metric, in %, "–" where the row has none."""
+    values = [f"{label} {'–' if pd.isna(point[m]) else f'{100 * point[m]:.1f}'}" for m, label in tables.ACCURACY_METRICS.items()]
+    return " · ".join(values[:3]) + "<br>" + " · ".join(values[3:])
+
+
+def pareto(frame: pd.DataFrame, metric: str = "ap", *, colors=None, title: str | None = None, max_cols: int = 3) -> go.Figure:
+    """Accuracy against speed: ``metric`` (AP, AP50, AP75, AR100 or AR100-crowded, in %)
+    against the median NMS time per image (log axis), one marker per implementation x
+    setting (parameters, IoU threshold), coloured and shaped per implementation, and the
+    Pareto front (the highest metric for the least time, :func:`nmsbench.tables.pareto_front`)
+    as a step line: the best reachable at each time budget. One panel per source, device,
+    machine, ... where the selection has several. Error and skipped rows, and settings
+    without a value of the metric, are not drawn; the layout's meta counts them."""
+    points = tables.accuracy_points(frame, metric)
+    label = tables.ACCURACY_LONG_NAMES[metric]
+    rows = tables.accuracy_rows(frame)
+    unmeasured = len(rows) - len(ok_rows(rows))
+    drawn = points[points[metric].notna()]
+    missing = sorted(set(points.loc[points[metric].isna(), "variant"]))
+    if drawn.empty:
+        why = (f"no {label} value" if len(points) else "no measured (status ok) accuracy rows")
+        return empty_figure(f"Nothing to draw: the selection has {why}.")
+    drawn = drawn.assign(value=100 * drawn[metric], numbers=[_accuracy_text(p) for _, p in drawn.iterrows()],
+                         on_front=drawn["front"].map({True: "on the Pareto front", False: "not on the front"}),
+                         iou=drawn["iou_threshold"].map(lambda v: f"IoU {v:g}"))
+    colors = {**color_map(list(drawn["impl"].unique())), **(colors or {})}
+    panels, _ = _group_panels(drawn, points.attrs["groups"])
+    fig, positions, grid_rows = _grid([p[0] for p in panels], max_cols=max_cols)
+    order = list(dict.fromkeys(drawn["impl"]))  # accuracy_points' order: the baseline first
+    shown: set = set()
+    for (_, part), (r, c) in zip(panels, positions):
+        front = part[part["front"]].sort_values(["median_us", "value"])
+        # the step runs on at the last front point's level to the slowest setting: the best within each budget
+        xs = [*front["median_us"], part["median_us"].max()]
+        ys = [*front["value"], front["value"].iloc[-1]]
+        fig.add_trace(go.Scatter(
+            x=xs, y=ys, mode="lines", name="Pareto front", legendgroup="front", showlegend="front" not in shown,
+            line=dict(shape="hv", color=FRONT_COLOR, width=1.5, dash="dash"), hoverinfo="skip",
+            meta={"role": "front", "points": len(front), "variants": front["variant"].tolist()},
+        ), row=r, col=c)
+        fig.add_trace(go.Scatter(  # a ring around each front point, whatever its marker's colour
+            x=front["median_us"], y=front["value"], mode="markers", name="Pareto front", legendgroup="front", showlegend=False,
+            marker=dict(symbol="circle-open", size=20, color=FRONT_COLOR, line=dict(width=1.5)), hoverinfo="skip",
+            meta={"role": "front rings"},
+        ), row=r, col=c)
+        shown.add("front")
+        for impl in sorted(part["impl"].unique(), key=order.index):
+            mine = part[part["impl"] == impl]
+            color, symbol = colors[impl], impl_style(impl)[1]
+            fig.add_trace(go.Scatter(
+                x=mine["median_us"], y=mine["value"], mode="markers", name=impl, legendgroup=impl,
+                showlegend=impl not in shown,
+                marker=dict(size=11, color=color, symbol=symbol, line=dict(width=0)),
+                customdata=mine[["variant", "iou", "iqr_us", "numbers", "images", "on_front"]].to_numpy(),
+                hovertemplate=(f"<b>%{{customdata[0]}}</b> · %{{customdata[1]}}<br>{label} %{{y:.1f}}"
+                               "<br>%{x:,.4g} µs per image (IQR %{customdata[2]:,.3g})<br>%{customdata[3]}"
+                               "<br>%{customdata[4]:,.0f} images · %{customdata[5]}<extra></extra>"),
+                meta={"role": "points", "impl": impl, "variants": mine["variant"].tolist(),
+                      "front": mine["front"].tolist()},
+            ), row=r, col=c)
+            shown.add(impl)
+    fig.update_xaxes(type="log", title_text=ACCURACY_TIME_AXIS)
+    _log_ticks(fig, drawn["median_us"], axis="x")
+    fig.update_yaxes(title_text=f"{label} (%)")
+    fig.update_layout(meta={"figure": "pareto", "metric": metric, "settings": len(drawn), "front": int(drawn["front"].sum()),
+                            "without_metric": missing, "not_measured": unmeasured})
+    return _finish(fig, grid_rows, title)
 
 
 def style_for_print(fig: go.Figure, *, width: int | None = None, height: int | None = None) -> go.Figure:
