@@ -1,4 +1,4 @@
-"""The command line: ``nmsbench list``, ``nmsbench sweep`` and ``nmsbench pipeline``."""
+"""The command line: ``nmsbench list``, ``nmsbench sweep``, ``nmsbench pipeline`` and ``nmsbench accuracy``."""
 
 from __future__ import annotations
 
@@ -83,6 +83,7 @@ def main():
     nmsbench list                                 what is registered, and what runs here
     nmsbench sweep --n 64..1024 --device cpu      time every variant, write a tidy CSV
     nmsbench pipeline --batch 1,8,32              time post-processing, raw detector output -> detections
+    nmsbench accuracy --images 200                COCO AP/AR of each NMS beside its time per image
     """
     _show_partial_row_warnings()
 
@@ -714,10 +715,12 @@ def _write_or_echo(text: str, out: Path | None, summary: str) -> None:
 
 # --- subcommands defined in their own modules, registered here (none of them imports this one)
 
+from .accuracy_cli import accuracy_command  # noqa: E402
 from .diff_cli import diff_command  # noqa: E402
 from .pipeline_cli import pipeline_command  # noqa: E402
 
 main.add_command(pipeline_command)
+main.add_command(accuracy_command)
 main.add_command(diff_command)
 main.restore_signals = _previous  # given back when the command starts
 

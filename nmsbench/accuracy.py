@@ -1,0 +1,423 @@
+"""NMS scored as a detector is: pre-NMS candidates per image, NMS per image, COCO metrics.
+
+A source (:class:`AccuracySource`) holds each image's candidates (boxes, scores, category
+ids) and the ground truth as a COCO instances dataset. :func:`detect` runs one
+implementation through ``nmsbench.run_nms`` on every image (class-aware: only candidates
+of one category suppress each other), timing each call, and keeps the ``max_det`` best
+detections per image by final score (decayed scores for Matrix NMS and Soft-NMS, moved
+boxes for weighted NMS). :func:`coco_metrics` scores them with a COCO evaluator:
+faster-coco-eval where installed, else pycocotools; never a hand-written AP.
+
+Sources: :func:`synthetic_source` (``nmsbench.datasets.scenes``) and :func:`coco_source`
+(a COCO results-format candidates file and a COCO instances annotations file, both
+validated entry by entry).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import numbers
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from .api import run_nms
+
+MAX_DETECTIONS = 100  # per image, COCO's AR@100 and detectors' usual max_per_img
+# An image is crowded when two of its ground-truth objects of one category overlap with
+# IoU above this: there class-aware greedy NMS at its usual thresholds can suppress a
+# true object's best candidate with its neighbour's.
+CROWDED_IOU = 0.3
+METRICS = ("ap", "ap50", "ap75", "ar100", "ar100_crowded")
+
+
+@dataclass
+class ImageCandidates:
+    """One image's pre-NMS candidates: boxes (N, 4) x1, y1, x2, y2, scores (N,), category ids (N,)."""
+
+    image_id: int
+    boxes: torch.Tensor
+    scores: torch.Tensor
+    labels: torch.Tensor
+
+
+@dataclass
+class AccuracySource:
+    """Candidates per image (in the order they are processed) and the COCO ground truth."""
+
+    name: str  # the rows' scenario column
+    images: list[ImageCandidates]
+    ground_truth: dict  # COCO instances: images, annotations, categories
+    source_params: str  # JSON: the noise model's parameters, or the files
+    image: str = ""  # the rows' image column (a COCO source: the candidates file's name)
+    seed: object = ""
+    crowded: list[int] = field(default_factory=list)  # ids of the crowded images (CROWDED_IOU)
+
+    @property
+    def n(self) -> int:
+        """Candidates over all images."""
+        return sum(int(im.scores.numel()) for im in self.images)
+
+    @property
+    def classes(self) -> int:
+        return len(self.ground_truth["categories"])
+
+    def to(self, device: str) -> "AccuracySource":
+        images = [ImageCandidates(im.image_id, im.boxes.to(device), im.scores.to(device), im.labels.to(device))
+                  for im in self.images]
+        return AccuracySource(self.name, images, self.ground_truth, self.source_params, self.image, self.seed,
+                              self.crowded)
+
+
+# --- sources
+
+
+def _split_by_image(image_ids, index, boxes, scores, labels) -> list[ImageCandidates]:
+    """Per image (``image_ids[k]`` for index k) its rows of the arrays; ``index`` sorted."""
+    bounds = np.searchsorted(index, np.arange(len(image_ids) + 1))
+    tb, ts, tl = torch.from_numpy(boxes), torch.from_numpy(scores), torch.from_numpy(labels)
+    return [ImageCandidates(int(image_id), tb[a:b], ts[a:b], tl[a:b])
+            for image_id, a, b in zip(image_ids, bounds[:-1], bounds[1:])]
+
+
+def _xywh(boxes: np.ndarray) -> np.ndarray:
+    return np.concatenate([boxes[:, :2], boxes[:, 2:] - boxes[:, :2]], axis=1)
+
+
+def synthetic_source(kind: str, images: int = 200, seed: int = 0, model=None) -> AccuracySource:
+    """Scenes of ``kind`` (``nmsbench.datasets.scenes.KINDS``) as a source; image ids
+    1..images; ``model``: another ``NoiseModel`` than the kind's."""
+    from .datasets.scenes import generate_scenes
+
+    scenes = generate_scenes(kind, images, seed, model)
+    gt_xywh = _xywh(scenes.gt_boxes.astype(np.float64))
+    ids = np.arange(1, scenes.images + 1)
+    ground_truth = {
+        "images": [{"id": int(i), "width": scenes.model.image_size, "height": scenes.model.image_size} for i in ids],
+        "categories": [{"id": c, "name": f"class {c}"} for c in range(1, scenes.model.classes + 1)],
+        "annotations": [{"id": k + 1, "image_id": int(scenes.gt_image[k]) + 1, "category_id": int(scenes.gt_labels[k]),
+                         "bbox": [float(v) for v in gt_xywh[k]], "area": float(gt_xywh[k, 2] * gt_xywh[k, 3]),
+                         "iscrowd": 0} for k in range(len(gt_xywh))],
+    }
+    per_image = _split_by_image(ids, scenes.image, scenes.boxes, scenes.scores, scenes.labels)
+    return AccuracySource(kind, per_image, ground_truth, scenes.model.to_json(), seed=seed,
+                          crowded=crowded_images(ground_truth))
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _bbox_problem(value) -> Optional[str]:
+    """Why ``value`` is not a COCO bbox [x, y, w, h] (None when it is one)."""
+    if not isinstance(value, (list, tuple)) or len(value) != 4:
+        return f"must be a list of 4 numbers [x, y, width, height], got {value!r}"
+    if not all(_is_number(v) for v in value):
+        return f"must hold 4 finite numbers [x, y, width, height], got {value!r}"
+    if value[2] < 0 or value[3] < 0:
+        return f"width and height must be >= 0, got {value!r}"
+    return None
+
+
+def _read_json(path: Path, what: str):
+    try:
+        return json.loads(Path(path).read_text())
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read the {what} ({e.strerror or e})") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: the {what} are not valid JSON ({e})") from None
+
+
+def load_annotations(path) -> dict:
+    """A COCO instances file, checked: a clean ground-truth dict (images, categories,
+    annotations with id, image_id, category_id, bbox, area, iscrowd), or a ValueError
+    naming the file, the entry and the field."""
+    path = Path(path)
+    data = _read_json(path, "annotations")
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a COCO instances object with images, annotations and categories, "
+                         f"got a JSON {type(data).__name__}")
+    for key in ("images", "annotations", "categories"):
+        if not isinstance(data.get(key), list):
+            raise ValueError(f"{path}: '{key}' must be a list (a COCO instances file has images, annotations and "
+                             f"categories)")
+
+    def ids(key: str) -> list[int]:
+        seen: set[int] = set()
+        for i, entry in enumerate(data[key]):
+            value = entry.get("id") if isinstance(entry, dict) else None
+            if not _is_int(value):
+                raise ValueError(f"{path}: {key}[{i}], field 'id': must be a whole number, got {value!r}")
+            if value in seen:
+                raise ValueError(f"{path}: {key}[{i}], field 'id': {value} appears twice")
+            seen.add(value)
+        return [int(entry["id"]) for entry in data[key]]
+
+    images, categories = ids("images"), ids("categories")
+    image_set, category_set = set(images), set(categories)
+    annotations = []
+    for i, entry in enumerate(data["annotations"]):
+        where = f"{path}: annotations[{i}]"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where}: must be an object, got {entry!r}")
+        if entry.get("image_id") not in image_set or not _is_int(entry.get("image_id")):
+            raise ValueError(f"{where}, field 'image_id': {entry.get('image_id')!r} is not an id of its images")
+        if entry.get("category_id") not in category_set or not _is_int(entry.get("category_id")):
+            raise ValueError(f"{where}, field 'category_id': {entry.get('category_id')!r} is not an id of its categories")
+        problem = _bbox_problem(entry.get("bbox"))
+        if problem:
+            raise ValueError(f"{where}, field 'bbox': {problem}")
+        x, y, w, h = (float(v) for v in entry["bbox"])
+        area = entry.get("area", w * h)
+        if not _is_number(area) or area < 0:
+            raise ValueError(f"{where}, field 'area': must be a number >= 0, got {area!r}")
+        crowd = entry.get("iscrowd", 0)
+        if crowd not in (0, 1) or isinstance(crowd, bool):
+            raise ValueError(f"{where}, field 'iscrowd': must be 0 or 1, got {crowd!r}")
+        annotation_id = entry.get("id", i + 1)
+        if not _is_int(annotation_id):
+            raise ValueError(f"{where}, field 'id': must be a whole number, got {annotation_id!r}")
+        annotations.append({"id": int(annotation_id), "image_id": int(entry["image_id"]),
+                            "category_id": int(entry["category_id"]), "bbox": [x, y, w, h], "area": float(area),
+                            "iscrowd": int(crowd)})
+    if len({a["id"] for a in annotations}) != len(annotations):
+        raise ValueError(f"{path}: annotations: ids must be unique (or all left out)")
+    return {"images": [{"id": i} for i in images], "categories": [{"id": c} for c in categories],
+            "annotations": annotations}
+
+
+def load_candidates(path, ground_truth: dict, annotations_name: str = "the annotations"):
+    """A COCO results-format candidates file (a list of {image_id, category_id, bbox
+    [x, y, w, h], score}) checked against ``ground_truth``: arrays (image ids, boxes x1, y1,
+    x2, y2 float32, scores float32, category ids), or a ValueError naming the file, the
+    entry and the field."""
+    path = Path(path)
+    data = _read_json(path, "candidates")
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: expected a list of candidates in COCO results format "
+                         f"([{{image_id, category_id, bbox, score}}, ...]), got a JSON {type(data).__name__}")
+    images = {im["id"] for im in ground_truth["images"]}
+    categories = {c["id"] for c in ground_truth["categories"]}
+    count = len(data)
+    image_ids = np.empty(count, dtype=np.int64)
+    labels = np.empty(count, dtype=np.int64)
+    boxes = np.empty((count, 4), dtype=np.float64)
+    scores = np.empty(count, dtype=np.float64)
+    for i, entry in enumerate(data):
+        where = f"{path}: entry {i}"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where}: must be an object {{image_id, category_id, bbox, score}}, got {entry!r}")
+        for key in ("image_id", "category_id", "bbox", "score"):
+            if key not in entry:
+                raise ValueError(f"{where}, field '{key}': missing")
+        image_id, category, bbox, score = entry["image_id"], entry["category_id"], entry["bbox"], entry["score"]
+        if not _is_int(image_id) or image_id not in images:
+            raise ValueError(f"{where}, field 'image_id': {image_id!r} is not an image of {annotations_name}")
+        if not _is_int(category) or category not in categories:
+            raise ValueError(f"{where}, field 'category_id': {category!r} is not a category of {annotations_name}")
+        problem = _bbox_problem(bbox)
+        if problem:
+            raise ValueError(f"{where}, field 'bbox': {problem}")
+        if not _is_number(score):
+            raise ValueError(f"{where}, field 'score': must be a finite number, got {score!r}")
+        image_ids[i], labels[i], scores[i] = image_id, category, score
+        boxes[i] = bbox
+    boxes[:, 2:] += boxes[:, :2]
+    if count and not np.isfinite(boxes.astype(np.float32)).all():
+        i = int(np.flatnonzero(~np.isfinite(boxes.astype(np.float32)).all(axis=1))[0])
+        raise ValueError(f"{path}: entry {i}, field 'bbox': {data[i]['bbox']!r} does not fit in float32")
+    return image_ids, boxes.astype(np.float32), scores.astype(np.float32), labels
+
+
+def coco_source(candidates, annotations, image_ids: Optional[list[int]] = None) -> AccuracySource:
+    """Candidates and ground truth from COCO files; ``image_ids``: only these images (in
+    this order; default: every image of the annotations, in their order)."""
+    candidates, annotations = Path(candidates), Path(annotations)
+    ground_truth = load_annotations(annotations)
+    known = [im["id"] for im in ground_truth["images"]]
+    # checked against every image of the annotations, also those --image-ids leaves out
+    ids, boxes, scores, labels = load_candidates(candidates, ground_truth, annotations.name)
+    if image_ids is not None:
+        missing = [i for i in image_ids if i not in set(known)]
+        if missing:
+            raise ValueError(f"{annotations}: has no image with id {', '.join(map(str, missing[:10]))}"
+                             f"{' ...' if len(missing) > 10 else ''} (--image-ids)")
+        if len(set(image_ids)) != len(image_ids):
+            raise ValueError(f"--image-ids names an image twice: {', '.join(map(str, image_ids))}")
+        chosen = set(image_ids)
+        ground_truth = {"images": [im for im in ground_truth["images"] if im["id"] in chosen],
+                        "categories": ground_truth["categories"],
+                        "annotations": [a for a in ground_truth["annotations"] if a["image_id"] in chosen]}
+    order = list(image_ids) if image_ids is not None else known
+    # each candidate's image position in the processing order (-1: an image left out)
+    position = {image_id: k for k, image_id in enumerate(order)}
+    index = np.array([position.get(int(i), -1) for i in ids], dtype=np.int64)
+    inside = index >= 0
+    sort = np.argsort(index[inside], kind="stable")
+    per_image = _split_by_image(order, index[inside][sort], boxes[inside][sort], scores[inside][sort],
+                                labels[inside][sort])
+    params = json.dumps({"candidates": candidates.name, "annotations": annotations.name}, sort_keys=True)
+    return AccuracySource("coco", per_image, ground_truth, params, image=candidates.name,
+                          crowded=crowded_images(ground_truth))
+
+
+def crowded_images(ground_truth: dict, threshold: float = CROWDED_IOU) -> list[int]:
+    """Ids of the images where two ground-truth objects of one category overlap with IoU >
+    ``threshold`` (crowd annotations, ``iscrowd`` 1, left out)."""
+    from torchvision.ops import box_iou
+
+    by_key: dict[tuple[int, int], list] = {}
+    for a in ground_truth["annotations"]:
+        if not a.get("iscrowd", 0):
+            by_key.setdefault((a["image_id"], a["category_id"]), []).append(a["bbox"])
+    crowded = set()
+    for (image_id, _), bboxes in by_key.items():
+        if len(bboxes) < 2 or image_id in crowded:
+            continue
+        b = torch.tensor(bboxes, dtype=torch.float64)
+        b[:, 2:] += b[:, :2]
+        iou = box_iou(b, b).triu(diagonal=1)
+        if bool((iou > threshold).any()):
+            crowded.add(image_id)
+    return [im["id"] for im in ground_truth["images"] if im["id"] in crowded]
+
+
+# --- NMS per image
+
+
+@dataclass
+class Detections:
+    """One implementation's output over a source: COCO results rows (image_id, x, y, w, h,
+    score, category_id), the time of each call (ns) and the boxes NMS kept before the cap."""
+
+    rows: np.ndarray
+    times_ns: np.ndarray
+    kept: int
+
+
+def detect(name: str, source: AccuracySource, iou_threshold: float, params: dict | None = None,
+           max_det: int = MAX_DETECTIONS) -> Detections:
+    """Run implementation ``name`` on every image of ``source`` (on the device its tensors
+    are on) through ``nmsbench.run_nms``, timing each call (CUDA synchronized before and
+    after), and keep each image's ``max_det`` best detections by final score. A first,
+    untimed call on the largest image compiles what the backend compiles."""
+    params = params or {}
+    cuda = bool(source.images) and source.images[0].boxes.is_cuda
+    if source.images:
+        warm = max(source.images, key=lambda im: im.scores.numel())
+        run_nms(name, warm.boxes, warm.scores, iou_threshold=iou_threshold, labels=warm.labels, **params)
+    times = np.empty(len(source.images), dtype=np.int64)
+    rows, kept = [], 0
+    for k, im in enumerate(source.images):
+        if cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter_ns()
+        result = run_nms(name, im.boxes, im.scores, iou_threshold=iou_threshold, labels=im.labels, **params)
+        if cuda:
+            torch.cuda.synchronize()
+        times[k] = time.perf_counter_ns() - start
+        keep = result.keep.cpu()
+        kept += int(keep.numel())
+        scores = (result.scores if result.scores is not None else im.scores[result.keep]).cpu().double()
+        boxes = (result.boxes if result.boxes is not None else im.boxes[result.keep]).cpu().double()
+        labels = im.labels[result.keep].cpu()
+        best = torch.argsort(scores, descending=True, stable=True)[:max_det]
+        b = boxes[best]
+        rows.append(torch.cat([torch.full((len(best), 1), float(im.image_id), dtype=torch.float64),
+                               b[:, :2], b[:, 2:] - b[:, :2], scores[best, None], labels[best, None].double()],
+                              dim=1).numpy())
+    table = np.concatenate(rows) if rows else np.empty((0, 7))
+    return Detections(table, times, kept)
+
+
+# --- scoring
+
+
+def evaluator_name() -> str:
+    """The COCO evaluator :func:`coco_metrics` uses here: faster-coco-eval, else pycocotools."""
+    try:
+        import faster_coco_eval  # noqa: F401
+
+        return "faster-coco-eval"
+    except ImportError:
+        pass
+    try:
+        import pycocotools  # noqa: F401
+
+        return "pycocotools"
+    except ImportError:
+        raise RuntimeError("no COCO evaluator is installed: pip install faster-coco-eval (or pycocotools)") from None
+
+
+def _evaluate(ground_truth: dict, rows: np.ndarray, image_ids: Optional[list[int]] = None) -> np.ndarray:
+    """COCO bbox ``stats`` (the 12 numbers of ``summarize``) of the detection ``rows``
+    (image_id, x, y, w, h, score, category_id), over ``image_ids`` (default: all)."""
+    gt_data = {"images": ground_truth["images"], "categories": ground_truth["categories"],
+               "annotations": ground_truth["annotations"]}
+    empty = {"images": gt_data["images"], "categories": gt_data["categories"], "annotations": []}
+    if evaluator_name() == "faster-coco-eval":
+        from faster_coco_eval import COCO, COCOeval_faster
+
+        def quiet(*args, **kwargs):
+            pass
+
+        gt = COCO(gt_data, use_deepcopy=True, print_function=quiet)
+        dt = gt.loadRes(rows) if len(rows) else COCO(empty, use_deepcopy=True, print_function=quiet)
+        evaluation = COCOeval_faster(gt, dt, "bbox", print_function=quiet)
+    else:
+        from pycocotools.coco import COCO
+        from pycocotools.cocoeval import COCOeval
+
+        with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints its progress
+            gt = COCO()
+            gt.dataset = json.loads(json.dumps(gt_data))
+            gt.createIndex()
+            if len(rows):
+                dt = gt.loadRes(rows)
+            else:  # its loadRes refuses an empty list
+                dt = COCO()
+                dt.dataset = json.loads(json.dumps(empty))
+                dt.createIndex()
+            evaluation = COCOeval(gt, dt, "bbox")
+    if image_ids is not None:
+        evaluation.params.imgIds = list(image_ids)
+    with contextlib.redirect_stdout(io.StringIO()):
+        evaluation.evaluate()
+        evaluation.accumulate()
+        evaluation.summarize()
+    return np.asarray(evaluation.stats, dtype=np.float64)
+
+
+def coco_metrics(ground_truth: dict, rows: np.ndarray, crowded: Optional[list[int]] = None) -> dict:
+    """COCO AP@[.5:.95], AP50, AP75 and AR@100 of the detections ``rows`` (image_id, x, y,
+    w, h, score, category_id), as fractions; ``ar100_crowded``: AR@100 over the ``crowded``
+    images only (NaN when there are none). A metric COCO cannot define (no ground truth) is NaN."""
+    rows = np.asarray(rows, dtype=np.float64).reshape(-1, 7)
+    rows = rows[np.argsort(rows[:, 0], kind="stable")]  # image by image, each image's own order kept
+    stats = _evaluate(ground_truth, rows)
+
+    def value(v: float) -> float:
+        return float(v) if v >= 0 else math.nan  # COCO's -1: nothing to score
+
+    metrics = {"ap": value(stats[0]), "ap50": value(stats[1]), "ap75": value(stats[2]), "ar100": value(stats[8])}
+    if crowded:
+        metrics["ar100_crowded"] = value(_evaluate(ground_truth, rows, crowded)[8])
+    else:
+        metrics["ar100_crowded"] = math.nan
+    return metrics
+
+
+__all__ = ["AccuracySource", "CROWDED_IOU", "Detections", "ImageCandidates", "MAX_DETECTIONS", "METRICS", "coco_metrics",
+           "coco_source", "crowded_images", "detect", "evaluator_name", "load_annotations", "load_candidates",
+           "synthetic_source"]
