@@ -6,9 +6,11 @@ use). It reads results only, never runs NMS: the reference runs at the top of
 ``results/`` (or ``$NMSBENCH_RESULTS_DIR``), the user's own runs under ``results/runs/``,
 ``results/archive/`` when asked, and CSVs uploaded in the sidebar. By default each case
 shows its newest measurement per machine (one line per implementation, not per commit);
-a sidebar toggle compares runs. Four views: curves, the post-processing pipeline (time
-per image vs batch, stage costs, CPU vs GPU, agreement), suppression differences (files
-written by ``nmsbench diff``), and the runs' environment with a CSV download.
+a sidebar toggle compares runs. Five views: curves, the post-processing pipeline (time
+per image vs batch, stage costs, CPU vs GPU, agreement), accuracy beside speed (COCO AP
+or AR against time per image, the Pareto front, from ``nmsbench accuracy``), suppression
+differences (files written by ``nmsbench diff``), and the runs' environment with a CSV
+download.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from nmsbench import differences, plots, tables
 from nmsbench.results import PartialRowWarning
 
 APP_DIR = Path(__file__).resolve().parent
-VIEWS = ["Curves", "Pipeline", "Suppression differences", "Environment & data"]
+VIEWS = ["Curves", "Pipeline", "Accuracy", "Suppression differences", "Environment & data"]
 DIFF_COMMAND = "nmsbench diff --scenario clustered --n 512"
 
 
@@ -173,6 +175,14 @@ def pipeline_figures(data_key: tuple, choices_key: tuple, stage: str, devices: t
     }
 
 
+@st.cache_data(show_spinner="Drawing…", max_entries=32)
+def accuracy_figures(data_key: tuple, choices_key: tuple, metric: str, _rows: pd.DataFrame, _colors: dict) -> dict:
+    """The Accuracy view's figure and table from the chosen accuracy rows ``_rows``
+    (``data_key`` and ``choices_key`` name them)."""
+    points = tables.accuracy_points(_rows, metric)
+    return {"pareto": plots.pareto(_rows, metric, colors=_colors), "table": tables.accuracy_table(points)}
+
+
 # --- the page ---------------------------------------------------------------------------
 
 def number_label(value) -> str:
@@ -206,6 +216,9 @@ def curves_view(rows: pd.DataFrame, all_timers: pd.DataFrame, without_impl: pd.D
         skipped = tables.not_measured(rows)
         if not skipped.empty:
             st.dataframe(skipped, hide_index=True, width="stretch")
+        return
+    if set(measured["benchmark"]) == {"accuracy"}:
+        st.info("These are `nmsbench accuracy` rows: the Accuracy tab draws them, AP or AR against time per image.")
         return
     if set(measured["benchmark"]) == {"pipeline"}:
         st.info("These are `nmsbench pipeline` rows, drawn here against N (raw rows per image): the Pipeline tab "
@@ -349,6 +362,65 @@ def pipeline_view(frame: pd.DataFrame, data_key: tuple) -> None:
     if not skipped.empty:
         with st.expander(f"{int(skipped['rows'].sum())} pipeline rows of this selection are not plotted (error or skipped)"):
             st.dataframe(skipped, hide_index=True, width="stretch")
+
+
+def accuracy_view(frame: pd.DataFrame, data_key: tuple, colors: dict) -> None:
+    rows = tables.accuracy_rows(frame)
+    if rows.empty:
+        st.info("No accuracy rows loaded. Score each NMS on images with ground truth (COCO AP and AR beside the time per "
+                "image) with `nmsbench accuracy --out results/accuracy-<machine>.csv` and reload, or upload such a CSV "
+                "in the sidebar.")
+        return
+    measured = tables.ok_rows(rows)
+    st.caption("`nmsbench accuracy` rows: each implementation, parameter set and IoU threshold run per image on a "
+               "source's pre-NMS candidates and scored against its ground truth. This view reads every loaded accuracy "
+               "row with its own filters; the sidebar's apply to the other views.")
+    if measured.empty:
+        st.info("None of the loaded accuracy rows measured anything (all are errors or skipped):")
+        st.dataframe(tables.not_measured(rows), hide_index=True, width="stretch")
+        return
+    c1, c2, c3, c4 = st.columns([1.3, 1.1, 0.9, 2.2])
+    sources = c1.multiselect("Source", tables.options(measured, "scenario"), key="acc_source", placeholder="all")
+    metric = c2.selectbox("Metric", list(tables.ACCURACY_METRICS), key="acc_metric",
+                          format_func=tables.ACCURACY_LONG_NAMES.get)
+    devices = c3.multiselect("Devices", tables.options(measured, "device"), key="acc_devices", placeholder="all")
+    impls = c4.multiselect("Implementations", tables.options(measured, "impl"), key="acc_impls", placeholder="all")
+    selected = tables.select(rows, scenario=sources, device=devices, impl=impls)
+    choices_key = (tuple(sources), tuple(devices), tuple(impls))
+    figures = accuracy_figures(data_key, choices_key, metric, selected, colors)
+    label = tables.ACCURACY_LONG_NAMES[metric]
+    fig = figures["pareto"]
+    meta = fig.layout.meta or {}
+
+    st.subheader(f"{label} vs NMS time per image")
+    st.plotly_chart(fig, key="chart_pareto")
+    st.caption(f"One marker per implementation, parameter set and IoU threshold: {label} of its detections against its "
+               "median NMS time per image (log axis). The dashed step line is the Pareto front: the best "
+               f"{tables.ACCURACY_METRICS[metric]} within each time budget; its settings are ringed (none has more in less "
+               "time). One panel per source and device. Hover a marker for all its numbers.")
+    if meta.get("without_metric"):
+        where = f" ({', '.join(meta['without_metric_in'])})" if meta.get("without_metric_in") else ""
+        st.info(f"{meta['without_metric']} settings have no {label} value and are not drawn{where}"
+                + (": the source has no crowded image." if metric == "ar100_crowded" else "."))
+
+    st.subheader("AP and AR per variant")
+    table = figures["table"]
+    if table.empty:
+        st.info("No measured accuracy rows in this selection.")
+    else:
+        config = {m: st.column_config.NumberColumn(m, format="%.1f") for m in tables.ACCURACY_METRICS.values()}
+        config.update({"µs/image": st.column_config.NumberColumn("µs/image", format="%.4g"),
+                       "IQR µs": st.column_config.NumberColumn("IQR µs", format="%.3g"),
+                       "front": st.column_config.CheckboxColumn(f"front ({tables.ACCURACY_METRICS[metric]})")})
+        st.dataframe(table, hide_index=True, width="stretch", column_config=config, key="acc_table")
+        st.caption(f"Metrics in %, time per image in µs (median and IQR); front: on the Pareto front of "
+                   f"{tables.ACCURACY_METRICS[metric]} against time. `nmsbench export --benchmark accuracy` prints this "
+                   "table (--format latex, markdown or csv); `nmsbench plot --kind pareto` draws the chart for print.")
+
+    skipped = tables.not_measured(selected)
+    if not skipped.empty:
+        with st.expander(f"{int(skipped['rows'].sum())} accuracy rows of this selection are not plotted (error or skipped)"):
+            st.dataframe(skipped, hide_index=True, width="stretch", key="acc_not_measured")
 
 
 def _diff_label(where: str, case) -> str:
@@ -529,7 +601,7 @@ def main() -> None:
                                                          "Compare runs draws every run)."))
     colors = plots.color_map(tables.options(frame, "impl"))
 
-    curves_tab, pipeline_tab, diff_tab, env_tab = st.tabs(VIEWS, key="view", on_change="rerun")
+    curves_tab, pipeline_tab, accuracy_tab, diff_tab, env_tab = st.tabs(VIEWS, key="view", on_change="rerun")
     if curves_tab.open:
         with curves_tab:
             choices_key = tuple(sorted((k, tuple(map(str, v))) for k, v in choices.items())) + (("compare", compare),)
@@ -537,6 +609,9 @@ def main() -> None:
     if pipeline_tab.open:
         with pipeline_tab:
             pipeline_view(frame if compare else tables.latest_runs(frame), data_key + (("compare", compare),))
+    if accuracy_tab.open:
+        with accuracy_tab:
+            accuracy_view(frame if compare else tables.latest_runs(frame), data_key + (("compare", compare),), colors)
     if diff_tab.open:
         with diff_tab:
             differences_view(include_archive)

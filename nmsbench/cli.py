@@ -42,6 +42,7 @@ from .cli_options import (_check_resume, _console, _floats, _split, StoppableGro
 from .registry import describe, implementations  # noqa: E402
 from .results import default_output_path  # noqa: E402
 from .runner import DTYPES, Grid, GridError, run_sweep  # noqa: E402
+from .tables import ACCURACY_METRICS  # noqa: E402
 from .timing import DEFAULT_ROUNDS, DEFAULT_TIMERS, NOISY_RULE, ROUND_SPREAD, round_spread_limit  # noqa: E402
 
 
@@ -470,7 +471,7 @@ def _selected_results(paths, scenarios, impls, devices, timers, baseline=None, b
     frame = tables.select(frame, benchmark=benchmark)
     rows = tables.select(frame, scenario=_split(scenarios), device=_split(devices) if apply_devices else [], timer=_split(timers))
     _check_measured(rows, files)
-    if wants_baseline and baseline is None:
+    if wants_baseline and baseline is None and set(rows["benchmark"]) != {"accuracy"}:  # accuracy tables have no baseline
         baseline = tables.PIPELINE_BASELINE if set(rows["benchmark"]) == {"pipeline"} else tables.DEFAULT_BASELINE
         have_impls = tables.options(frame, "impl")
         families = set(tables.ok_rows(rows)["family"]) if "family" in rows.columns else set()
@@ -511,7 +512,8 @@ SELECTION_OPTIONS = [
     click.option("--baseline", help="Implementation (or pipeline) the speedups are relative to. "
                                     "Default: torchvision; numpy, the reference, for pipeline rows."),
     click.option("--benchmark", "benchmarks", multiple=True,
-                 help="nms (`nmsbench sweep` rows) and/or pipeline (`nmsbench pipeline` rows). Default: nms where the files have any."),
+                 help="nms (`nmsbench sweep` rows), pipeline (`nmsbench pipeline` rows) or accuracy (`nmsbench accuracy` rows). "
+                      "Default: nms where the files have any."),
     click.option("--stage", "stages", multiple=True,
                  help="Pipeline rows: decode, nms and/or total (end to end; the default)."),
 ]
@@ -523,7 +525,14 @@ def _selection_options(fn):
     return fn
 
 
-PLOT_KINDS = ("curves", "time", "speedup", "timers", "memory", "overlap", "pipeline", "pipeline-stages", "pipeline-devices")
+METRIC_OPTION = click.option(
+    "--metric", type=click.Choice(list(ACCURACY_METRICS)),
+    help="Accuracy rows: the metric against time (plot) or whose Pareto front the table marks (export): COCO AP@[.5:.95] "
+         "(ap, the default), AP50, AP75, AR@100 or AR@100 over crowded images.")
+
+
+PLOT_KINDS = ("curves", "time", "speedup", "timers", "memory", "overlap", "pipeline", "pipeline-stages", "pipeline-devices",
+              "pareto")
 PIPELINE_KINDS = ("pipeline", "pipeline-stages", "pipeline-devices")
 
 
@@ -546,12 +555,13 @@ def _stages(stages, *, one: bool = False) -> list[str]:
 @click.option("--kind", type=click.Choice(PLOT_KINDS), default="curves", show_default=True,
               help="curves: time and speedup vs N per scenario; time; speedup; timers: wall vs device; memory; overlap: time vs realized overlap at --at-n. "
                    "Pipeline rows: pipeline: time per image vs batch size (--stage, default total); pipeline-stages: what decode and nms cost; "
-                   "pipeline-devices: CPU time / GPU time.")
+                   "pipeline-devices: CPU time / GPU time. Accuracy rows: pareto: --metric against time per image, the Pareto front drawn.")
+@METRIC_OPTION
 @click.option("--at-n", type=click.IntRange(min=1), help="Box count for --kind overlap. Default: the largest in the selection.")
 @click.option("--width", type=click.IntRange(min=200), help="Width in CSS pixels (PDF/SVG scale with it). Default: by panels.")
 @click.option("--height", type=click.IntRange(min=200), help="Height in CSS pixels. Default: by panels.")
 @click.option("--scale", default=2.0, show_default=True, type=click.FloatRange(min=0.5, max=8), help="PNG pixel density.")
-def plot(results, out, scenarios, impls, devices, timers, baseline, benchmarks, stages, kind, at_n, width, height, scale):
+def plot(results, out, scenarios, impls, devices, timers, baseline, benchmarks, stages, kind, metric, at_n, width, height, scale):
     """Draw the dashboard's curves from RESULTS CSV(s) into a print-styled PDF, PNG or SVG.
 
     \b
@@ -561,6 +571,7 @@ def plot(results, out, scenarios, impls, devices, timers, baseline, benchmarks, 
     nmsbench plot run.csv -o overlap.pdf --kind overlap --at-n 1024
     nmsbench plot pipeline.csv -o per-image.pdf --kind pipeline --scenario real
     nmsbench plot pipeline.csv -o stages.png --kind pipeline-stages
+    nmsbench plot accuracy.csv -o pareto.pdf --kind pareto --metric ar100_crowded --scenario scenes-crowd
     """
     from . import plots, tables
 
@@ -568,6 +579,12 @@ def plot(results, out, scenarios, impls, devices, timers, baseline, benchmarks, 
         raise click.BadParameter(f"{out.name}: choose a .pdf, .png or .svg file name", param_hint="--out")
     if stages and kind not in PIPELINE_KINDS:
         raise click.BadParameter(f"--stage is for the pipeline kinds ({', '.join(PIPELINE_KINDS)})", param_hint="--stage")
+    if metric and kind != "pareto":
+        raise click.BadParameter("--metric is for --kind pareto (accuracy rows)", param_hint="--metric")
+    if kind == "pareto":
+        _plot_pareto(results, out, scenarios, impls, devices, timers, baseline, benchmarks, stages, metric or "ap", width,
+                     height, scale)
+        return
     if kind in PIPELINE_KINDS:
         _plot_pipeline(results, out, scenarios, impls, devices, timers, benchmarks, stages, kind, width, height, scale)
         return
@@ -660,12 +677,46 @@ def _plot_pipeline(results, out, scenarios, impls, devices, timers, benchmarks, 
                   f"{measured['scenario'].nunique()} source(s), batch sizes {', '.join(str(int(b)) for b in tables.options(measured, 'batch'))}")
 
 
+def _refuse_unused(what: str, **given) -> None:
+    """A usage error for an option (``--name``) that ``what`` has no use for, where given."""
+    for name, value in given.items():
+        if value:
+            raise click.BadParameter(f"not used by {what}", param_hint=f"--{name}")
+
+
+def _plot_pareto(results, out, scenarios, impls, devices, timers, baseline, benchmarks, stages, metric, width, height, scale):
+    """`nmsbench plot --kind pareto`: the dashboard's Accuracy tab figure, for print."""
+    from . import plots, tables
+
+    _refuse_unused("--kind pareto", baseline=baseline, stage=stages)
+    if _split(benchmarks) not in ([], ["accuracy"]):
+        raise click.BadParameter("--kind pareto draws `nmsbench accuracy` rows; leave --benchmark out", param_hint="--benchmark")
+    rows, _ = _selected_results(results, scenarios, impls, devices, timers, None, (), default_benchmark="accuracy")
+    rows = _restrict_impls(rows, impls)
+    label = tables.ACCURACY_LONG_NAMES[metric]
+    fig = plots.pareto(rows, metric, colors=plots.color_map(tables.options(rows, "impl")))
+    meta = fig.layout.meta or {}
+    if meta.get("empty"):
+        raise NothingToShow(meta["message"])
+    fig.update_layout(title_text=f"{label} vs NMS time per image (dashed: the Pareto front, ringed: its settings)")
+    panels = sum(1 for name in fig.layout if name.startswith("xaxis"))
+    _write_print(fig, out, width or (1000 if panels == 1 else 1400), height or int(fig.layout.height or 600) + 120, scale)
+    console.print(f"wrote {out} ({out.stat().st_size:,} bytes): pareto of {label}, {meta['settings']} settings, "
+                  f"{meta['front']} on the front, {panels} panel(s)")
+    if meta["without_metric"]:
+        where = f" ({', '.join(meta['without_metric_in'])})" if meta["without_metric_in"] else ""
+        console.print(f"not drawn: {meta['without_metric']} settings without a value of {label}{where}")
+    if meta["not_measured"]:
+        console.print(f"not drawn: {meta['not_measured']} error or skipped rows")
+
+
 @main.command()
 @click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["markdown", "latex", "csv"]), default="markdown", show_default=True)
 @_selection_options
+@METRIC_OPTION
 @click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the table here instead of to stdout.")
-def export(results, fmt, scenarios, impls, devices, timers, baseline, benchmarks, stages, out):
+def export(results, fmt, scenarios, impls, devices, timers, baseline, benchmarks, stages, metric, out):
     """A compact table (N x implementation: median µs and speedup vs --baseline) from RESULTS CSV(s).
 
     \b
@@ -673,17 +724,26 @@ def export(results, fmt, scenarios, impls, devices, timers, baseline, benchmarks
     nmsbench export run.csv --format latex --impl torchvision,allpairs -o table.tex
     nmsbench export run.csv --format csv --device cuda --timer device
     nmsbench export pipeline.csv --benchmark pipeline --stage decode,nms,total
+    nmsbench export accuracy.csv --benchmark accuracy --format latex --scenario scenes-crowd
 
     Rows are grouped by whatever else varies in the selection (device, scenario, ...).
     Pipeline rows give a pipeline x batch size table of µs per image (one call on the
     whole batch / batch size) and the speedup vs --baseline (default numpy, the CPU
     reference: cuda rows compare with it on the CPU of the same machine).
+    Accuracy rows give one row per implementation, parameters and IoU threshold: COCO
+    AP, AP50, AP75, AR@100, AR@100 over crowded images, µs per image and whether it is
+    on the Pareto front of --metric (default ap) against time.
     """
     from . import tables
 
     # every device's rows first: a cuda pipeline row is compared with the numpy reference on the CPU
     rows, baseline = _selected_results(results, scenarios, impls, devices, timers, baseline, benchmarks, wants_baseline=True,
                                        apply_devices=False)
+    if "accuracy" in set(rows["benchmark"]):
+        _export_accuracy(rows, fmt, impls, devices, baseline, stages, metric, out)
+        return
+    if metric:
+        raise click.BadParameter("--metric is for accuracy rows (--benchmark accuracy)", param_hint="--metric")
     if set(rows["benchmark"]) == {"pipeline"}:
         try:
             table = tables.pipeline_table(rows, baseline, impls=_split(impls) or None, stages=_stages(stages),
@@ -702,6 +762,21 @@ def export(results, fmt, scenarios, impls, devices, timers, baseline, benchmarks
         raise NothingToShow("no measured rows of the chosen implementations in the selection")
     _write_or_echo(tables.render_table(table, fmt), out,
                    f"{table['n'].nunique()} box counts x {table['impl'].nunique()} implementations")
+
+
+def _export_accuracy(rows, fmt, impls, devices, baseline, stages, metric, out) -> None:
+    """`nmsbench export` of accuracy rows: one row per group and setting (tables.accuracy_points)."""
+    from . import tables
+
+    if set(rows["benchmark"]) != {"accuracy"}:
+        raise click.BadParameter("accuracy rows make a table of their own: --benchmark accuracy", param_hint="--benchmark")
+    _refuse_unused("an accuracy table", baseline=baseline, stage=stages)
+    rows = _restrict_impls(tables.select(rows, device=_split(devices)), impls)
+    points = tables.accuracy_points(rows, metric or "ap")
+    if points.empty:
+        raise NothingToShow("no measured accuracy rows of the chosen implementations and devices in the selection")
+    _write_or_echo(tables.render_accuracy_table(points, fmt), out,
+                   f"{len(points)} settings of {points['impl'].nunique()} implementations, {int(points['front'].sum())} on the front")
 
 
 def _write_or_echo(text: str, out: Path | None, summary: str) -> None:

@@ -771,7 +771,10 @@ def pareto(frame: pd.DataFrame, metric: str = "ap", *, colors=None, title: str |
     rows = tables.accuracy_rows(frame)
     unmeasured = len(rows) - len(ok_rows(rows))
     drawn = points[points[metric].notna()]
-    missing = sorted(set(points.loc[points[metric].isna(), "variant"]))
+    missing = points[points[metric].isna()]
+    groups = points.attrs["groups"]
+    missing_in = sorted({" · ".join(_panel_label(d, v) for d, v in zip(groups, values))
+                         for values in missing[groups].itertuples(index=False)}) if groups else []
     if drawn.empty:
         why = (f"no {label} value" if len(points) else "no measured (status ok) accuracy rows")
         return empty_figure(f"Nothing to draw: the selection has {why}.")
@@ -779,7 +782,7 @@ def pareto(frame: pd.DataFrame, metric: str = "ap", *, colors=None, title: str |
                          on_front=drawn["front"].map({True: "on the Pareto front", False: "not on the front"}),
                          iou=drawn["iou_threshold"].map(lambda v: f"IoU {v:g}"))
     colors = {**color_map(list(drawn["impl"].unique())), **(colors or {})}
-    panels, _ = _group_panels(drawn, points.attrs["groups"])
+    panels, _ = _group_panels(drawn, groups)
     fig, positions, grid_rows = _grid([p[0] for p in panels], max_cols=max_cols)
     order = list(dict.fromkeys(drawn["impl"]))  # accuracy_points' order: the baseline first
     shown: set = set()
@@ -818,7 +821,7 @@ def pareto(frame: pd.DataFrame, metric: str = "ap", *, colors=None, title: str |
     _log_ticks(fig, drawn["median_us"], axis="x")
     fig.update_yaxes(title_text=f"{label} (%)")
     fig.update_layout(meta={"figure": "pareto", "metric": metric, "settings": len(drawn), "front": int(drawn["front"].sum()),
-                            "without_metric": missing, "not_measured": unmeasured})
+                            "without_metric": len(missing), "without_metric_in": missing_in, "not_measured": unmeasured})
     return _finish(fig, grid_rows, title)
 
 

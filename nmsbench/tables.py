@@ -29,7 +29,7 @@ NUMERIC_COLUMNS = [
     "input_size", "n_cap", "batch", "candidates", "mismatched",  # schema 2
 ]
 TEXT_COLUMNS = ["impl", "family", "device", "dtype", "timer", "scenario", "status", "params", "error",
-                "benchmark", "image", "stage", "canvas", *ENV_COLUMNS]
+                "benchmark", "image", "stage", "canvas", "source_params", *ENV_COLUMNS]
 # What identifies one measured case apart from the implementation: rows that agree on all
 # of these were timed on identical inputs on the same hardware, so their times compare.
 # (Columns a file lacks are left out; schema 2 added benchmark, image, ..., stage.)
@@ -654,7 +654,7 @@ def pipeline_agreement(frame: pd.DataFrame) -> pd.DataFrame:
 # The COCO metrics of an accuracy row (fractions 0..1) and their names in figures and tables.
 ACCURACY_METRICS = {"ap": "AP", "ap50": "AP50", "ap75": "AP75", "ar100": "AR100", "ar100_crowded": "AR100-crowded"}
 ACCURACY_LONG_NAMES = {"ap": "AP@[.5:.95]", "ap50": "AP50", "ap75": "AP75", "ar100": "AR@100",
-                       "ar100_crowded": "AR@100, crowded images"}
+                       "ar100_crowded": "AR@100 on crowded images"}
 ACCURACY_NUMERIC = [*ACCURACY_METRICS, "images", "detections"]
 # What keeps accuracy rows on separate fronts (panels, table groups) where it varies: times
 # and metrics compare only on the same images, machine, device and timer.
@@ -663,7 +663,6 @@ ACCURACY_DIMS = ["scenario", "image", "source_params", "seed", "n", "device", "h
 # One point of a front: an implementation with one parameter set and IoU threshold.
 ACCURACY_SETTING = ["impl", "params", "iou_threshold"]
 ACCURACY_GROUP_LABELS = {"scenario": "source", "image": "candidates", "source_params": "noise model"}
-ACCURACY_MAKE = "`nmsbench accuracy` makes them (see `nmsbench accuracy --help`)"
 
 
 def accuracy_rows(frame: pd.DataFrame) -> pd.DataFrame:
@@ -705,14 +704,15 @@ def accuracy_points(frame: pd.DataFrame, metric: str = "ap") -> pd.DataFrame:
     groups = group_dims(rows, ACCURACY_DIMS)
     keys = [*groups, *ACCURACY_SETTING]
     if rows.empty:
-        return pd.DataFrame(columns=[*keys, "family", "variant", *ACCURACY_NUMERIC, "median_us", "iqr_us", "rows", "front"])
-    points = aggregate(rows.assign(variant=variant_labels(rows)), keys)
-    points["front"] = False
-    for _, part in points.groupby(groups, dropna=False, sort=False) if groups else [(None, points)]:
-        points.loc[part.index, "front"] = pareto_front(part["median_us"], part[metric])
-    order = _impl_order(points["impl"].unique(), DEFAULT_BASELINE)
-    points = points.assign(_impl=points["impl"].map(order.index)).sort_values([*groups, "_impl", "params", "iou_threshold"])
-    points = points.drop(columns="_impl").reset_index(drop=True)
+        points = pd.DataFrame(columns=[*keys, "family", "variant", *ACCURACY_NUMERIC, "median_us", "iqr_us", "rows", "front"])
+    else:
+        points = aggregate(rows.assign(variant=variant_labels(rows)), keys)
+        points["front"] = False
+        for _, part in points.groupby(groups, dropna=False, sort=False) if groups else [(None, points)]:
+            points.loc[part.index, "front"] = pareto_front(part["median_us"], part[metric])
+        order = _impl_order(points["impl"].unique(), DEFAULT_BASELINE)
+        points = points.assign(_impl=points["impl"].map(order.index)).sort_values([*groups, "_impl", "params", "iou_threshold"])
+        points = points.drop(columns="_impl").reset_index(drop=True)
     points.attrs.update(groups=groups, metric=metric, timers=options(rows, "timer"))
     return points
 
@@ -722,7 +722,22 @@ def accuracy_caption(points: pd.DataFrame) -> str:
     timers = ", ".join(points.attrs.get("timers", [])) or "wall"
     return (f"COCO {ACCURACY_LONG_NAMES['ap']}, AP50, AP75, AR@100 and AR@100 over crowded images (%), and the median "
             f"NMS time per image in µs ({timers} timer). front: on the Pareto front of {ACCURACY_METRICS[metric]} against "
-            "time per image (no other setting of its group has more of it in less time).")
+            "time per image (no other setting of its group has more of it in less time). A blank metric: the rows have "
+            "none (AR100-crowded: no crowded image in the source).")
+
+
+def accuracy_table(points: pd.DataFrame) -> pd.DataFrame:
+    """``accuracy_points`` for people: the group columns by their labels (source, device,
+    ...), implementation, IoU, the metrics in %, µs per image (median and IQR), images and
+    front (the dashboard's table; markdown and LaTeX print it)."""
+    groups = points.attrs.get("groups", [])
+    out = points[groups].rename(columns={g: ACCURACY_GROUP_LABELS.get(g, _group_label(g)) for g in groups})
+    out = out.assign(implementation=points["variant"], IoU=points["iou_threshold"],
+                     **{label: 100 * points[m] for m, label in ACCURACY_METRICS.items()},
+                     **{"µs/image": points["median_us"], "IQR µs": points["iqr_us"], "images": points["images"],
+                        "front": points["front"].astype(bool)})
+    out.attrs.update(points.attrs)
+    return out
 
 
 def render_accuracy_table(points: pd.DataFrame, fmt: str) -> str:
@@ -730,22 +745,22 @@ def render_accuracy_table(points: pd.DataFrame, fmt: str) -> str:
     setting. Markdown and LaTeX give the metrics in % with one decimal; csv the rows'
     fractions and times at full precision."""
     groups = points.attrs.get("groups", [])
-    labels = [ACCURACY_GROUP_LABELS.get(g, _group_label(g)) for g in groups]
+    table = accuracy_table(points)
+    labels = list(table.columns[:len(groups)])
     if fmt == "csv":
         columns = {**dict(zip(groups, labels)), "variant": "implementation", "params": "params", "iou_threshold": "iou_threshold",
                    **{m: m for m in ACCURACY_METRICS}, "median_us": "us_per_image", "iqr_us": "iqr_us_per_image",
                    "images": "images", "detections": "detections", "front": "front"}
         return points[list(columns)].rename(columns=columns).to_csv(index=False)
-    header = [*labels, "implementation", "IoU", *ACCURACY_METRICS.values(), "µs/image", "front"]
+    shown = [*labels, "implementation", "IoU", *ACCURACY_METRICS.values(), "µs/image", "front"]
     body = []
-    for _, row in points.iterrows():
-        cells = [f"{row[g]:g}" if isinstance(row[g], float) else str(row[g]) for g in groups]
-        cells += [str(row["variant"]), f"{row['iou_threshold']:g}"]
-        cells += ["" if pd.isna(row[m]) else f"{100 * row[m]:.1f}" for m in ACCURACY_METRICS]
-        cells += [format_us(row["median_us"]), "yes" if row["front"] else ""]
+    for _, row in table[shown].iterrows():
+        cells = [f"{row[c]:g}" if isinstance(row[c], float) else str(row[c]) for c in [*labels, "implementation", "IoU"]]
+        cells += ["" if pd.isna(row[m]) else f"{row[m]:.1f}" for m in ACCURACY_METRICS.values()]
+        cells += [format_us(row["µs/image"]), "yes" if row["front"] else ""]
         body.append(cells)
     align = ["l"] * (len(groups) + 1) + ["r"] * (len(ACCURACY_METRICS) + 2) + ["l"]
-    return _render_cells(header, body, align, accuracy_caption(points), fmt)
+    return _render_cells(shown, body, align, accuracy_caption(points), fmt)
 
 
 def environment_table(frame: pd.DataFrame, commands: Mapping[str, str] | None = None) -> pd.DataFrame:
