@@ -28,7 +28,7 @@ the same (kind, images, seed) gives the same scenes on every machine.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -223,9 +223,4 @@ def generate_scenes(kind: str, images: int = 200, seed: int = 0, model: NoiseMod
                   labels=labels[order].astype(np.int64), image=image[order].astype(np.int64))
 
 
-def with_params(kind: str, **changes) -> NoiseModel:
-    """The noise model of ``kind`` with some parameters changed."""
-    return replace(KINDS[kind], **changes)
-
-
-__all__ = ["KINDS", "NoiseModel", "Scenes", "generate_scenes", "with_params"]
+__all__ = ["KINDS", "NoiseModel", "Scenes", "generate_scenes"]

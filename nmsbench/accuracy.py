@@ -363,9 +363,8 @@ def evaluator_name() -> str:
 def _evaluate(ground_truth: dict, rows: np.ndarray, image_ids: Optional[list[int]] = None) -> np.ndarray:
     """COCO bbox ``stats`` (the 12 numbers of ``summarize``) of the detection ``rows``
     (image_id, x, y, w, h, score, category_id), over ``image_ids`` (default: all)."""
-    gt_data = {"images": ground_truth["images"], "categories": ground_truth["categories"],
-               "annotations": ground_truth["annotations"]}
-    empty = {"images": gt_data["images"], "categories": gt_data["categories"], "annotations": []}
+    gt_data = {key: ground_truth[key] for key in ("images", "categories", "annotations")}
+    empty = gt_data | {"annotations": []}
     if evaluator_name() == "faster-coco-eval":
         from faster_coco_eval import COCO, COCOeval_faster
 

@@ -3,6 +3,7 @@ sources, validation, per-image NMS, on the CPU."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -170,6 +171,24 @@ def test_scenes_are_deterministic_and_inside_their_images(kind, images, seed):
     assert ((scenes.scores > 0) & (scenes.scores <= 1)).all()
     assert ((scenes.labels >= 1) & (scenes.labels <= classes)).all()
     assert (np.diff(scenes.image) >= 0).all() and ((scenes.image >= 0) & (scenes.image < images)).all()
+
+
+def test_the_noise_model_does_what_its_parameters_say():
+    exact = dataclasses.replace(KINDS["scenes-crowd"], jitter=0.0, shared_jitter=0.0, score_noise=0.0, miss_rate=0.0,
+                                confusion=0.0, false_positives=0.0)
+    source = synthetic_source("scenes-crowd", images=10, seed=4, model=exact)
+    assert json.loads(source.source_params)["jitter"] == 0.0
+    # every candidate is its object's box: greedy NMS above the neighbours' overlap (at most
+    # 0.6 in a crowd) keeps one per object, a perfect score; at 0.5 it removes true neighbours
+    objects = len(source.ground_truth["annotations"])
+    result = detect("torchvision", source, 0.7)
+    assert result.kept == objects < source.n
+    assert coco_metrics(source.ground_truth, result.rows)["ap"] == pytest.approx(1.0)
+    assert detect("torchvision", source, 0.5).kept < objects
+    missed = dataclasses.replace(exact, miss_rate=1.0)
+    assert synthetic_source("scenes-crowd", images=10, seed=4, model=missed).n == 0
+    background = generate_scenes("scenes-crowd", 10, 4, dataclasses.replace(missed, false_positives=5.0))
+    assert len(background.boxes) > 0 and (background.scores <= missed.false_positive_score).all()
 
 
 def test_another_seed_gives_other_scenes_and_the_source_records_its_noise_model():
