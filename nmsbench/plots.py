@@ -811,7 +811,7 @@ def pareto(frame: pd.DataFrame, metric: str = "ap", *, colors=None, title: str |
                 marker=dict(size=11, color=color, symbol=symbol, line=dict(width=0)),
                 customdata=mine[["variant", "iou", "iqr_us", "numbers", "images", "on_front"]].to_numpy(),
                 hovertemplate=(f"<b>%{{customdata[0]}}</b> · %{{customdata[1]}}<br>{label} %{{y:.1f}}"
-                               "<br>%{x:,.4g} µs per image (IQR %{customdata[2]:,.3g})<br>%{customdata[3]}"
+                               "<br>%{x:,.4~g} µs per image (IQR %{customdata[2]:,.3~g})<br>%{customdata[3]}"
                                "<br>%{customdata[4]:,.0f} images · %{customdata[5]}<extra></extra>"),
                 meta={"role": "points", "impl": impl, "variants": mine["variant"].tolist(),
                       "front": mine["front"].tolist()},

@@ -6,7 +6,9 @@ so the tests' numbers do not move when results/ is re-measured; ``COMMITTED`` ar
 runs results/ holds now (tests on them check only that everything renders);
 ``cpu_results`` is a tiny CPU-only sweep made here through the real CLI, once per session;
 ``PIPELINE_CSV`` a small frozen ``nmsbench pipeline`` run of the development machine;
-``diff_results`` an ``nmsbench diff`` file made here through the real command.
+``diff_results`` an ``nmsbench diff`` file made here through the real command;
+``small_run`` accuracy rows (``nmsbench accuracy``, results schema 8) made up with known
+fronts, for the accuracy views.
 """
 
 from __future__ import annotations
@@ -86,3 +88,68 @@ def diff_results(tmp_path_factory) -> Path:
                                                ",".join(DIFF_IMPLS), "--out", str(out)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return out
+
+
+# --- made-up accuracy rows (benchmark = accuracy): known numbers, known fronts ---------------
+
+FAMILIES = {"torchvision": "hard", "hard_fused": "hard", "soft_nms": "soft", "matrix_naive": "matrix", "allpairs": "allpairs"}
+LINEAR, GAUSSIAN = '{"kernel": "linear", "sigma": 0.5}', '{"kernel": "gaussian", "sigma": 0.5}'
+
+
+def accuracy_row(impl: str, time_us: float, ap: float, *, scenario: str = "scenes-crowd", iou: float = 0.5,
+                 params: str = "{}", device: str = "cpu", status: str = "ok", **metrics) -> dict:
+    """One results row of `nmsbench accuracy` as the schema has it; the metrics other than
+    AP default to numbers derived from it, so each is told apart in the tables."""
+    import json
+
+    from nmsbench.results import COLUMNS, SCHEMA_VERSION
+
+    row = {c: "" for c in COLUMNS}
+    row.update(
+        schema_version=SCHEMA_VERSION, benchmark="accuracy", impl=impl, family=FAMILIES.get(impl, "hard"), device=device,
+        dtype="float32", timer="wall", scenario=scenario, n=4000, iou_threshold=iou, seed=0, params=params, status=status,
+        error="" if status == "ok" else "made-up failure", median_us=time_us if status == "ok" else float("nan"),
+        iqr_us=time_us * 0.05, runs=200, kept=900, ap=ap, ap50=min(ap + 0.2, 1), ap75=ap * 0.9, ar100=min(ap + 0.1, 1),
+        ar100_crowded=ap * 0.8 if scenario == "scenes-crowd" else float("nan"), images=200, detections=18000,
+        source_params=json.dumps({"objects": 8, "jitter": 0.1}), machine="box", cpu="Some CPU", git_commit="abc1234",
+        timestamp="2026-12-01T00:00:00+00:00",
+    )
+    row.update(metrics)
+    return row
+
+
+def frame_of(rows):
+    """The rows as the views get them: written as a results CSV and loaded."""
+    import io
+
+    from nmsbench import tables
+
+    return tables.load_results([io.BytesIO(accuracy_csv(rows))], names=["made-up.csv"])
+
+
+def accuracy_csv(rows) -> bytes:
+    """The rows as a results CSV."""
+    import pandas as pd
+
+    from nmsbench.results import COLUMNS
+
+    return pd.DataFrame(rows, columns=COLUMNS).to_csv(index=False).encode()
+
+
+# a small run: two sources; torchvision and hard_fused keep the same boxes (same AP), soft_nms
+# has two kernels, matrix_naive ignores the IoU threshold; one skipped row
+SETTINGS = [
+    ("torchvision", "{}", 0.5, 310.0, 0.402), ("torchvision", "{}", 0.7, 330.0, 0.371),
+    ("hard_fused", "{}", 0.5, 95.0, 0.402), ("hard_fused", "{}", 0.7, 97.0, 0.371),
+    ("soft_nms", LINEAR, 0.5, 900.0, 0.431), ("soft_nms", GAUSSIAN, 0.5, 1400.0, 0.447),
+    ("matrix_naive", '{"kernel": "gaussian"}', 0.5, 120.0, 0.395), ("allpairs", "{}", 0.5, 60.0, 0.310),
+]
+
+
+def small_run() -> list[dict]:
+    rows = []
+    for scenario, shift in (("scenes-crowd", 0.0), ("scenes-sparse", 0.15)):
+        for impl, params, iou, time_us, ap in SETTINGS:
+            rows.append(accuracy_row(impl, time_us, ap + shift, scenario=scenario, iou=iou, params=params))
+    rows.append(accuracy_row("bitmask_classic", 0, 0, status="skipped"))
+    return rows

@@ -4,11 +4,7 @@ schema 8) written here."""
 
 from __future__ import annotations
 
-import io
-import json
 import math
-import os
-import shutil
 
 import numpy as np
 import pandas as pd
@@ -18,66 +14,16 @@ from hypothesis import given, strategies as st
 
 pytest.importorskip("plotly", reason="figures need plotly (a GPU box installed with --no-deps may lack it)")
 
+from dash_support import GAUSSIAN, LINEAR, SETTINGS, accuracy_csv, accuracy_row, frame_of, small_run  # noqa: E402
 from nmsbench import plots, tables  # noqa: E402
 from nmsbench.cli import main  # noqa: E402
-from nmsbench.results import COLUMNS, SCHEMA_VERSION  # noqa: E402
-
-HAVE_CHROMIUM = any(shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome"))
-needs_chromium = pytest.mark.skipif(
-    not HAVE_CHROMIUM and not os.environ.get("CI"),
-    reason="static export (kaleido) needs Chromium: apt-get install chromium (CI installs it and runs these)",
-)
-FAMILIES = {"torchvision": "hard", "hard_fused": "hard", "soft_nms": "soft", "matrix_naive": "matrix", "allpairs": "allpairs"}
-LINEAR, GAUSSIAN = '{"kernel": "linear", "sigma": 0.5}', '{"kernel": "gaussian", "sigma": 0.5}'
-
-
-def accuracy_row(impl: str, time_us: float, ap: float, *, scenario: str = "scenes-crowd", iou: float = 0.5,
-                 params: str = "{}", device: str = "cpu", status: str = "ok", **metrics) -> dict:
-    """One results row of `nmsbench accuracy` as the schema has it; the metrics other than
-    AP default to numbers derived from it, so each is told apart in the tables."""
-    row = {c: "" for c in COLUMNS}
-    row.update(
-        schema_version=SCHEMA_VERSION, benchmark="accuracy", impl=impl, family=FAMILIES.get(impl, "hard"), device=device,
-        dtype="float32", timer="wall", scenario=scenario, n=4000, iou_threshold=iou, seed=0, params=params, status=status,
-        error="" if status == "ok" else "made-up failure", median_us=time_us if status == "ok" else float("nan"),
-        iqr_us=time_us * 0.05, runs=200, kept=900, ap=ap, ap50=min(ap + 0.2, 1), ap75=ap * 0.9, ar100=min(ap + 0.1, 1),
-        ar100_crowded=ap * 0.8 if scenario == "scenes-crowd" else float("nan"), images=200, detections=18000,
-        source_params=json.dumps({"objects": 8, "jitter": 0.1}), machine="box", cpu="Some CPU", git_commit="abc1234",
-        timestamp="2026-12-01T00:00:00+00:00",
-    )
-    row.update(metrics)
-    return row
-
-
-def frame_of(rows) -> pd.DataFrame:
-    """The rows as the views get them: written as a results CSV and loaded."""
-    data = pd.DataFrame(rows, columns=COLUMNS).to_csv(index=False).encode()
-    return tables.load_results([io.BytesIO(data)], names=["made-up.csv"])
-
-
-# a small run: two sources; torchvision and hard_fused keep the same boxes (same AP), soft_nms
-# has two kernels, matrix_naive ignores the IoU threshold; one error row
-SETTINGS = [
-    ("torchvision", "{}", 0.5, 310.0, 0.402), ("torchvision", "{}", 0.7, 330.0, 0.371),
-    ("hard_fused", "{}", 0.5, 95.0, 0.402), ("hard_fused", "{}", 0.7, 97.0, 0.371),
-    ("soft_nms", LINEAR, 0.5, 900.0, 0.431), ("soft_nms", GAUSSIAN, 0.5, 1400.0, 0.447),
-    ("matrix_naive", '{"kernel": "gaussian"}', 0.5, 120.0, 0.395), ("allpairs", "{}", 0.5, 60.0, 0.310),
-]
-
-
-def small_run() -> list[dict]:
-    rows = []
-    for scenario, shift in (("scenes-crowd", 0.0), ("scenes-sparse", 0.15)):
-        for impl, params, iou, time_us, ap in SETTINGS:
-            rows.append(accuracy_row(impl, time_us, ap + shift, scenario=scenario, iou=iou, params=params))
-    rows.append(accuracy_row("bitmask_classic", 0, 0, status="skipped"))
-    return rows
+from test_exports import needs_chromium  # noqa: E402  (static export: kaleido drives Chromium)
 
 
 @pytest.fixture
 def run_csv(tmp_path):
     path = tmp_path / "accuracy.csv"
-    pd.DataFrame(small_run(), columns=COLUMNS).to_csv(path, index=False)
+    path.write_bytes(accuracy_csv(small_run()))
     return path
 
 
@@ -271,3 +217,45 @@ def test_plot_pareto_writes_the_figure(run_csv, tmp_path):
     svg = tmp_path / "pareto.svg"
     assert invoke("plot", run_csv, "-o", svg, "--kind", "pareto", "--scenario", "scenes-crowd").exit_code == 0
     assert "Pareto front" in svg.read_text() and "hard_fused" in svg.read_text()
+
+
+# --- end to end: `nmsbench accuracy` on a tiny source, then the views of its CSV ---------
+
+@pytest.fixture(scope="module")
+def measured_csv(tmp_path_factory):
+    """A real `nmsbench accuracy` run: three implementations x two IoU thresholds on four
+    images of two scene sets, on the CPU."""
+    out = tmp_path_factory.mktemp("accuracy-run") / "accuracy.csv"
+    result = invoke("accuracy", "--images", "4", "--impl", "torchvision,allpairs,soft_nms", "--source",
+                    "scenes-crowd,scenes-sparse", "--iou", "0.5,0.7", "--threads", "1", "--out", out)
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_the_views_of_a_measured_run(measured_csv, tmp_path):
+    frame = tables.load_results([measured_csv])
+    ok = tables.ok_rows(tables.accuracy_rows(frame))
+    assert len(ok) == 12
+    fig = plots.pareto(frame)
+    drawn = traces(fig, "points")
+    assert sum(len(t.x) for t in drawn) == len(ok) and [a.text for a in fig.layout.annotations] == ["scenes-crowd", "scenes-sparse"]
+    for source, part in ok.groupby("scenario"):  # the ringed settings are the ones no other setting of the source beats
+        panel = next(t for t in traces(fig, "front rings") if t.xaxis == ("x" if source == "scenes-crowd" else "x2"))
+        beaten = [any(o.median_us <= r.median_us and o.ap >= r.ap and (o.median_us < r.median_us or o.ap > r.ap)
+                      for o in part.itertuples()) for r in part.itertuples()]
+        expected = part[[not b for b in beaten]]
+        assert sorted(panel.x) == sorted(expected["median_us"]) and sorted(panel.y) == pytest.approx(sorted(100 * expected["ap"]))
+    out = tmp_path / "table.csv"
+    assert invoke("export", measured_csv, "--benchmark", "accuracy", "--format", "csv", "-o", out).exit_code == 0
+    table = pd.read_csv(out).sort_values(["source", "implementation", "iou_threshold"])
+    expected = ok.sort_values(["scenario", "impl", "iou_threshold"])
+    assert table["ap"].tolist() == pytest.approx(expected["ap"].tolist())
+    assert table["us_per_image"].tolist() == pytest.approx(expected["median_us"].tolist())
+
+
+@needs_chromium
+def test_plot_pareto_of_a_measured_run(measured_csv, tmp_path):
+    out = tmp_path / "pareto.pdf"
+    result = invoke("plot", measured_csv, "-o", out, "--kind", "pareto", "--metric", "ar100")
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:5] == b"%PDF-" and "12 settings" in result.output and "2 panel(s)" in result.output

@@ -413,3 +413,78 @@ def test_pipeline_view_compares_cpu_and_gpu_rows(tmp_path, monkeypatch):
         "torch_batched_nms", "torch+bitmask_two_phase", "torch+allpairs"}
     table = at.dataframe[0].value  # cuda rows only, still compared with numpy on the CPU
     assert "numpy" not in set(table["pipeline"]) and table["B=1 speedup"].notna().all()
+
+
+# --- the Accuracy view --------------------------------------------------------------------
+
+@pytest.fixture
+def accuracy_folder(tmp_path):
+    """Made-up accuracy rows with known fronts (dash_support.small_run) beside a frozen sweep."""
+    from dash_support import accuracy_csv, small_run
+
+    (tmp_path / "accuracy.csv").write_bytes(accuracy_csv(small_run()))
+    shutil.copy(CPU_CSV, tmp_path)
+    return tmp_path
+
+
+def points_of(spec: dict) -> dict[str, list[float]]:
+    """Each implementation's drawn settings: its markers' times, over every panel."""
+    out: dict[str, list[float]] = {}
+    for t in spec["data"]:
+        if (t.get("meta") or {}).get("role") == "points":
+            out.setdefault(t["meta"]["impl"], []).extend(values(t, "x"))
+    return out
+
+
+def test_accuracy_view_draws_the_pareto_chart_and_the_table(accuracy_folder, monkeypatch):
+    from dash_support import SETTINGS
+
+    at = start(accuracy_folder, monkeypatch)
+    assert at.multiselect(key="filter_benchmark").value == ["nms"]  # the curves stay on sweeps
+    at = show(at, "Accuracy")
+    figs = figures(at)
+    assert set(figs) == {"pareto"}
+    pareto = figs["pareto"]
+    assert pareto["layout"]["xaxis"]["type"] == "log" and pareto["layout"]["meta"]["metric"] == "ap"
+    drawn = points_of(pareto)
+    assert sum(len(v) for v in drawn.values()) == 2 * len(SETTINGS) and "bitmask_classic" not in drawn  # skipped: listed
+    assert sorted(drawn["hard_fused"]) == [95.0, 95.0, 97.0, 97.0]
+    table = at.dataframe[0].value
+    assert list(table.columns[:3]) == ["source", "implementation", "IoU"] and len(table) == 2 * len(SETTINGS)
+    row = table[(table["source"] == "scenes-crowd") & (table["implementation"] == "hard_fused") & (table["IoU"] == 0.5)]
+    assert row["AP"].item() == pytest.approx(40.2) and row["µs/image"].item() == 95.0 and row["front"].item()
+    assert not table[(table["implementation"] == "torchvision") & (table["IoU"] == 0.5)]["front"].any()  # hard_fused: same AP, faster
+    assert any("not plotted (error or skipped)" in e.label for e in at.expander)
+
+
+def test_accuracy_view_filters_by_source_metric_device_and_implementation(accuracy_folder, monkeypatch):
+    at = show(start(accuracy_folder, monkeypatch), "Accuracy")
+    at.multiselect(key="acc_source").select("scenes-crowd").run()
+    assert not at.exception
+    pareto = figures(at)["pareto"]
+    assert "xaxis2" not in pareto["layout"] and set(at.dataframe[0].value.columns[:1]) == {"implementation"}
+    at.selectbox(key="acc_metric").select("ar100_crowded").run()
+    pareto = figures(at)["pareto"]
+    assert pareto["layout"]["meta"]["metric"] == "ar100_crowded" and "crowded" in pareto["layout"]["yaxis"]["title"]["text"]
+    at.multiselect(key="acc_source").set_value([]).run()  # both sources: the sparse one has no crowded image
+    assert any("have no AR@100 on crowded images value" in i.value and "scenes-sparse" in i.value for i in at.info)
+    at.multiselect(key="acc_impls").select("soft_nms").run()
+    assert set(points_of(figures(at)["pareto"])) == {"soft_nms"}
+    assert set(at.dataframe[0].value["implementation"]) == {"soft_nms kernel=linear", "soft_nms kernel=gaussian"}
+    at.multiselect(key="acc_devices").select("cpu").run()
+    assert not at.exception and figures(at)["pareto"]["layout"]["meta"]["settings"] == 2
+
+
+def test_accuracy_view_without_accuracy_rows_says_how_to_make_them(samples, monkeypatch):
+    at = show(start(samples, monkeypatch), "Accuracy")
+    assert not at.get("plotly_chart")
+    assert any("No accuracy rows loaded" in i.value and "nmsbench accuracy --out results/" in i.value for i in at.info)
+
+
+def test_accuracy_rows_alone_point_the_curves_to_the_accuracy_tab(tmp_path, monkeypatch):
+    from dash_support import accuracy_csv, small_run
+
+    (tmp_path / "accuracy.csv").write_bytes(accuracy_csv(small_run()))
+    at = start(tmp_path, monkeypatch)
+    assert not at.get("plotly_chart") and any("the Accuracy tab draws them" in i.value for i in at.info)
+    assert "pareto" in figures(show(at, "Accuracy"))

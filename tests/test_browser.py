@@ -222,3 +222,78 @@ def test_dashboard_renders_in_chromium(server, tmp_path):
     assert times["first chart"] <= FIRST_CHART_S, times
     for view in ("Pipeline", "Suppression differences", "Environment & data", "Curves again"):
         assert times[view] <= TAB_S, (view, times)
+
+
+# True once the script run is over and the page's first plotly chart is the Pareto figure
+# with at least `points` markers drawn.
+PARETO_READY = """(points) => {
+    const app = document.querySelector('[data-testid="stApp"]');
+    if (!app || app.getAttribute('data-test-script-state') !== 'notRunning') return false;
+    const plot = document.querySelector('.js-plotly-plot');
+    if (!plot || !plot.layout || !plot.layout.meta || plot.layout.meta.figure !== 'pareto') return false;
+    return plot.querySelectorAll('.scatterlayer .trace .points path.point').length >= points;
+}"""
+
+
+def _playwright_and_shots(tmp_path):
+    """playwright's sync API and the screenshot folder, or the test skipped (failed under CI)
+    for want of chromium or playwright."""
+    _need(CHROMIUM is not None, "Debian chromium is not installed (apt-get install -y chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _need(False, "playwright is not installed (pip install -e '.[dev]')")
+    shots = Path(os.environ.get("NMSBENCH_SCREENSHOTS") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    return sync_playwright, shots
+
+
+def test_accuracy_tab_renders_in_chromium(server, tmp_path):
+    """Accuracy rows uploaded in the sidebar: the Accuracy tab draws their Pareto chart (a
+    marker per setting, the front's step line), the table of AP and AR per variant, and a
+    point's hover gives its numbers."""
+    from dash_support import SETTINGS, accuracy_csv, small_run
+
+    sync_playwright, shots = _playwright_and_shots(tmp_path)
+    upload = tmp_path / "accuracy-made-up.csv"
+    upload.write_bytes(accuracy_csv(small_run()))
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 1800})
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(server, wait_until="commit")
+            page.wait_for_function(CHARTS_READY, arg={"figure": "time_vs_n", "lines": 6}, timeout=90_000, polling=50)
+            page.locator('[data-testid="stSidebar"] input[type="file"]').set_input_files(str(upload))
+            page.get_by_role("tab", name="Accuracy").click()
+            page.wait_for_function(PARETO_READY, arg=2 * len(SETTINGS), timeout=90_000, polling=50)
+            chart = page.locator(".js-plotly-plot").first
+            assert chart.evaluate("el => el.layout.xaxis.type") == "log"
+            points = chart.locator(".scatterlayer .trace .points path.point")
+            assert points.count() == 2 * len(SETTINGS) + chart.evaluate("el => el.layout.meta.front")  # markers and rings
+            fronts = chart.locator(".scatterlayer .trace path.js-line")  # the two sources' step lines
+            assert fronts.count() == 2 and all(len(fronts.nth(i).get_attribute("d") or "") > 20 for i in range(2))
+            legend = " ".join(chart.locator(".legend text.legendtext").all_text_contents())
+            assert "Pareto front" in legend and "hard_fused" in legend and "bitmask_classic" not in legend
+            body = page.inner_text("body")
+            assert "AP@[.5:.95] vs NMS time per image" in body and "AP and AR per variant" in body
+            assert page.locator('[role="tabpanel"] [data-testid="stDataFrame"]').count() >= 1
+            # the hover of hard_fused's fastest point (the crowd panel's front) gives its numbers
+            # d3 binds each trace group to its trace and each marker to its point
+            index = chart.evaluate("""el => [...el.querySelectorAll('.scatterlayer .trace .points path.point')].findIndex(p => {
+                const trace = (p.closest('.trace').__data__ || [{}])[0].trace;
+                return trace && trace.meta && trace.meta.impl === 'hard_fused' && trace.xaxis === 'x' && p.__data__.x === 95;
+            })""")
+            assert index >= 0
+            point = points.nth(index)
+            point.hover(force=True)
+            page.wait_for_selector(".hoverlayer .hovertext", timeout=10_000)
+            hover = " ".join(page.locator(".hoverlayer .hovertext").all_text_contents())
+            assert "hard_fused" in hover and "95 µs per image" in hover and "on the Pareto front" in hover, hover
+            shot = page.screenshot(full_page=True)
+            (shots / "dashboard-accuracy.png").write_bytes(shot)
+            assert _not_blank(shot) > 50, "the accuracy screenshot is (nearly) blank"
+            assert not [e for e in errors if "plotly" in e.lower()], errors
+        finally:
+            browser.close()
