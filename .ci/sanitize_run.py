@@ -124,7 +124,7 @@ if "overlap_graph" in SELECTED:
     for scenario, n, canvas in (("uniform", 3000, "density"), ("clustered", 3000, "density"), ("crowd", 500, "fixed")):
         for classes, dtype in CASES:
             boxes = datasets.generate(scenario, n, seed=n, classes=classes, canvas=canvas).to("cuda", dtype)
-            overlap_graph.greedy_on_graph(boxes.boxes, boxes.scores, 0.5, boxes.labels)
+            overlap_graph.greedy_on_graph(boxes.boxes, boxes.scores, 0.5, boxes.labels, max_tests=1 << 40)
             for kernel in ("gaussian", "linear"):
                 overlap_graph.matrix_on_graph(boxes.boxes, boxes.scores, boxes.labels, kernel=kernel, sigma=0.5,
                                               score_threshold=0.05)

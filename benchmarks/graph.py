@@ -1,8 +1,9 @@
 """The GPU overlap graph beside the dense path: for each (scenario, canvas, N) greedy NMS on
-the graph (``nmsbench.variants.overlap_graph.greedy_on_graph``) and ``hard_fused``
-(whatever path its chooser takes), interleaved, ``wall`` and ``events``, with the graph's
-pairs and rounds, each one's peak GPU memory, and whether the two keep the same indices:
-where a dispatcher between them should switch, and the large-N targets' figures.
+the graph (``hard_graph`` with ``path="graph"``), ``hard_graph`` as its dispatcher chooses
+and ``hard_fused``, interleaved, ``wall`` and ``events``, with the pairs the graph's windows
+test, those above the threshold and the rounds, each one's peak GPU memory, and whether
+they keep the same indices: where the dispatcher should switch (tests per n^2), and the
+large-N targets' figures.
 
     python benchmarks/graph.py --n 4096,32768,131072 --canvas density,fixed
     python benchmarks/graph.py --n 1048576 --canvas density --skip-dense   # hard_fused would need 128 GB
@@ -17,6 +18,7 @@ import statistics
 
 import torch
 
+import nmsbench
 from nmsbench import datasets
 from nmsbench.timing import event_blocks, wall_blocks
 from nmsbench.variants import overlap_graph
@@ -47,12 +49,16 @@ def main() -> None:
             for n in parse_sizes(args.n):
                 boxes = datasets.generate(scenario, n, seed=0, canvas=canvas).to("cuda")
 
-                def graph():
-                    return overlap_graph.greedy_on_graph(boxes.boxes, boxes.scores, 0.5, boxes.labels)
+                answer = overlap_graph.greedy_on_graph(boxes.boxes, boxes.scores, 0.5, boxes.labels, max_tests=1 << 62)
+                result, tests, pairs, rounds = answer.result, answer.tests, answer.pairs, answer.rounds
+                dispatcher = nmsbench.implementations()["hard_graph"].backend("cuda").fn
 
-                result, pairs, rounds = graph()
-                ops = {"graph": lambda: graph()[0]}
+                def hard_graph(path=None):
+                    return dispatcher(boxes.boxes, boxes.scores, iou_threshold=0.5, labels=boxes.labels, path=path)
+
+                ops = {"graph": lambda: hard_graph("graph")}
                 if not args.skip_dense:
+                    ops["hard_graph"] = hard_graph
                     ops["hard_fused"] = op_call("hard_fused", boxes)[0]
                 keeps = {name: op().keep for name, op in ops.items()}
                 same = all(torch.equal(keep, result.keep) for keep in keeps.values())
@@ -65,7 +71,8 @@ def main() -> None:
                             event_blocks(ops[name], min_run_time=args.min_run_time).times_us))
                 cells = [f"{name} {statistics.median(w):.1f}/{statistics.median(e):.1f} us "
                          f"{peak_bytes(op) / 2**20:.0f} MiB" for (name, (w, e)), op in zip(times.items(), ops.values())]
-                print(f"{scenario:9s} {canvas:7s} n={n:8d} pairs={pairs} rounds={rounds} kept={len(result.keep)} "
+                print(f"{scenario:9s} {canvas:7s} n={n:8d} tests/n^2=1/{n * n / max(tests, 1):.0f} pairs={pairs} "
+                      f"rounds={rounds}{' two-pass' if answer.two_pass else ''} kept={len(result.keep)} "
                       f"same={same} | wall/events: " + " | ".join(cells), flush=True)
 
 

@@ -8,6 +8,10 @@ of that graph in score order, so this is torchvision's result index for index.
 ``hard_graph`` (numba, CPU): for box sets where few pairs overlap (large images, constant
 density), memory and work grow with N + E instead of N^2; a graph denser than
 ``_cpu.DENSE_FRACTION`` takes the dense resolve (``_cpu.greedy_kept``: each kept box tests the later boxes).
+
+``hard_graph`` (CUDA): the overlap graph on the GPU (``overlap_graph.greedy_on_graph``) or
+hard_fused's dense paths, as ``overlap_graph.choose_path`` and the grid's count of its
+windows' pair tests decide; ``path="graph"`` or ``"dense"`` forces one.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from numba import njit
 from nmsbench.boxes import NMSResult, score_order
 from nmsbench.registry import register
 
+from ._cuda import CUDA_DTYPES
 from ._cpu import DENSE_FRACTION, GRAPH_MAX_PAIRS, JIT, greedy_kept, keep_from_sorted, overlap_graph, sorted_inputs
 
 
@@ -58,3 +63,25 @@ def hard_graph_cpu(boxes, scores, *, iou_threshold, labels=None):
         order, sorted_boxes, sorted_labels = sorted_inputs(boxes, scores, labels)
         return keep_from_sorted(order, greedy_kept(sorted_boxes, sorted_labels, float(iou_threshold)))
     return NMSResult(torch.from_numpy(resolve_on_graph(score_order(scores).numpy(), *graph[:2])))
+
+
+
+@register(
+    name="hard_graph", family="hard", devices=("cuda",), exact=True, requires=("cupy",), dtypes=CUDA_DTYPES,
+    host_sync=True,
+    summary="CUDA: the overlap graph (grid kernels, rows in one pass, rounds in one cooperative launch), O(N + E); "
+            "hard_fused for small N or where the grid's windows would test a large share of all pairs",
+)
+def hard_graph_cuda(boxes, scores, *, iou_threshold, labels=None, path=None):
+    """Greedy NMS on CUDA by ``overlap_graph.choose_path`` and the grid's count of tests;
+    ``path`` forces "graph" or "dense"."""
+    from .hard_fused.cuda import hard_fused_cuda
+    from .overlap_graph import choose_path, greedy_on_graph, tests_limit
+
+    n = boxes.shape[0]
+    limit = tests_limit(n, path, "hard_graph")
+    if (path or choose_path(n)) == "graph":
+        result = greedy_on_graph(boxes, scores, iou_threshold, labels, max_tests=limit).result
+        if result is not None:
+            return result
+    return hard_fused_cuda(boxes, scores, iou_threshold=iou_threshold, labels=labels)

@@ -10,9 +10,11 @@ overlapping parents: both come from the overlap graph (``_cpu.overlap_graph``, t
 with IoU > 0, on grids of cells by box size), each ratio computed as ``matrix_fused``'s CPU backend
 computes it. A graph denser than ``_cpu.DENSE_FRACTION`` takes matrix_fused's two dense passes.
 
-``matrix_graph`` (numba, CPU): the CPU version of the GPU graph path of issue 26, for
-large, sparse box sets (large images at constant density), where ``matrix_naive`` would
-hold several N x N tensors. Final scores are formed in float64 (the kept set is
+``matrix_graph`` (numba, CPU): for large, sparse box sets (large images at constant
+density), where ``matrix_naive`` would hold several N x N tensors. ``matrix_graph`` (CUDA):
+the same decay from the GPU overlap graph (``overlap_graph.matrix_on_graph``) or
+matrix_recompute's dense passes, as ``overlap_graph.choose_path`` and the grid's count of
+its windows' pair tests decide; ``path="graph"`` or ``"dense"`` forces one. Final scores are formed in float64 (the kept set is
 ``final >= score_threshold`` there, as the definition has it), then rounded to the input
 dtype, by which the kept boxes are ordered.
 """
@@ -27,9 +29,9 @@ from nmsbench.boxes import result_by_final_score
 from nmsbench.families import MATRIX_PARAMS
 from nmsbench.registry import register
 
+from ._cuda import CUDA_DTYPES
 from ._cpu import DENSE_FRACTION, GRAPH_MAX_PAIRS, overlap_graph, serial_and_parallel, sorted_inputs
 from .matrix_fused import decay_factors, decay_ratio, max_iou_with_parents
-
 
 
 def graph_decays(indptr, indices, ious, linear, sigma):
@@ -79,3 +81,25 @@ def matrix_graph_cpu(boxes, scores, *, iou_threshold, labels=None, kernel, sigma
     kept = (final >= score_threshold).nonzero().squeeze(1)  # in float64, as the definition decides
     # ordered by the scores returned (rounded to the input dtype), ties by lower input index
     return result_by_final_score(order[kept], final[kept].to(scores.dtype))
+
+
+@register(
+    name="matrix_graph", family="matrix", devices=("cuda",), requires=("cupy",), params=MATRIX_PARAMS,
+    dtypes=CUDA_DTYPES, host_sync=True,
+    summary="CUDA: the overlap graph (IoU > 0 rows), cmax and the min decay from it, O(N + E); matrix_recompute "
+            "for small N or where the grid's windows would test a large share of all pairs",
+)
+def matrix_graph_cuda(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold, path=None):
+    """Matrix NMS on CUDA by ``overlap_graph.choose_path`` and the grid's count of tests;
+    ``path`` forces "graph" or "dense"."""
+    from .matrix_recompute.cuda import matrix_recompute_cuda
+    from .overlap_graph import choose_path, matrix_on_graph, tests_limit
+
+    n = boxes.shape[0]
+    params = dict(kernel=kernel, sigma=sigma, score_threshold=score_threshold)
+    limit = tests_limit(n, path, "matrix_graph")
+    if (path or choose_path(n)) == "graph":
+        result = matrix_on_graph(boxes, scores, labels, **params, max_tests=limit)
+        if result is not None:
+            return result
+    return matrix_recompute_cuda(boxes, scores, iou_threshold=iou_threshold, labels=labels, **params)

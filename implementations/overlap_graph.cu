@@ -22,50 +22,197 @@ __device__ __forceinline__ void window(double lo, double hi, double origin, doub
     last = !(r < cells - 1) ? cells - 1 : (r < 0.0 ? 0 : int(floor(r)));
 }
 
-// One thread per box i: its same-label neighbours whose IoU is above the threshold (with
-// threshold 0: every box it intersects), only the higher-ranked ones (j < i) where
-// higher_only, else all. Count mode (indices null): counts[i] = how many. Fill mode:
-// row i goes to indices[indptr[i] ...] in the order the cells give them.
-// grid_doubles: x0, y0, then the classes' cell sides; grid_ints: the classes' cells per
-// row (gx), rows (gy) and first cell (cell0).
+// device_grid's statistics on the GPU, in two launches and no host read between them.
+// Doubles are reduced through order-preserving 64-bit keys (a double's bits, its sign bit
+// flipped for positives and every bit for negatives), so atomicMax and atomicMin order them
+// as doubles; the host decodes them. extent: [largest size, min x1, min y1, max x1, max y1,
+// max |x1|, max |y1|] (min slots start at ~0, max slots at 0). classes: per size class its
+// count, then its largest size, x1 and y1 (keys). A box's size class follows device_grid:
+// floor(log2(largest / max(size, largest / 2^SIZE_CLASSES))), at most SIZE_CLASSES - 1 (0
+// where every box is a point).
+__device__ __forceinline__ unsigned long long order_key(double v) {
+    const unsigned long long bits = (unsigned long long)__double_as_longlong(v);
+    return bits >> 63 ? ~bits : bits | 0x8000000000000000ull;
+}
+
+__device__ __forceinline__ double key_value(unsigned long long key) {
+    return __longlong_as_double((long long)(key >> 63 ? key & 0x7fffffffffffffffull : ~key));
+}
+
 template <typename T>
-__global__ void __launch_bounds__(ROW_THREADS) graph_rows_kernel(
-        const T* boxes, const long long* labels, int n, double threshold, int higher_only, const double* grid_doubles,
-        const long long* grid_ints, const long long* starts, const long long* by_cell, long long* counts,
-        const long long* indptr, int* indices) {
+__global__ void __launch_bounds__(ROW_THREADS) grid_extent_kernel(const T* boxes, int n,
+                                                                  unsigned long long* extent) {
+    typedef typename Arith<T>::type A;
+    __shared__ unsigned long long block[7];
+    if (threadIdx.x < 7) block[threadIdx.x] = threadIdx.x == 1 || threadIdx.x == 2 ? ~0ull : 0ull;
+    __syncthreads();
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        const Box<A> b = load_box(boxes, i);
+        const double x1 = double(b.x1), y1 = double(b.y1);
+        const double size = fmax(double(b.x2) - x1, double(b.y2) - y1);
+        atomicMax(block + 0, order_key(size));
+        atomicMin(block + 1, order_key(x1));
+        atomicMin(block + 2, order_key(y1));
+        atomicMax(block + 3, order_key(x1));
+        atomicMax(block + 4, order_key(y1));
+        atomicMax(block + 5, order_key(fabs(x1)));
+        atomicMax(block + 6, order_key(fabs(y1)));
+    }
+    __syncthreads();
+    if (threadIdx.x < 7) {
+        if (threadIdx.x == 1 || threadIdx.x == 2) atomicMin(extent + threadIdx.x, block[threadIdx.x]);
+        else atomicMax(extent + threadIdx.x, block[threadIdx.x]);
+    }
+}
+
+template <typename A>
+__device__ __forceinline__ int size_class_of(const Box<A>& b, double largest) {
+    const double size = fmax(double(b.x2) - double(b.x1), double(b.y2) - double(b.y1));
+    const double ratio = largest / fmax(size, largest * exp2(-double(SIZE_CLASSES)));
+    if (!(ratio == ratio)) return 0;  // points only: 0 / 0
+    return int(fmin(floor(log2(ratio)), double(SIZE_CLASSES - 1)));
+}
+
+template <typename T>
+__global__ void __launch_bounds__(ROW_THREADS) grid_classes_kernel(const T* boxes, int n,
+                                                                   const unsigned long long* extent,
+                                                                   unsigned long long* classes) {
+    typedef typename Arith<T>::type A;
+    __shared__ unsigned long long block[4 * SIZE_CLASSES];
+    if (threadIdx.x < 4 * SIZE_CLASSES) block[threadIdx.x] = 0ull;
+    __syncthreads();
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        const Box<A> b = load_box(boxes, i);
+        const int k = size_class_of(b, key_value(extent[0]));
+        atomicAdd(block + k, 1ull);
+        atomicMax(block + SIZE_CLASSES + k,
+                  order_key(fmax(double(b.x2) - double(b.x1), double(b.y2) - double(b.y1))));
+        atomicMax(block + 2 * SIZE_CLASSES + k, order_key(double(b.x1)));
+        atomicMax(block + 3 * SIZE_CLASSES + k, order_key(double(b.y1)));
+    }
+    __syncthreads();
+    if (threadIdx.x < 4 * SIZE_CLASSES && block[threadIdx.x] != 0ull) {
+        if (threadIdx.x < SIZE_CLASSES) atomicAdd(classes + threadIdx.x, block[threadIdx.x]);
+        else atomicMax(classes + threadIdx.x, block[threadIdx.x]);
+    }
+}
+
+// The grid's parameters (overlap_graph.device_grid's ``table``, doubles): x0, y0, then per
+// class its cell side, cells per row (gx, 0: an empty class), rows (gy) and first cell.
+struct Grid {
+    const double* table;
+    __device__ double x0() const { return table[0]; }
+    __device__ double y0() const { return table[1]; }
+    __device__ double side(int k) const { return table[2 + k]; }
+    __device__ int gx(int k) const { return int(table[2 + SIZE_CLASSES + k]); }
+    __device__ int gy(int k) const { return int(table[2 + 2 * SIZE_CLASSES + k]); }
+    __device__ long long cell0(int k) const { return (long long)table[2 + 3 * SIZE_CLASSES + k]; }
+};
+
+// The window of a box in class k: the cells [xl, xh] x [yl, yh] of that class's grid whose
+// boxes (binned by their x1, y1 corner) can intersect it; false for an empty class.
+template <typename A>
+__device__ __forceinline__ bool class_window(const Grid& grid, int k, const Box<A>& box, int& xl, int& xh, int& yl,
+                                             int& yh) {
+    const int gx = grid.gx(k);
+    if (gx == 0) return false;
+    const double side = grid.side(k);
+    window(double(box.x1) - side, double(box.x2), grid.x0(), side, gx, xl, xh);
+    window(double(box.y1) - side, double(box.y2), grid.y0(), side, grid.gy(k), yl, yh);
+    return true;
+}
+
+// Each box's cell: its size class's grid, its (x1, y1) corner floored and clamped into the
+// grid, as device_grid bins on the CPU.
+template <typename T>
+__global__ void __launch_bounds__(ROW_THREADS) grid_cells_kernel(const T* boxes, int n,
+                                                                 const unsigned long long* extent,
+                                                                 const double* grid_table, int* cells) {
     typedef typename Arith<T>::type A;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    const IouThreshold t(threshold);
+    const Grid grid{grid_table};
+    const Box<A> b = load_box(boxes, i);
+    const int k = size_class_of(b, key_value(extent[0]));
+    const double side = grid.side(k);
+    const double gx = grid.gx(k), gy = grid.gy(k);
+    const double cx = fmin(fmax(floor((double(b.x1) - grid.x0()) / side), 0.0), gx - 1);
+    const double cy = fmin(fmax(floor((double(b.y1) - grid.y0()) / side), 0.0), gy - 1);
+    cells[i] = int(double(grid.cell0(k)) + cy * gx + cx);
+}
+
+// One thread per box i, the boxes taken in cell order (by_cell), so that a warp's boxes
+// share cells: its same-label neighbours whose IoU is above the threshold (with threshold
+// 0: every box it intersects), only the higher-ranked ones (j < i) where higher_only, else
+// all. Three modes: count (indices null): counts[i] = how many; fill (indptr given): row i
+// goes to indices[indptr[i] ...] in the order the cells give them; slots (indptr null,
+// slots > 0): row i goes to indices[i * slots ...], counts[i] = its length, and *overflow
+// = 1 where a row is longer than slots (its tail is lost: the caller builds the rows again).
+template <typename T>
+__global__ void __launch_bounds__(ROW_THREADS) graph_rows_kernel(
+        const T* boxes, const long long* labels, int n, double threshold, int higher_only, const double* grid_table,
+        const long long* starts, const long long* by_cell, long long* counts, const long long* indptr, int* indices,
+        int slots, int* overflow) {
+    typedef typename Arith<T>::type A;
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n) return;
+    const int i = int(by_cell[t]);
+    const Grid grid{grid_table};
+    const IouThreshold th(threshold);
     const Box<A> box_i = load_box(boxes, i);
     const A area_i = box_area(box_i);
     const long long label_i = labels != nullptr ? labels[i] : 0;
-    const double x0 = grid_doubles[0], y0 = grid_doubles[1];
     const bool fill = indices != nullptr;
-    long long w = fill ? indptr[i] : 0;
+    const long long first = indptr != nullptr ? indptr[i] : (long long)i * slots;
+    const long long room = indptr != nullptr ? 0x7fffffffffffffffLL : slots;
+    long long w = 0;
     for (int k = 0; k < SIZE_CLASSES; ++k) {
-        const int gx = int(grid_ints[k]), gy = int(grid_ints[SIZE_CLASSES + k]);
-        if (gx == 0) continue;
-        const double side = grid_doubles[2 + k];
-        const long long cell0 = grid_ints[2 * SIZE_CLASSES + k];
         int xl, xh, yl, yh;
-        window(double(box_i.x1) - side, double(box_i.x2), x0, side, gx, xl, xh);
-        window(double(box_i.y1) - side, double(box_i.y2), y0, side, gy, yl, yh);
+        if (!class_window(grid, k, box_i, xl, xh, yl, yh)) continue;
         for (int yy = yl; yy <= yh; ++yy) {
-            const long long row = cell0 + (long long)yy * gx;
+            const long long row = grid.cell0(k) + (long long)yy * grid.gx(k);
             const long long end = starts[row + xh + 1];  // cells xl..xh of a grid row are adjacent
             for (long long q = starts[row + xl]; q < end; ++q) {
                 const int j = int(by_cell[q]);
                 if (j == i || (higher_only && j > i)) continue;
                 if (labels != nullptr && labels[j] != label_i) continue;
                 const Box<A> box_j = load_box(boxes, j);
-                if (!overlaps_decisive(box_i, area_i, box_j, box_area(box_j), t)) continue;
-                if (fill) indices[w] = j;
+                if (!overlaps_decisive(box_i, area_i, box_j, box_area(box_j), th)) continue;
+                if (fill && w < room) indices[first + w] = j;
                 ++w;
             }
         }
     }
-    if (!fill) counts[i] = w;
+    if (indptr == nullptr) counts[i] = w;
+    if (fill && w > room) *overflow = 1;
+}
+
+// The pairs graph_rows_kernel would test (each box's window cells, itself included),
+// without testing any: the rows of starts bound them. Summed into *tests: the density
+// estimate that decides between the graph and a dense path before the rows are built.
+template <typename T>
+__global__ void __launch_bounds__(ROW_THREADS) graph_tests_kernel(const T* boxes, int n, const double* grid_table,
+                                                                  const long long* starts,
+                                                                  unsigned long long* tests) {
+    typedef typename Arith<T>::type A;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const Grid grid{grid_table};
+    unsigned long long visited = 0;
+    if (i < n) {
+        const Box<A> box_i = load_box(boxes, i);
+        for (int k = 0; k < SIZE_CLASSES; ++k) {
+            int xl, xh, yl, yh;
+            if (!class_window(grid, k, box_i, xl, xh, yl, yh)) continue;
+            for (int yy = yl; yy <= yh; ++yy) {
+                const long long row = grid.cell0(k) + (long long)yy * grid.gx(k);
+                visited += (unsigned long long)(starts[row + xh + 1] - starts[row + xl]);
+            }
+        }
+    }
+    for (int offset = 16; offset > 0; offset /= 2) visited += __shfl_down_sync(0xffffffffu, visited, offset);
+    if (threadIdx.x % 32 == 0 && visited != 0) atomicAdd(tests, visited);
 }
 
 // Greedy NMS on the rows of higher-ranked neighbours, in rounds over the whole GPU (one
@@ -77,7 +224,10 @@ __global__ void __launch_bounds__(ROW_THREADS) graph_rows_kernel(
 // round decides at least the highest-ranked undecided box (its neighbours are decided).
 // state: 0 undecided, 1 kept, 2 removed (read across blocks through L2: __ldcg);
 // counters: three words, the undecided boxes counted in round r go to counters[r % 3].
+// Rows as graph_rows_kernel leaves them: indptr's (fill mode), or where indptr is null,
+// min(counts[i], slots) entries from indices[i * slots] (slots mode).
 __global__ void __launch_bounds__(ROUND_THREADS) greedy_rounds_kernel(int n, const long long* indptr,
+                                                                     const long long* counts, int slots,
                                                                      const int* indices, int* state,
                                                                      unsigned int* counters, unsigned int* barrier,
                                                                      int* rounds_out) {
@@ -93,8 +243,11 @@ __global__ void __launch_bounds__(ROUND_THREADS) greedy_rounds_kernel(int n, con
         for (int i = tid; i < n; i += threads) {
             if (__ldcg(state + i) != 0) continue;
             bool kept_neighbour = false, all_removed = true;
-            const long long end = indptr[i + 1];
-            for (long long s = indptr[i]; s < end; ++s) {
+            const long long start = indptr != nullptr ? indptr[i] : (long long)i * slots;
+            // a row longer than its slots holds its first slots entries (the host then
+            // discards this launch's answer: the overflow word)
+            const long long end = indptr != nullptr ? indptr[i + 1] : start + min(counts[i], (long long)slots);
+            for (long long s = start; s < end; ++s) {
                 const int neighbour = __ldcg(state + indices[s]);
                 if (neighbour == 1) {
                     kept_neighbour = true;

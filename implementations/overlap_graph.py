@@ -34,15 +34,43 @@ from ._cuda import CudaModule, blocks, device_index, grid_barrier_address, on_to
 
 DEFINES = {"SIZE_CLASSES": SIZE_CLASSES, "ROW_THREADS": 256, "ROUND_THREADS": 512}
 ROW_THREADS, ROUND_THREADS = DEFINES["ROW_THREADS"], DEFINES["ROUND_THREADS"]
+ROW_SLOTS = 32  # greedy's rows in one pass, this many entries a box (a longer row: two passes, graph_rows)
+
+# The dispatcher between the graph and a dense path (hard_graph's and matrix_graph's CUDA
+# backends; the figures that placed it: results/PERFLOG.md).
+PATHS = ("dense", "graph")
+GRAPH_MIN_N = 16384  # fewer boxes: the dense path, whatever the density (its N^2 is small there)
+DENSE_TESTS_DIVISOR = 64  # from GRAPH_MIN_N: the graph where its windows test at most n^2 / this many pairs
+
+
+def choose_path(n: int, dtype: torch.dtype | None = None, padded: bool = False, device=None,
+                labels: bool = False) -> str:
+    """The path a call of ``n`` boxes starts on: "graph" may still give way to "dense" once
+    the grid has counted its windows' tests (``tests_limit``). Only ``n`` decides; the other
+    arguments are the signature every chooser has."""
+    return "graph" if n >= GRAPH_MIN_N else "dense"
+
+
+def tests_limit(n: int, path: str | None, op: str) -> int | None:
+    """The ``max_tests`` for a call that takes the graph: None where ``path`` forces it;
+    a ValueError naming ``op`` for a path that does not exist."""
+    if path is not None and path not in PATHS:
+        raise ValueError(f"{op}: no path {path!r}; the paths are {', '.join(PATHS)}")
+    return None if path == "graph" else n * n // DENSE_TESTS_DIVISOR
 
 CUDA_MODULE = CudaModule(
     "overlap_graph.cu",
     templates={
         # boxes labels | n threshold higher_only | grid_doubles grid_ints starts by_cell | counts indptr indices
-        "graph_rows_kernel": "QQidi" + "QQQQ" + "QQQ",
+        # boxes labels | n threshold higher_only | grid_table starts by_cell | counts indptr indices | slots overflow
+        "graph_rows_kernel": "QQidi" + "QQQ" + "QQQ" + "iQ",
+        "graph_tests_kernel": "QiQQQ",  # boxes n grid_table starts | tests
+        "grid_extent_kernel": "QiQ",  # boxes n | extent
+        "grid_classes_kernel": "QiQQ",  # boxes n extent | classes
+        "grid_cells_kernel": "QiQQQ",  # boxes n extent grid_table | cells
         "graph_decay_kernel": "QiQQidQQ",  # boxes n | indptr indices | linear sigma | cmax decay
     },
-    plain={"greedy_rounds_kernel": "iQQQQQQ"},  # n | indptr indices | state counters barrier rounds
+    plain={"greedy_rounds_kernel": "iQQiQ" + "QQQQ"},  # n | indptr counts slots indices | state counters barrier rounds
     defines=DEFINES,
 )
 
@@ -50,7 +78,8 @@ CUDA_MODULE = CudaModule(
 class DeviceGrid(NamedTuple):
     """``_cpu._size_class_grids``' grid: the origin, each class's cell side, cells per row
     and rows (0: an empty class) and first cell, and the boxes listed cell after cell
-    (``by_cell``, from ``starts``); tensors on the boxes' device."""
+    (``by_cell``, from ``starts``); ``table``: the same numbers on the boxes' device as the
+    kernels read them (x0, y0, then the classes' sides, gx, gy and first cells, in double)."""
 
     x0: float
     y0: float
@@ -60,6 +89,7 @@ class DeviceGrid(NamedTuple):
     cell0: list[int]
     starts: torch.Tensor
     by_cell: torch.Tensor
+    table: torch.Tensor
 
 
 def device_grid(boxes: torch.Tensor) -> DeviceGrid | None:
@@ -67,25 +97,16 @@ def device_grid(boxes: torch.Tensor) -> DeviceGrid | None:
     no box has a side above 0 (no pair overlaps). The classes' sides and cell counts follow
     ``_cpu._size_class_grids``' formulas; a class's corners are binned in double as the
     kernel's windows are computed, and clamped into the grid (a window clamps the same way,
-    so a clamped corner is still found)."""
-    b = boxes.to(torch.float64)
-    x1, y1 = b[:, 0], b[:, 1]
-    size = torch.maximum(b[:, 2] - x1, b[:, 3] - y1)
-    largest = size.max()
-    ratio = torch.nan_to_num(largest / torch.maximum(size, largest * 2.0 ** -SIZE_CLASSES), nan=1.0)  # points only: 0/0
-    size_class = torch.clamp(torch.floor(torch.log2(ratio)), max=SIZE_CLASSES - 1).to(torch.int64)
-
-    def class_max(values):
-        out = torch.full((SIZE_CLASSES,), -math.inf, dtype=torch.float64, device=boxes.device)
-        return out.scatter_reduce(0, size_class, values, "amax")
-
-    counts = torch.bincount(size_class, minlength=SIZE_CLASSES).to(torch.float64)
-    stats = torch.cat([torch.stack([largest, x1.min(), y1.min(), x1.max(), y1.max(), x1.abs().max(), y1.abs().max()]),
-                       counts, class_max(size), class_max(x1), class_max(y1)]).tolist()  # the one host read
+    so a clamped corner is still found). One host read, of a few statistics. On a GPU three
+    kernels take the statistics and the cells (``_cuda_statistics``; torch's operations
+    would cost the host more than the GPU spends); elsewhere torch does
+    (``_torch_statistics``): CI holds that form to a brute-force pair test."""
+    k, device = SIZE_CLASSES, boxes.device
+    statistics = _cuda_statistics if boxes.is_cuda else _torch_statistics
+    stats, cells_of = statistics(boxes)
     largest_f, x0, y0, x1_max, y1_max, x1_reach, y1_reach = stats[:7]
     if not largest_f > 0:
         return None
-    k = SIZE_CLASSES
     members, class_size, class_x1, class_y1 = stats[7:7 + k], stats[7 + k:7 + 2 * k], stats[7 + 2 * k:7 + 3 * k], \
         stats[7 + 3 * k:]
     span = max(x1_max - x0, y1_max - y0)
@@ -102,17 +123,68 @@ def device_grid(boxes: torch.Tensor) -> DeviceGrid | None:
         gy = min(max(int(math.floor((class_y1[c] - y0) / side)), 0), cells - 1) + 1
         sides[c], gxs[c], gys[c] = side, gx, gy
         total += gx * gy
-    device = boxes.device
-    side_of = torch.tensor(sides, dtype=torch.float64, device=device)[size_class]
-    gx_of = torch.tensor(gxs, dtype=torch.float64, device=device)[size_class]
-    gy_of = torch.tensor(gys, dtype=torch.float64, device=device)[size_class]
-    cx = torch.minimum(torch.clamp(torch.floor((x1 - x0) / side_of), min=0), gx_of - 1)
-    cy = torch.minimum(torch.clamp(torch.floor((y1 - y0) / side_of), min=0), gy_of - 1)
-    cell_of = torch.tensor(cell0, dtype=torch.int64, device=device)[size_class] + (cy * gx_of + cx).to(torch.int64)
-    by_cell = torch.sort(cell_of, stable=True).indices
-    starts = torch.zeros(total + 1, dtype=torch.int64, device=device)
-    torch.cumsum(torch.bincount(cell_of, minlength=total), 0, out=starts[1:])
-    return DeviceGrid(x0, y0, sides, gxs, gys, cell0, starts, by_cell)
+    if total >= 2**31:
+        raise ValueError(f"overlap_graph: {total} cells do not fit the kernels' int32 cell numbers")
+    table = torch.tensor([x0, y0, *sides, *gxs, *gys, *cell0], dtype=torch.float64, device=device)
+    cells_sorted, by_cell = torch.sort(cells_of(table), stable=True)
+    # starts[c]: the first position whose cell is c or later (a binary search per cell, no atomics)
+    starts = torch.searchsorted(cells_sorted, torch.arange(total + 1, dtype=torch.int32, device=device))
+    return DeviceGrid(x0, y0, sides, gxs, gys, cell0, starts, by_cell, table)
+
+
+def _torch_statistics(boxes: torch.Tensor):
+    """(device_grid's statistics as floats: the extent, then per class its count, largest size,
+    x1 and y1; a function of the grid's table giving each box's cell, int32), with torch."""
+    k, device = SIZE_CLASSES, boxes.device
+    b = boxes.to(torch.float64)
+    x1, y1 = b[:, 0], b[:, 1]
+    size = torch.maximum(b[:, 2] - x1, b[:, 3] - y1)
+    largest = size.max()
+    ratio = torch.nan_to_num(largest / torch.maximum(size, largest * 2.0 ** -k), nan=1.0)  # points only: 0/0
+    size_class = torch.clamp(torch.floor(torch.log2(ratio)), max=k - 1).to(torch.int64)
+    member = size_class[:, None] == torch.arange(k, device=device)  # (n, classes)
+    # each class's largest size, x1 and y1 (-inf where empty): a masked max over the boxes
+    class_max = torch.where(member[:, :, None], torch.stack([size, x1, y1], 1)[:, None, :], -math.inf).amax(0)
+    stats = torch.cat([torch.stack([largest, x1.min(), y1.min(), x1.max(), y1.max(), x1.abs().max(), y1.abs().max()]),
+                       member.sum(0).to(torch.float64), class_max.T.reshape(-1)]).tolist()
+
+    def cells_of(table):
+        side_of, gx_of, gy_of, cell0_of = (table[2 + c * k:2 + (c + 1) * k][size_class] for c in range(4))
+        cx = torch.minimum(torch.clamp(torch.floor((x1 - table[0]) / side_of), min=0), gx_of - 1)
+        cy = torch.minimum(torch.clamp(torch.floor((y1 - table[1]) / side_of), min=0), gy_of - 1)
+        return (cell0_of + cy * gx_of + cx).to(torch.int32)  # exact in double: far below 2^53
+
+    return stats, cells_of
+
+
+def _cuda_statistics(boxes: torch.Tensor):
+    """``_torch_statistics`` by ``grid_extent_kernel``, ``grid_classes_kernel`` and
+    ``grid_cells_kernel`` (the doubles reduced as order-preserving integer keys, decoded here)."""
+    n, device, k = boxes.shape[0], boxes.device, SIZE_CLASSES
+    boxes = boxes.contiguous()
+    keys = torch.zeros(7 + 4 * k, dtype=torch.int64, device=device)
+    keys[1:3] = -1  # the minima start at the largest key
+    extent, classes = keys[:7], keys[7:]
+    with on_torch_stream(device) as launch:
+        launch(CUDA_MODULE.get("grid_extent_kernel", boxes.dtype, device), (blocks(n, ROW_THREADS),), (ROW_THREADS,),
+               (boxes, n, extent))
+        launch(CUDA_MODULE.get("grid_classes_kernel", boxes.dtype, device), (blocks(n, ROW_THREADS),),
+               (ROW_THREADS,), (boxes, n, extent, classes))
+    raw = keys.cpu().numpy().view(np.uint64)  # the one host read
+    positive = raw >> np.uint64(63) == 1
+    values = np.where(positive, raw & np.uint64(0x7FFFFFFFFFFFFFFF), ~raw).view(np.float64)
+    counts = raw[7:7 + k].astype(np.float64)
+    stats = [*values[:7].tolist(), *counts.tolist(),
+             *np.where(np.tile(counts > 0, 3), values[7 + k:], -math.inf).tolist()]  # an empty class's max: -inf
+
+    def cells_of(table):
+        cells = torch.empty(n, dtype=torch.int32, device=device)
+        with on_torch_stream(device) as launch:
+            launch(CUDA_MODULE.get("grid_cells_kernel", boxes.dtype, device), (blocks(n, ROW_THREADS),),
+                   (ROW_THREADS,), (boxes, n, extent, table, cells))
+        return cells
+
+    return stats, cells_of
 
 
 def grid_tuple(grid: DeviceGrid) -> tuple:
@@ -145,28 +217,56 @@ def window_tests(boxes: torch.Tensor, grid: DeviceGrid) -> int:
     return int(total)
 
 
-def graph_rows(launch, boxes: torch.Tensor, labels: torch.Tensor | None, threshold: float, higher_only: bool):
+def graph_tests(launch, boxes: torch.Tensor, grid: DeviceGrid) -> int:
+    """``window_tests`` on the GPU (``graph_tests_kernel``: the rows of ``starts`` bound each
+    window, no pair is tested), one host read: what the rows would cost before they are
+    built."""
+    n = boxes.shape[0]
+    tests = torch.zeros(1, dtype=torch.int64, device=boxes.device)
+    launch(CUDA_MODULE.get("graph_tests_kernel", boxes.dtype, boxes.device), (blocks(n, ROW_THREADS),),
+           (ROW_THREADS,), (boxes, n, grid.table, grid.starts, tests))
+    return int(tests)
+
+
+def graph_rows(launch, boxes: torch.Tensor, labels: torch.Tensor | None, threshold: float, higher_only: bool,
+               grid: DeviceGrid | None = None):
     """(indptr int64 (n + 1), indices int32, pairs): each box's same-label neighbours with
     IoU above ``threshold`` (0: every intersecting box), the higher-ranked ones only (lower
     indices: ``boxes`` are in rank order) where ``higher_only``; ``indices`` holds at least
     one element (a kernel argument even without pairs), its first ``pairs`` the rows. One
-    host read, for the number of pairs."""
+    host read, for the number of pairs. ``grid``: ``device_grid(boxes)`` where the caller
+    has built it."""
     n, device = boxes.shape[0], boxes.device
     indptr = torch.zeros(n + 1, dtype=torch.int64, device=device)
-    grid = device_grid(boxes) if n else None
+    if grid is None and n:
+        grid = device_grid(boxes)
     if grid is None:
         return indptr, torch.empty(1, dtype=torch.int32, device=device), 0
-    doubles = torch.tensor([grid.x0, grid.y0, *grid.sides], dtype=torch.float64, device=device)
-    ints = torch.tensor([*grid.gxs, *grid.gys, *grid.cell0], dtype=torch.int64, device=device)
     kernel = CUDA_MODULE.get("graph_rows_kernel", boxes.dtype, device)
-    args = (boxes, labels, n, np.float64(threshold), int(higher_only), doubles, ints, grid.starts, grid.by_cell)
+    args = (boxes, labels, n, np.float64(threshold), int(higher_only), grid.table, grid.starts, grid.by_cell)
     counts = torch.zeros(n, dtype=torch.int64, device=device)  # zeroed: a recorded, unrun launch gives empty rows
-    launch(kernel, (blocks(n, ROW_THREADS),), (ROW_THREADS,), (*args, counts, None, None))
+    launch(kernel, (blocks(n, ROW_THREADS),), (ROW_THREADS,), (*args, counts, None, None, 0, None))
     torch.cumsum(counts, 0, out=indptr[1:])
     pairs = int(indptr[-1])
     indices = torch.empty(max(pairs, 1), dtype=torch.int32, device=device)
-    launch(kernel, (blocks(n, ROW_THREADS),), (ROW_THREADS,), (*args, None, indptr, indices))
+    launch(kernel, (blocks(n, ROW_THREADS),), (ROW_THREADS,), (*args, None, indptr, indices, 0, None))
     return indptr, indices, pairs
+
+
+def slot_rows(launch, boxes: torch.Tensor, labels: torch.Tensor | None, threshold: float, grid: DeviceGrid,
+              slots: int = ROW_SLOTS):
+    """(counts int64 (n), indices int32 (n * slots), overflow int32 (1)): each box's
+    higher-ranked same-label neighbours above ``threshold``, row i at ``indices[i * slots]``,
+    built in one pass and no host read; ``overflow`` becomes 1 where a row is longer than
+    ``slots`` (then those rows are cut short and the caller takes ``graph_rows``)."""
+    n, device = boxes.shape[0], boxes.device
+    counts = torch.zeros(n, dtype=torch.int64, device=device)
+    indices = torch.empty(n * slots, dtype=torch.int32, device=device)
+    overflow = torch.zeros(1, dtype=torch.int32, device=device)
+    launch(CUDA_MODULE.get("graph_rows_kernel", boxes.dtype, device), (blocks(n, ROW_THREADS),), (ROW_THREADS,),
+           (boxes, labels, n, np.float64(threshold), 1, grid.table, grid.starts, grid.by_cell, counts, None, indices,
+            slots, overflow))
+    return counts, indices, overflow
 
 
 def greedy_grid(n: int, device: torch.device) -> int:
@@ -182,43 +282,92 @@ def _ranked(boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor | No
     """(order, the boxes and labels in rank order): input indices by descending score, ties
     by lower index, and what the kernels read, contiguous."""
     order = score_order(scores)
-    ranked_labels = None if labels is None else labels.detach().to(torch.int64)[order].contiguous()
-    return order, boxes.detach()[order].contiguous(), ranked_labels
+    ranked_labels = None if labels is None else labels.detach().to(torch.int64).index_select(0, order)
+    return order, boxes.detach().index_select(0, order), ranked_labels
+
+
+class GraphGreedy(NamedTuple):
+    """``greedy_on_graph``'s answer: the result (None where the graph gave way to the dense
+    path), the pairs the windows test (0 where not counted), and the rows and rounds as
+    the kernels left them (device tensors, for a probe: ``pairs``, ``rounds``)."""
+
+    result: NMSResult | None
+    tests: int
+    counts: torch.Tensor | None = None
+    counters: torch.Tensor | None = None
+    two_pass: bool = False  # a row outgrew its slots: the rows were built again by graph_rows
+
+    @property
+    def pairs(self) -> int:
+        """The pairs above the threshold (one host read)."""
+        return 0 if self.counts is None else int(self.counts[-1] if self.counts.shape[0] else 0)
+
+    @property
+    def rounds(self) -> int:
+        return 0 if self.counters is None else int(self.counters[3])
 
 
 def greedy_on_graph(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float,
-                    labels: torch.Tensor | None = None) -> tuple[NMSResult, int, int]:
-    """(greedy NMS's result, the pairs above the threshold, the rounds taken): the boxes
-    ranked by score (ties by lower index), the rows of higher-ranked neighbours, then the
-    rounds. Input indices by descending score, as torchvision's."""
+                    labels: torch.Tensor | None = None, max_tests: int | None = None,
+                    slots: int = ROW_SLOTS) -> GraphGreedy:
+    """Greedy NMS on the overlap graph: the boxes ranked by score (ties by lower index), the
+    grid, the rows of higher-ranked neighbours above the threshold (``slot_rows``, or
+    ``graph_rows`` where a row outgrows ``slots``; 0: always), then the rounds; input
+    indices by descending score, as torchvision's. ``max_tests``: where the windows would
+    test more pairs than that, stop before the rows and return no result (the caller's
+    dense path is cheaper there)."""
     n, device = boxes.shape[0], boxes.device
     if n == 0:
-        return NMSResult(torch.empty(0, dtype=torch.int64, device=device)), 0, 0
+        return GraphGreedy(NMSResult(torch.empty(0, dtype=torch.int64, device=device)), 0)
     order, ranked, ranked_labels = _ranked(boxes, scores, labels)
+    grid = device_grid(ranked)
+    if grid is None:  # points only: nothing overlaps, every box is kept
+        return GraphGreedy(NMSResult(order), 0)
     with on_torch_stream(device) as launch:
-        indptr, indices, pairs = graph_rows(launch, ranked, ranked_labels, float(iou_threshold), higher_only=True)
-        state = torch.empty(n, dtype=torch.int32, device=device)
-        counters = torch.empty(4, dtype=torch.int32, device=device)  # three round counters, the rounds taken
-        launch(CUDA_MODULE.get("greedy_rounds_kernel", None, device), (greedy_grid(n, device),), (ROUND_THREADS,),
-               (n, indptr, indices, state, counters,
-                np.uint64(grid_barrier_address(device_index(device), launch.stream)), counters[3:]),
-               cooperative=True)
-    keep = order[torch.nonzero(state == 1).squeeze(1)]
-    return NMSResult(keep), pairs, int(counters[3])
+        tests = graph_tests(launch, ranked, grid) if max_tests is not None else 0
+        if max_tests is not None and tests > max_tests:
+            return GraphGreedy(None, tests)
+        threshold = float(iou_threshold)
+        if slots > 0:
+            counts, indices, overflow = slot_rows(launch, ranked, ranked_labels, threshold, grid, slots)
+            state, counters = _greedy_rounds(launch, n, None, counts, slots, indices)
+            kept = torch.nonzero(state == 1).squeeze(1)  # waits for the GPU: the overflow word is written
+            if not int(overflow):
+                return GraphGreedy(NMSResult(order[kept]), tests, torch.cumsum(counts, 0), counters)
+        indptr, indices, _ = graph_rows(launch, ranked, ranked_labels, threshold, True, grid)
+        state, counters = _greedy_rounds(launch, n, indptr, None, 0, indices)
+    return GraphGreedy(NMSResult(order[torch.nonzero(state == 1).squeeze(1)]), tests, indptr[1:], counters, slots > 0)
+
+
+def _greedy_rounds(launch, n: int, indptr, counts, slots: int, indices):
+    """(state: 1 kept, 2 removed; counters, the rounds taken at [3]): greedy_rounds_kernel in
+    one cooperative launch on the rows (indptr's, or ``slots`` a box with ``counts``)."""
+    device = indices.device
+    state = torch.empty(n, dtype=torch.int32, device=device)
+    counters = torch.empty(4, dtype=torch.int32, device=device)  # three round counters, the rounds taken
+    launch(CUDA_MODULE.get("greedy_rounds_kernel", None, device), (greedy_grid(n, device),), (ROUND_THREADS,),
+           (n, indptr, counts, slots, indices, state, counters,
+            np.uint64(grid_barrier_address(device_index(device), launch.stream)), counters[3:]),
+           cooperative=True)
+    return state, counters
 
 
 def matrix_on_graph(boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor | None, *, kernel: str,
-                    sigma: float, score_threshold: float) -> NMSResult:
+                    sigma: float, score_threshold: float, max_tests: int | None = None) -> NMSResult | None:
     """Matrix NMS (family ``matrix``) from the overlap graph: cmax and the decay of every box
     from its higher-ranked overlapping neighbours, final scores in float64 (kept where
-    >= score_threshold, as the definition decides), ordered by the scores returned."""
+    >= score_threshold, as the definition decides), ordered by the scores returned. None
+    where the windows would test more than ``max_tests`` pairs (see greedy_on_graph)."""
     n, device = boxes.shape[0], boxes.device
     if n == 0:
         return NMSResult(torch.empty(0, dtype=torch.int64, device=device), torch.empty(0, dtype=scores.dtype,
                                                                                         device=device))
     order, ranked, ranked_labels = _ranked(boxes, scores, labels)
+    grid = device_grid(ranked)
     with on_torch_stream(device) as launch:
-        indptr, indices, _ = graph_rows(launch, ranked, ranked_labels, 0.0, higher_only=True)
+        if grid is not None and max_tests is not None and graph_tests(launch, ranked, grid) > max_tests:
+            return None
+        indptr, indices, _ = graph_rows(launch, ranked, ranked_labels, 0.0, True, grid)
         cmax = torch.empty(n, dtype=torch.float64, device=device)
         decay = torch.empty(n, dtype=torch.float64, device=device)
         decay_kernel = CUDA_MODULE.get("graph_decay_kernel", boxes.dtype, device)

@@ -204,16 +204,19 @@ def test_every_launch_of_every_kernel_backend_packs_its_kernels_signature(record
 
 
 def test_the_overlap_graphs_launches_pack_their_kernels_signatures(recorded):
-    """overlap_graph.py's launches (no implementation calls all of them yet): the rows, the
-    greedy rounds and the Matrix decay pack their kernels' C signatures."""
+    """overlap_graph.py's launches: the windows' test count, the rows, the greedy rounds and
+    the Matrix decay pack their kernels' C signatures."""
     from nmsbench.variants import overlap_graph
 
     for labels in (None, torch.zeros(300, dtype=torch.int64)):
         boxes = torch.rand(300, 4) * 100
         boxes[:, 2:] += boxes[:, :2]
-        overlap_graph.greedy_on_graph(boxes, torch.rand(300), 0.5, labels)
+        overlap_graph.greedy_on_graph(boxes, torch.rand(300), 0.5, labels, max_tests=10**9)
         overlap_graph.matrix_on_graph(boxes, torch.rand(300), labels, kernel="linear", sigma=0.5, score_threshold=0.05)
+        overlap_graph._cuda_statistics(boxes)[1](torch.zeros(2 + 4 * overlap_graph.SIZE_CLASSES, dtype=torch.float64))
     signatures = c_signatures(overlap_graph.CUDA_MODULE.source())
-    assert {kernel for _, kernel, _ in recorded} == {"graph_rows_kernel", "greedy_rounds_kernel", "graph_decay_kernel"}
+    assert {kernel for _, kernel, _ in recorded} == {"graph_tests_kernel", "graph_rows_kernel", "greedy_rounds_kernel",
+                                                     "graph_decay_kernel", "grid_extent_kernel", "grid_classes_kernel",
+                                                     "grid_cells_kernel"}
     for _, kernel, codes in recorded:
         assert codes == signatures[kernel], kernel

@@ -29,7 +29,7 @@ SCENARIOS = list(datasets.SYNTHETIC)
 def graph(boxes: BoxSet):
     from nmsbench.variants import overlap_graph
 
-    return overlap_graph.greedy_on_graph(boxes.boxes, boxes.scores, 0.5, boxes.labels)[0].keep
+    return overlap_graph.greedy_on_graph(boxes.boxes, boxes.scores, 0.5, boxes.labels).result.keep
 
 
 def torchvision_keep(boxes: BoxSet) -> torch.Tensor:
@@ -50,7 +50,7 @@ def test_greedy_on_the_graph_is_torchvision(scenario, canvas, n, classes):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float64])
 def test_other_dtypes_equal_the_cpu(dtype):
     boxes = datasets.generate("clustered", 3000, seed=4, classes=3, canvas="density").to("cuda", dtype)
-    cpu = boxes.to("cpu")
+    cpu = boxes.to("cpu", torch.float32 if dtype == torch.float16 else dtype)  # half boxes: float arithmetic
     expected = nmsbench.run_nms("hard_graph", cpu.boxes, cpu.scores, 0.5, labels=cpu.labels).keep
     assert torch.equal(graph(boxes).cpu(), expected)
 
@@ -61,6 +61,7 @@ def test_a_million_boxes_at_constant_density_equal_the_cpu_reference():
         cpu = boxes.to("cpu")
         expected = nmsbench.run_nms("hard_graph", cpu.boxes, cpu.scores, 0.5).keep
         assert torch.equal(graph(boxes).cpu(), expected), scenario
+        assert torch.equal(nmsbench.run_nms("hard_graph", boxes.boxes, boxes.scores, 0.5).keep.cpu(), expected)
 
 
 def test_big_boxes_identical_boxes_and_points():
@@ -146,3 +147,103 @@ def test_soft_rounds_on_the_graph_rows_equals_soft_nms(scenario, kernel):
         cuda = boxes.to("cuda")
         gpu = soft_rounds.soft_rounds(cuda.boxes, cuda.scores, labels=cuda.labels, path="graph_rounds", **params)
         assert_same_soft("soft_rounds", cpu, gpu, torch.float32, kernel == "linear")
+
+
+@pytest.mark.parametrize("scenario", ["uniform", "clustered", "crowd"])
+@pytest.mark.parametrize("canvas", ["fixed", "density"])
+def test_the_kernels_count_of_tests_equals_window_tests(scenario, canvas):
+    from nmsbench.variants import overlap_graph
+    from nmsbench.variants._cuda import on_torch_stream
+
+    boxes = datasets.generate(scenario, 5000, seed=6, canvas=canvas).boxes.to("cuda")
+    boxes = torch.cat([boxes, torch.tensor([[0.0, 0.0, 1e5, 1e5]], device="cuda")])  # one box over everything
+    grid = overlap_graph.device_grid(boxes)
+    with on_torch_stream(boxes.device) as launch:
+        assert overlap_graph.graph_tests(launch, boxes, grid) == overlap_graph.window_tests(boxes, grid)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("path", [None, "graph", "dense"])
+def test_hard_graph_on_cuda_takes_every_path_exactly(scenario, path):
+    """hard_graph's CUDA dispatcher, each path forced and its own choice, against torchvision:
+    below GRAPH_MIN_N, above it on both canvases (the fixed canvas's dense cases give way)."""
+    from nmsbench.variants.overlap_graph import GRAPH_MIN_N
+
+    backend = nmsbench.implementations()["hard_graph"].backend("cuda").fn  # path: the backend's, not run_nms's
+    for n, canvas, classes in ((1, "fixed", 1), (300, "fixed", 2), (GRAPH_MIN_N, "density", 1),
+                               (2 * GRAPH_MIN_N, "fixed", 3)):
+        boxes = datasets.generate(scenario, n, seed=n, classes=classes, canvas=canvas).to("cuda")
+        keep = backend(boxes.boxes, boxes.scores, iou_threshold=0.5, labels=boxes.labels, path=path).keep
+        assert torch.equal(keep, torchvision_keep(boxes)), (n, canvas)
+
+
+def test_the_dispatcher_gives_way_to_the_dense_path_where_everything_overlaps():
+    from nmsbench.variants import overlap_graph
+
+    n = overlap_graph.GRAPH_MIN_N
+    boxes = datasets.generate("crowd", n, seed=1, canvas="fixed").to("cuda")
+    limit = overlap_graph.tests_limit(n, None, "test")
+    answer = overlap_graph.greedy_on_graph(boxes.boxes, boxes.scores, 0.5, max_tests=limit)
+    assert (answer.result is None) == (answer.tests > limit)
+    same = torch.tensor([[1.0, 2.0, 30.0, 40.0]], device="cuda").repeat(n, 1)
+    answer = overlap_graph.greedy_on_graph(same, torch.rand(n, device="cuda"), 0.5, max_tests=limit)
+    assert answer.result is None and answer.tests == n * n
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
+def test_the_grid_kernels_equal_the_torch_statistics_and_cells(scenario, dtype):
+    """_cuda_statistics (three kernels, order-preserving keys) gives the numbers and cells
+    that _torch_statistics, CI's form, gives on the same boxes."""
+    from nmsbench.variants import overlap_graph
+
+    boxes = datasets.generate(scenario, 20000, seed=7, canvas="density").boxes.to("cuda", dtype)
+    boxes[:5] -= 1e4  # negative corners too
+    stats, cells = overlap_graph._cuda_statistics(boxes)
+    want_stats, want_cells = overlap_graph._torch_statistics(boxes)
+    assert stats == want_stats
+    table = overlap_graph.device_grid(boxes).table
+    assert torch.equal(cells(table), want_cells(table))
+
+
+@pytest.mark.parametrize("scenario", ["uniform", "clustered", "degenerate"])
+@pytest.mark.parametrize("path", [None, "graph", "dense"])
+def test_matrix_graph_on_cuda_takes_every_path_like_the_cpu(scenario, path):
+    from nmsbench.variants.overlap_graph import GRAPH_MIN_N
+
+    params = dict(kernel="linear", sigma=0.5, score_threshold=0.05)
+    backend = nmsbench.implementations()["matrix_graph"].backend("cuda").fn
+    for n, canvas, classes in ((1, "fixed", 1), (500, "fixed", 2), (GRAPH_MIN_N, "density", 1)):
+        boxes = datasets.generate(scenario, n, seed=n, classes=classes, canvas=canvas)
+        cpu = nmsbench.run_nms("matrix_graph", boxes.boxes, boxes.scores, 0.5, labels=boxes.labels, **params)
+        cuda = boxes.to("cuda")
+        gpu = backend(cuda.boxes, cuda.scores, iou_threshold=0.5, labels=cuda.labels, **params, path=path)
+        assert torch.equal(gpu.keep.cpu(), cpu.keep), (n, canvas)
+        assert torch.allclose(gpu.scores.cpu().double(), cpu.scores.double(), rtol=1e-6, atol=0), (n, canvas)
+
+
+def test_a_million_boxes_of_matrix_nms_on_the_graph_stay_under_a_gigabyte():
+    boxes = datasets.generate("clustered", 1 << 20, seed=0, canvas="density").to("cuda")
+    params = dict(kernel="gaussian", sigma=0.5, score_threshold=0.05)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    result = nmsbench.run_nms("matrix_graph", boxes.boxes, boxes.scores, 0.5, **params)
+    torch.cuda.synchronize()
+    assert torch.cuda.max_memory_allocated() - before < 2**30
+    assert 0 < len(result.keep) < boxes.boxes.shape[0]
+
+
+def test_rows_that_outgrow_their_slots_take_the_two_pass_rows():
+    """Identical boxes (every pair above the threshold): each row is longer than its slots,
+    so the overflow word sends the call to graph_rows; the answer is still torchvision's."""
+    from nmsbench.variants import overlap_graph
+
+    same = torch.tensor([[1.0, 2.0, 30.0, 40.0]], device="cuda").repeat(200, 1)
+    near = torch.cat([same, same[:50] + 0.5])
+    for boxes in (same, near):
+        scores = torch.rand(len(boxes), device="cuda")
+        answer = overlap_graph.greedy_on_graph(boxes, scores, 0.5, slots=4)
+        assert answer.two_pass
+        assert torch.equal(answer.result.keep, torchvision.ops.nms(boxes, scores, 0.5))
+        assert answer.pairs == sum(range(len(boxes)))  # every higher-ranked box, on the two-pass rows

@@ -1,0 +1,71 @@
+"""Where the GPU overlap graph's greedy NMS spends a call: torch.profiler's table of host
+ops and GPU kernels for one call (after a warm-up), and a staged timing (a synchronize
+after each stage: rank, grid, rows, rounds, keep) per (scenario, N).
+
+    python benchmarks/graph_profile.py --n 1024,1048576 --scenario uniform,clustered
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from nmsbench import datasets
+from nmsbench.variants import overlap_graph
+
+from _common import parse_sizes
+
+
+def staged(boxes, repeats: int = 5) -> dict[str, float]:
+    """Median µs of each stage of greedy_on_graph, a synchronize between stages."""
+    from nmsbench.variants._cuda import on_torch_stream
+
+    stages: dict[str, list[float]] = {}
+
+    def mark(name, t0):
+        torch.cuda.synchronize()
+        stages.setdefault(name, []).append((time.perf_counter() - t0) * 1e6)
+        return time.perf_counter()
+
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        order, ranked, labels = overlap_graph._ranked(boxes.boxes, boxes.scores, boxes.labels)
+        t = mark("rank", t)
+        grid = overlap_graph.device_grid(ranked)
+        t = mark("grid", t)
+        with on_torch_stream(ranked.device) as launch:
+            overlap_graph.graph_rows(launch, ranked, labels, 0.5, higher_only=True)
+        t = mark("grid+rows", t)
+        overlap_graph.greedy_on_graph(boxes.boxes, boxes.scores, 0.5, boxes.labels)
+        mark("whole call", t)
+    del grid
+    return {k: sorted(v)[len(v) // 2] for k, v in stages.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", default="1024,1048576")
+    parser.add_argument("--scenario", default="uniform,clustered")
+    parser.add_argument("--canvas", default="density")
+    parser.add_argument("--rows", type=int, default=25, help="rows of the profiler's table")
+    args = parser.parse_args()
+    for scenario in args.scenario.split(","):
+        for n in parse_sizes(args.n):
+            boxes = datasets.generate(scenario, n, seed=0, canvas=args.canvas).to("cuda")
+            overlap_graph.greedy_on_graph(boxes.boxes, boxes.scores, 0.5, boxes.labels)
+            print(f"== {scenario} {args.canvas} n={n}: staged µs", staged(boxes), flush=True)
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                    torch.profiler.ProfilerActivity.CUDA]) as prof:
+                for _ in range(3):
+                    overlap_graph.greedy_on_graph(boxes.boxes, boxes.scores, 0.5, boxes.labels)
+                torch.cuda.synchronize()
+            averages = prof.key_averages()
+            print(averages.table(sort_by="self_cpu_time_total", row_limit=args.rows), flush=True)
+            print(averages.table(sort_by="self_device_time_total", row_limit=12), flush=True)
+
+
+if __name__ == "__main__":
+    main()
