@@ -34,13 +34,15 @@ from ._cuda import CudaModule, blocks, device_index, grid_barrier_address, on_to
 
 DEFINES = {"SIZE_CLASSES": SIZE_CLASSES, "ROW_THREADS": 256, "ROUND_THREADS": 512}
 ROW_THREADS, ROUND_THREADS = DEFINES["ROW_THREADS"], DEFINES["ROUND_THREADS"]
-ROW_SLOTS = 32  # greedy's rows in one pass, this many entries a box (a longer row: two passes, graph_rows)
+ROW_SLOTS = 64  # greedy's rows in one pass, this many entries a box (a longer row: two passes, graph_rows)
 
 # The dispatcher between the graph and a dense path (hard_graph's and matrix_graph's CUDA
 # backends; the figures that placed it: results/PERFLOG.md).
 PATHS = ("dense", "graph")
-GRAPH_MIN_N = 16384  # fewer boxes: the dense path, whatever the density (its N^2 is small there)
-DENSE_TESTS_DIVISOR = 64  # from GRAPH_MIN_N: the graph where its windows test at most n^2 / this many pairs
+# Below GRAPH_MIN_N boxes the dense path, whatever the density: counting the windows' tests
+# (the grid and graph_tests_kernel) would cost a large share of what the dense path costs.
+GRAPH_MIN_N = 65536
+DENSE_TESTS_DIVISOR = 160  # from GRAPH_MIN_N: the graph where its windows test at most n^2 / this many pairs
 
 
 def choose_path(n: int, dtype: torch.dtype | None = None, padded: bool = False, device=None,

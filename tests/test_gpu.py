@@ -108,8 +108,10 @@ def assert_same_result(name, cpu, gpu, dtype=torch.float32, linear: bool = False
     torch.testing.assert_close(
         torch.tensor([gpu_final[i] for i in common]), torch.tensor([cpu_final[i] for i in common]), **tol
     )
-    if name != "matrix_naive" and cpu_final.keys() == gpu_final.keys():
+    if name not in ("matrix_naive", "matrix_graph") and cpu_final.keys() == gpu_final.keys():
         # ours computes the decay in double like its CPU backend: the same final scores, so the same order
+        # (matrix_graph's CUDA backend may take matrix_recompute's dense passes, whose rounding its CPU
+        # backend does not share: near-equal final scores may swap)
         assert gpu.keep.tolist() == cpu.keep.tolist()
 
 
