@@ -24,6 +24,8 @@ from nmsbench.boxes import NMSResult, score_order
 from nmsbench.registry import register
 
 from ._cuda import CUDA_DTYPES
+from .hard_fused.cuda import hard_fused_cuda
+from .overlap_graph import GRAPH_MIN_N, choose_path, greedy_on_graph, tests_limit
 from ._cpu import DENSE_FRACTION, GRAPH_MAX_PAIRS, JIT, greedy_kept, keep_from_sorted, overlap_graph, sorted_inputs
 
 
@@ -75,10 +77,9 @@ def hard_graph_cpu(boxes, scores, *, iou_threshold, labels=None):
 def hard_graph_cuda(boxes, scores, *, iou_threshold, labels=None, path=None):
     """Greedy NMS on CUDA by ``overlap_graph.choose_path`` and the grid's count of tests;
     ``path`` forces "graph" or "dense"."""
-    from .hard_fused.cuda import hard_fused_cuda
-    from .overlap_graph import choose_path, greedy_on_graph, tests_limit
-
     n = boxes.shape[0]
+    if path is None and n < GRAPH_MIN_N:  # the common case first: nothing but hard_fused's own call
+        return hard_fused_cuda(boxes, scores, iou_threshold=iou_threshold, labels=labels)
     limit = tests_limit(n, path, "hard_graph")
     if (path or choose_path(n)) == "graph":
         result = greedy_on_graph(boxes, scores, iou_threshold, labels, max_tests=limit).result

@@ -30,6 +30,8 @@ from nmsbench.families import MATRIX_PARAMS
 from nmsbench.registry import register
 
 from ._cuda import CUDA_DTYPES
+from .matrix_recompute.cuda import matrix_recompute_cuda
+from .overlap_graph import GRAPH_MIN_N, choose_path, matrix_on_graph, tests_limit
 from ._cpu import DENSE_FRACTION, GRAPH_MAX_PAIRS, overlap_graph, serial_and_parallel, sorted_inputs
 from .matrix_fused import decay_factors, decay_ratio, max_iou_with_parents
 
@@ -92,11 +94,10 @@ def matrix_graph_cpu(boxes, scores, *, iou_threshold, labels=None, kernel, sigma
 def matrix_graph_cuda(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold, path=None):
     """Matrix NMS on CUDA by ``overlap_graph.choose_path`` and the grid's count of tests;
     ``path`` forces "graph" or "dense"."""
-    from .matrix_recompute.cuda import matrix_recompute_cuda
-    from .overlap_graph import choose_path, matrix_on_graph, tests_limit
-
     n = boxes.shape[0]
     params = dict(kernel=kernel, sigma=sigma, score_threshold=score_threshold)
+    if path is None and n < GRAPH_MIN_N:
+        return matrix_recompute_cuda(boxes, scores, iou_threshold=iou_threshold, labels=labels, **params)
     limit = tests_limit(n, path, "matrix_graph")
     if (path or choose_path(n)) == "graph":
         result = matrix_on_graph(boxes, scores, labels, **params, max_tests=limit)
