@@ -77,10 +77,10 @@ def test_curves_on_the_committed_results(monkeypatch):
     assert impls == set(tables.ok_rows(wall)["impl"])
     assert f"rows from {len(loaded)} file(s)" in " ".join(c.value for c in at.sidebar.caption)
     # one legend entry per implementation, machine (device, threads) and parameters (a Soft-NMS
-    # kernel each), none per commit
+    # kernel each) and canvas, none per commit
     legend = [t["name"] for t in figs["time_vs_n"]["data"] if t["meta"]["role"] == "line" and t.get("showlegend", True)]
     assert len(legend) == len(set(legend)) and not any("@" in name for name in legend)
-    lines = tables.latest_runs(tables.ok_rows(wall))[["impl", "hardware", "device", "threads", "params"]].drop_duplicates()
+    lines = tables.latest_runs(tables.ok_rows(wall))[["impl", "hardware", "device", "threads", "params", "canvas"]].drop_duplicates()
     assert len(legend) == len(lines)
     # the overlap chart opens at an N that every one of those lines has
     overlap = figs["time_vs_overlap"]
