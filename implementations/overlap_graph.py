@@ -1,22 +1,21 @@
 """The overlap graph on the GPU: the pairs of boxes that overlap, in O(N + E) memory, and
-greedy NMS resolved on them (overlap_graph.cu).
+greedy NMS and Matrix NMS resolved on them (overlap_graph.cu).
 
-- ``device_grid``: the grids of cells by box size that ``_cpu.overlap_graph`` uses, built
-  with torch on the boxes' own device (one host read, of a few statistics); CI holds the
-  grid to the CPU's rows (``_cpu._neighbour_rows`` on it finds every overlapping pair);
-- ``window_tests``: the pairs the rows kernel would test on a grid (summed-area tables of
-  the cells), before any of them is: the density estimate for a dispatcher;
-- ``graph_rows``: ``graph_rows_kernel`` counts each box's neighbours, a cumsum offsets the
-  rows (one host read, for the number of pairs), and the kernel fills them;
-- ``greedy_on_graph``: greedy NMS on the rows of higher-ranked neighbours, in rounds in
-  one cooperative launch: torchvision's indices, labels included;
+- ``device_grid``: the grids of cells by box size that ``_cpu.overlap_graph`` uses, their
+  statistics and cells by three kernels on a GPU (torch elsewhere: CI holds that form to a
+  brute-force pair test), one host read;
+- ``window_tests`` / ``graph_tests``: the pairs the rows kernel would test on a grid, before
+  any of them is (torch / a kernel): the dispatcher's density estimate;
+- ``graph_rows`` (two passes, CSR) and ``slot_rows`` (one pass, ``ROW_SLOTS`` a box):
+  each box's neighbours above a threshold;
+- ``greedy_on_graph``: greedy NMS on the rows in rounds in one cooperative launch:
+  torchvision's indices, labels included;
 - ``matrix_on_graph``: Matrix NMS's decay from the rows of higher-ranked neighbours with
-  IoU > 0 (``matrix_graph``'s arithmetic on the CPU), O(N + E) memory.
+  IoU > 0 (``matrix_graph``'s arithmetic on the CPU);
+- ``choose_path`` / ``tests_limit``: the one place that chooses between the graph and a
+  dense path, for ``hard_graph``'s and ``matrix_graph``'s CUDA backends.
 
-No implementation chooses it yet (soft_rounds' ``graph_rounds`` path takes its rows only
-when forced): once the GPU tests (tests/test_overlap_graph_gpu.py) have run on a GPU,
-``hard_graph`` gains a CUDA backend with the dispatcher between this path and hard_fused's
-dense ones.
+GPU tests: tests/test_overlap_graph_gpu.py; the design: implementations/DESIGN.md.
 """
 
 from __future__ import annotations
