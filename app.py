@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from nmsbench import differences, plots, tables
+from nmsbench import plots, tables
 from nmsbench.results import PartialRowWarning
 
 APP_DIR = Path(__file__).resolve().parent
@@ -88,6 +88,8 @@ def sidecar_command(path: str, mtime_ns: int) -> str:
 def load_diff(path: str, mtime_ns: int, size: int):
     """(case, None) or (None, what is wrong) for an ``nmsbench diff`` file."""
     try:
+        from nmsbench import differences  # imports torch: only where a diff file is read
+
         return differences.read_case(path), None
     except ValueError as e:
         return None, str(e)
@@ -413,9 +415,12 @@ def accuracy_view(frame: pd.DataFrame, data_key: tuple, colors: dict) -> None:
                        "IQR µs": st.column_config.NumberColumn("IQR µs", format="%.3g"),
                        "front": st.column_config.CheckboxColumn(f"front ({tables.ACCURACY_METRICS[metric]})")})
         st.dataframe(table, hide_index=True, width="stretch", column_config=config, key="acc_table")
+        no_crowd = " AR100-crowded None: the source has no crowded image." if table[
+            tables.ACCURACY_METRICS["ar100_crowded"]].isna().any() else ""
         st.caption(f"Metrics in %, time per image in µs (median and IQR); front: on the Pareto front of "
-                   f"{tables.ACCURACY_METRICS[metric]} against time. `nmsbench export --benchmark accuracy` prints this "
-                   "table (--format latex, markdown or csv); `nmsbench plot --kind pareto` draws the chart for print.")
+                   f"{tables.ACCURACY_METRICS[metric]} against time.{no_crowd} `nmsbench export --benchmark accuracy` "
+                   "prints this table (--format latex, markdown or csv); `nmsbench plot --kind pareto` draws the chart "
+                   "for print.")
 
     skipped = tables.not_measured(selected)
     if not skipped.empty:
@@ -431,12 +436,16 @@ def _diff_label(where: str, case) -> str:
 @st.cache_data(show_spinner=False, max_entries=16)
 def load_diff_upload(name: str, data: bytes):
     try:
+        from nmsbench import differences
+
         return differences.case_from_dict(json.loads(data), name), None
     except ValueError as e:  # json's errors are ValueErrors too
         return None, f"upload {e}" if str(e).startswith(f"{name}: ") else f"upload {name}: not readable JSON ({e})"
 
 
 def differences_view(include_archive: bool) -> None:
+    from nmsbench import differences  # imports torch (the NMS runs): only when this view opens
+
     folder = results_dir()
     st.caption("What two implementations keep on one box set, read from a file `nmsbench diff` wrote: it regenerates "
                "the box set exactly as a sweep does and runs each implementation on it once. To look at another case, "

@@ -13,6 +13,7 @@ import time
 import torch
 
 from nmsbench import datasets
+from nmsbench.boxes import score_order
 from nmsbench.variants import overlap_graph
 
 from _common import parse_sizes
@@ -20,8 +21,6 @@ from _common import parse_sizes
 
 def staged(boxes, repeats: int = 5) -> dict[str, float]:
     """Median µs of each stage of greedy_on_graph, a synchronize between stages."""
-    from nmsbench.variants._cuda import on_torch_stream
-
     stages: dict[str, list[float]] = {}
 
     def mark(name, t0):
@@ -32,13 +31,15 @@ def staged(boxes, repeats: int = 5) -> dict[str, float]:
     for _ in range(repeats):
         torch.cuda.synchronize()
         t = time.perf_counter()
-        order, ranked, labels = overlap_graph._ranked(boxes.boxes, boxes.scores, boxes.labels)
+        order = score_order(boxes.scores)
+        ranked = boxes.boxes.index_select(0, order)
+        labels = None if boxes.labels is None else boxes.labels.to(torch.int64).index_select(0, order)
         t = mark("rank", t)
         grid = overlap_graph.device_grid(ranked)
         t = mark("grid", t)
-        with on_torch_stream(ranked.device) as launch:
-            overlap_graph.graph_rows(launch, ranked, labels, 0.5, higher_only=True)
-        t = mark("grid+rows", t)
+        with overlap_graph.on_torch_stream(ranked.device) as launch:
+            overlap_graph.graph_rows(launch, ranked, labels, 0.5, True, grid)
+        t = mark("rows (two passes)", t)
         overlap_graph.greedy_on_graph(boxes.boxes, boxes.scores, 0.5, boxes.labels)
         mark("whole call", t)
     del grid

@@ -28,8 +28,9 @@ __device__ __forceinline__ void window(double lo, double hi, double origin, doub
 // as doubles; the host decodes them. extent: [largest size, min x1, min y1, max x1, max y1,
 // max |x1|, max |y1|] (min slots start at ~0, max slots at 0). classes: per size class its
 // count, then its largest size, x1 and y1 (keys). A box's size class follows device_grid:
-// floor(log2(largest / max(size, largest / 2^SIZE_CLASSES))), at most SIZE_CLASSES - 1 (0
-// where every box is a point).
+// floor(log2(largest / max(size, largest / 2^SIZE_CLASSES))), taken exactly as the ratio's
+// binary exponent (ilogb; log2 would bring an approximate reciprocal that flushes
+// subnormals), at most SIZE_CLASSES - 1 (0 where every box is a point).
 __device__ __forceinline__ unsigned long long order_key(double v) {
     const unsigned long long bits = (unsigned long long)__double_as_longlong(v);
     return bits >> 63 ? ~bits : bits | 0x8000000000000000ull;
@@ -69,9 +70,9 @@ __global__ void __launch_bounds__(ROW_THREADS) grid_extent_kernel(const T* boxes
 template <typename A>
 __device__ __forceinline__ int size_class_of(const Box<A>& b, double largest) {
     const double size = fmax(double(b.x2) - double(b.x1), double(b.y2) - double(b.y1));
-    const double ratio = largest / fmax(size, largest * exp2(-double(SIZE_CLASSES)));
+    const double ratio = largest / fmax(size, ldexp(largest, -SIZE_CLASSES));
     if (!(ratio == ratio)) return 0;  // points only: 0 / 0
-    return int(fmin(floor(log2(ratio)), double(SIZE_CLASSES - 1)));
+    return min(ilogb(ratio), SIZE_CLASSES - 1);  // ratio >= 1: its exponent is floor(log2(ratio))
 }
 
 template <typename T>

@@ -142,7 +142,8 @@ def _torch_statistics(boxes: torch.Tensor):
     size = torch.maximum(b[:, 2] - x1, b[:, 3] - y1)
     largest = size.max()
     ratio = torch.nan_to_num(largest / torch.maximum(size, largest * 2.0 ** -k), nan=1.0)  # points only: 0/0
-    size_class = torch.clamp(torch.floor(torch.log2(ratio)), max=k - 1).to(torch.int64)
+    # floor(log2(ratio)) exactly, as the ratio's binary exponent (ratio >= 1; the kernels' ilogb)
+    size_class = torch.clamp(torch.frexp(ratio).exponent - 1, max=k - 1).to(torch.int64)
     member = size_class[:, None] == torch.arange(k, device=device)  # (n, classes)
     # each class's largest size, x1 and y1 (-inf where empty): a masked max over the boxes
     class_max = torch.where(member[:, :, None], torch.stack([size, x1, y1], 1)[:, None, :], -math.inf).amax(0)

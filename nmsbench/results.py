@@ -27,7 +27,6 @@ import sys
 import warnings
 from pathlib import Path
 
-import torch
 
 SCHEMA_VERSION = 8
 
@@ -80,6 +79,8 @@ ADDED_IN_SCHEMA_3 = ("attempts",)
 ADDED_IN_SCHEMA_4 = ("blocks", "rounds", "round_spread", "noise")
 ADDED_IN_SCHEMA_5 = ("span_us", "span_iqr_us", "launches", "copies", "syncs")
 ADDED_IN_SCHEMA_6 = ("canvas",)
+# the synthetic scenarios that schema-5 files can hold (a constant: reading results needs no torch)
+SYNTHETIC_BEFORE_SCHEMA_6 = ("uniform", "clustered", "crowd", "chain", "degenerate")
 ADDED_IN_SCHEMA_7 = ("family_ref", "family_jaccard", "family_max_diff")  # read as "" and NaN before
 ADDED_IN_SCHEMA_8 = ("ap", "ap50", "ap75", "ar100", "ar100_crowded", "images", "detections", "source_params")
 TEXT_ADDED = ("family_ref", "source_params")  # added columns an older file's rows read as "" (the others as NaN)
@@ -174,6 +175,8 @@ def _git_commit() -> str:
 def environment() -> dict:
     """The machine and software versions of this run (the ENV_COLUMNS)."""
     from . import __version__
+
+    import torch  # here, not at the top: the dashboard reads results without importing torch
 
     has_cuda = torch.cuda.is_available()
     gpu = torch.cuda.get_device_name(0) if has_cuda else ""
@@ -379,9 +382,7 @@ def read_results(path, name: str | None = None) -> "pandas.DataFrame":
     if missing:
         raise ValueError(f"{name}: not an nmsbench results file (missing columns: {', '.join(missing)})")
     if "canvas" not in frame.columns:  # before schema 6, every synthetic scenario was on the fixed canvas
-        from .datasets import SYNTHETIC
-
-        frame["canvas"] = frame["scenario"].isin(SYNTHETIC).map({True: "fixed", False: ""})
+        frame["canvas"] = frame["scenario"].isin(SYNTHETIC_BEFORE_SCHEMA_6).map({True: "fixed", False: ""})
     for column in COLUMNS:
         if column not in frame.columns:
             frame[column] = SCHEMA_1_DEFAULTS.get(column, "" if column in TEXT_ADDED else float("nan"))

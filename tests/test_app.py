@@ -488,3 +488,16 @@ def test_accuracy_rows_alone_point_the_curves_to_the_accuracy_tab(tmp_path, monk
     at = start(tmp_path, monkeypatch)
     assert not at.get("plotly_chart") and any("the Accuracy tab draws them" in i.value for i in at.info)
     assert "pareto" in figures(show(at, "Accuracy"))
+
+
+def test_the_first_view_imports_no_torch():
+    """Opening the dashboard reads results and draws them: torch (seconds to import) waits
+    until a view runs NMS (the suppression differences)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from streamlit.testing.v1 import AppTest; at = AppTest.from_file('app.py', default_timeout=90); "
+            "at.run(); assert not at.exception, at.exception; print('torch imported:', 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "torch imported: False" in done.stdout
