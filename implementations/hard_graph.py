@@ -10,8 +10,8 @@ density), memory and work grow with N + E instead of N^2; a graph denser than
 ``_cpu.DENSE_FRACTION`` takes the dense resolve (``_cpu.greedy_kept``: each kept box tests the later boxes).
 
 ``hard_graph`` (CUDA): the overlap graph on the GPU (``overlap_graph.greedy_on_graph``) or
-hard_fused's dense paths, as ``overlap_graph.choose_path`` and the grid's count of its
-windows' pair tests decide; ``path="graph"`` or ``"dense"`` forces one.
+hard_fused's dense paths, as ``overlap_graph.dispatch`` decides by N and the grid's count
+of its windows' pair tests; ``path="graph"`` or ``"dense"`` forces one.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from numba import njit
 from nmsbench.boxes import NMSResult, score_order
 from nmsbench.registry import register
 
+from ._cpu import DENSE_FRACTION, GRAPH_MAX_PAIRS, JIT, greedy_kept, keep_from_sorted, overlap_graph, sorted_inputs
 from ._cuda import CUDA_DTYPES
 from .hard_fused.cuda import hard_fused_cuda
-from .overlap_graph import GRAPH_MIN_N, choose_path, greedy_on_graph, tests_limit
-from ._cpu import DENSE_FRACTION, GRAPH_MAX_PAIRS, JIT, greedy_kept, keep_from_sorted, overlap_graph, sorted_inputs
+from .overlap_graph import GRAPH_MIN_N, dispatch, greedy_on_graph
 
 
 @njit(**JIT)
@@ -75,14 +75,9 @@ def hard_graph_cpu(boxes, scores, *, iou_threshold, labels=None):
             "hard_fused for small N or where the grid's windows would test a large share of all pairs",
 )
 def hard_graph_cuda(boxes, scores, *, iou_threshold, labels=None, path=None):
-    """Greedy NMS on CUDA by ``overlap_graph.choose_path`` and the grid's count of tests;
-    ``path`` forces "graph" or "dense"."""
-    n = boxes.shape[0]
-    if path is None and n < GRAPH_MIN_N:  # the common case first: nothing but hard_fused's own call
+    """Greedy NMS on CUDA as ``overlap_graph.dispatch`` chooses; ``path`` forces "graph" or "dense"."""
+    if path is None and boxes.shape[0] < GRAPH_MIN_N:  # the common case first: nothing but hard_fused's own call
         return hard_fused_cuda(boxes, scores, iou_threshold=iou_threshold, labels=labels)
-    limit = tests_limit(n, path, "hard_graph")
-    if (path or choose_path(n)) == "graph":
-        result = greedy_on_graph(boxes, scores, iou_threshold, labels, max_tests=limit).result
-        if result is not None:
-            return result
-    return hard_fused_cuda(boxes, scores, iou_threshold=iou_threshold, labels=labels)
+    return dispatch(boxes.shape[0], path, "hard_graph",
+                    lambda max_tests: greedy_on_graph(boxes, scores, iou_threshold, labels, max_tests=max_tests).result,
+                    lambda: hard_fused_cuda(boxes, scores, iou_threshold=iou_threshold, labels=labels))

@@ -13,8 +13,10 @@ computes it. A graph denser than ``_cpu.DENSE_FRACTION`` takes matrix_fused's tw
 ``matrix_graph`` (numba, CPU): for large, sparse box sets (large images at constant
 density), where ``matrix_naive`` would hold several N x N tensors. ``matrix_graph`` (CUDA):
 the same decay from the GPU overlap graph (``overlap_graph.matrix_on_graph``) or
-matrix_recompute's dense passes, as ``overlap_graph.choose_path`` and the grid's count of
-its windows' pair tests decide; ``path="graph"`` or ``"dense"`` forces one. Final scores are formed in float64 (the kept set is
+matrix_recompute's dense passes, as ``overlap_graph.dispatch`` decides by N and the grid's
+count of its windows' pair tests; ``path="graph"`` or ``"dense"`` forces one.
+
+Final scores are formed in float64 (the kept set is
 ``final >= score_threshold`` there, as the definition has it), then rounded to the input
 dtype, by which the kept boxes are ordered.
 """
@@ -29,11 +31,11 @@ from nmsbench.boxes import result_by_final_score
 from nmsbench.families import MATRIX_PARAMS
 from nmsbench.registry import register
 
-from ._cuda import CUDA_DTYPES
-from .matrix_recompute.cuda import matrix_recompute_cuda
-from .overlap_graph import GRAPH_MIN_N, choose_path, matrix_on_graph, tests_limit
 from ._cpu import DENSE_FRACTION, GRAPH_MAX_PAIRS, overlap_graph, serial_and_parallel, sorted_inputs
+from ._cuda import CUDA_DTYPES
 from .matrix_fused import decay_factors, decay_ratio, max_iou_with_parents
+from .matrix_recompute.cuda import matrix_recompute_cuda
+from .overlap_graph import GRAPH_MIN_N, dispatch, matrix_on_graph
 
 
 def graph_decays(indptr, indices, ious, linear, sigma):
@@ -92,15 +94,10 @@ def matrix_graph_cpu(boxes, scores, *, iou_threshold, labels=None, kernel, sigma
             "for small N or where the grid's windows would test a large share of all pairs",
 )
 def matrix_graph_cuda(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold, path=None):
-    """Matrix NMS on CUDA by ``overlap_graph.choose_path`` and the grid's count of tests;
-    ``path`` forces "graph" or "dense"."""
-    n = boxes.shape[0]
+    """Matrix NMS on CUDA as ``overlap_graph.dispatch`` chooses; ``path`` forces "graph" or "dense"."""
     params = dict(kernel=kernel, sigma=sigma, score_threshold=score_threshold)
-    if path is None and n < GRAPH_MIN_N:
+    if path is None and boxes.shape[0] < GRAPH_MIN_N:  # the common case first: nothing but matrix_recompute's call
         return matrix_recompute_cuda(boxes, scores, iou_threshold=iou_threshold, labels=labels, **params)
-    limit = tests_limit(n, path, "matrix_graph")
-    if (path or choose_path(n)) == "graph":
-        result = matrix_on_graph(boxes, scores, labels, **params, max_tests=limit)
-        if result is not None:
-            return result
-    return matrix_recompute_cuda(boxes, scores, iou_threshold=iou_threshold, labels=labels, **params)
+    return dispatch(boxes.shape[0], path, "matrix_graph",
+                    lambda max_tests: matrix_on_graph(boxes, scores, labels, **params, max_tests=max_tests),
+                    lambda: matrix_recompute_cuda(boxes, scores, iou_threshold=iou_threshold, labels=labels, **params))

@@ -12,8 +12,8 @@ greedy NMS and Matrix NMS resolved on them (overlap_graph.cu).
   torchvision's indices, labels included;
 - ``matrix_on_graph``: Matrix NMS's decay from the rows of higher-ranked neighbours with
   IoU > 0 (``matrix_graph``'s arithmetic on the CPU);
-- ``choose_path`` / ``tests_limit``: the one place that chooses between the graph and a
-  dense path, for ``hard_graph``'s and ``matrix_graph``'s CUDA backends.
+- ``dispatch``: the one place that chooses between the graph and a dense path, for
+  ``hard_graph``'s and ``matrix_graph``'s CUDA backends.
 
 GPU tests: tests/test_overlap_graph_gpu.py; the design: implementations/DESIGN.md.
 """
@@ -35,8 +35,7 @@ DEFINES = {"SIZE_CLASSES": SIZE_CLASSES, "ROW_THREADS": 256, "ROUND_THREADS": 51
 ROW_THREADS, ROUND_THREADS = DEFINES["ROW_THREADS"], DEFINES["ROUND_THREADS"]
 ROW_SLOTS = 64  # greedy's rows in one pass, this many entries a box (a longer row: two passes, graph_rows)
 
-# The dispatcher between the graph and a dense path (hard_graph's and matrix_graph's CUDA
-# backends; the figures that placed it: results/PERFLOG.md).
+# The dispatcher between the graph and a dense path (hard_graph's and matrix_graph's CUDA backends).
 PATHS = ("dense", "graph")
 # Below GRAPH_MIN_N boxes the dense path, whatever the density: counting the windows' tests
 # (the grid and graph_tests_kernel) would cost a large share of what the dense path costs.
@@ -44,20 +43,19 @@ GRAPH_MIN_N = 65536
 DENSE_TESTS_DIVISOR = 160  # from GRAPH_MIN_N: the graph where its windows test at most n^2 / this many pairs
 
 
-def choose_path(n: int, dtype: torch.dtype | None = None, padded: bool = False, device=None,
-                labels: bool = False) -> str:
-    """The path a call of ``n`` boxes starts on: "graph" may still give way to "dense" once
-    the grid has counted its windows' tests (``tests_limit``). Only ``n`` decides; the other
-    arguments are the signature every chooser has."""
-    return "graph" if n >= GRAPH_MIN_N else "dense"
-
-
-def tests_limit(n: int, path: str | None, op: str) -> int | None:
-    """The ``max_tests`` for a call that takes the graph: None where ``path`` forces it;
-    a ValueError naming ``op`` for a path that does not exist."""
+def dispatch(n: int, path: str | None, op: str, on_graph, dense):
+    """The one place that chooses between the graph and a dense path for a call of ``n``
+    boxes: ``dense()`` below GRAPH_MIN_N or where ``path="dense"`` forces it; else
+    ``on_graph(max_tests)`` (the result, or None where the grid found more than
+    ``max_tests`` pair tests: then ``dense()``), ``max_tests`` None where ``path="graph"``
+    forces the graph. A ValueError naming ``op`` for a path that does not exist."""
     if path is not None and path not in PATHS:
         raise ValueError(f"{op}: no path {path!r}; the paths are {', '.join(PATHS)}")
-    return None if path == "graph" else n * n // DENSE_TESTS_DIVISOR
+    if path == "dense" or (path is None and n < GRAPH_MIN_N):
+        return dense()
+    result = on_graph(None if path == "graph" else n * n // DENSE_TESTS_DIVISOR)
+    return dense() if result is None else result
+
 
 CUDA_MODULE = CudaModule(
     "overlap_graph.cu",
@@ -295,14 +293,14 @@ class GraphGreedy(NamedTuple):
 
     result: NMSResult | None
     tests: int
-    counts: torch.Tensor | None = None
+    counts: torch.Tensor | None = None  # each box's row length
     counters: torch.Tensor | None = None
     two_pass: bool = False  # a row outgrew its slots: the rows were built again by graph_rows
 
     @property
     def pairs(self) -> int:
-        """The pairs above the threshold (one host read)."""
-        return 0 if self.counts is None else int(self.counts[-1] if self.counts.shape[0] else 0)
+        """The pairs above the threshold (summed here, on a probe's request: one host read)."""
+        return 0 if self.counts is None else int(self.counts.sum())
 
     @property
     def rounds(self) -> int:
@@ -335,10 +333,11 @@ def greedy_on_graph(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: fl
             state, counters = _greedy_rounds(launch, n, None, counts, slots, indices)
             kept = torch.nonzero(state == 1).squeeze(1)  # waits for the GPU: the overflow word is written
             if not int(overflow):
-                return GraphGreedy(NMSResult(order[kept]), tests, torch.cumsum(counts, 0), counters)
+                return GraphGreedy(NMSResult(order[kept]), tests, counts, counters)
         indptr, indices, _ = graph_rows(launch, ranked, ranked_labels, threshold, True, grid)
         state, counters = _greedy_rounds(launch, n, indptr, None, 0, indices)
-    return GraphGreedy(NMSResult(order[torch.nonzero(state == 1).squeeze(1)]), tests, indptr[1:], counters, slots > 0)
+    return GraphGreedy(NMSResult(order[torch.nonzero(state == 1).squeeze(1)]), tests, indptr.diff(), counters,
+                       slots > 0)
 
 
 def _greedy_rounds(launch, n: int, indptr, counts, slots: int, indices):

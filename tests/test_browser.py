@@ -11,6 +11,7 @@ Screenshots go to $NMSBENCH_SCREENSHOTS when it is set (else the test's tmp fold
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shutil
@@ -149,7 +150,10 @@ def _timed(page, condition: str, arg, timeout_ms: int = 90_000) -> float:
     return time.monotonic() - start
 
 
-def test_dashboard_renders_in_chromium(server, tmp_path):
+@contextlib.contextmanager
+def _browser_page(tmp_path, height: int):
+    """(page, its page errors, the screenshot folder): a Chromium page 1600 px wide, closed
+    afterwards; the test skipped (failed under CI) for want of chromium or playwright."""
     _need(CHROMIUM is not None, "Debian chromium is not installed (apt-get install -y chromium)")
     try:
         from playwright.sync_api import sync_playwright
@@ -157,80 +161,85 @@ def test_dashboard_renders_in_chromium(server, tmp_path):
         _need(False, "playwright is not installed (pip install -e '.[dev]')")
     shots = Path(os.environ.get("NMSBENCH_SCREENSHOTS") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
-    times: dict[str, float] = {}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:
-            page = browser.new_page(viewport={"width": 1600, "height": 2400})
+            page = browser.new_page(viewport={"width": 1600, "height": height})
             errors: list[str] = []
             page.on("pageerror", lambda e: errors.append(str(e)))
-            start = time.monotonic()
-            page.goto(server, wait_until="commit")
-
-            # the curves: plotly has drawn the first chart's SVG lines with real path data; then the script ends
-            page.wait_for_function(FIRST_DRAWN, arg={"figure": "time_vs_n", "lines": 6}, timeout=90_000, polling=50)
-            times["first chart"] = time.monotonic() - start
-            page.wait_for_function(CHARTS_READY, arg={"figure": "time_vs_n", "lines": 6}, timeout=90_000, polling=50)
-            times["whole first view"] = time.monotonic() - start
-            first = page.locator(".js-plotly-plot").first
-            assert first.evaluate("el => el.layout.meta.figure") == "time_vs_n"
-            assert first.evaluate("el => el.layout.yaxis.type") == "log" and first.evaluate("el => el.layout.xaxis.type") == "log"
-            box = first.bounding_box()
-            assert box and box["width"] > 400 and box["height"] > 300, box
-            assert "Median time vs N" in page.inner_text("body")
-            # one legend entry per implementation and machine, not per commit
-            legend = first.locator(".legend .traces").count()
-            lines = first.evaluate("el => new Set(el.data.filter(t => t.meta && t.meta.role === 'line').map(t => t.name)).size")
-            times["legend entries"] = legend
-            assert legend == lines <= 30, (legend, lines)
-            curves = page.screenshot()
-            (shots / "dashboard-curves.png").write_bytes(curves)
-            assert _not_blank(curves) > 50, "the curves screenshot is (nearly) blank"
-            # the overlap chart opens at an N that every line has
-            overlap = page.locator(".js-plotly-plot").last
-            assert overlap.evaluate("el => el.layout.meta.figure") == "time_vs_overlap"
-            drawn = overlap.evaluate("el => el.data.filter(t => t.meta && t.meta.role === 'line').length")
-            assert drawn == lines, (drawn, lines)
-
-            # the pipeline view: time per image vs batch, then the stage bars below it
-            page.get_by_role("tab", name="Pipeline").click()
-            times["Pipeline"] = _timed(page, CHARTS_READY, {"figure": "pipeline_time_per_image", "lines": 8})
-            charts = page.locator(".js-plotly-plot")
-            assert charts.nth(1).evaluate("el => el.layout.meta.figure") == "pipeline_stages"
-            assert charts.nth(1).locator(".barlayer .trace").count() >= 2
-            assert "Which stage costs what" in page.inner_text("body") and "speedup vs numpy" in page.inner_text("body")
-            pipeline = page.screenshot()
-            (shots / "dashboard-pipeline.png").write_bytes(pipeline)
-            assert _not_blank(pipeline) > 50, "the pipeline screenshot is (nearly) blank"
-
-            # the differences view: a canvas of coloured boxes read from a diff file, and the agreement matrix
-            page.get_by_role("tab", name="Suppression differences").click()
-            times["Suppression differences"] = _timed(page, CHARTS_READY, {"figure": "boxes_canvas", "lines": 3})
-            canvas = page.locator(".js-plotly-plot").first
-            assert canvas.locator(".scatterlayer .trace path.js-fill").count() >= 2
-            legend_text = " ".join(canvas.locator(".legend text.legendtext").all_text_contents())
-            assert "kept by both" in legend_text and "suppressed by both" in legend_text, legend_text
-            canvas_width = canvas.bounding_box()["width"]
-            heat = page.locator(".js-plotly-plot").nth(1)
-            assert heat.evaluate("el => el.layout.meta.figure") == "agreement" and heat.evaluate("el => el.data[0].type") == "heatmap"
-            diff = page.screenshot()
-            (shots / "dashboard-differences.png").write_bytes(diff)
-            assert _not_blank(diff) > 50, "the differences screenshot is (nearly) blank"
-            assert canvas_width > 600, canvas_width  # the canvas takes the wider column
-
-            # the environment: one compact table of the runs, the commands folded away
-            page.get_by_role("tab", name="Environment & data").click()
-            times["Environment & data"] = _timed(page, TABLE_READY, "The selected runs")
-            (shots / "dashboard-environment.png").write_bytes(page.screenshot())
-            height = page.locator('[data-testid="stMainBlockContainer"]').bounding_box()["height"]
-            assert height < 1600, height  # a table per run, not a page of command blocks
-
-            # back to the curves: drawn again within the same bound
-            page.get_by_role("tab", name="Curves").click()
-            times["Curves again"] = _timed(page, CHARTS_READY, {"figure": "time_vs_n", "lines": 6})
-            assert not [e for e in errors if "plotly" in e.lower()], errors
+            yield page, errors, shots
         finally:
             browser.close()
+
+
+def test_dashboard_renders_in_chromium(server, tmp_path):
+    times: dict[str, float] = {}
+    with _browser_page(tmp_path, 2400) as (page, errors, shots):
+        start = time.monotonic()
+        page.goto(server, wait_until="commit")
+
+        # the curves: plotly has drawn the first chart's SVG lines with real path data; then the script ends
+        page.wait_for_function(FIRST_DRAWN, arg={"figure": "time_vs_n", "lines": 6}, timeout=90_000, polling=50)
+        times["first chart"] = time.monotonic() - start
+        page.wait_for_function(CHARTS_READY, arg={"figure": "time_vs_n", "lines": 6}, timeout=90_000, polling=50)
+        times["whole first view"] = time.monotonic() - start
+        first = page.locator(".js-plotly-plot").first
+        assert first.evaluate("el => el.layout.meta.figure") == "time_vs_n"
+        assert first.evaluate("el => el.layout.yaxis.type") == "log" and first.evaluate("el => el.layout.xaxis.type") == "log"
+        box = first.bounding_box()
+        assert box and box["width"] > 400 and box["height"] > 300, box
+        assert "Median time vs N" in page.inner_text("body")
+        # one legend entry per implementation and machine, not per commit
+        legend = first.locator(".legend .traces").count()
+        lines = first.evaluate("el => new Set(el.data.filter(t => t.meta && t.meta.role === 'line').map(t => t.name)).size")
+        times["legend entries"] = legend
+        assert legend == lines <= 30, (legend, lines)
+        curves = page.screenshot()
+        (shots / "dashboard-curves.png").write_bytes(curves)
+        assert _not_blank(curves) > 50, "the curves screenshot is (nearly) blank"
+        # the overlap chart opens at an N that every line has
+        overlap = page.locator(".js-plotly-plot").last
+        assert overlap.evaluate("el => el.layout.meta.figure") == "time_vs_overlap"
+        drawn = overlap.evaluate("el => el.data.filter(t => t.meta && t.meta.role === 'line').length")
+        assert drawn == lines, (drawn, lines)
+
+        # the pipeline view: time per image vs batch, then the stage bars below it
+        page.get_by_role("tab", name="Pipeline").click()
+        times["Pipeline"] = _timed(page, CHARTS_READY, {"figure": "pipeline_time_per_image", "lines": 8})
+        charts = page.locator(".js-plotly-plot")
+        assert charts.nth(1).evaluate("el => el.layout.meta.figure") == "pipeline_stages"
+        assert charts.nth(1).locator(".barlayer .trace").count() >= 2
+        assert "Which stage costs what" in page.inner_text("body") and "speedup vs numpy" in page.inner_text("body")
+        pipeline = page.screenshot()
+        (shots / "dashboard-pipeline.png").write_bytes(pipeline)
+        assert _not_blank(pipeline) > 50, "the pipeline screenshot is (nearly) blank"
+
+        # the differences view: a canvas of coloured boxes read from a diff file, and the agreement matrix
+        page.get_by_role("tab", name="Suppression differences").click()
+        times["Suppression differences"] = _timed(page, CHARTS_READY, {"figure": "boxes_canvas", "lines": 3})
+        canvas = page.locator(".js-plotly-plot").first
+        assert canvas.locator(".scatterlayer .trace path.js-fill").count() >= 2
+        legend_text = " ".join(canvas.locator(".legend text.legendtext").all_text_contents())
+        assert "kept by both" in legend_text and "suppressed by both" in legend_text, legend_text
+        canvas_width = canvas.bounding_box()["width"]
+        heat = page.locator(".js-plotly-plot").nth(1)
+        assert heat.evaluate("el => el.layout.meta.figure") == "agreement" and heat.evaluate("el => el.data[0].type") == "heatmap"
+        diff = page.screenshot()
+        (shots / "dashboard-differences.png").write_bytes(diff)
+        assert _not_blank(diff) > 50, "the differences screenshot is (nearly) blank"
+        assert canvas_width > 600, canvas_width  # the canvas takes the wider column
+
+        # the environment: one compact table of the runs, the commands folded away
+        page.get_by_role("tab", name="Environment & data").click()
+        times["Environment & data"] = _timed(page, TABLE_READY, "The selected runs")
+        (shots / "dashboard-environment.png").write_bytes(page.screenshot())
+        height = page.locator('[data-testid="stMainBlockContainer"]').bounding_box()["height"]
+        assert height < 1600, height  # a table per run, not a page of command blocks
+
+        # back to the curves: drawn again within the same bound
+        page.get_by_role("tab", name="Curves").click()
+        times["Curves again"] = _timed(page, CHARTS_READY, {"figure": "time_vs_n", "lines": 6})
+        assert not [e for e in errors if "plotly" in e.lower()], errors
     print("browser times (s):", {k: round(v, 2) for k, v in times.items()})
     (shots / "dashboard-times.txt").write_text("".join(f"{k}: {v:.2f}\n" for k, v in times.items()))
     assert times["first chart"] <= FIRST_CHART_S, times
@@ -249,68 +258,47 @@ PARETO_READY = """(points) => {
 }"""
 
 
-def _playwright_and_shots(tmp_path):
-    """playwright's sync API and the screenshot folder, or the test skipped (failed under CI)
-    for want of chromium or playwright."""
-    _need(CHROMIUM is not None, "Debian chromium is not installed (apt-get install -y chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _need(False, "playwright is not installed (pip install -e '.[dev]')")
-    shots = Path(os.environ.get("NMSBENCH_SCREENSHOTS") or tmp_path)
-    shots.mkdir(parents=True, exist_ok=True)
-    return sync_playwright, shots
-
-
 def test_accuracy_tab_renders_in_chromium(server_without_accuracy, tmp_path):
     """Accuracy rows uploaded in the sidebar: the Accuracy tab draws their Pareto chart (a
     marker per setting, the front's step line), the table of AP and AR per variant, and a
     point's hover gives its numbers."""
     from dash_support import SETTINGS, accuracy_csv, small_run
 
-    sync_playwright, shots = _playwright_and_shots(tmp_path)
     upload = tmp_path / "accuracy-made-up.csv"
     upload.write_bytes(accuracy_csv(small_run()))
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        try:
-            page = browser.new_page(viewport={"width": 1600, "height": 1800})
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(server_without_accuracy, wait_until="commit")
-            page.wait_for_function(CHARTS_READY, arg={"figure": "time_vs_n", "lines": 6}, timeout=90_000, polling=50)
-            page.locator('[data-testid="stSidebar"] input[type="file"]').set_input_files(str(upload))
-            page.get_by_role("tab", name="Accuracy").click()
-            page.wait_for_function(PARETO_READY, arg=2 * len(SETTINGS), timeout=90_000, polling=50)
-            chart = page.locator(".js-plotly-plot").first
-            assert chart.evaluate("el => el.layout.xaxis.type") == "log"
-            points = chart.locator(".scatterlayer .trace .points path.point")
-            assert points.count() == 2 * len(SETTINGS) + chart.evaluate("el => el.layout.meta.front")  # markers and rings
-            fronts = chart.locator(".scatterlayer .trace path.js-line")  # the two sources' step lines
-            assert fronts.count() == 2 and all(len(fronts.nth(i).get_attribute("d") or "") > 20 for i in range(2))
-            legend = " ".join(chart.locator(".legend text.legendtext").all_text_contents())
-            assert "Pareto front" in legend and "hard_fused" in legend and "bitmask_classic" not in legend
-            body = page.inner_text("body")
-            assert "AP@[.5:.95] vs NMS time per image" in body and "AP and AR per variant" in body
-            assert page.locator('[role="tabpanel"] [data-testid="stDataFrame"]').count() >= 1
-            # the hover of hard_fused's fastest point (the crowd panel's front) gives its numbers
-            # d3 binds each trace group to its trace and each marker to its point
-            index = chart.evaluate("""el => [...el.querySelectorAll('.scatterlayer .trace .points path.point')].findIndex(p => {
-                const trace = (p.closest('.trace').__data__ || [{}])[0].trace;
-                return trace && trace.meta && trace.meta.impl === 'hard_fused' && trace.xaxis === 'x' && p.__data__.x === 95;
-            })""")
-            assert index >= 0
-            point = points.nth(index)
-            point.hover(force=True)
-            page.wait_for_selector(".hoverlayer .hovertext", timeout=10_000)
-            hover = " ".join(page.locator(".hoverlayer .hovertext").all_text_contents())
-            assert "hard_fused" in hover and "95 µs per image" in hover and "on the Pareto front" in hover, hover
-            shot = page.screenshot(full_page=True)
-            (shots / "dashboard-accuracy.png").write_bytes(shot)
-            assert _not_blank(shot) > 50, "the accuracy screenshot is (nearly) blank"
-            assert not [e for e in errors if "plotly" in e.lower()], errors
-        finally:
-            browser.close()
+    with _browser_page(tmp_path, 1800) as (page, errors, shots):
+        page.goto(server_without_accuracy, wait_until="commit")
+        page.wait_for_function(CHARTS_READY, arg={"figure": "time_vs_n", "lines": 6}, timeout=90_000, polling=50)
+        page.locator('[data-testid="stSidebar"] input[type="file"]').set_input_files(str(upload))
+        page.get_by_role("tab", name="Accuracy").click()
+        page.wait_for_function(PARETO_READY, arg=2 * len(SETTINGS), timeout=90_000, polling=50)
+        chart = page.locator(".js-plotly-plot").first
+        assert chart.evaluate("el => el.layout.xaxis.type") == "log"
+        points = chart.locator(".scatterlayer .trace .points path.point")
+        assert points.count() == 2 * len(SETTINGS) + chart.evaluate("el => el.layout.meta.front")  # markers and rings
+        fronts = chart.locator(".scatterlayer .trace path.js-line")  # the two sources' step lines
+        assert fronts.count() == 2 and all(len(fronts.nth(i).get_attribute("d") or "") > 20 for i in range(2))
+        legend = " ".join(chart.locator(".legend text.legendtext").all_text_contents())
+        assert "Pareto front" in legend and "hard_fused" in legend and "bitmask_classic" not in legend
+        body = page.inner_text("body")
+        assert "AP@[.5:.95] vs NMS time per image" in body and "AP and AR per variant" in body
+        assert page.locator('[role="tabpanel"] [data-testid="stDataFrame"]').count() >= 1
+        # the hover of hard_fused's fastest point (the crowd panel's front) gives its numbers
+        # d3 binds each trace group to its trace and each marker to its point
+        index = chart.evaluate("""el => [...el.querySelectorAll('.scatterlayer .trace .points path.point')].findIndex(p => {
+            const trace = (p.closest('.trace').__data__ || [{}])[0].trace;
+            return trace && trace.meta && trace.meta.impl === 'hard_fused' && trace.xaxis === 'x' && p.__data__.x === 95;
+        })""")
+        assert index >= 0
+        point = points.nth(index)
+        point.hover(force=True)
+        page.wait_for_selector(".hoverlayer .hovertext", timeout=10_000)
+        hover = " ".join(page.locator(".hoverlayer .hovertext").all_text_contents())
+        assert "hard_fused" in hover and "95 µs per image" in hover and "on the Pareto front" in hover, hover
+        shot = page.screenshot(full_page=True)
+        (shots / "dashboard-accuracy.png").write_bytes(shot)
+        assert _not_blank(shot) > 50, "the accuracy screenshot is (nearly) blank"
+        assert not [e for e in errors if "plotly" in e.lower()], errors
 
 
 def test_the_committed_accuracy_run_renders_in_chromium(server, tmp_path):
@@ -319,25 +307,19 @@ def test_the_committed_accuracy_run_renders_in_chromium(server, tmp_path):
     marker, each panel's front a step line."""
     import pandas as pd
 
-    sync_playwright, shots = _playwright_and_shots(tmp_path)
     committed = pd.read_csv(REPO / "results" / "h200-accuracy.csv")
     measured = committed[(committed.status == "ok") & committed.ap.notna()]
     settings = len(measured.drop_duplicates(["scenario", "device", "impl", "params", "iou_threshold"]))
     panels = len(measured.drop_duplicates(["scenario", "device"]))
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        try:
-            page = browser.new_page(viewport={"width": 1600, "height": 2400})
-            page.goto(server, wait_until="commit")
-            page.wait_for_function(CHARTS_READY, arg={"figure": "time_vs_n", "lines": 6}, timeout=90_000, polling=50)
-            page.get_by_role("tab", name="Accuracy").click()
-            page.wait_for_function(PARETO_READY, arg=settings, timeout=90_000, polling=50)
-            chart = page.locator(".js-plotly-plot").first
-            front = chart.evaluate("el => el.layout.meta.front")
-            assert chart.locator(".scatterlayer .trace .points path.point").count() == settings + front
-            assert chart.locator(".scatterlayer .trace path.js-line").count() == panels
-            shot = page.screenshot(full_page=True)
-            (shots / "dashboard-accuracy-committed.png").write_bytes(shot)
-            assert _not_blank(shot) > 50, "the screenshot is (nearly) blank"
-        finally:
-            browser.close()
+    with _browser_page(tmp_path, 2400) as (page, _, shots):
+        page.goto(server, wait_until="commit")
+        page.wait_for_function(CHARTS_READY, arg={"figure": "time_vs_n", "lines": 6}, timeout=90_000, polling=50)
+        page.get_by_role("tab", name="Accuracy").click()
+        page.wait_for_function(PARETO_READY, arg=settings, timeout=90_000, polling=50)
+        chart = page.locator(".js-plotly-plot").first
+        front = chart.evaluate("el => el.layout.meta.front")
+        assert chart.locator(".scatterlayer .trace .points path.point").count() == settings + front
+        assert chart.locator(".scatterlayer .trace path.js-line").count() == panels
+        shot = page.screenshot(full_page=True)
+        (shots / "dashboard-accuracy-committed.png").write_bytes(shot)
+        assert _not_blank(shot) > 50, "the screenshot is (nearly) blank"

@@ -112,3 +112,37 @@ def test_window_tests_counts_the_pairs_the_windows_visit():
                     walked += int(starts[first + yy * gx + xh + 1] - starts[first + yy * gx + xl])
         assert overlap_graph.window_tests(boxes, grid) == walked
         assert walked >= sum(len(row) for row in brute_force_rows(boxes, None, 0.0)) + len(boxes)  # pairs, and itself
+
+
+def test_the_dispatcher_takes_the_dense_path_below_its_size_or_where_the_grid_finds_too_many_tests():
+    """overlap_graph.dispatch (what hard_graph's and matrix_graph's CUDA backends call), with
+    stand-ins for the two paths: what it calls, and the test budget it gives the graph."""
+    n_min, divisor = overlap_graph.GRAPH_MIN_N, overlap_graph.DENSE_TESTS_DIVISOR
+    calls = []
+
+    def on_graph(answer):
+        def call(max_tests):
+            calls.append(("graph", max_tests))
+            return answer
+        return call
+
+    def dense():
+        calls.append(("dense",))
+        return "dense result"
+
+    assert overlap_graph.dispatch(n_min - 1, None, "op", on_graph("graph result"), dense) == "dense result"
+    assert calls == [("dense",)]
+    calls.clear()
+    assert overlap_graph.dispatch(n_min, None, "op", on_graph("graph result"), dense) == "graph result"
+    assert calls == [("graph", n_min * n_min // divisor)]
+    calls.clear()
+    assert overlap_graph.dispatch(n_min, None, "op", on_graph(None), dense) == "dense result"  # gave way
+    assert calls == [("graph", n_min * n_min // divisor), ("dense",)]
+    calls.clear()
+    assert overlap_graph.dispatch(10, "graph", "op", on_graph("graph result"), dense) == "graph result"
+    assert calls == [("graph", None)]  # forced: no budget
+    calls.clear()
+    assert overlap_graph.dispatch(10 * n_min, "dense", "op", on_graph("graph result"), dense) == "dense result"
+    assert calls == [("dense",)]
+    with pytest.raises(ValueError, match="op: no path 'sparse'; the paths are dense, graph"):
+        overlap_graph.dispatch(10, "sparse", "op", on_graph("graph result"), dense)

@@ -182,7 +182,7 @@ def test_the_dispatcher_gives_way_to_the_dense_path_where_everything_overlaps():
 
     n = overlap_graph.GRAPH_MIN_N
     boxes = datasets.generate("crowd", n, seed=1, canvas="fixed").to("cuda")
-    limit = overlap_graph.tests_limit(n, None, "test")
+    limit = n * n // overlap_graph.DENSE_TESTS_DIVISOR  # what the dispatcher allows
     answer = overlap_graph.greedy_on_graph(boxes.boxes, boxes.scores, 0.5, max_tests=limit)
     assert (answer.result is None) == (answer.tests > limit)
     same = torch.tensor([[1.0, 2.0, 30.0, 40.0]], device="cuda").repeat(n, 1)
