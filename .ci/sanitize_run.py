@@ -115,7 +115,7 @@ if "pipelines" in SELECTED:
         torch.cuda.synchronize()
         print(name, "ran", flush=True)
 
-# The overlap graph (implementations/overlap_graph.py, no implementation calls it yet): its
+# The overlap graph (implementations/overlap_graph.py): its density estimate, its
 # rows both ways, greedy NMS and Matrix NMS on them, constant density and everything overlapping.
 if "overlap_graph" in SELECTED:
     from nmsbench.variants import overlap_graph
@@ -125,10 +125,12 @@ if "overlap_graph" in SELECTED:
         for classes, dtype in CASES:
             boxes = datasets.generate(scenario, n, seed=n, classes=classes, canvas=canvas).to("cuda", dtype)
             overlap_graph.greedy_on_graph(boxes.boxes, boxes.scores, 0.5, boxes.labels, max_tests=1 << 40)
+            overlap_graph.greedy_on_graph(boxes.boxes, boxes.scores, 0.5, boxes.labels, slots=4)  # overflow: two passes
             for kernel in ("gaussian", "linear"):
                 overlap_graph.matrix_on_graph(boxes.boxes, boxes.scores, boxes.labels, kernel=kernel, sigma=0.5,
                                               score_threshold=0.05)
+            grid = overlap_graph.device_grid(boxes.boxes, labels=boxes.labels)
             with on_torch_stream(boxes.boxes.device) as launch:
-                overlap_graph.graph_rows(launch, boxes.boxes, boxes.labels, 0.0, higher_only=False)
+                overlap_graph.graph_rows(launch, grid, n, 0.0, False, boxes.boxes.device)
     torch.cuda.synchronize()
     print("overlap_graph ran", flush=True)

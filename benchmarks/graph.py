@@ -1,8 +1,8 @@
 """The GPU overlap graph beside the dense path: for each (scenario, canvas, N) greedy NMS on
 the graph (``hard_graph`` with ``path="graph"``), ``hard_graph`` as its dispatcher chooses
 and ``hard_fused``, interleaved, ``wall`` and ``events``, with the pairs the graph's windows
-test, those above the threshold and the rounds, each one's peak GPU memory, and whether
-they keep the same indices: where the dispatcher should switch (tests per n^2), and the
+test (the dispatcher's sampled estimate and the exact count), those above the threshold and
+the rounds, each one's peak GPU memory, and whether they keep the same indices: where the dispatcher should switch (tests per n^2), and the
 large-N targets' figures.
 
     python benchmarks/graph.py --n 4096,32768,131072 --canvas density,fixed
@@ -51,6 +51,7 @@ def main() -> None:
 
                 answer = overlap_graph.greedy_on_graph(boxes.boxes, boxes.scores, 0.5, boxes.labels, max_tests=1 << 62)
                 result, tests, pairs, rounds = answer.result, answer.tests, answer.pairs, answer.rounds
+                exact = overlap_graph.window_tests(boxes.boxes, overlap_graph.device_grid(boxes.boxes))
                 dispatcher = nmsbench.implementations()["hard_graph"].backend("cuda").fn
 
                 def hard_graph(path=None):
@@ -71,7 +72,7 @@ def main() -> None:
                             event_blocks(ops[name], min_run_time=args.min_run_time).times_us))
                 cells = [f"{name} {statistics.median(w):.1f}/{statistics.median(e):.1f} us "
                          f"{peak_bytes(op) / 2**20:.0f} MiB" for (name, (w, e)), op in zip(times.items(), ops.values())]
-                print(f"{scenario:9s} {canvas:7s} n={n:8d} tests/n^2=1/{n * n / max(tests, 1):.0f} pairs={pairs} "
+                print(f"{scenario:9s} {canvas:7s} n={n:8d} tests/n^2=1/{n * n / max(tests, 1):.0f} (exact 1/{n * n / max(exact, 1):.0f}) pairs={pairs} "
                       f"rounds={rounds}{' two-pass' if answer.two_pass else ''} kept={len(result.keep)} "
                       f"same={same} | wall/events: " + " | ".join(cells), flush=True)
 

@@ -125,46 +125,148 @@ __device__ __forceinline__ bool class_window(const Grid& grid, int k, const Box<
     return true;
 }
 
-// Each box's cell: its size class's grid, its (x1, y1) corner floored and clamped into the
-// grid, as device_grid bins on the CPU.
-template <typename T>
-__global__ void __launch_bounds__(ROW_THREADS) grid_cells_kernel(const T* boxes, int n,
-                                                                 const unsigned long long* extent,
-                                                                 const double* grid_table, int* cells) {
-    typedef typename Arith<T>::type A;
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    const Grid grid{grid_table};
-    const Box<A> b = load_box(boxes, i);
-    const int k = size_class_of(b, key_value(extent[0]));
+// The grid's table from the statistics, one thread: overlap_graph.grid_layout's formulas
+// in the same IEEE operations (the file compiles without contraction), so the table is
+// the host's to the bit. keys: grid_extent_kernel's extent, then grid_classes_kernel's
+// classes; table as Grid reads it; table[2 + 4 * SIZE_CLASSES]: the cells in all (0 with
+// the rest where no box has a side above 0: there is no grid).
+__global__ void grid_table_kernel(const unsigned long long* keys, double* table) {
+    const unsigned long long* classes = keys + 7;
+    const double largest = key_value(keys[0]), x0 = key_value(keys[1]), y0 = key_value(keys[2]);
+    for (int c = 0; c < 3 + 4 * SIZE_CLASSES; ++c) table[c] = c < 2 ? (c == 0 ? x0 : y0) : (c < 2 + SIZE_CLASSES ? 1.0 : 0.0);
+    if (!(largest > 0.0)) return;
+    const double span = fmax(key_value(keys[3]) - x0, key_value(keys[4]) - y0);
+    const double reach = fmax(fmax(key_value(keys[5]), key_value(keys[6])), largest);
+    double total = 0.0;
+    for (int c = 0; c < SIZE_CLASSES; ++c) {
+        table[2 + 3 * SIZE_CLASSES + c] = total;
+        const double members = double(classes[c]);
+        if (members == 0.0) continue;
+        const double root = sqrt(4.0 * members + 16.0);
+        const double side = fmax(fmax(key_value(classes[SIZE_CLASSES + c]) * (1.0 + 1e-6) + 1e-9 * reach, span / root),
+                                 1e-300);
+        const double cells = floor(root) + 2.0;
+        const double gx = fmin(fmax(floor((key_value(classes[2 * SIZE_CLASSES + c]) - x0) / side), 0.0), cells - 1.0) + 1.0;
+        const double gy = fmin(fmax(floor((key_value(classes[3 * SIZE_CLASSES + c]) - y0) / side), 0.0), cells - 1.0) + 1.0;
+        table[2 + c] = side;
+        table[2 + SIZE_CLASSES + c] = gx;
+        table[2 + 2 * SIZE_CLASSES + c] = gy;
+        total += gx * gy;
+    }
+    table[2 + 4 * SIZE_CLASSES] = total;
+}
+
+// A box's cell: its size class's grid, its (x1, y1) corner floored and clamped into the
+// grid (grid_layout's binning on the CPU).
+template <typename A>
+__device__ __forceinline__ int cell_of(const Grid& grid, const Box<A>& b, double largest) {
+    const int k = size_class_of(b, largest);
     const double side = grid.side(k);
     const double gx = grid.gx(k), gy = grid.gy(k);
     const double cx = fmin(fmax(floor((double(b.x1) - grid.x0()) / side), 0.0), gx - 1);
     const double cy = fmin(fmax(floor((double(b.y1) - grid.y0()) / side), 0.0), gy - 1);
-    cells[i] = int(double(grid.cell0(k)) + cy * gx + cx);
+    return int(double(grid.cell0(k)) + cy * gx + cx);
 }
 
-// One thread per box i, the boxes taken in cell order (by_cell), so that a warp's boxes
-// share cells: its same-label neighbours whose IoU is above the threshold (with threshold
-// 0: every box it intersects), only the higher-ranked ones (j < i) where higher_only, else
-// all. Three modes: count (indices null): counts[i] = how many; fill (indptr given): row i
-// goes to indices[indptr[i] ...] in the order the cells give them; slots (indptr null,
-// slots > 0): row i goes to indices[i * slots ...], counts[i] = its length, and *overflow
-// = 1 where a row is longer than slots (its tail is lost: the caller builds the rows again).
+// Each box's cell (largest: the largest box side), the boxes in rank order: box r is
+// boxes[order[r]] (boxes[r] where order is null).
+template <typename T>
+__global__ void __launch_bounds__(ROW_THREADS) grid_cells_kernel(const T* boxes, const long long* order, int n,
+                                                                 double largest, const double* grid_table,
+                                                                 int* cells) {
+    typedef typename Arith<T>::type A;
+    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= n) return;
+    cells[r] = cell_of(Grid{grid_table}, load_box(boxes, order != nullptr ? order[r] : r), largest);
+}
+
+// The dispatcher's density estimate, before any box is ranked or binned: the pairs that
+// graph_rows_kernel would test from the rows of m sample boxes (box k * n / m for k < m),
+// summed into *tests, which is window_tests of those boxes: box j is tested from sample s
+// where j's cell lies in s's window in j's class. A block takes SAMPLE_THREADS samples'
+// windows into shared memory and a thread per box j compares its cell with each of them.
+template <typename T>
+__global__ void __launch_bounds__(SAMPLE_THREADS) sampled_tests_kernel(const T* boxes, int n, int m,
+                                                                       const unsigned long long* extent,
+                                                                       const double* grid_table,
+                                                                       unsigned long long* tests) {
+    typedef typename Arith<T>::type A;
+    __shared__ int4 windows[SAMPLE_THREADS][SIZE_CLASSES];  // (xl, xh, yl, yh); empty: xl > xh
+    const Grid grid{grid_table};
+    const int first = blockIdx.y * SAMPLE_THREADS, samples = min(SAMPLE_THREADS, m - first);
+    if (threadIdx.x < samples) {
+        const Box<A> box_s = load_box(boxes, (long long)(first + threadIdx.x) * n / m);
+        for (int k = 0; k < SIZE_CLASSES; ++k) {
+            int4 w = make_int4(1, 0, 1, 0);
+            class_window(grid, k, box_s, w.x, w.y, w.z, w.w);
+            windows[threadIdx.x][k] = w;
+        }
+    }
+    __syncthreads();
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned long long found = 0;
+    if (j < n) {
+        const Box<A> b = load_box(boxes, j);
+        const int k = size_class_of(b, key_value(extent[0]));
+        const double side = grid.side(k);
+        const int cx = int(fmin(fmax(floor((double(b.x1) - grid.x0()) / side), 0.0), double(grid.gx(k) - 1)));
+        const int cy = int(fmin(fmax(floor((double(b.y1) - grid.y0()) / side), 0.0), double(grid.gy(k) - 1)));
+        for (int s = 0; s < samples; ++s) {
+            const int4 w = windows[s][k];
+            found += w.x <= cx && cx <= w.y && w.z <= cy && cy <= w.w;
+        }
+    }
+    for (int offset = 16; offset > 0; offset /= 2) found += __shfl_down_sync(0xffffffffu, found, offset);
+    if (threadIdx.x % 32 == 0 && found != 0) atomicAdd(tests, found);
+}
+
+// The boxes in cell order, for the rows kernel's reads (a window's cells are adjacent
+// positions): position q holds box r = by_cell[q] (boxes[order[r]], or boxes[r] where order
+// is null), its rank r as int32 and its label where labels are given (by rank order's
+// source: labels[order[r]]).
+template <typename T>
+__global__ void __launch_bounds__(ROW_THREADS) cell_order_kernel(const T* boxes, const long long* order,
+                                                                 const long long* labels, int n,
+                                                                 const long long* by_cell, T* cell_boxes,
+                                                                 int* cell_rank, long long* cell_labels) {
+    const int q = blockIdx.x * blockDim.x + threadIdx.x;
+    if (q >= n) return;
+    const int r = int(by_cell[q]);
+    const long long source = order != nullptr ? order[r] : r;
+    for (int c = 0; c < 4; ++c) cell_boxes[4 * (long long)q + c] = boxes[4 * source + c];
+    cell_rank[q] = r;
+    if (labels != nullptr) cell_labels[q] = labels[source];
+}
+
+// A group of ROW_LANES lanes (of one warp) per position t of the cell order
+// (cell_order_kernel's arrays), so that a warp's boxes share cells: box i = cell_rank[t]'s
+// same-label neighbours whose IoU is above the threshold (with threshold 0: every box it
+// intersects), only the higher-ranked ones (j < i) where higher_only, else all. A window's
+// row of cells is a run of adjacent positions, which the group's lanes read side by side
+// (coalesced loads); a ballot over the group places each lane's find in the row. Three
+// modes: count (indices null): counts[i] = how many; fill (indptr given): row i goes to
+// indices[indptr[i] ...] in the order the cells give them; slots (indptr null, slots > 0):
+// row i goes to indices[i * slots ...], counts[i] = its length, and *overflow = 1 where a
+// row is longer than slots (its tail is lost: the caller builds the rows again; overflow
+// may be mapped host memory).
 template <typename T>
 __global__ void __launch_bounds__(ROW_THREADS) graph_rows_kernel(
-        const T* boxes, const long long* labels, int n, double threshold, int higher_only, const double* grid_table,
-        const long long* starts, const long long* by_cell, long long* counts, const long long* indptr, int* indices,
-        int slots, int* overflow) {
+        const T* cell_boxes, const int* cell_rank, const long long* cell_labels, int n, double threshold,
+        int higher_only, const double* grid_table, const int* starts, long long* counts, const long long* indptr,
+        int* indices, int slots, long long* overflow) {
+    static_assert(ROW_LANES > 0 && ROW_LANES < 32 && 32 % ROW_LANES == 0, "a group is part of one warp");
     typedef typename Arith<T>::type A;
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= n) return;
-    const int i = int(by_cell[t]);
+    const long long thread = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const int t = int(thread / ROW_LANES), lane = threadIdx.x % ROW_LANES;
+    if (t >= n) return;  // the whole group: t is the group's
+    const unsigned group = ((1u << ROW_LANES) - 1u) << (threadIdx.x % 32 - lane);
+    const unsigned below = group & ((1u << (threadIdx.x % 32)) - 1u);  // the group's lanes before this one
+    const int i = cell_rank[t];
     const Grid grid{grid_table};
     const IouThreshold th(threshold);
-    const Box<A> box_i = load_box(boxes, i);
+    const Box<A> box_i = load_box(cell_boxes, t);
     const A area_i = box_area(box_i);
-    const long long label_i = labels != nullptr ? labels[i] : 0;
+    const long long label_i = cell_labels != nullptr ? cell_labels[t] : 0;
     const bool fill = indices != nullptr;
     const long long first = indptr != nullptr ? indptr[i] : (long long)i * slots;
     const long long room = indptr != nullptr ? 0x7fffffffffffffffLL : slots;
@@ -174,46 +276,28 @@ __global__ void __launch_bounds__(ROW_THREADS) graph_rows_kernel(
         if (!class_window(grid, k, box_i, xl, xh, yl, yh)) continue;
         for (int yy = yl; yy <= yh; ++yy) {
             const long long row = grid.cell0(k) + (long long)yy * grid.gx(k);
-            const long long end = starts[row + xh + 1];  // cells xl..xh of a grid row are adjacent
-            for (long long q = starts[row + xl]; q < end; ++q) {
-                const int j = int(by_cell[q]);
-                if (j == i || (higher_only && j > i)) continue;
-                if (labels != nullptr && labels[j] != label_i) continue;
-                const Box<A> box_j = load_box(boxes, j);
-                if (!overlaps_decisive(box_i, area_i, box_j, box_area(box_j), th)) continue;
-                if (fill && w < room) indices[first + w] = j;
-                ++w;
+            const int end = starts[row + xh + 1];  // cells xl..xh of a grid row are adjacent
+            for (int base = starts[row + xl]; base < end; base += ROW_LANES) {
+                const int q = base + lane;
+                int j = -1;
+                bool found = false;
+                if (q < end) {
+                    j = cell_rank[q];
+                    if (j != i && !(higher_only && j > i) && (cell_labels == nullptr || cell_labels[q] == label_i)) {
+                        const Box<A> box_j = load_box(cell_boxes, q);
+                        found = overlaps_decisive(box_i, area_i, box_j, box_area(box_j), th);
+                    }
+                }
+                const unsigned finds = __ballot_sync(group, found);
+                const long long at = w + __popc(finds & below);
+                if (found && fill && at < room) indices[first + at] = j;
+                w += __popc(finds);
             }
         }
     }
+    if (lane != 0) return;
     if (indptr == nullptr) counts[i] = w;
     if (fill && w > room) *overflow = 1;
-}
-
-// The pairs graph_rows_kernel would test (each box's window cells, itself included),
-// without testing any: the rows of starts bound them. Summed into *tests: the density
-// estimate that decides between the graph and a dense path before the rows are built.
-template <typename T>
-__global__ void __launch_bounds__(ROW_THREADS) graph_tests_kernel(const T* boxes, int n, const double* grid_table,
-                                                                  const long long* starts,
-                                                                  unsigned long long* tests) {
-    typedef typename Arith<T>::type A;
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    const Grid grid{grid_table};
-    unsigned long long visited = 0;
-    if (i < n) {
-        const Box<A> box_i = load_box(boxes, i);
-        for (int k = 0; k < SIZE_CLASSES; ++k) {
-            int xl, xh, yl, yh;
-            if (!class_window(grid, k, box_i, xl, xh, yl, yh)) continue;
-            for (int yy = yl; yy <= yh; ++yy) {
-                const long long row = grid.cell0(k) + (long long)yy * grid.gx(k);
-                visited += (unsigned long long)(starts[row + xh + 1] - starts[row + xl]);
-            }
-        }
-    }
-    for (int offset = 16; offset > 0; offset /= 2) visited += __shfl_down_sync(0xffffffffu, visited, offset);
-    if (threadIdx.x % 32 == 0 && visited != 0) atomicAdd(tests, visited);
 }
 
 // Greedy NMS on the rows of higher-ranked neighbours, in rounds over the whole GPU (one
@@ -270,22 +354,23 @@ __global__ void __launch_bounds__(ROUND_THREADS) greedy_rounds_kernel(int n, con
 
 // Matrix NMS's decay on the rows of higher-ranked neighbours with IoU > 0 (matrix_graph's
 // CPU arithmetic: a pair with IoU 0 never lowers the minimum, see matrix_graph.py), a
-// thread per box j: cmax mode (decay null) writes cmax[j], the largest IoU of j with its
+// thread per box j (boxes by rank: boxes[order[j]]): cmax mode (decay null) writes cmax[j], the largest IoU of j with its
 // rows' boxes; decay mode writes decay[j] = min(1, f(iou_ij) / f(cmax_i)) over them, in
 // double (gaussian: CUDA's exp, within an ulp of the C library's; linear: a parent whose
 // 1 - cmax is 0 constrains nothing).
 template <typename T>
-__global__ void __launch_bounds__(ROW_THREADS) graph_decay_kernel(const T* boxes, int n, const long long* indptr,
-                                                                 const int* indices, int linear, double sigma,
-                                                                 double* cmax, double* decay) {
+__global__ void __launch_bounds__(ROW_THREADS) graph_decay_kernel(const T* boxes, const long long* order, int n,
+                                                                 const long long* indptr, const int* indices,
+                                                                 int linear, double sigma, double* cmax,
+                                                                 double* decay) {
     typedef typename Arith<T>::type A;
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= n) return;
-    const Box<A> box_j = load_box(boxes, j);
+    const Box<A> box_j = load_box(boxes, order[j]);
     double best = 0.0, smallest = 1.0;
     for (long long s = indptr[j]; s < indptr[j + 1]; ++s) {
         const int i = indices[s];
-        const double v = double(box_iou(load_box(boxes, i), box_j));
+        const double v = double(box_iou(load_box(boxes, order[i]), box_j));
         if (decay == nullptr) {
             best = v > best ? v : best;
             continue;

@@ -1,11 +1,11 @@
 """The overlap graph on the GPU: the pairs of boxes that overlap, in O(N + E) memory, and
 greedy NMS and Matrix NMS resolved on them (overlap_graph.cu).
 
-- ``device_grid``: the grids of cells by box size that ``_cpu.overlap_graph`` uses, their
-  statistics and cells by three kernels on a GPU (torch elsewhere: CI holds that form to a
-  brute-force pair test), one host read;
-- ``window_tests`` / ``graph_tests``: the pairs the rows kernel would test on a grid, before
-  any of them is (torch / a kernel): the dispatcher's density estimate;
+- ``grid_layout``: the grids of cells by box size that ``_cpu.overlap_graph`` uses, from
+  the boxes' statistics (four kernels on a GPU, torch elsewhere: CI holds that form to a
+  brute-force pair test), one host read, which also brings the density estimate: the
+  pairs the windows of a sample of the boxes would test (``sample_count``);
+- ``device_grid``: the boxes ranked, binned and copied into cell order;
 - ``graph_rows`` (two passes, CSR) and ``slot_rows`` (one pass, ``ROW_SLOTS`` a box):
   each box's neighbours above a threshold;
 - ``greedy_on_graph``: greedy NMS on the rows in rounds in one cooperative launch:
@@ -13,7 +13,8 @@ greedy NMS and Matrix NMS resolved on them (overlap_graph.cu).
 - ``matrix_on_graph``: Matrix NMS's decay from the rows of higher-ranked neighbours with
   IoU > 0 (``matrix_graph``'s arithmetic on the CPU);
 - ``dispatch``: the one place that chooses between the graph and a dense path, for
-  ``hard_graph``'s and ``matrix_graph``'s CUDA backends.
+  ``hard_graph``'s and ``matrix_graph``'s CUDA backends;
+- ``window_tests``: the pairs a grid's windows test, counted with torch (tests, probes).
 
 GPU tests: tests/test_overlap_graph_gpu.py; the design: implementations/DESIGN.md.
 """
@@ -29,24 +30,30 @@ import torch
 from nmsbench.boxes import NMSResult, result_by_final_score, score_order
 
 from ._cpu import SIZE_CLASSES
-from ._cuda import CudaModule, blocks, device_index, grid_barrier_address, on_torch_stream, resident_blocks
+from ._cuda import (CudaModule, blocks, device_index, grid_barrier_address, host_count, on_torch_stream, rank_by_score,
+                    resident_blocks)
 
-DEFINES = {"SIZE_CLASSES": SIZE_CLASSES, "ROW_THREADS": 256, "ROUND_THREADS": 512}
-ROW_THREADS, ROUND_THREADS = DEFINES["ROW_THREADS"], DEFINES["ROUND_THREADS"]
+DEFINES = {"SIZE_CLASSES": SIZE_CLASSES, "ROW_THREADS": 256, "ROW_LANES": 8, "ROUND_THREADS": 512,
+           "SAMPLE_THREADS": 256}
+ROW_THREADS, ROW_LANES = DEFINES["ROW_THREADS"], DEFINES["ROW_LANES"]  # the rows kernel: ROW_LANES lanes a box
+ROUND_THREADS, SAMPLE_THREADS = DEFINES["ROUND_THREADS"], DEFINES["SAMPLE_THREADS"]
 ROW_SLOTS = 64  # greedy's rows in one pass, this many entries a box (a longer row: two passes, graph_rows)
 
 # The dispatcher between the graph and a dense path (hard_graph's and matrix_graph's CUDA backends).
 PATHS = ("dense", "graph")
-# Below GRAPH_MIN_N boxes the dense path, whatever the density: counting the windows' tests
-# (the grid and graph_tests_kernel) would cost a large share of what the dense path costs.
+# Below GRAPH_MIN_N boxes the dense path, whatever the density: the graph's fixed cost (the
+# grid, its host reads) would be a large share of what the dense path costs.
 GRAPH_MIN_N = 65536
-DENSE_TESTS_DIVISOR = 160  # from GRAPH_MIN_N: the graph where its windows test at most n^2 / this many pairs
+DENSE_TESTS_DIVISOR = 16  # from GRAPH_MIN_N: the graph where its windows test at most n^2 / this many pairs
+# The density estimate: the pairs the windows of a sample of the boxes test, scaled to all n;
+# the sample compares about SAMPLED_PAIRS (sample, box) pairs, at least MIN_SAMPLES samples.
+SAMPLED_PAIRS, MIN_SAMPLES = 1 << 24, 64
 
 
 def dispatch(n: int, path: str | None, op: str, on_graph, dense):
     """The one place that chooses between the graph and a dense path for a call of ``n``
     boxes: ``dense()`` below GRAPH_MIN_N or where ``path="dense"`` forces it; else
-    ``on_graph(max_tests)`` (the result, or None where the grid found more than
+    ``on_graph(max_tests)`` (the result, or None where the density estimate found more than
     ``max_tests`` pair tests: then ``dense()``), ``max_tests`` None where ``path="graph"``
     forces the graph. A ValueError naming ``op`` for a path that does not exist."""
     if path is not None and path not in PATHS:
@@ -60,25 +67,30 @@ def dispatch(n: int, path: str | None, op: str, on_graph, dense):
 CUDA_MODULE = CudaModule(
     "overlap_graph.cu",
     templates={
-        # boxes labels | n threshold higher_only | grid_doubles grid_ints starts by_cell | counts indptr indices
-        # boxes labels | n threshold higher_only | grid_table starts by_cell | counts indptr indices | slots overflow
-        "graph_rows_kernel": "QQidi" + "QQQ" + "QQQ" + "iQ",
-        "graph_tests_kernel": "QiQQQ",  # boxes n grid_table starts | tests
+        # cell_boxes cell_rank cell_labels | n threshold higher_only | grid_table starts | counts indptr indices
+        # | slots overflow
+        "graph_rows_kernel": "QQQ" + "idi" + "QQ" + "QQQ" + "iQ",
         "grid_extent_kernel": "QiQ",  # boxes n | extent
         "grid_classes_kernel": "QiQQ",  # boxes n extent | classes
-        "grid_cells_kernel": "QiQQQ",  # boxes n extent grid_table | cells
-        "graph_decay_kernel": "QiQQidQQ",  # boxes n | indptr indices | linear sigma | cmax decay
+        "sampled_tests_kernel": "QiiQQQ",  # boxes n samples extent grid_table | tests
+        "grid_cells_kernel": "QQidQQ",  # boxes order n largest grid_table | cells
+        "cell_order_kernel": "QQQiQQQQ",  # boxes order labels n by_cell | cell_boxes cell_rank cell_labels
+        "graph_decay_kernel": "QQiQQidQQ",  # boxes order n | indptr indices | linear sigma | cmax decay
     },
-    plain={"greedy_rounds_kernel": "iQQiQ" + "QQQQ"},  # n | indptr counts slots indices | state counters barrier rounds
+    plain={"greedy_rounds_kernel": "iQQiQ" + "QQQQ",  # n | indptr counts slots indices | state counters barrier rounds
+           "grid_table_kernel": "QQ"},  # keys | table
     defines=DEFINES,
 )
+KEYS = 7 + 4 * SIZE_CLASSES  # the statistics' keys: the extent, then per class count, largest size, x1, y1
+TABLE = 3 + 4 * SIZE_CLASSES  # the grid's table (x0, y0, per class side, gx, gy, first cell) and its cells in all
 
 
-class DeviceGrid(NamedTuple):
-    """``_cpu._size_class_grids``' grid: the origin, each class's cell side, cells per row
-    and rows (0: an empty class) and first cell, and the boxes listed cell after cell
-    (``by_cell``, from ``starts``); ``table``: the same numbers on the boxes' device as the
-    kernels read them (x0, y0, then the classes' sides, gx, gy and first cells, in double)."""
+class GridLayout(NamedTuple):
+    """``_cpu._size_class_grids``' grid before any box is binned: the origin, each class's
+    cell side, cells per row and rows (0: an empty class) and first cell, the cells in all,
+    the largest box side (which gives the classes); ``table``: the same numbers on the
+    boxes' device as the kernels read them (x0, y0, then the classes' sides, gx, gy and
+    first cells, in double)."""
 
     x0: float
     y0: float
@@ -86,121 +98,233 @@ class DeviceGrid(NamedTuple):
     gxs: list[int]
     gys: list[int]
     cell0: list[int]
-    starts: torch.Tensor
-    by_cell: torch.Tensor
+    total: int
+    largest: float
     table: torch.Tensor
 
 
-def device_grid(boxes: torch.Tensor) -> DeviceGrid | None:
-    """The grid of ``boxes`` (finite, as run_nms checks them), on their device; None where
-    no box has a side above 0 (no pair overlaps). The classes' sides and cell counts follow
-    ``_cpu._size_class_grids``' formulas; a class's corners are binned in double as the
-    kernel's windows are computed, and clamped into the grid (a window clamps the same way,
-    so a clamped corner is still found). One host read, of a few statistics. On a GPU three
-    kernels take the statistics and the cells (``_cuda_statistics``; torch's operations
-    would cost the host more than the GPU spends); elsewhere torch does
-    (``_torch_statistics``): CI holds that form to a brute-force pair test."""
-    k, device = SIZE_CLASSES, boxes.device
-    statistics = _cuda_statistics if boxes.is_cuda else _torch_statistics
-    stats, cells_of = statistics(boxes)
-    largest_f, x0, y0, x1_max, y1_max, x1_reach, y1_reach = stats[:7]
-    if not largest_f > 0:
+class DeviceGrid(NamedTuple):
+    """A layout with the boxes binned: ``starts`` (int32, total + 1) bounds each cell's
+    positions in the cell order, where ``cell_boxes``, ``cell_rank`` (int32) and
+    ``cell_labels`` (int64, or None) hold the boxes, their ranks and labels; within a cell
+    the ranks ascend."""
+
+    x0: float
+    y0: float
+    sides: list[float]
+    gxs: list[int]
+    gys: list[int]
+    cell0: list[int]
+    table: torch.Tensor
+    starts: torch.Tensor
+    cell_rank: torch.Tensor
+    cell_boxes: torch.Tensor
+    cell_labels: torch.Tensor | None
+
+
+def sample_count(n: int) -> int:
+    """How many boxes the density estimate samples among ``n``."""
+    return min(n, max(MIN_SAMPLES, SAMPLED_PAIRS // max(n, 1)))
+
+
+def sample_positions(n: int, samples: int, device) -> torch.Tensor:
+    """The sampled boxes' positions: k * n // samples for k < samples (as the kernel takes them)."""
+    return torch.arange(samples, dtype=torch.int64, device=device) * n // samples
+
+
+def grid_layout(boxes: torch.Tensor, samples: int = 0) -> tuple[GridLayout | None, int]:
+    """(the grid of ``boxes`` (finite, as run_nms checks them), None where no box has a side
+    above 0 (no pair overlaps); the pairs the rows kernel would test from the windows of
+    ``samples`` boxes at ``sample_positions``, 0 without samples). The classes' sides and
+    cell counts follow ``_cpu._size_class_grids``' formulas; nothing depends on the boxes'
+    order. On a GPU four kernels (and the sample's fifth) and one host read, of a few
+    numbers (``_cuda_layout``); elsewhere torch (``_torch_layout``), which CI holds to a
+    brute-force pair test."""
+    boxes = boxes.detach().contiguous()
+    return (_cuda_layout if boxes.is_cuda else _torch_layout)(boxes, min(samples, boxes.shape[0]))
+
+
+def _size_classes(b: torch.Tensor, largest: float) -> torch.Tensor:
+    """Each box's size class (float64 boxes): floor(log2(largest / max(size, largest /
+    2^SIZE_CLASSES))), exactly as the ratio's binary exponent (the kernels' ilogb), at most
+    SIZE_CLASSES - 1; 0 where every box is a point."""
+    size = torch.maximum(b[:, 2] - b[:, 0], b[:, 3] - b[:, 1])
+    # a tensor divided: a Python number over a tensor is torch's reciprocal times the number
+    top = torch.tensor(largest, dtype=torch.float64, device=b.device)
+    ratio = torch.nan_to_num(top / torch.clamp(size, min=largest * 2.0 ** -SIZE_CLASSES), nan=1.0)
+    return torch.clamp(torch.frexp(ratio).exponent - 1, max=SIZE_CLASSES - 1).to(torch.int64)
+
+
+def _layout_of(stats: list[float], device) -> GridLayout | None:
+    """The layout from the statistics (the extent, then per class its count, largest size,
+    x1 and y1; an empty class's maxima -inf): grid_table_kernel's formulas on the host."""
+    k = SIZE_CLASSES
+    largest, x0, y0, x1_max, y1_max, x1_reach, y1_reach = stats[:7]
+    if not largest > 0:
         return None
     members, class_size, class_x1, class_y1 = stats[7:7 + k], stats[7 + k:7 + 2 * k], stats[7 + 2 * k:7 + 3 * k], \
         stats[7 + 3 * k:]
     span = max(x1_max - x0, y1_max - y0)
-    reach = max(x1_reach, y1_reach, largest_f)
+    reach = max(x1_reach, y1_reach, largest)
     sides, gxs, gys, cell0 = [1.0] * k, [0] * k, [0] * k, [0] * k
     total = 0
     for c in range(k):
         cell0[c] = total
         if members[c] == 0:
             continue
-        side = max(class_size[c] * (1 + 1e-6) + 1e-9 * reach, span / math.sqrt(4.0 * members[c] + 16), 1e-300)
-        cells = int(math.sqrt(4.0 * members[c] + 16)) + 2
+        root = math.sqrt(4.0 * members[c] + 16)
+        side = max(class_size[c] * (1 + 1e-6) + 1e-9 * reach, span / root, 1e-300)
+        cells = int(root) + 2
         gx = min(max(int(math.floor((class_x1[c] - x0) / side)), 0), cells - 1) + 1
         gy = min(max(int(math.floor((class_y1[c] - y0) / side)), 0), cells - 1) + 1
         sides[c], gxs[c], gys[c] = side, gx, gy
         total += gx * gy
-    if total >= 2**31:
-        raise ValueError(f"overlap_graph: {total} cells do not fit the kernels' int32 cell numbers")
-    table = torch.tensor([x0, y0, *sides, *gxs, *gys, *cell0], dtype=torch.float64, device=device)
-    cells_sorted, by_cell = torch.sort(cells_of(table), stable=True)
-    # starts[c]: the first position whose cell is c or later (a binary search per cell, no atomics)
-    starts = torch.searchsorted(cells_sorted, torch.arange(total + 1, dtype=torch.int32, device=device))
-    return DeviceGrid(x0, y0, sides, gxs, gys, cell0, starts, by_cell, table)
+    table = torch.tensor([x0, y0, *sides, *gxs, *gys, *cell0, total], dtype=torch.float64, device=device)
+    return _checked(GridLayout(x0, y0, sides, gxs, gys, cell0, total, largest, table))
 
 
-def _torch_statistics(boxes: torch.Tensor):
-    """(device_grid's statistics as floats: the extent, then per class its count, largest size,
-    x1 and y1; a function of the grid's table giving each box's cell, int32), with torch."""
+def _checked(layout: GridLayout) -> GridLayout:
+    if layout.total >= 2**31:
+        raise ValueError(f"overlap_graph: {layout.total} cells do not fit the kernels' int32 cell numbers")
+    return layout
+
+
+def _torch_layout(boxes: torch.Tensor, samples: int):
+    """grid_layout with torch: the statistics, the layout on the host, the sample's tests as
+    window tests over the cells' counts."""
     k, device = SIZE_CLASSES, boxes.device
     b = boxes.to(torch.float64)
     x1, y1 = b[:, 0], b[:, 1]
     size = torch.maximum(b[:, 2] - x1, b[:, 3] - y1)
-    largest = size.max()
-    ratio = torch.nan_to_num(largest / torch.maximum(size, largest * 2.0 ** -k), nan=1.0)  # points only: 0/0
-    # floor(log2(ratio)) exactly, as the ratio's binary exponent (ratio >= 1; the kernels' ilogb)
-    size_class = torch.clamp(torch.frexp(ratio).exponent - 1, max=k - 1).to(torch.int64)
+    largest = float(size.max())
+    size_class = _size_classes(b, largest)
     member = size_class[:, None] == torch.arange(k, device=device)  # (n, classes)
     # each class's largest size, x1 and y1 (-inf where empty): a masked max over the boxes
     class_max = torch.where(member[:, :, None], torch.stack([size, x1, y1], 1)[:, None, :], -math.inf).amax(0)
-    stats = torch.cat([torch.stack([largest, x1.min(), y1.min(), x1.max(), y1.max(), x1.abs().max(), y1.abs().max()]),
-                       member.sum(0).to(torch.float64), class_max.T.reshape(-1)]).tolist()
-
-    def cells_of(table):
-        side_of, gx_of, gy_of, cell0_of = (table[2 + c * k:2 + (c + 1) * k][size_class] for c in range(4))
-        cx = torch.minimum(torch.clamp(torch.floor((x1 - table[0]) / side_of), min=0), gx_of - 1)
-        cy = torch.minimum(torch.clamp(torch.floor((y1 - table[1]) / side_of), min=0), gy_of - 1)
-        return (cell0_of + cy * gx_of + cx).to(torch.int32)  # exact in double: far below 2^53
-
-    return stats, cells_of
+    stats = torch.cat([torch.stack([size.max(), x1.min(), y1.min(), x1.max(), y1.max(), x1.abs().max(),
+                                    y1.abs().max()]), member.sum(0).to(torch.float64), class_max.T.reshape(-1)]).tolist()
+    layout = _layout_of(stats, device)
+    if layout is None or samples == 0:
+        return layout, 0
+    per_cell = torch.bincount(_torch_cells(boxes, None, layout), minlength=layout.total)
+    return layout, _window_tests(boxes[sample_positions(boxes.shape[0], samples, device)], layout, per_cell)
 
 
-def _cuda_statistics(boxes: torch.Tensor):
-    """``_torch_statistics`` by ``grid_extent_kernel``, ``grid_classes_kernel`` and
-    ``grid_cells_kernel`` (the doubles reduced as order-preserving integer keys, decoded here)."""
-    n, device, k = boxes.shape[0], boxes.device, SIZE_CLASSES
-    boxes = boxes.contiguous()
-    keys = torch.zeros(7 + 4 * k, dtype=torch.int64, device=device)
-    keys[1:3] = -1  # the minima start at the largest key
-    extent, classes = keys[:7], keys[7:]
+def _cuda_layout(boxes: torch.Tensor, samples: int):
+    """grid_layout by grid_extent_kernel, grid_classes_kernel, grid_table_kernel and
+    sampled_tests_kernel (the doubles reduced as order-preserving integer keys), one host
+    read of the keys, the table and the tests."""
+    n, device = boxes.shape[0], boxes.device
+    numbers = torch.zeros(KEYS + TABLE + 1, dtype=torch.int64, device=device)
+    numbers[1:3] = -1  # the minima start at the largest key
+    keys, table, tests = numbers[:KEYS], numbers[KEYS:KEYS + TABLE].view(torch.float64), numbers[KEYS + TABLE:]
     with on_torch_stream(device) as launch:
         launch(CUDA_MODULE.get("grid_extent_kernel", boxes.dtype, device), (blocks(n, ROW_THREADS),), (ROW_THREADS,),
-               (boxes, n, extent))
+               (boxes, n, keys))
         launch(CUDA_MODULE.get("grid_classes_kernel", boxes.dtype, device), (blocks(n, ROW_THREADS),),
-               (ROW_THREADS,), (boxes, n, extent, classes))
-    raw = keys.cpu().numpy().view(np.uint64)  # the one host read
+               (ROW_THREADS,), (boxes, n, keys, keys[7:]))
+        launch(CUDA_MODULE.get("grid_table_kernel", None, device), (1,), (1,), (keys, table))
+        if samples:
+            launch(CUDA_MODULE.get("sampled_tests_kernel", boxes.dtype, device),
+                   (blocks(n, SAMPLE_THREADS), blocks(samples, SAMPLE_THREADS)), (SAMPLE_THREADS,),
+                   (boxes, n, samples, keys, table, tests))
+    raw = numbers.cpu().numpy()  # the one host read
+    largest = float(_key_values(raw[:1].view(np.uint64))[0])
+    if not largest > 0:
+        return None, 0
+    values = raw[KEYS:KEYS + TABLE].view(np.float64)
+    k = SIZE_CLASSES
+    ints = values[2 + k:].astype(np.int64).tolist()
+    layout = GridLayout(float(values[0]), float(values[1]), values[2:2 + k].tolist(), ints[:k], ints[k:2 * k],
+                        ints[2 * k:3 * k], ints[3 * k], largest, table)
+    return _checked(layout), int(raw[-1])
+
+
+def _key_values(raw: np.ndarray) -> np.ndarray:
+    """Doubles from the kernels' order-preserving keys (uint64)."""
     positive = raw >> np.uint64(63) == 1
-    values = np.where(positive, raw & np.uint64(0x7FFFFFFFFFFFFFFF), ~raw).view(np.float64)
-    counts = raw[7:7 + k].astype(np.float64)
-    stats = [*values[:7].tolist(), *counts.tolist(),
-             *np.where(np.tile(counts > 0, 3), values[7 + k:], -math.inf).tolist()]  # an empty class's max: -inf
+    return np.where(positive, raw & np.uint64(0x7FFFFFFFFFFFFFFF), ~raw).view(np.float64)
 
-    def cells_of(table):
-        cells = torch.empty(n, dtype=torch.int32, device=device)
-        with on_torch_stream(device) as launch:
-            launch(CUDA_MODULE.get("grid_cells_kernel", boxes.dtype, device), (blocks(n, ROW_THREADS),),
-                   (ROW_THREADS,), (boxes, n, extent, table, cells))
-        return cells
 
-    return stats, cells_of
+def _torch_cells(boxes: torch.Tensor, order: torch.Tensor | None, layout: GridLayout) -> torch.Tensor:
+    """Each box's cell (int32), the boxes in rank order (box r is boxes[order[r]]), with torch."""
+    k, table = SIZE_CLASSES, layout.table
+    b = (boxes if order is None else boxes[order]).to(torch.float64)
+    size_class = _size_classes(b, layout.largest)
+    side_of, gx_of, gy_of, cell0_of = (table[2 + c * k:2 + (c + 1) * k][size_class] for c in range(4))
+    cx = torch.minimum(torch.clamp(torch.floor((b[:, 0] - table[0]) / side_of), min=0), gx_of - 1)
+    cy = torch.minimum(torch.clamp(torch.floor((b[:, 1] - table[1]) / side_of), min=0), gy_of - 1)
+    return (cell0_of + cy * gx_of + cx).to(torch.int32)  # exact in double: far below 2^53
+
+
+def device_grid(boxes: torch.Tensor, order: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                layout: GridLayout | None = None) -> DeviceGrid | None:
+    """The boxes binned on their grid (``layout``, else ``grid_layout(boxes)``), None where
+    there is none (no box has a side above 0): rank r is box ``order[r]`` (r where order is
+    None), labels (int64) by the same index as boxes. Each box's cell (a kernel, or torch),
+    a stable sort of the cells, each cell's start (a binary search per cell, no atomics),
+    and the boxes, ranks and labels copied into cell order."""
+    boxes = boxes.detach().contiguous()
+    layout = layout if layout is not None else grid_layout(boxes)[0]
+    if layout is None:
+        return None
+    device = boxes.device
+    cells = (_cuda_cells if boxes.is_cuda else _torch_cells)(boxes, order, layout)
+    cells_sorted, by_cell = torch.sort(cells, stable=True)
+    starts = torch.searchsorted(cells_sorted, torch.arange(layout.total + 1, dtype=torch.int32, device=device),
+                                out_int32=True)
+    cell_boxes, cell_rank, cell_labels = (_cuda_cell_order if boxes.is_cuda else _torch_cell_order)(
+        boxes, order, labels, by_cell)
+    return DeviceGrid(layout.x0, layout.y0, layout.sides, layout.gxs, layout.gys, layout.cell0, layout.table, starts,
+                      cell_rank, cell_boxes, cell_labels)
+
+
+def _cuda_cells(boxes: torch.Tensor, order: torch.Tensor | None, layout: GridLayout) -> torch.Tensor:
+    """_torch_cells by grid_cells_kernel."""
+    n, device = boxes.shape[0], boxes.device
+    cells = torch.empty(n, dtype=torch.int32, device=device)
+    with on_torch_stream(device) as launch:
+        launch(CUDA_MODULE.get("grid_cells_kernel", boxes.dtype, device), (blocks(n, ROW_THREADS),), (ROW_THREADS,),
+               (boxes, order, n, np.float64(layout.largest), layout.table, cells))
+    return cells
+
+
+def _torch_cell_order(boxes, order, labels, by_cell):
+    """(boxes, ranks (int32), labels or None) at each position of the cell order, where
+    position q holds rank ``by_cell[q]``, that is box order[by_cell[q]]."""
+    source = by_cell if order is None else order[by_cell]
+    return boxes[source], by_cell.to(torch.int32), None if labels is None else labels[source]
+
+
+def _cuda_cell_order(boxes, order, labels, by_cell):
+    """_torch_cell_order by cell_order_kernel."""
+    n, device = boxes.shape[0], boxes.device
+    cell_boxes = torch.empty_like(boxes)
+    cell_rank = torch.empty(n, dtype=torch.int32, device=device)
+    cell_labels = None if labels is None else torch.empty(n, dtype=torch.int64, device=device)
+    with on_torch_stream(device) as launch:
+        launch(CUDA_MODULE.get("cell_order_kernel", boxes.dtype, device), (blocks(n, ROW_THREADS),), (ROW_THREADS,),
+               (boxes, order, labels, n, by_cell, cell_boxes, cell_rank, cell_labels))
+    return cell_boxes, cell_rank, cell_labels
 
 
 def grid_tuple(grid: DeviceGrid) -> tuple:
-    """``grid`` as ``_cpu._neighbour_rows`` takes it (NumPy, on the host)."""
+    """``grid`` as ``_cpu._neighbour_rows`` takes it (NumPy, on the host; box indices are ranks)."""
     return (grid.x0, grid.y0, np.array(grid.sides), np.array(grid.gxs, dtype=np.int64),
-            np.array(grid.gys, dtype=np.int64), np.array(grid.cell0, dtype=np.int64), grid.starts.cpu().numpy(),
-            grid.by_cell.cpu().numpy())
+            np.array(grid.gys, dtype=np.int64), np.array(grid.cell0, dtype=np.int64),
+            grid.starts.cpu().numpy().astype(np.int64), grid.cell_rank.cpu().numpy().astype(np.int64))
 
 
 def window_tests(boxes: torch.Tensor, grid: DeviceGrid) -> int:
-    """How many pairs ``graph_rows_kernel`` would test on ``grid``: over every box and class,
-    the boxes whose corners lie in its window's cells (itself included), from a summed-area
-    table of each class's cell counts; torch on the boxes' device, one host read. The
-    work the graph would cost before it is built: a dispatcher's density estimate."""
+    """How many pairs ``graph_rows_kernel`` would test from the windows of ``boxes`` (all
+    of a grid's boxes: every pair it tests, each box itself included) on ``grid``: over
+    every box and class, the boxes whose corners lie in its window's cells, from a
+    summed-area table of each class's cell counts; torch on the boxes' device, one host read."""
+    return _window_tests(boxes, grid, (grid.starts[1:] - grid.starts[:-1]).to(torch.int64))
+
+
+def _window_tests(boxes: torch.Tensor, grid, per_cell: torch.Tensor) -> int:
     b = boxes.to(torch.float64)
-    per_cell = grid.starts[1:] - grid.starts[:-1]
     total = torch.zeros((), dtype=torch.int64, device=boxes.device)
     for side, gx, gy, first in zip(grid.sides, grid.gxs, grid.gys, grid.cell0):
         if gx == 0:
@@ -217,55 +341,47 @@ def window_tests(boxes: torch.Tensor, grid: DeviceGrid) -> int:
     return int(total)
 
 
-def graph_tests(launch, boxes: torch.Tensor, grid: DeviceGrid) -> int:
-    """``window_tests`` on the GPU (``graph_tests_kernel``: the rows of ``starts`` bound each
-    window, no pair is tested), one host read: what the rows would cost before they are
-    built."""
-    n = boxes.shape[0]
-    tests = torch.zeros(1, dtype=torch.int64, device=boxes.device)
-    launch(CUDA_MODULE.get("graph_tests_kernel", boxes.dtype, boxes.device), (blocks(n, ROW_THREADS),),
-           (ROW_THREADS,), (boxes, n, grid.table, grid.starts, tests))
-    return int(tests)
+def estimated_tests(n: int, samples: int, sampled: int) -> int:
+    """The pairs all n boxes' windows would test, from ``sampled``: those ``samples`` boxes' windows test."""
+    return sampled * n // samples if samples else 0
 
 
-def graph_rows(launch, boxes: torch.Tensor, labels: torch.Tensor | None, threshold: float, higher_only: bool,
-               grid: DeviceGrid | None = None):
+def graph_rows(launch, grid: DeviceGrid | None, n: int, threshold: float, higher_only: bool, device):
     """(indptr int64 (n + 1), indices int32, pairs): each box's same-label neighbours with
     IoU above ``threshold`` (0: every intersecting box), the higher-ranked ones only (lower
-    indices: ``boxes`` are in rank order) where ``higher_only``; ``indices`` holds at least
-    one element (a kernel argument even without pairs), its first ``pairs`` the rows. One
-    host read, for the number of pairs. ``grid``: ``device_grid(boxes)`` where the caller
-    has built it."""
-    n, device = boxes.shape[0], boxes.device
+    ranks) where ``higher_only``, on ``grid`` (``device_grid``; None: no pair overlaps);
+    on ``device``; ``indices`` holds at least one element (a kernel argument even without pairs), its
+    first ``pairs`` the rows. Two passes (count, fill) and one host read, for the number
+    of pairs."""
     indptr = torch.zeros(n + 1, dtype=torch.int64, device=device)
-    if grid is None and n:
-        grid = device_grid(boxes)
     if grid is None:
         return indptr, torch.empty(1, dtype=torch.int32, device=device), 0
-    kernel = CUDA_MODULE.get("graph_rows_kernel", boxes.dtype, device)
-    args = (boxes, labels, n, np.float64(threshold), int(higher_only), grid.table, grid.starts, grid.by_cell)
+    kernel = CUDA_MODULE.get("graph_rows_kernel", grid.cell_boxes.dtype, grid.table.device)
+    args = (grid.cell_boxes, grid.cell_rank, grid.cell_labels, n, np.float64(threshold), int(higher_only),
+            grid.table, grid.starts)
     counts = torch.zeros(n, dtype=torch.int64, device=device)  # zeroed: a recorded, unrun launch gives empty rows
-    launch(kernel, (blocks(n, ROW_THREADS),), (ROW_THREADS,), (*args, counts, None, None, 0, None))
+    launch(kernel, (blocks(n * ROW_LANES, ROW_THREADS),), (ROW_THREADS,), (*args, counts, None, None, 0, None))
     torch.cumsum(counts, 0, out=indptr[1:])
     pairs = int(indptr[-1])
     indices = torch.empty(max(pairs, 1), dtype=torch.int32, device=device)
-    launch(kernel, (blocks(n, ROW_THREADS),), (ROW_THREADS,), (*args, None, indptr, indices, 0, None))
+    launch(kernel, (blocks(n * ROW_LANES, ROW_THREADS),), (ROW_THREADS,), (*args, None, indptr, indices, 0, None))
     return indptr, indices, pairs
 
 
-def slot_rows(launch, boxes: torch.Tensor, labels: torch.Tensor | None, threshold: float, grid: DeviceGrid,
-              slots: int = ROW_SLOTS):
-    """(counts int64 (n), indices int32 (n * slots), overflow int32 (1)): each box's
-    higher-ranked same-label neighbours above ``threshold``, row i at ``indices[i * slots]``,
-    built in one pass and no host read; ``overflow`` becomes 1 where a row is longer than
-    ``slots`` (then those rows are cut short and the caller takes ``graph_rows``)."""
-    n, device = boxes.shape[0], boxes.device
+def slot_rows(launch, grid: DeviceGrid, n: int, threshold: float, slots: int = ROW_SLOTS):
+    """(counts int64 (n), indices int32 (n * slots), overflow): each box's higher-ranked
+    same-label neighbours above ``threshold``, row i at ``indices[i * slots]``, built in one
+    pass and no host read; ``overflow`` (a ``HostCount``: pinned host memory the kernel
+    writes) holds 1 once the launch has run where a row is longer than ``slots`` (then
+    those rows are cut short and the caller takes ``graph_rows``), else 0."""
+    device = grid.table.device
     counts = torch.zeros(n, dtype=torch.int64, device=device)
     indices = torch.empty(n * slots, dtype=torch.int32, device=device)
-    overflow = torch.zeros(1, dtype=torch.int32, device=device)
-    launch(CUDA_MODULE.get("graph_rows_kernel", boxes.dtype, device), (blocks(n, ROW_THREADS),), (ROW_THREADS,),
-           (boxes, labels, n, np.float64(threshold), 1, grid.table, grid.starts, grid.by_cell, counts, None, indices,
-            slots, overflow))
+    overflow = host_count(device, "graph overflow")
+    overflow.value[0] = 0
+    launch(CUDA_MODULE.get("graph_rows_kernel", grid.cell_boxes.dtype, device), (blocks(n * ROW_LANES, ROW_THREADS),),
+           (ROW_THREADS,), (grid.cell_boxes, grid.cell_rank, grid.cell_labels, n, np.float64(threshold), 1, grid.table,
+                            grid.starts, counts, None, indices, slots, overflow.address))
     return counts, indices, overflow
 
 
@@ -278,18 +394,11 @@ def greedy_grid(n: int, device: torch.device) -> int:
     return max(1, min(resident, blocks(n, ROUND_THREADS)))
 
 
-def _ranked(boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor | None):
-    """(order, the boxes and labels in rank order): input indices by descending score, ties
-    by lower index, and what the kernels read, contiguous."""
-    order = score_order(scores)
-    ranked_labels = None if labels is None else labels.detach().to(torch.int64).index_select(0, order)
-    return order, boxes.detach().index_select(0, order), ranked_labels
-
-
 class GraphGreedy(NamedTuple):
     """``greedy_on_graph``'s answer: the result (None where the graph gave way to the dense
-    path), the pairs the windows test (0 where not counted), and the rows and rounds as
-    the kernels left them (device tensors, for a probe: ``pairs``, ``rounds``)."""
+    path), the pairs the windows would test as the sample estimates them (0 where not
+    estimated), and the rows and rounds as the kernels left them (device tensors, for a
+    probe: ``pairs``, ``rounds``)."""
 
     result: NMSResult | None
     tests: int
@@ -307,34 +416,59 @@ class GraphGreedy(NamedTuple):
         return 0 if self.counters is None else int(self.counters[3])
 
 
+def _graph_inputs(boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor | None, max_tests: int | None):
+    """(boxes contiguous, labels int64, layout, estimated tests; or layout None where no pair
+    overlaps, or the layout False where the estimate is above ``max_tests``: the caller
+    gives way to its dense path)."""
+    n = boxes.shape[0]
+    boxes = boxes.detach().contiguous()
+    labels = None if labels is None else labels.detach().to(torch.int64).contiguous()
+    samples = sample_count(n) if max_tests is not None else 0
+    layout, sampled = grid_layout(boxes, samples)
+    tests = estimated_tests(n, samples, sampled)
+    if layout is not None and max_tests is not None and tests > max_tests:
+        return boxes, labels, False, tests
+    return boxes, labels, layout, tests
+
+
+def _order(boxes: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    """Input indices by descending score, ties by lower index (score_order's): on a GPU
+    rank_by_score's launches where the scores have the boxes' dtype (their host work is a
+    fraction of torch.sort's), else score_order."""
+    if boxes.is_cuda and scores.dtype == boxes.dtype:
+        with on_torch_stream(boxes.device) as launch:
+            return rank_by_score(launch, boxes, scores.detach(), None)[0]
+    return score_order(scores)
+
+
 def greedy_on_graph(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float,
                     labels: torch.Tensor | None = None, max_tests: int | None = None,
                     slots: int = ROW_SLOTS) -> GraphGreedy:
-    """Greedy NMS on the overlap graph: the boxes ranked by score (ties by lower index), the
-    grid, the rows of higher-ranked neighbours above the threshold (``slot_rows``, or
+    """Greedy NMS on the overlap graph: the grid's layout (with the density estimate where
+    ``max_tests`` is given: where the windows would test more pairs than that, no result,
+    before any box is ranked), the boxes ranked by score (ties by lower index) and binned,
+    the rows of higher-ranked neighbours above the threshold (``slot_rows``, or
     ``graph_rows`` where a row outgrows ``slots``; 0: always), then the rounds; input
-    indices by descending score, as torchvision's. ``max_tests``: where the windows would
-    test more pairs than that, stop before the rows and return no result (the caller's
-    dense path is cheaper there)."""
+    indices by descending score, as torchvision's."""
     n, device = boxes.shape[0], boxes.device
     if n == 0:
         return GraphGreedy(NMSResult(torch.empty(0, dtype=torch.int64, device=device)), 0)
-    order, ranked, ranked_labels = _ranked(boxes, scores, labels)
-    grid = device_grid(ranked)
-    if grid is None:  # points only: nothing overlaps, every box is kept
-        return GraphGreedy(NMSResult(order), 0)
+    boxes, labels, layout, tests = _graph_inputs(boxes, scores, labels, max_tests)
+    if layout is False:
+        return GraphGreedy(None, tests)
+    order = _order(boxes, scores)
+    if layout is None:  # points only: nothing overlaps, every box is kept
+        return GraphGreedy(NMSResult(order), tests)
+    grid = device_grid(boxes, order, labels, layout)
+    threshold = float(iou_threshold)
     with on_torch_stream(device) as launch:
-        tests = graph_tests(launch, ranked, grid) if max_tests is not None else 0
-        if max_tests is not None and tests > max_tests:
-            return GraphGreedy(None, tests)
-        threshold = float(iou_threshold)
         if slots > 0:
-            counts, indices, overflow = slot_rows(launch, ranked, ranked_labels, threshold, grid, slots)
+            counts, indices, overflow = slot_rows(launch, grid, n, threshold, slots)
             state, counters = _greedy_rounds(launch, n, None, counts, slots, indices)
             kept = torch.nonzero(state == 1).squeeze(1)  # waits for the GPU: the overflow word is written
-            if not int(overflow):
+            if not overflow.value[0]:
                 return GraphGreedy(NMSResult(order[kept]), tests, counts, counters)
-        indptr, indices, _ = graph_rows(launch, ranked, ranked_labels, threshold, True, grid)
+        indptr, indices, _ = graph_rows(launch, grid, n, threshold, True, device)
         state, counters = _greedy_rounds(launch, n, indptr, None, 0, indices)
     return GraphGreedy(NMSResult(order[torch.nonzero(state == 1).squeeze(1)]), tests, indptr.diff(), counters,
                        slots > 0)
@@ -363,16 +497,17 @@ def matrix_on_graph(boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Ten
     if n == 0:
         return NMSResult(torch.empty(0, dtype=torch.int64, device=device), torch.empty(0, dtype=scores.dtype,
                                                                                         device=device))
-    order, ranked, ranked_labels = _ranked(boxes, scores, labels)
-    grid = device_grid(ranked)
+    boxes, labels, layout, _ = _graph_inputs(boxes, scores, labels, max_tests)
+    if layout is False:
+        return None
+    order = _order(boxes, scores)
+    grid = None if layout is None else device_grid(boxes, order, labels, layout)
     with on_torch_stream(device) as launch:
-        if grid is not None and max_tests is not None and graph_tests(launch, ranked, grid) > max_tests:
-            return None
-        indptr, indices, _ = graph_rows(launch, ranked, ranked_labels, 0.0, True, grid)
+        indptr, indices, _ = graph_rows(launch, grid, n, 0.0, True, device)
         cmax = torch.empty(n, dtype=torch.float64, device=device)
         decay = torch.empty(n, dtype=torch.float64, device=device)
         decay_kernel = CUDA_MODULE.get("graph_decay_kernel", boxes.dtype, device)
-        args = (ranked, n, indptr, indices, int(kernel == "linear"), np.float64(sigma), cmax)
+        args = (boxes, order, n, indptr, indices, int(kernel == "linear"), np.float64(sigma), cmax)
         launch(decay_kernel, (blocks(n, ROW_THREADS),), (ROW_THREADS,), (*args, None))
         launch(decay_kernel, (blocks(n, ROW_THREADS),), (ROW_THREADS,), (*args, decay))
     final = scores.detach()[order].to(torch.float64) * decay

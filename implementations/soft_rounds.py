@@ -141,10 +141,11 @@ def grid_decay_graph(launch, boxes, labels, linear: bool, iou_threshold: float):
     both directions), O(N + E) work where few pairs overlap: the pairs whose factor can be
     below 1 (IoU > 0; linear: IoU >= iou_threshold, asked as IoU > the double just below
     it). Boxes below the score threshold keep their rows: the rounds never read them."""
-    from .overlap_graph import graph_rows
+    from .overlap_graph import device_grid, graph_rows
 
     above = float(np.nextafter(iou_threshold, -np.inf)) if linear and iou_threshold > 0 else 0.0
-    indptr, indices, pairs = graph_rows(launch, boxes, labels, above, higher_only=False)
+    grid = device_grid(boxes, labels=labels) if boxes.shape[0] else None
+    indptr, indices, pairs = graph_rows(launch, grid, boxes.shape[0], above, False, boxes.device)
     return indptr, indices, 1, pairs
 
 

@@ -14,6 +14,7 @@ import re
 import sys
 
 import pytest
+import numpy as np
 import torch
 
 from nmsbench.variants import _cuda
@@ -112,6 +113,9 @@ class FakeKernel:
 class FakeCount:
     address = _cuda.Address(77)  # as HostCount.address: a pointer argument
 
+    def __init__(self):
+        self.value = np.zeros(1, dtype=np.int64)  # as HostCount.value: the word as the host reads it
+
     def wait(self, device):
         return 0
 
@@ -144,7 +148,7 @@ def recorded(monkeypatch):
     monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: type("P", (), {"multi_processor_count": 132}))
     stubs = {
-        "_current_stream": lambda device: (0, 5), "host_count": lambda device: FakeCount(),
+        "_current_stream": lambda device: (0, 5), "host_count": lambda device, slot="kept": FakeCount(),
         "grid_barrier_address": lambda index, stream: 4242, "stream_counters": lambda index, stream, count: 4343,
         "opted_in_shared_limit": lambda kernel, device: 227 * 1024, "mid_grid": lambda n, dtype, device, module=None: 1,
         "rounds_grid": lambda n, dtype, device: 4, "greedy_grid": lambda n, device: 4,
@@ -204,8 +208,9 @@ def test_every_launch_of_every_kernel_backend_packs_its_kernels_signature(record
 
 
 def test_the_overlap_graphs_launches_pack_their_kernels_signatures(recorded):
-    """overlap_graph.py's launches: the windows' test count, the rows, the greedy rounds and
-    the Matrix decay pack their kernels' C signatures."""
+    """overlap_graph.py's launches: the layout and its density estimate, the cells and the
+    cell order, the rows, the greedy rounds and the Matrix decay pack their kernels' C
+    signatures."""
     from nmsbench.variants import overlap_graph
 
     for labels in (None, torch.zeros(300, dtype=torch.int64)):
@@ -213,10 +218,13 @@ def test_the_overlap_graphs_launches_pack_their_kernels_signatures(recorded):
         boxes[:, 2:] += boxes[:, :2]
         overlap_graph.greedy_on_graph(boxes, torch.rand(300), 0.5, labels, max_tests=10**9)
         overlap_graph.matrix_on_graph(boxes, torch.rand(300), labels, kernel="linear", sigma=0.5, score_threshold=0.05)
-        overlap_graph._cuda_statistics(boxes)[1](torch.zeros(2 + 4 * overlap_graph.SIZE_CLASSES, dtype=torch.float64))
+        layout, _ = overlap_graph._torch_layout(boxes, 0)
+        overlap_graph._cuda_layout(boxes, 300)
+        overlap_graph._cuda_cells(boxes, torch.arange(300), layout)
+        overlap_graph._cuda_cell_order(boxes, torch.arange(300), labels, torch.arange(300))
     signatures = c_signatures(overlap_graph.CUDA_MODULE.source())
-    assert {kernel for _, kernel, _ in recorded} == {"graph_tests_kernel", "graph_rows_kernel", "greedy_rounds_kernel",
-                                                     "graph_decay_kernel", "grid_extent_kernel", "grid_classes_kernel",
-                                                     "grid_cells_kernel"}
+    assert {kernel for _, kernel, _ in recorded} == {
+        "graph_rows_kernel", "greedy_rounds_kernel", "graph_decay_kernel", "grid_extent_kernel", "grid_classes_kernel",
+        "grid_table_kernel", "sampled_tests_kernel", "grid_cells_kernel", "cell_order_kernel"}
     for _, kernel, codes in recorded:
         assert codes == signatures[kernel], kernel

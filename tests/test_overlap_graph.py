@@ -114,6 +114,50 @@ def test_window_tests_counts_the_pairs_the_windows_visit():
         assert walked >= sum(len(row) for row in brute_force_rows(boxes, None, 0.0)) + len(boxes)  # pairs, and itself
 
 
+def test_the_sampled_estimate_counts_the_sampled_boxes_window_tests():
+    """The dispatcher's density estimate (grid_layout's samples): exactly what the sampled
+    boxes' windows test, every box sampled where n is small, scaled to all n boxes."""
+    for scenario, canvas in (("clustered", "density"), ("uniform", "fixed"), ("crowd", "fixed")):
+        boxes = datasets.generate(scenario, 900, seed=2, canvas=canvas).boxes
+        boxes = torch.cat([boxes, torch.tensor([[0.0, 0.0, 3000.0, 3000.0]])])  # one box over everything
+        n, grid = boxes.shape[0], overlap_graph.device_grid(boxes)
+        assert overlap_graph.sample_count(n) == n  # few boxes: the estimate is exact
+        assert overlap_graph.grid_layout(boxes, n)[1] == overlap_graph.window_tests(boxes, grid)
+        for samples in (1, 64, 100):
+            positions = overlap_graph.sample_positions(n, samples, "cpu")
+            assert len(set(positions.tolist())) == samples and int(positions.max()) < n
+            sampled = overlap_graph.grid_layout(boxes, samples)[1]
+            assert sampled == overlap_graph.window_tests(boxes[positions], grid)
+            assert overlap_graph.estimated_tests(n, samples, sampled) == sampled * n // samples
+    assert overlap_graph.grid_layout(boxes, 0)[1] == 0 and overlap_graph.estimated_tests(n, 0, 0) == 0
+    big = overlap_graph.sample_count(1 << 17)
+    assert overlap_graph.MIN_SAMPLES < big and big * (1 << 17) <= overlap_graph.SAMPLED_PAIRS  # a bounded cost
+    assert overlap_graph.sample_count(1 << 24) == overlap_graph.MIN_SAMPLES
+
+
+def test_a_grid_in_rank_order_lists_each_cells_boxes_by_rank():
+    """device_grid with an order: position q of the cell order holds rank cell_rank[q], which
+    is box order[rank], with its label; ranks ascend within a cell (the rows kernel stops a
+    cell's scan at the first box ranked after its own); the rows found on that grid are the
+    brute-force rows of the boxes in rank order."""
+    case = datasets.generate("clustered", 800, seed=3, canvas="density", classes=3)
+    order = torch.argsort(case.scores, descending=True, stable=True)
+    labels = case.labels.to(torch.int64)
+    grid = overlap_graph.device_grid(case.boxes, order, labels)
+    source = order[grid.cell_rank.long()]
+    assert torch.equal(grid.cell_boxes, case.boxes[source]) and torch.equal(grid.cell_labels, labels[source])
+    assert sorted(grid.cell_rank.tolist()) == list(range(800))
+    starts = grid.starts.tolist()
+    for first, end in zip(starts[:-1], starts[1:]):
+        ranks = grid.cell_rank[first:end]
+        assert torch.equal(ranks, ranks.sort().values)
+    ranked, ranked_labels = case.boxes[order], labels[order]
+    rows = _cpu._NEIGHBOUR_ROWS[0]
+    counts = rows(ranked.numpy(), ranked_labels.numpy(), overlap_graph.grid_tuple(grid), 0.5,
+                  np.zeros(0, dtype=np.int64))[0]
+    assert counts.tolist() == [len(row) for row in brute_force_rows(ranked, ranked_labels, 0.5)]
+
+
 def test_the_dispatcher_takes_the_dense_path_below_its_size_or_where_the_grid_finds_too_many_tests():
     """overlap_graph.dispatch (what hard_graph's and matrix_graph's CUDA backends call), with
     stand-ins for the two paths: what it calls, and the test budget it gives the graph."""

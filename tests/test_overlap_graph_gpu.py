@@ -84,9 +84,10 @@ def test_rows_equal_the_cpu_grid_rows_both_ways():
     cuda = boxes.to("cuda")
     for above in (0.0, 0.5):
         expected = rows_on_device_grid(boxes.boxes, boxes.labels, above)
+        grid = overlap_graph.device_grid(cuda.boxes, labels=cuda.labels.to(torch.int64))
         for higher_only in (False, True):
             with on_torch_stream(cuda.boxes.device) as launch:
-                indptr, indices, _ = overlap_graph.graph_rows(launch, cuda.boxes, cuda.labels, above, higher_only)
+                indptr, indices, _ = overlap_graph.graph_rows(launch, grid, len(expected), above, higher_only, "cuda")
             indptr, indices = indptr.cpu().numpy(), indices.cpu().numpy()
             got = [set(indices[indptr[i]:indptr[i + 1]].tolist()) for i in range(len(expected))]
             want = [{j for j in row if j < i} if higher_only else row for i, row in enumerate(expected)]
@@ -151,15 +152,19 @@ def test_soft_rounds_on_the_graph_rows_equals_soft_nms(scenario, kernel):
 
 @pytest.mark.parametrize("scenario", ["uniform", "clustered", "crowd"])
 @pytest.mark.parametrize("canvas", ["fixed", "density"])
-def test_the_kernels_count_of_tests_equals_window_tests(scenario, canvas):
+def test_the_sampled_tests_kernel_counts_the_sampled_windows_tests(scenario, canvas):
+    """sampled_tests_kernel's count equals window_tests (torch) of the sampled boxes, every
+    box sampled and a sample of them."""
     from nmsbench.variants import overlap_graph
-    from nmsbench.variants._cuda import on_torch_stream
 
     boxes = datasets.generate(scenario, 5000, seed=6, canvas=canvas).boxes.to("cuda")
     boxes = torch.cat([boxes, torch.tensor([[0.0, 0.0, 1e5, 1e5]], device="cuda")])  # one box over everything
     grid = overlap_graph.device_grid(boxes)
-    with on_torch_stream(boxes.device) as launch:
-        assert overlap_graph.graph_tests(launch, boxes, grid) == overlap_graph.window_tests(boxes, grid)
+    n = boxes.shape[0]
+    for samples in (n, 300, 64):
+        positions = overlap_graph.sample_positions(n, samples, "cuda")
+        want = overlap_graph.window_tests(boxes[positions], grid)
+        assert overlap_graph.grid_layout(boxes, samples)[1] == want, samples
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -192,18 +197,27 @@ def test_the_dispatcher_gives_way_to_the_dense_path_where_everything_overlaps():
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
-def test_the_grid_kernels_equal_the_torch_statistics_and_cells(scenario, dtype):
-    """_cuda_statistics (three kernels, order-preserving keys) gives the numbers and cells
-    that _torch_statistics, CI's form, gives on the same boxes."""
+def test_the_grid_kernels_equal_the_torch_layout_cells_and_cell_order(scenario, dtype):
+    """_cuda_layout (four kernels, order-preserving keys, the table computed on the GPU)
+    gives _torch_layout's layout (CI's form, the host's formulas) to the bit, and the same
+    sample estimate; the cells and the cell order of the kernels are torch's, boxes in
+    rank order with labels."""
     from nmsbench.variants import overlap_graph
 
-    boxes = datasets.generate(scenario, 20000, seed=7, canvas="density").boxes.to("cuda", dtype)
+    case = datasets.generate(scenario, 20000, seed=7, canvas="density", classes=3).to("cuda", dtype)
+    boxes = case.boxes.clone()
     boxes[:5] -= 1e4  # negative corners too
-    stats, cells = overlap_graph._cuda_statistics(boxes)
-    want_stats, want_cells = overlap_graph._torch_statistics(boxes)
-    assert stats == want_stats
-    table = overlap_graph.device_grid(boxes).table
-    assert torch.equal(cells(table), want_cells(table))
+    layout, sampled = overlap_graph._cuda_layout(boxes, 500)
+    want, want_sampled = overlap_graph._torch_layout(boxes, 500)
+    assert layout[:-1] == want[:-1] and torch.equal(layout.table, want.table) and sampled == want_sampled
+    order = torch.argsort(case.scores, descending=True, stable=True)
+    cells = overlap_graph._cuda_cells(boxes, order, layout)
+    assert torch.equal(cells, overlap_graph._torch_cells(boxes, order, layout))
+    by_cell = torch.sort(cells, stable=True).indices
+    labels = case.labels.to(torch.int64)
+    for got, expected in zip(overlap_graph._cuda_cell_order(boxes, order, labels, by_cell),
+                             overlap_graph._torch_cell_order(boxes, order, labels, by_cell)):
+        assert torch.equal(got, expected)
 
 
 @pytest.mark.parametrize("scenario", ["uniform", "clustered", "degenerate"])
