@@ -48,17 +48,30 @@ __global__ void __launch_bounds__(ROW_THREADS) grid_extent_kernel(const T* boxes
     if (threadIdx.x < 7) block[threadIdx.x] = threadIdx.x == 1 || threadIdx.x == 2 ? ~0ull : 0ull;
     __syncthreads();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    // the keys, neutral past n (the minima's ~0, the maxima's 0), reduced over the warp first
+    unsigned long long keys[7] = {0ull, ~0ull, ~0ull, 0ull, 0ull, 0ull, 0ull};
     if (i < n) {
         const Box<A> b = load_box(boxes, i);
         const double x1 = double(b.x1), y1 = double(b.y1);
-        const double size = fmax(double(b.x2) - x1, double(b.y2) - y1);
-        atomicMax(block + 0, order_key(size));
-        atomicMin(block + 1, order_key(x1));
-        atomicMin(block + 2, order_key(y1));
-        atomicMax(block + 3, order_key(x1));
-        atomicMax(block + 4, order_key(y1));
-        atomicMax(block + 5, order_key(fabs(x1)));
-        atomicMax(block + 6, order_key(fabs(y1)));
+        keys[0] = order_key(fmax(double(b.x2) - x1, double(b.y2) - y1));
+        keys[1] = keys[3] = order_key(x1);
+        keys[2] = keys[4] = order_key(y1);
+        keys[5] = order_key(fabs(x1));
+        keys[6] = order_key(fabs(y1));
+    }
+    for (int offset = 16; offset > 0; offset /= 2) {
+#pragma unroll
+        for (int c = 0; c < 7; ++c) {
+            const unsigned long long other = __shfl_down_sync(0xffffffffu, keys[c], offset);
+            keys[c] = c == 1 || c == 2 ? min(keys[c], other) : max(keys[c], other);
+        }
+    }
+    if (threadIdx.x % 32 == 0) {
+#pragma unroll
+        for (int c = 0; c < 7; ++c) {
+            if (c == 1 || c == 2) atomicMin(block + c, keys[c]);
+            else atomicMax(block + c, keys[c]);
+        }
     }
     __syncthreads();
     if (threadIdx.x < 7) {
@@ -84,14 +97,35 @@ __global__ void __launch_bounds__(ROW_THREADS) grid_classes_kernel(const T* boxe
     if (threadIdx.x < 4 * SIZE_CLASSES) block[threadIdx.x] = 0ull;
     __syncthreads();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    // a box's class and keys; a lane past n takes the neutral keys of class 0 (count 0)
+    int k = 0;
+    unsigned long long count = 0, size = 0, x1 = 0, y1 = 0;
     if (i < n) {
         const Box<A> b = load_box(boxes, i);
-        const int k = size_class_of(b, key_value(extent[0]));
-        atomicAdd(block + k, 1ull);
-        atomicMax(block + SIZE_CLASSES + k,
-                  order_key(fmax(double(b.x2) - double(b.x1), double(b.y2) - double(b.y1))));
-        atomicMax(block + 2 * SIZE_CLASSES + k, order_key(double(b.x1)));
-        atomicMax(block + 3 * SIZE_CLASSES + k, order_key(double(b.y1)));
+        k = size_class_of(b, key_value(extent[0]));
+        count = 1;
+        size = order_key(fmax(double(b.x2) - double(b.x1), double(b.y2) - double(b.y1)));
+        x1 = order_key(double(b.x1));
+        y1 = order_key(double(b.y1));
+    }
+    // where the warp's boxes share one class (the common case), the warp reduces its keys
+    // first and one lane takes the shared atomics, else every lane does
+    const int lane = threadIdx.x % 32;
+    if (__all_sync(0xffffffffu, k == __shfl_sync(0xffffffffu, k, 0) || count == 0)) {
+        k = __shfl_sync(0xffffffffu, k, 0);
+        for (int offset = 16; offset > 0; offset /= 2) {
+            count += __shfl_down_sync(0xffffffffu, count, offset);
+            size = max(size, __shfl_down_sync(0xffffffffu, size, offset));
+            x1 = max(x1, __shfl_down_sync(0xffffffffu, x1, offset));
+            y1 = max(y1, __shfl_down_sync(0xffffffffu, y1, offset));
+        }
+        if (lane != 0) count = 0;
+    }
+    if (count != 0) {
+        atomicAdd(block + k, count);
+        atomicMax(block + SIZE_CLASSES + k, size);
+        atomicMax(block + 2 * SIZE_CLASSES + k, x1);
+        atomicMax(block + 3 * SIZE_CLASSES + k, y1);
     }
     __syncthreads();
     if (threadIdx.x < 4 * SIZE_CLASSES && block[threadIdx.x] != 0ull) {
@@ -238,8 +272,9 @@ __global__ void __launch_bounds__(ROW_THREADS) cell_order_kernel(const T* boxes,
     if (labels != nullptr) cell_labels[q] = labels[source];
 }
 
-// A group of ROW_LANES lanes (of one warp) per position t of the cell order
-// (cell_order_kernel's arrays), so that a warp's boxes share cells: box i = cell_rank[t]'s
+// A group of `lanes` lanes (a power of two up to 16, within one warp) per position t of the cell order
+// (cell_order_kernel's arrays; the host takes more lanes where fewer boxes would leave the
+// GPU idle), so that a warp's boxes share cells: box i = cell_rank[t]'s
 // same-label neighbours whose IoU is above the threshold (with threshold 0: every box it
 // intersects), only the higher-ranked ones (j < i) where higher_only, else all. A window's
 // row of cells is a run of adjacent positions, which the group's lanes read side by side
@@ -253,13 +288,12 @@ template <typename T>
 __global__ void __launch_bounds__(ROW_THREADS) graph_rows_kernel(
         const T* cell_boxes, const int* cell_rank, const long long* cell_labels, int n, double threshold,
         int higher_only, const double* grid_table, const int* starts, long long* counts, const long long* indptr,
-        int* indices, int slots, long long* overflow) {
-    static_assert(ROW_LANES > 0 && ROW_LANES < 32 && 32 % ROW_LANES == 0, "a group is part of one warp");
+        int* indices, int slots, long long* overflow, int lanes) {
     typedef typename Arith<T>::type A;
     const long long thread = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const int t = int(thread / ROW_LANES), lane = threadIdx.x % ROW_LANES;
+    const int t = int(thread / lanes), lane = threadIdx.x % lanes;
     if (t >= n) return;  // the whole group: t is the group's
-    const unsigned group = ((1u << ROW_LANES) - 1u) << (threadIdx.x % 32 - lane);
+    const unsigned group = ((1u << lanes) - 1u) << (threadIdx.x % 32 - lane);
     const unsigned below = group & ((1u << (threadIdx.x % 32)) - 1u);  // the group's lanes before this one
     const int i = cell_rank[t];
     const Grid grid{grid_table};
@@ -277,7 +311,7 @@ __global__ void __launch_bounds__(ROW_THREADS) graph_rows_kernel(
         for (int yy = yl; yy <= yh; ++yy) {
             const long long row = grid.cell0(k) + (long long)yy * grid.gx(k);
             const int end = starts[row + xh + 1];  // cells xl..xh of a grid row are adjacent
-            for (int base = starts[row + xl]; base < end; base += ROW_LANES) {
+            for (int base = starts[row + xl]; base < end; base += lanes) {
                 const int q = base + lane;
                 int j = -1;
                 bool found = false;

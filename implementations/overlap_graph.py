@@ -33,10 +33,13 @@ from ._cpu import SIZE_CLASSES
 from ._cuda import (CudaModule, blocks, device_index, grid_barrier_address, host_count, on_torch_stream, rank_by_score,
                     resident_blocks)
 
-DEFINES = {"SIZE_CLASSES": SIZE_CLASSES, "ROW_THREADS": 256, "ROW_LANES": 8, "ROUND_THREADS": 512,
-           "SAMPLE_THREADS": 256}
-ROW_THREADS, ROW_LANES = DEFINES["ROW_THREADS"], DEFINES["ROW_LANES"]  # the rows kernel: ROW_LANES lanes a box
-ROUND_THREADS, SAMPLE_THREADS = DEFINES["ROUND_THREADS"], DEFINES["SAMPLE_THREADS"]
+DEFINES = {"SIZE_CLASSES": SIZE_CLASSES, "ROW_THREADS": 256, "ROUND_THREADS": 512, "SAMPLE_THREADS": 256}
+ROW_THREADS, ROUND_THREADS, SAMPLE_THREADS = DEFINES["ROW_THREADS"], DEFINES["ROUND_THREADS"], DEFINES["SAMPLE_THREADS"]
+# The rows kernel's lanes a box: enough for about ROW_LANE_TARGET threads, from 1 to MAX_ROW_LANES
+# (a group of lanes reads a window's row side by side; one lane a box leaves a small N's GPU idle).
+ROW_LANE_TARGET, MAX_ROW_LANES = 1 << 20, 8
+# Ranking: rank_by_score's launches up to this many boxes (little host work), torch.sort above.
+RANK_KERNEL_MAX_N = 131072
 ROW_SLOTS = 64  # greedy's rows in one pass, this many entries a box (a longer row: two passes, graph_rows)
 
 # The dispatcher between the graph and a dense path (hard_graph's and matrix_graph's CUDA backends).
@@ -68,8 +71,8 @@ CUDA_MODULE = CudaModule(
     "overlap_graph.cu",
     templates={
         # cell_boxes cell_rank cell_labels | n threshold higher_only | grid_table starts | counts indptr indices
-        # | slots overflow
-        "graph_rows_kernel": "QQQ" + "idi" + "QQ" + "QQQ" + "iQ",
+        # | slots overflow lanes
+        "graph_rows_kernel": "QQQ" + "idi" + "QQ" + "QQQ" + "iQi",
         "grid_extent_kernel": "QiQ",  # boxes n | extent
         "grid_classes_kernel": "QiQQ",  # boxes n extent | classes
         "sampled_tests_kernel": "QiiQQQ",  # boxes n samples extent grid_table | tests
@@ -120,6 +123,14 @@ class DeviceGrid(NamedTuple):
     cell_rank: torch.Tensor
     cell_boxes: torch.Tensor
     cell_labels: torch.Tensor | None
+
+
+def row_lanes(n: int) -> int:
+    """The rows kernel's lanes a box for ``n`` boxes (a power of two)."""
+    lanes = 1
+    while lanes < MAX_ROW_LANES and n * lanes < ROW_LANE_TARGET:
+        lanes *= 2
+    return lanes
 
 
 def sample_count(n: int) -> int:
@@ -360,11 +371,12 @@ def graph_rows(launch, grid: DeviceGrid | None, n: int, threshold: float, higher
     args = (grid.cell_boxes, grid.cell_rank, grid.cell_labels, n, np.float64(threshold), int(higher_only),
             grid.table, grid.starts)
     counts = torch.zeros(n, dtype=torch.int64, device=device)  # zeroed: a recorded, unrun launch gives empty rows
-    launch(kernel, (blocks(n * ROW_LANES, ROW_THREADS),), (ROW_THREADS,), (*args, counts, None, None, 0, None))
+    lanes = row_lanes(n)
+    launch(kernel, (blocks(n * lanes, ROW_THREADS),), (ROW_THREADS,), (*args, counts, None, None, 0, None, lanes))
     torch.cumsum(counts, 0, out=indptr[1:])
     pairs = int(indptr[-1])
     indices = torch.empty(max(pairs, 1), dtype=torch.int32, device=device)
-    launch(kernel, (blocks(n * ROW_LANES, ROW_THREADS),), (ROW_THREADS,), (*args, None, indptr, indices, 0, None))
+    launch(kernel, (blocks(n * lanes, ROW_THREADS),), (ROW_THREADS,), (*args, None, indptr, indices, 0, None, lanes))
     return indptr, indices, pairs
 
 
@@ -379,9 +391,10 @@ def slot_rows(launch, grid: DeviceGrid, n: int, threshold: float, slots: int = R
     indices = torch.empty(n * slots, dtype=torch.int32, device=device)
     overflow = host_count(device, "graph overflow")
     overflow.value[0] = 0
-    launch(CUDA_MODULE.get("graph_rows_kernel", grid.cell_boxes.dtype, device), (blocks(n * ROW_LANES, ROW_THREADS),),
+    lanes = row_lanes(n)
+    launch(CUDA_MODULE.get("graph_rows_kernel", grid.cell_boxes.dtype, device), (blocks(n * lanes, ROW_THREADS),),
            (ROW_THREADS,), (grid.cell_boxes, grid.cell_rank, grid.cell_labels, n, np.float64(threshold), 1, grid.table,
-                            grid.starts, counts, None, indices, slots, overflow.address))
+                            grid.starts, counts, None, indices, slots, overflow.address, lanes))
     return counts, indices, overflow
 
 
@@ -432,10 +445,11 @@ def _graph_inputs(boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tenso
 
 
 def _order(boxes: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-    """Input indices by descending score, ties by lower index (score_order's): on a GPU
-    rank_by_score's launches where the scores have the boxes' dtype (their host work is a
-    fraction of torch.sort's), else score_order."""
-    if boxes.is_cuda and scores.dtype == boxes.dtype:
+    """Input indices by descending score, ties by lower index (score_order's): on a GPU, up
+    to RANK_KERNEL_MAX_N boxes whose scores have their dtype, rank_by_score's launches
+    (their host work is a fraction of torch.sort's; above that size its merge costs the
+    GPU more than the sort), else score_order."""
+    if boxes.is_cuda and scores.dtype == boxes.dtype and boxes.shape[0] <= RANK_KERNEL_MAX_N:
         with on_torch_stream(boxes.device) as launch:
             return rank_by_score(launch, boxes, scores.detach(), None)[0]
     return score_order(scores)

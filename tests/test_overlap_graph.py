@@ -135,6 +135,19 @@ def test_the_sampled_estimate_counts_the_sampled_boxes_window_tests():
     assert overlap_graph.sample_count(1 << 24) == overlap_graph.MIN_SAMPLES
 
 
+def test_the_rows_kernel_takes_more_lanes_a_box_where_boxes_are_few():
+    """row_lanes: a power of two from 1 to MAX_ROW_LANES, the fewest that give about
+    ROW_LANE_TARGET threads, never fewer lanes for fewer boxes."""
+    target, most = overlap_graph.ROW_LANE_TARGET, overlap_graph.MAX_ROW_LANES
+    previous = most
+    for n in (1, 1000, target // most, target // 4, target // 2, target, 4 * target):
+        lanes = overlap_graph.row_lanes(n)
+        assert lanes in (1, 2, 4, 8, 16, 32) and 1 <= lanes <= most and lanes <= previous
+        assert n * lanes >= target or lanes == most
+        assert lanes == 1 or n * (lanes // 2) < target  # no more than needed
+        previous = lanes
+
+
 def test_a_grid_in_rank_order_lists_each_cells_boxes_by_rank():
     """device_grid with an order: position q of the cell order holds rank cell_rank[q], which
     is box order[rank], with its label; ranks ascend within a cell (the rows kernel stops a

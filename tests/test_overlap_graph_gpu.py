@@ -76,22 +76,29 @@ def test_big_boxes_identical_boxes_and_points():
         assert torch.equal(graph(boxes), torchvision_keep(boxes))
 
 
-def test_rows_equal_the_cpu_grid_rows_both_ways():
+def test_rows_equal_the_cpu_grid_rows_both_ways(monkeypatch):
+    """graph_rows_kernel's rows (boxes in rank order, labels) are the CPU grid's, both ways,
+    with each number of lanes a box that row_lanes can choose (and 16)."""
     from nmsbench.variants import overlap_graph
     from nmsbench.variants._cuda import on_torch_stream
 
     boxes = datasets.generate("clustered", 4000, seed=1, classes=2, canvas="density")
     cuda = boxes.to("cuda")
+    grid = overlap_graph.device_grid(cuda.boxes, labels=cuda.labels.to(torch.int64))
+    monkeypatch.setattr(overlap_graph, "ROW_LANE_TARGET", 1 << 40)
     for above in (0.0, 0.5):
         expected = rows_on_device_grid(boxes.boxes, boxes.labels, above)
-        grid = overlap_graph.device_grid(cuda.boxes, labels=cuda.labels.to(torch.int64))
-        for higher_only in (False, True):
-            with on_torch_stream(cuda.boxes.device) as launch:
-                indptr, indices, _ = overlap_graph.graph_rows(launch, grid, len(expected), above, higher_only, "cuda")
-            indptr, indices = indptr.cpu().numpy(), indices.cpu().numpy()
-            got = [set(indices[indptr[i]:indptr[i + 1]].tolist()) for i in range(len(expected))]
-            want = [{j for j in row if j < i} if higher_only else row for i, row in enumerate(expected)]
-            assert got == want, (above, higher_only)
+        for lanes in (1, 2, 4, 8, 16):
+            monkeypatch.setattr(overlap_graph, "MAX_ROW_LANES", lanes)
+            assert overlap_graph.row_lanes(len(expected)) == lanes
+            for higher_only in (False, True):
+                with on_torch_stream(cuda.boxes.device) as launch:
+                    indptr, indices, _ = overlap_graph.graph_rows(launch, grid, len(expected), above, higher_only,
+                                                                  cuda.boxes.device)
+                indptr, indices = indptr.cpu().numpy(), indices.cpu().numpy()
+                got = [set(indices[indptr[i]:indptr[i + 1]].tolist()) for i in range(len(expected))]
+                want = [{j for j in row if j < i} if higher_only else row for i, row in enumerate(expected)]
+                assert got == want, (above, lanes, higher_only)
 
 
 def test_twenty_repeats_are_identical_and_two_streams_at_once_agree():
