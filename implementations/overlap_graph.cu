@@ -1,15 +1,17 @@
 // overlap_graph: the pairs of boxes that overlap, found on grids of cells by box size, and
 // greedy NMS resolved on them in parallel rounds; the host side is overlap_graph.py, the
-// design implementations/DESIGN.md. SIZE_CLASSES, ROW_THREADS and ROUND_THREADS come from
-// overlap_graph.py's DEFINES (NVRTC -D).
+// design implementations/DESIGN.md. SIZE_CLASSES, ROW_THREADS, ROUND_THREADS and
+// SAMPLE_THREADS come from overlap_graph.py's DEFINES (NVRTC -D).
 //
-// The grids are _cpu.overlap_graph's (overlap_graph.device_grid builds them with torch on
-// the boxes' device): the boxes split into SIZE_CLASSES classes by size, each class on a
-// grid of square cells at least as wide as its largest box, each box binned by its (x1, y1)
-// corner, the boxes listed cell after cell (by_cell, from starts). A box's window in class
-// k, its box widened left and down by the class's cell side, covers the corners of every
-// class-k box that can intersect it. The boxes are in rank order (the host ranks them
-// first), so a row's lower indices are its higher-ranked neighbours.
+// The grids are _cpu.overlap_graph's: the boxes split into SIZE_CLASSES classes by size,
+// each class on a grid of square cells at least as wide as its largest box, each box
+// binned by its (x1, y1) corner. grid_extent_kernel, grid_classes_kernel and
+// grid_table_kernel lay the grids out (overlap_graph.grid_layout), sampled_tests_kernel
+// estimates the work before anything else is done, grid_cells_kernel bins the boxes in
+// rank order and cell_order_kernel copies them into cell order (a cell's boxes adjacent,
+// by rank). A box's window in class k, its box widened left and down by the class's cell
+// side, covers the corners of every class-k box that can intersect it. Ranks are the box
+// indices the rows hold, so a row's lower indices are its higher-ranked neighbours.
 
 // The cells [first, last] of one axis of a class's grid that a corner in (lo, hi) can lie
 // in, in double and clamped to the grid before any conversion to an integer (an overflowed
@@ -22,15 +24,16 @@ __device__ __forceinline__ void window(double lo, double hi, double origin, doub
     last = !(r < cells - 1) ? cells - 1 : (r < 0.0 ? 0 : int(floor(r)));
 }
 
-// device_grid's statistics on the GPU, in two launches and no host read between them.
+// grid_layout's statistics on the GPU, in two launches and no host read between them.
 // Doubles are reduced through order-preserving 64-bit keys (a double's bits, its sign bit
-// flipped for positives and every bit for negatives), so atomicMax and atomicMin order them
-// as doubles; the host decodes them. extent: [largest size, min x1, min y1, max x1, max y1,
-// max |x1|, max |y1|] (min slots start at ~0, max slots at 0). classes: per size class its
-// count, then its largest size, x1 and y1 (keys). A box's size class follows device_grid:
-// floor(log2(largest / max(size, largest / 2^SIZE_CLASSES))), taken exactly as the ratio's
-// binary exponent (ilogb; log2 would bring an approximate reciprocal that flushes
-// subnormals), at most SIZE_CLASSES - 1 (0 where every box is a point).
+// flipped for positives and every bit for negatives), so atomicMax orders them as doubles
+// (and a minimum as the maximum of the complemented keys). extent: [largest size, min x1,
+// min y1 (complemented), max x1, max y1, max |x1|, max |y1|]; every slot starts at 0.
+// classes: per size class its count, then its largest size, x1 and y1 (keys). A box's
+// size class follows grid_layout: floor(log2(largest / max(size, largest /
+// 2^SIZE_CLASSES))), taken exactly as the ratio's binary exponent (ilogb; log2 would bring
+// an approximate reciprocal that flushes subnormals), at most SIZE_CLASSES - 1 (0 where
+// every box is a point).
 __device__ __forceinline__ unsigned long long order_key(double v) {
     const unsigned long long bits = (unsigned long long)__double_as_longlong(v);
     return bits >> 63 ? ~bits : bits | 0x8000000000000000ull;
@@ -45,39 +48,33 @@ __global__ void __launch_bounds__(ROW_THREADS) grid_extent_kernel(const T* boxes
                                                                   unsigned long long* extent) {
     typedef typename Arith<T>::type A;
     __shared__ unsigned long long block[7];
-    if (threadIdx.x < 7) block[threadIdx.x] = threadIdx.x == 1 || threadIdx.x == 2 ? ~0ull : 0ull;
+    if (threadIdx.x < 7) block[threadIdx.x] = 0ull;
     __syncthreads();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    // the keys, neutral past n (the minima's ~0, the maxima's 0), reduced over the warp first
-    unsigned long long keys[7] = {0ull, ~0ull, ~0ull, 0ull, 0ull, 0ull, 0ull};
+    // the keys (the minima's complemented, so that every slot takes a maximum), 0 past n,
+    // reduced over the warp first
+    unsigned long long keys[7] = {0ull, 0ull, 0ull, 0ull, 0ull, 0ull, 0ull};
     if (i < n) {
         const Box<A> b = load_box(boxes, i);
         const double x1 = double(b.x1), y1 = double(b.y1);
         keys[0] = order_key(fmax(double(b.x2) - x1, double(b.y2) - y1));
-        keys[1] = keys[3] = order_key(x1);
-        keys[2] = keys[4] = order_key(y1);
+        keys[3] = order_key(x1);
+        keys[4] = order_key(y1);
+        keys[1] = ~keys[3];
+        keys[2] = ~keys[4];
         keys[5] = order_key(fabs(x1));
         keys[6] = order_key(fabs(y1));
     }
     for (int offset = 16; offset > 0; offset /= 2) {
 #pragma unroll
-        for (int c = 0; c < 7; ++c) {
-            const unsigned long long other = __shfl_down_sync(0xffffffffu, keys[c], offset);
-            keys[c] = c == 1 || c == 2 ? min(keys[c], other) : max(keys[c], other);
-        }
+        for (int c = 0; c < 7; ++c) keys[c] = max(keys[c], __shfl_down_sync(0xffffffffu, keys[c], offset));
     }
     if (threadIdx.x % 32 == 0) {
 #pragma unroll
-        for (int c = 0; c < 7; ++c) {
-            if (c == 1 || c == 2) atomicMin(block + c, keys[c]);
-            else atomicMax(block + c, keys[c]);
-        }
+        for (int c = 0; c < 7; ++c) atomicMax(block + c, keys[c]);
     }
     __syncthreads();
-    if (threadIdx.x < 7) {
-        if (threadIdx.x == 1 || threadIdx.x == 2) atomicMin(extent + threadIdx.x, block[threadIdx.x]);
-        else atomicMax(extent + threadIdx.x, block[threadIdx.x]);
-    }
+    if (threadIdx.x < 7) atomicMax(extent + threadIdx.x, block[threadIdx.x]);
 }
 
 template <typename A>
@@ -108,24 +105,24 @@ __global__ void __launch_bounds__(ROW_THREADS) grid_classes_kernel(const T* boxe
         x1 = order_key(double(b.x1));
         y1 = order_key(double(b.y1));
     }
-    // where the warp's boxes share one class (the common case), the warp reduces its keys
-    // first and one lane takes the shared atomics, else every lane does
-    const int lane = threadIdx.x % 32;
-    if (__all_sync(0xffffffffu, k == __shfl_sync(0xffffffffu, k, 0) || count == 0)) {
-        k = __shfl_sync(0xffffffffu, k, 0);
+    // each class present in the warp: its keys reduced over the warp, then one lane's shared
+    // atomics (not one a box: a warp's boxes mostly share a class)
+    for (int c = 0; c < SIZE_CLASSES; ++c) {
+        const bool mine = count != 0 && k == c;
+        if (!__any_sync(0xffffffffu, mine)) continue;  // the same in the whole warp
+        unsigned long long members = mine, largest = mine ? size : 0, x1_max = mine ? x1 : 0, y1_max = mine ? y1 : 0;
         for (int offset = 16; offset > 0; offset /= 2) {
-            count += __shfl_down_sync(0xffffffffu, count, offset);
-            size = max(size, __shfl_down_sync(0xffffffffu, size, offset));
-            x1 = max(x1, __shfl_down_sync(0xffffffffu, x1, offset));
-            y1 = max(y1, __shfl_down_sync(0xffffffffu, y1, offset));
+            members += __shfl_down_sync(0xffffffffu, members, offset);
+            largest = max(largest, __shfl_down_sync(0xffffffffu, largest, offset));
+            x1_max = max(x1_max, __shfl_down_sync(0xffffffffu, x1_max, offset));
+            y1_max = max(y1_max, __shfl_down_sync(0xffffffffu, y1_max, offset));
         }
-        if (lane != 0) count = 0;
-    }
-    if (count != 0) {
-        atomicAdd(block + k, count);
-        atomicMax(block + SIZE_CLASSES + k, size);
-        atomicMax(block + 2 * SIZE_CLASSES + k, x1);
-        atomicMax(block + 3 * SIZE_CLASSES + k, y1);
+        if (threadIdx.x % 32 == 0) {
+            atomicAdd(block + c, members);
+            atomicMax(block + SIZE_CLASSES + c, largest);
+            atomicMax(block + 2 * SIZE_CLASSES + c, x1_max);
+            atomicMax(block + 3 * SIZE_CLASSES + c, y1_max);
+        }
     }
     __syncthreads();
     if (threadIdx.x < 4 * SIZE_CLASSES && block[threadIdx.x] != 0ull) {
@@ -166,7 +163,7 @@ __device__ __forceinline__ bool class_window(const Grid& grid, int k, const Box<
 // the rest where no box has a side above 0: there is no grid).
 __global__ void grid_table_kernel(const unsigned long long* keys, double* table) {
     const unsigned long long* classes = keys + 7;
-    const double largest = key_value(keys[0]), x0 = key_value(keys[1]), y0 = key_value(keys[2]);
+    const double largest = key_value(keys[0]), x0 = key_value(~keys[1]), y0 = key_value(~keys[2]);
     for (int c = 0; c < 3 + 4 * SIZE_CLASSES; ++c) table[c] = c < 2 ? (c == 0 ? x0 : y0) : (c < 2 + SIZE_CLASSES ? 1.0 : 0.0);
     if (!(largest > 0.0)) return;
     const double span = fmax(key_value(keys[3]) - x0, key_value(keys[4]) - y0);
@@ -272,13 +269,16 @@ __global__ void __launch_bounds__(ROW_THREADS) cell_order_kernel(const T* boxes,
     if (labels != nullptr) cell_labels[q] = labels[source];
 }
 
-// A group of `lanes` lanes (a power of two up to 16, within one warp) per position t of the cell order
-// (cell_order_kernel's arrays; the host takes more lanes where fewer boxes would leave the
-// GPU idle), so that a warp's boxes share cells: box i = cell_rank[t]'s
+// A group of `lanes` lanes (a power of two up to 16, within one warp) per position t of
+// the cell order (cell_order_kernel's arrays; the host takes more lanes where fewer boxes
+// would leave the GPU idle), so that a warp's boxes share cells: box i = cell_rank[t]'s
 // same-label neighbours whose IoU is above the threshold (with threshold 0: every box it
 // intersects), only the higher-ranked ones (j < i) where higher_only, else all. A window's
 // row of cells is a run of adjacent positions, which the group's lanes read side by side
-// (coalesced loads); a ballot over the group places each lane's find in the row. Three
+// (coalesced loads); a ballot over the group places each lane's find in the row. One lane
+// (enough boxes to fill the GPU) takes a row cell by cell instead: a cell lists its boxes
+// by rank (the cells were sorted stably), so with higher_only its scan stops at the first
+// box ranked at or after i, and no ballot is taken. Three
 // modes: count (indices null): counts[i] = how many; fill (indptr given): row i goes to
 // indices[indptr[i] ...] in the order the cells give them; slots (indptr null, slots > 0):
 // row i goes to indices[i * slots ...], counts[i] = its length, and *overflow = 1 where a
@@ -311,6 +311,23 @@ __global__ void __launch_bounds__(ROW_THREADS) graph_rows_kernel(
         for (int yy = yl; yy <= yh; ++yy) {
             const long long row = grid.cell0(k) + (long long)yy * grid.gx(k);
             const int end = starts[row + xh + 1];  // cells xl..xh of a grid row are adjacent
+            if (lanes == 1) {  // a lane a box: cell by cell, a cell's scan stopping at rank i
+                int q = starts[row + xl];
+                for (long long cell = row + xl; cell <= row + xh; ++cell) {
+                    const int cell_end = starts[cell + 1];
+                    for (; q < cell_end; ++q) {
+                        const int j = cell_rank[q];
+                        if (higher_only && j >= i) break;
+                        if (j == i || (cell_labels != nullptr && cell_labels[q] != label_i)) continue;
+                        const Box<A> box_j = load_box(cell_boxes, q);
+                        if (!overlaps_decisive(box_i, area_i, box_j, box_area(box_j), th)) continue;
+                        if (fill && w < room) indices[first + w] = j;
+                        ++w;
+                    }
+                    q = cell_end;
+                }
+                continue;
+            }
             for (int base = starts[row + xl]; base < end; base += lanes) {
                 const int q = base + lane;
                 int j = -1;

@@ -35,9 +35,10 @@ from ._cuda import (CudaModule, blocks, device_index, grid_barrier_address, host
 
 DEFINES = {"SIZE_CLASSES": SIZE_CLASSES, "ROW_THREADS": 256, "ROUND_THREADS": 512, "SAMPLE_THREADS": 256}
 ROW_THREADS, ROUND_THREADS, SAMPLE_THREADS = DEFINES["ROW_THREADS"], DEFINES["ROUND_THREADS"], DEFINES["SAMPLE_THREADS"]
-# The rows kernel's lanes a box: enough for about ROW_LANE_TARGET threads, from 1 to MAX_ROW_LANES
-# (a group of lanes reads a window's row side by side; one lane a box leaves a small N's GPU idle).
-ROW_LANE_TARGET, MAX_ROW_LANES = 1 << 20, 8
+# The rows kernel's lanes a box: enough for about ROW_LANE_TARGET threads, MIN_ROW_LANES to
+# MAX_ROW_LANES, else one (a group of lanes reads a window's row side by side, at the cost of a
+# ballot a step; one lane a box leaves a small N's GPU idle, and a group of two gained nothing).
+ROW_LANE_TARGET, MIN_ROW_LANES, MAX_ROW_LANES = 1 << 20, 4, 8
 # Ranking: rank_by_score's launches up to this many boxes (little host work), torch.sort above.
 RANK_KERNEL_MAX_N = 131072
 ROW_SLOTS = 64  # greedy's rows in one pass, this many entries a box (a longer row: two passes, graph_rows)
@@ -126,11 +127,12 @@ class DeviceGrid(NamedTuple):
 
 
 def row_lanes(n: int) -> int:
-    """The rows kernel's lanes a box for ``n`` boxes (a power of two)."""
+    """The rows kernel's lanes a box for ``n`` boxes: 1, or a power of two from
+    MIN_ROW_LANES to MAX_ROW_LANES."""
     lanes = 1
     while lanes < MAX_ROW_LANES and n * lanes < ROW_LANE_TARGET:
         lanes *= 2
-    return lanes
+    return lanes if lanes >= MIN_ROW_LANES else 1
 
 
 def sample_count(n: int) -> int:
@@ -227,7 +229,6 @@ def _cuda_layout(boxes: torch.Tensor, samples: int):
     read of the keys, the table and the tests."""
     n, device = boxes.shape[0], boxes.device
     numbers = torch.zeros(KEYS + TABLE + 1, dtype=torch.int64, device=device)
-    numbers[1:3] = -1  # the minima start at the largest key
     keys, table, tests = numbers[:KEYS], numbers[KEYS:KEYS + TABLE].view(torch.float64), numbers[KEYS + TABLE:]
     with on_torch_stream(device) as launch:
         launch(CUDA_MODULE.get("grid_extent_kernel", boxes.dtype, device), (blocks(n, ROW_THREADS),), (ROW_THREADS,),

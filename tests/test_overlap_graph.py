@@ -136,16 +136,21 @@ def test_the_sampled_estimate_counts_the_sampled_boxes_window_tests():
 
 
 def test_the_rows_kernel_takes_more_lanes_a_box_where_boxes_are_few():
-    """row_lanes: a power of two from 1 to MAX_ROW_LANES, the fewest that give about
-    ROW_LANE_TARGET threads, never fewer lanes for fewer boxes."""
-    target, most = overlap_graph.ROW_LANE_TARGET, overlap_graph.MAX_ROW_LANES
+    """row_lanes: the fewest lanes, a power of two from MIN_ROW_LANES to MAX_ROW_LANES, that
+    give about ROW_LANE_TARGET threads, else one; never fewer lanes for fewer boxes."""
+    target, least, most = overlap_graph.ROW_LANE_TARGET, overlap_graph.MIN_ROW_LANES, overlap_graph.MAX_ROW_LANES
     previous = most
-    for n in (1, 1000, target // most, target // 4, target // 2, target, 4 * target):
+    for n in (1, 1000, target // most, target // 4, target // 3, target // 2, target, 4 * target):
         lanes = overlap_graph.row_lanes(n)
-        assert lanes in (1, 2, 4, 8, 16, 32) and 1 <= lanes <= most and lanes <= previous
-        assert n * lanes >= target or lanes == most
-        assert lanes == 1 or n * (lanes // 2) < target  # no more than needed
+        assert lanes == 1 or (least <= lanes <= most and lanes & (lanes - 1) == 0)
+        assert lanes <= previous
+        if lanes > 1:
+            assert n * lanes >= target or lanes == most
+            assert lanes == least or n * (lanes // 2) < target  # no more than needed
+        else:
+            assert n * (least // 2) >= target  # a group would have been smaller than MIN_ROW_LANES
         previous = lanes
+    assert [overlap_graph.row_lanes(n) for n in (target // 8, target // 4, target // 2, target)] == [8, 4, 1, 1]
 
 
 def test_a_grid_in_rank_order_lists_each_cells_boxes_by_rank():

@@ -78,7 +78,7 @@ def test_big_boxes_identical_boxes_and_points():
 
 def test_rows_equal_the_cpu_grid_rows_both_ways(monkeypatch):
     """graph_rows_kernel's rows (boxes in rank order, labels) are the CPU grid's, both ways,
-    with each number of lanes a box that row_lanes can choose (and 16)."""
+    with one lane a box and groups of 2 to 16."""
     from nmsbench.variants import overlap_graph
     from nmsbench.variants._cuda import on_torch_stream
 
@@ -90,6 +90,7 @@ def test_rows_equal_the_cpu_grid_rows_both_ways(monkeypatch):
         expected = rows_on_device_grid(boxes.boxes, boxes.labels, above)
         for lanes in (1, 2, 4, 8, 16):
             monkeypatch.setattr(overlap_graph, "MAX_ROW_LANES", lanes)
+            monkeypatch.setattr(overlap_graph, "MIN_ROW_LANES", lanes)
             assert overlap_graph.row_lanes(len(expected)) == lanes
             for higher_only in (False, True):
                 with on_torch_stream(cuda.boxes.device) as launch:
