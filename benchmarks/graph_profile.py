@@ -42,7 +42,7 @@ def staged(boxes, repeats: int = 5) -> dict[str, float]:
         with overlap_graph.on_torch_stream(boxes.boxes.device) as launch:
             counts, indices, overflow = overlap_graph.slot_rows(launch, grid, n, 0.5)
             t = mark("rows (one pass)", t)
-            overlap_graph._greedy_rounds(launch, n, None, counts, overlap_graph.ROW_SLOTS, indices)
+            overlap_graph.greedy_rounds(launch, n, None, counts, overlap_graph.ROW_SLOTS, indices)
             t = mark("rounds", t)
         overlap_graph.greedy_on_graph(boxes.boxes, boxes.scores, 0.5, boxes.labels, max_tests=1 << 62)
         mark("whole call (estimate included)", t)

@@ -479,17 +479,17 @@ def greedy_on_graph(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: fl
     with on_torch_stream(device) as launch:
         if slots > 0:
             counts, indices, overflow = slot_rows(launch, grid, n, threshold, slots)
-            state, counters = _greedy_rounds(launch, n, None, counts, slots, indices)
+            state, counters = greedy_rounds(launch, n, None, counts, slots, indices)
             kept = torch.nonzero(state == 1).squeeze(1)  # waits for the GPU: the overflow word is written
             if not overflow.value[0]:
                 return GraphGreedy(NMSResult(order[kept]), tests, counts, counters)
         indptr, indices, _ = graph_rows(launch, grid, n, threshold, True, device)
-        state, counters = _greedy_rounds(launch, n, indptr, None, 0, indices)
+        state, counters = greedy_rounds(launch, n, indptr, None, 0, indices)
     return GraphGreedy(NMSResult(order[torch.nonzero(state == 1).squeeze(1)]), tests, indptr.diff(), counters,
                        slots > 0)
 
 
-def _greedy_rounds(launch, n: int, indptr, counts, slots: int, indices):
+def greedy_rounds(launch, n: int, indptr, counts, slots: int, indices):
     """(state: 1 kept, 2 removed; counters, the rounds taken at [3]): greedy_rounds_kernel in
     one cooperative launch on the rows (indptr's, or ``slots`` a box with ``counts``)."""
     device = indices.device
