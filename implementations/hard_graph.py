@@ -10,8 +10,9 @@ density), memory and work grow with N + E instead of N^2; a graph denser than
 ``_cpu.DENSE_FRACTION`` takes the dense resolve (``_cpu.greedy_kept``: each kept box tests the later boxes).
 
 ``hard_graph`` (CUDA): the overlap graph on the GPU (``overlap_graph.greedy_on_graph``) or
-hard_fused's dense paths, as ``overlap_graph.dispatch`` decides by N and the grid's count
-of its windows' pair tests; ``path="graph"`` or ``"dense"`` forces one.
+hard_fused's dense paths, as ``overlap_graph.dispatch`` decides by N and the pair tests the
+grid's windows would make (estimated from a sample of the boxes); ``path="graph"`` or
+``"dense"`` forces one.
 """
 
 from __future__ import annotations

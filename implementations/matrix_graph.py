@@ -13,8 +13,9 @@ computes it. A graph denser than ``_cpu.DENSE_FRACTION`` takes matrix_fused's tw
 ``matrix_graph`` (numba, CPU): for large, sparse box sets (large images at constant
 density), where ``matrix_naive`` would hold several N x N tensors. ``matrix_graph`` (CUDA):
 the same decay from the GPU overlap graph (``overlap_graph.matrix_on_graph``) or
-matrix_recompute's dense passes, as ``overlap_graph.dispatch`` decides by N and the grid's
-count of its windows' pair tests; ``path="graph"`` or ``"dense"`` forces one.
+matrix_recompute's dense passes, as ``overlap_graph.dispatch`` decides by N and the pair
+tests the grid's windows would make (estimated from a sample of the boxes); ``path="graph"``
+or ``"dense"`` forces one.
 
 Final scores are formed in float64 (the kept set is
 ``final >= score_threshold`` there, as the definition has it), then rounded to the input
