@@ -2,8 +2,8 @@
 the graph (``hard_graph`` with ``path="graph"``), ``hard_graph`` as its dispatcher chooses
 and ``hard_fused``, interleaved, ``wall`` and ``events``, with the pairs the graph's windows
 test (the dispatcher's sampled estimate and the exact count), those above the threshold and
-the rounds, each one's peak GPU memory, and whether they keep the same indices: where the dispatcher should switch (tests per n^2), and the
-large-N targets' figures.
+the rounds, each one's peak GPU memory, and whether they keep the same indices: where the
+dispatcher should switch (tests per n^2), and the large-N targets' figures.
 
     python benchmarks/graph.py --n 4096,32768,131072 --canvas density,fixed
     python benchmarks/graph.py --n 1048576 --canvas density --skip-dense   # hard_fused would need 128 GB
@@ -72,7 +72,8 @@ def main() -> None:
                             event_blocks(ops[name], min_run_time=args.min_run_time).times_us))
                 cells = [f"{name} {statistics.median(w):.1f}/{statistics.median(e):.1f} us "
                          f"{peak_bytes(op) / 2**20:.0f} MiB" for (name, (w, e)), op in zip(times.items(), ops.values())]
-                print(f"{scenario:9s} {canvas:7s} n={n:8d} tests/n^2=1/{n * n / max(tests, 1):.0f} (exact 1/{n * n / max(exact, 1):.0f}) pairs={pairs} "
+                print(f"{scenario:9s} {canvas:7s} n={n:8d} tests/n^2=1/{n * n / max(tests, 1):.0f} "
+                      f"(exact 1/{n * n / max(exact, 1):.0f}) pairs={pairs} "
                       f"rounds={rounds}{' two-pass' if answer.two_pass else ''} kept={len(result.keep)} "
                       f"same={same} | wall/events: " + " | ".join(cells), flush=True)
 

@@ -405,8 +405,8 @@ __global__ void __launch_bounds__(ROUND_THREADS) greedy_rounds_kernel(int n, con
 
 // Matrix NMS's decay on the rows of higher-ranked neighbours with IoU > 0 (matrix_graph's
 // CPU arithmetic: a pair with IoU 0 never lowers the minimum, see matrix_graph.py), a
-// thread per box j (boxes by rank: boxes[order[j]]): cmax mode (decay null) writes cmax[j], the largest IoU of j with its
-// rows' boxes; decay mode writes decay[j] = min(1, f(iou_ij) / f(cmax_i)) over them, in
+// thread per box j (boxes by rank: boxes[order[j]]): cmax mode (decay null) writes
+// cmax[j], the largest IoU of j with its rows' boxes; decay mode writes decay[j] = min(1, f(iou_ij) / f(cmax_i)) over them, in
 // double (gaussian: CUDA's exp, within an ulp of the C library's; linear: a parent whose
 // 1 - cmax is 0 constrains nothing).
 template <typename T>

@@ -113,13 +113,7 @@ class DeviceGrid(NamedTuple):
     ``cell_labels`` (int64, or None) hold the boxes, their ranks and labels; within a cell
     the ranks ascend."""
 
-    x0: float
-    y0: float
-    sides: list[float]
-    gxs: list[int]
-    gys: list[int]
-    cell0: list[int]
-    table: torch.Tensor
+    layout: GridLayout
     starts: torch.Tensor
     cell_rank: torch.Tensor
     cell_boxes: torch.Tensor
@@ -214,8 +208,8 @@ def _torch_layout(boxes: torch.Tensor, samples: int):
     member = size_class[:, None] == torch.arange(k, device=device)  # (n, classes)
     # each class's largest size, x1 and y1 (-inf where empty): a masked max over the boxes
     class_max = torch.where(member[:, :, None], torch.stack([size, x1, y1], 1)[:, None, :], -math.inf).amax(0)
-    stats = torch.cat([torch.stack([size.max(), x1.min(), y1.min(), x1.max(), y1.max(), x1.abs().max(),
-                                    y1.abs().max()]), member.sum(0).to(torch.float64), class_max.T.reshape(-1)]).tolist()
+    extent = torch.stack([size.max(), x1.min(), y1.min(), x1.max(), y1.max(), x1.abs().max(), y1.abs().max()])
+    stats = torch.cat([extent, member.sum(0).to(torch.float64), class_max.T.reshape(-1)]).tolist()
     layout = _layout_of(stats, device)
     if layout is None or samples == 0:
         return layout, 0
@@ -287,8 +281,7 @@ def device_grid(boxes: torch.Tensor, order: torch.Tensor | None = None, labels: 
                                 out_int32=True)
     cell_boxes, cell_rank, cell_labels = (_cuda_cell_order if boxes.is_cuda else _torch_cell_order)(
         boxes, order, labels, by_cell)
-    return DeviceGrid(layout.x0, layout.y0, layout.sides, layout.gxs, layout.gys, layout.cell0, layout.table, starts,
-                      cell_rank, cell_boxes, cell_labels)
+    return DeviceGrid(layout, starts, cell_rank, cell_boxes, cell_labels)
 
 
 def _cuda_cells(boxes: torch.Tensor, order: torch.Tensor | None, layout: GridLayout) -> torch.Tensor:
@@ -322,8 +315,9 @@ def _cuda_cell_order(boxes, order, labels, by_cell):
 
 def grid_tuple(grid: DeviceGrid) -> tuple:
     """``grid`` as ``_cpu._neighbour_rows`` takes it (NumPy, on the host; box indices are ranks)."""
-    return (grid.x0, grid.y0, np.array(grid.sides), np.array(grid.gxs, dtype=np.int64),
-            np.array(grid.gys, dtype=np.int64), np.array(grid.cell0, dtype=np.int64),
+    layout = grid.layout
+    return (layout.x0, layout.y0, np.array(layout.sides), np.array(layout.gxs, dtype=np.int64),
+            np.array(layout.gys, dtype=np.int64), np.array(layout.cell0, dtype=np.int64),
             grid.starts.cpu().numpy().astype(np.int64), grid.cell_rank.cpu().numpy().astype(np.int64))
 
 
@@ -332,10 +326,10 @@ def window_tests(boxes: torch.Tensor, grid: DeviceGrid) -> int:
     of a grid's boxes: every pair it tests, each box itself included) on ``grid``: over
     every box and class, the boxes whose corners lie in its window's cells, from a
     summed-area table of each class's cell counts; torch on the boxes' device, one host read."""
-    return _window_tests(boxes, grid, (grid.starts[1:] - grid.starts[:-1]).to(torch.int64))
+    return _window_tests(boxes, grid.layout, (grid.starts[1:] - grid.starts[:-1]).to(torch.int64))
 
 
-def _window_tests(boxes: torch.Tensor, grid, per_cell: torch.Tensor) -> int:
+def _window_tests(boxes: torch.Tensor, grid: GridLayout, per_cell: torch.Tensor) -> int:
     b = boxes.to(torch.float64)
     total = torch.zeros((), dtype=torch.int64, device=boxes.device)
     for side, gx, gy, first in zip(grid.sides, grid.gxs, grid.gys, grid.cell0):
@@ -368,9 +362,9 @@ def graph_rows(launch, grid: DeviceGrid | None, n: int, threshold: float, higher
     indptr = torch.zeros(n + 1, dtype=torch.int64, device=device)
     if grid is None:
         return indptr, torch.empty(1, dtype=torch.int32, device=device), 0
-    kernel = CUDA_MODULE.get("graph_rows_kernel", grid.cell_boxes.dtype, grid.table.device)
+    kernel = CUDA_MODULE.get("graph_rows_kernel", grid.cell_boxes.dtype, grid.starts.device)
     args = (grid.cell_boxes, grid.cell_rank, grid.cell_labels, n, np.float64(threshold), int(higher_only),
-            grid.table, grid.starts)
+            grid.layout.table, grid.starts)
     counts = torch.zeros(n, dtype=torch.int64, device=device)  # zeroed: a recorded, unrun launch gives empty rows
     lanes = row_lanes(n)
     launch(kernel, (blocks(n * lanes, ROW_THREADS),), (ROW_THREADS,), (*args, counts, None, None, 0, None, lanes))
@@ -387,15 +381,15 @@ def slot_rows(launch, grid: DeviceGrid, n: int, threshold: float, slots: int = R
     pass and no host read; ``overflow`` (a ``HostCount``: pinned host memory the kernel
     writes) holds 1 once the launch has run where a row is longer than ``slots`` (then
     those rows are cut short and the caller takes ``graph_rows``), else 0."""
-    device = grid.table.device
+    device = grid.starts.device
     counts = torch.zeros(n, dtype=torch.int64, device=device)
     indices = torch.empty(n * slots, dtype=torch.int32, device=device)
     overflow = host_count(device, "graph overflow")
     overflow.value[0] = 0
     lanes = row_lanes(n)
     launch(CUDA_MODULE.get("graph_rows_kernel", grid.cell_boxes.dtype, device), (blocks(n * lanes, ROW_THREADS),),
-           (ROW_THREADS,), (grid.cell_boxes, grid.cell_rank, grid.cell_labels, n, np.float64(threshold), 1, grid.table,
-                            grid.starts, counts, None, indices, slots, overflow.address, lanes))
+           (ROW_THREADS,), (grid.cell_boxes, grid.cell_rank, grid.cell_labels, n, np.float64(threshold), 1,
+                            grid.layout.table, grid.starts, counts, None, indices, slots, overflow.address, lanes))
     return counts, indices, overflow
 
 

@@ -102,12 +102,13 @@ def test_window_tests_counts_the_pairs_the_windows_visit():
         starts = grid.starts.numpy()
         walked = 0
         for x1, y1, x2, y2 in boxes.double().tolist():
-            for side, gx, gy, first in zip(grid.sides, grid.gxs, grid.gys, grid.cell0):
+            layout = grid.layout
+            for side, gx, gy, first in zip(layout.sides, layout.gxs, layout.gys, layout.cell0):
                 if gx == 0:
                     continue
                 clamp = lambda v, count: min(max(math.floor(v / side), 0), count - 1)  # noqa: E731
-                xl, xh = clamp(x1 - side - grid.x0, gx), clamp(x2 - grid.x0, gx)
-                yl, yh = clamp(y1 - side - grid.y0, gy), clamp(y2 - grid.y0, gy)
+                xl, xh = clamp(x1 - side - layout.x0, gx), clamp(x2 - layout.x0, gx)
+                yl, yh = clamp(y1 - side - layout.y0, gy), clamp(y2 - layout.y0, gy)
                 for yy in range(yl, yh + 1):
                     walked += int(starts[first + yy * gx + xh + 1] - starts[first + yy * gx + xl])
         assert overlap_graph.window_tests(boxes, grid) == walked
