@@ -11,13 +11,12 @@ import shlex
 from pathlib import Path
 
 import click
-import torch
 from rich.table import Table
 
 from .accuracy import CROWDED_IOU, MAX_DETECTIONS, evaluator_name
 from .accuracy_bench import COCO_SOURCE, DEFAULT_IMAGES, SYNTHETIC_SOURCES, AccuracyGrid, load_source, run_accuracy_bench
-from .cli_options import (_check_resume, _floats, _param_value, _split, check_resume_options, console, resume_option,
-                          run_with_progress)
+from .cli_options import (_check_resume, _floats, _param_value, _split, check_resume_options, console, parse_devices,
+                          resume_option, run_with_progress)
 from .registry import implementations
 from .results import default_output_path
 
@@ -104,13 +103,7 @@ def accuracy_command(impls, devices, sources, images, seed, ious, params, candid
     """
     check_resume_options(resume, out, force)
     known = implementations()
-    device_list = _split(devices)
-    bad = [d for d in device_list if d not in ("cpu", "cuda")]
-    if bad or not device_list:
-        raise click.BadParameter(f"{', '.join(bad) or 'none given'}: choose cpu and/or cuda", param_hint="--device")
-    if "cuda" in device_list and not torch.cuda.is_available():
-        raise click.UsageError("--device cuda was asked for, but no CUDA device is available here "
-                               "(torch.cuda.is_available() is False)")
+    device_list = parse_devices(devices)
     if bool(candidates) != bool(annotations):
         raise click.UsageError("--candidates and --annotations go together: the candidates and their ground truth")
     if image_ids and not candidates:

@@ -32,13 +32,12 @@ import shlex  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import click  # noqa: E402
-import torch  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from . import datasets  # noqa: E402
 from .cli_options import (_check_resume, _console, _floats, _split, StoppableGroup, case_timeout_option,  # noqa: F401,E402
-                          check_resume_options, console, parse_params, resume_option, run_with_progress,
-                          NothingToShow)
+                          check_resume_options, console, parse_params, require_cuda_if_asked, resume_option,
+                          run_with_progress, NothingToShow)
 from .registry import describe, implementations  # noqa: E402
 from .results import default_output_path  # noqa: E402
 from .runner import DTYPES, Grid, GridError, run_sweep  # noqa: E402
@@ -254,8 +253,7 @@ def sweep(sizes, impls, devices, scenarios, overlaps, ious, dtypes, seed, classe
         host_wait=host_wait, canvases=_split(canvases), cap_slow=not _split(impls),
     )
     grid = _grid(**fields)  # every check of the core first, then what only a command line needs
-    if "cuda" in grid.devices and not torch.cuda.is_available():
-        raise click.UsageError("--device cuda was asked for, but no CUDA device is available here (torch.cuda.is_available() is False)")
+    require_cuda_if_asked(grid.devices)
     if "file" in grid.scenarios:
         try:
             recorded = len(datasets.load_boxes_file(file_path))

@@ -1,4 +1,4 @@
-"""What ``nmsbench sweep`` and ``nmsbench pipeline`` share: options, option parsing, the
+"""What ``nmsbench sweep``, ``nmsbench pipeline`` and ``nmsbench accuracy`` share: options, option parsing, the
 progress display, stopping (Ctrl-C, SIGTERM) and resuming.
 
 A module of its own so that neither command module imports the other: ``nmsbench.cli``
@@ -62,6 +62,26 @@ def _param_value(text: str):
         except ValueError:
             pass
     return text
+
+
+def parse_devices(values: tuple[str, ...]) -> list[str]:
+    """``--device`` options as a list of "cpu" and/or "cuda": a BadParameter for anything
+    else or for none, a UsageError for cuda on a machine without a CUDA device."""
+    devices = _split(values)
+    bad = [d for d in devices if d not in ("cpu", "cuda")]
+    if bad or not devices:
+        raise click.BadParameter(f"{', '.join(bad) or 'none given'}: choose cpu and/or cuda", param_hint="--device")
+    require_cuda_if_asked(devices)
+    return devices
+
+
+def require_cuda_if_asked(devices: list[str]) -> None:
+    """A UsageError where cuda is among ``devices`` and this machine has no CUDA device."""
+    import torch
+
+    if "cuda" in devices and not torch.cuda.is_available():
+        raise click.UsageError("--device cuda was asked for, but no CUDA device is available here "
+                               "(torch.cuda.is_available() is False)")
 
 
 def _floats(values: tuple[str, ...], what: str) -> list[float]:

@@ -11,12 +11,11 @@ import shlex
 from pathlib import Path
 
 import click
-import torch
 from rich.table import Table
 
 from . import datasets
 from .cli_options import (_check_resume, _console, _floats, _split, case_timeout_option, check_resume_options, console,
-                          resume_option, run_with_progress)
+                          parse_devices, resume_option, run_with_progress)
 from .pipeline import STAGES, pipelines
 from .pipeline_bench import DEFAULT_BATCHES, SOURCES, PipelineGrid, run_pipeline_bench
 from .results import default_output_path
@@ -90,12 +89,7 @@ def pipeline_command(batches, devices, sources, names, confs, iou, max_det, max_
     check_resume_options(resume, out, force)
     batch_list = _positive_ints(batches, "--batch")
     _check_fits(max(batch_list), max_candidates)
-    device_list = _split(devices)
-    bad = [d for d in device_list if d not in ("cpu", "cuda")]
-    if bad:
-        raise click.BadParameter(f"{', '.join(bad)}: choose cpu and/or cuda", param_hint="--device")
-    if "cuda" in device_list and not torch.cuda.is_available():
-        raise click.UsageError("--device cuda was asked for, but no CUDA device is available here (torch.cuda.is_available() is False)")
+    device_list = parse_devices(devices)
     source_list = _split(sources)
     bad = [s for s in source_list if s not in SOURCES]
     if bad:

@@ -381,6 +381,7 @@ def test_pipeline_list_and_default_output(tmp_path, monkeypatch):
     (["--batch", "0"], "positive whole numbers"),
     (["--batch", "x"], "whole numbers"),
     (["--device", "tpu"], "choose cpu and/or cuda"),
+    (["--device", ""], "none given: choose cpu and/or cuda"),  # not a run of no rows
     (["--source", "video"], "unknown video"),
     (["--pipeline", "nope"], "unknown nope"),
     (["--conf", "2"], "must lie in [0, 1]"),
