@@ -11,7 +11,7 @@ from dash_support import REPO
 
 README = REPO / "README.md"
 TEXT = README.read_text(encoding="utf-8")
-MAX_LINES = 330  # four commands (sweep, diff, pipeline, accuracy) and the reference tables; details go to docs
+MAX_LINES = 300  # for users: commands and a few headline figures; reference tables go to results/README.md
 NEEDS_CUDA = "# needs CUDA"
 
 SETUP_COMMANDS = (
