@@ -424,7 +424,7 @@ class GraphGreedy(NamedTuple):
         return 0 if self.counters is None else int(self.counters[3])
 
 
-def _graph_inputs(boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor | None, max_tests: int | None):
+def _graph_inputs(boxes: torch.Tensor, labels: torch.Tensor | None, max_tests: int | None):
     """(boxes contiguous, labels int64, layout, estimated tests; or layout None where no pair
     overlaps, or the layout False where the estimate is above ``max_tests``: the caller
     gives way to its dense path)."""
@@ -462,7 +462,7 @@ def greedy_on_graph(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: fl
     n, device = boxes.shape[0], boxes.device
     if n == 0:
         return GraphGreedy(NMSResult(torch.empty(0, dtype=torch.int64, device=device)), 0)
-    boxes, labels, layout, tests = _graph_inputs(boxes, scores, labels, max_tests)
+    boxes, labels, layout, tests = _graph_inputs(boxes, labels, max_tests)
     if layout is False:
         return GraphGreedy(None, tests)
     order = _order(boxes, scores)
@@ -506,7 +506,7 @@ def matrix_on_graph(boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Ten
     if n == 0:
         return NMSResult(torch.empty(0, dtype=torch.int64, device=device), torch.empty(0, dtype=scores.dtype,
                                                                                         device=device))
-    boxes, labels, layout, _ = _graph_inputs(boxes, scores, labels, max_tests)
+    boxes, labels, layout, _ = _graph_inputs(boxes, labels, max_tests)
     if layout is False:
         return None
     order = _order(boxes, scores)
