@@ -53,14 +53,15 @@ def result_files(folder: Path, include_archive: bool = False) -> list[Path]:
 # --- cached loading ---------------------------------------------------------------------
 
 def _load(source, name: str):
-    """(frame, None, notes) or (None, what is wrong, notes); notes say what was dropped
-    (a partial last row of a run stopped while writing it)."""
+    """(frame, None, notes) or (None, what is wrong, []); notes say what was dropped from a
+    file that loaded (a partial last row of a run stopped while writing it). What is wrong
+    names the file, and the lines of damaged rows or of a case measured twice."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", PartialRowWarning)
         try:
             frame, error = tables.load_results([source], names=[name]), None
         except ValueError as e:
-            frame, error = None, str(e)
+            return None, str(e), []
     return frame, error, [str(w.message) for w in caught if issubclass(w.category, PartialRowWarning)]
 
 

@@ -20,7 +20,7 @@ from nmsbench.registry import register
 )
 def matrix_naive(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold):
     order = score_order(scores)
-    sorted_boxes, sorted_scores = boxes[order], scores[order]
+    sorted_boxes, sorted_scores = boxes.detach()[order], scores.detach()[order]  # no autograd graph, as every entry
     iou = pairwise_iou(sorted_boxes, sorted_boxes).triu(diagonal=1)  # iou[i, j], i ranked above j
     if labels is not None:
         sorted_labels = labels[order]

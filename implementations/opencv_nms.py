@@ -1,11 +1,15 @@
-"""OpenCV's ``cv2.dnn.NMSBoxes`` (and ``NMSBoxesBatched`` with labels), family ``hard``.
+"""OpenCV's ``cv2.dnn.NMSBoxes``, family ``hard``; with labels, once per label's boxes.
 Only the scores' order matters to it; it is given their ranks (below).
 
 OpenCV takes boxes as (x, y, width, height) rectangles in double precision and measures
 overlap as 1 - its Jaccard distance; the corners it recomputes (x + width) and that
 subtraction round differently from torchvision's x1, y1, x2, y2 arithmetic, so it is
-greedy NMS to rounding, not index-exact. ``NMSBoxesBatched`` separates labels by
-offsetting each label's boxes, as torchvision's ``batched_nms`` does, which rounds again.
+greedy NMS to rounding, not index-exact. Labels are not passed to ``NMSBoxesBatched``: it
+takes int32 class ids (labels 0 and 2**32 would be one class) and separates classes by
+shifting each box by ``class_id * (max coordinate + 1)``, which lets boxes of different
+classes overlap where coordinates are negative and rounds large ones. Per label (as the
+ONNX Runtime entry and torchvision's own large-input ``batched_nms`` path do), every label
+keeps its full int64 identity and only same-label boxes ever meet.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from nmsbench.registry import register
 
 @register(
     name="opencv", family="hard", devices=("cpu",), requires=("cv2",),
-    summary="OpenCV's cv2.dnn.NMSBoxes (NMSBoxesBatched with labels), rectangles in double",
+    summary="OpenCV's cv2.dnn.NMSBoxes (per label with labels), rectangles in double",
 )
 def opencv_nms(boxes, scores, *, iou_threshold, labels=None):
     import cv2
@@ -32,8 +36,14 @@ def opencv_nms(boxes, scores, *, iou_threshold, labels=None):
     # from the bottom (1, 2, ...), which keeps the order and the ties of any scores exactly
     ranks = (torch.unique(scores.detach(), return_inverse=True)[1] + 1).to(torch.float32).numpy()
     if labels is None:
-        kept = cv2.dnn.NMSBoxes(rects, ranks, 0.0, float(iou_threshold))
+        kept = np.asarray(cv2.dnn.NMSBoxes(rects, ranks, 0.0, float(iou_threshold)), dtype=np.int64).reshape(-1)
     else:
-        kept = cv2.dnn.NMSBoxesBatched(rects, ranks, labels.detach().to(torch.int32).numpy(), 0.0, float(iou_threshold))
-    kept = torch.from_numpy(np.asarray(kept, dtype=np.int64).reshape(-1))
+        lab = labels.detach().to(torch.int64).numpy()  # every integer dtype, each value kept distinct
+        parts = []
+        for value in np.unique(lab):
+            where = np.flatnonzero(lab == value)
+            found = cv2.dnn.NMSBoxes(rects[where], ranks[where], 0.0, float(iou_threshold))
+            parts.append(where[np.asarray(found, dtype=np.int64).reshape(-1)])
+        kept = np.concatenate(parts)
+    kept = torch.from_numpy(np.ascontiguousarray(kept, dtype=np.int64))
     return NMSResult(kept[score_order(scores[kept])]) if kept.numel() else NMSResult(kept)

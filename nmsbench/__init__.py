@@ -18,6 +18,9 @@ __version__ = "0.1.0"
 # public name -> the module that defines it
 _PUBLIC = {
     "run_nms": "api",
+    "batched_nms": "batched",
+    "batched_nms_from_head": "batched",
+    "BatchedDetections": "batched",
     "BoxSet": "boxes",
     "NMSResult": "boxes",
     "PaddedNMSResult": "boxes",

@@ -20,6 +20,8 @@ import io
 import json
 import math
 import numbers
+import re
+import reprlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,31 +113,125 @@ def synthetic_source(kind: str, images: int = 200, seed: int = 0, model=None) ->
                           crowded=crowded_images(ground_truth))
 
 
+# Ids travel to the COCO evaluators inside float64 detection rows (their loadRes reads an
+# array): beyond 2**53 two ids become one float, and the evaluators match the wrong image.
+MAX_ID = 2**53
+MAX_JSON_DEPTH = 64  # a COCO file nests 5 levels (segmentation polygons); json.loads recurses per level
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+_SHORT = reprlib.Repr()
+_SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong, _SHORT.maxlevel = 60, 60, 40, 3
+
+
+def _show(value) -> str:
+    """``repr`` cut short: a bad field may hold a whole file's worth of JSON."""
+    return _SHORT.repr(value)
+
+
 def _is_int(value) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    return type(value) is int or (isinstance(value, numbers.Integral) and not isinstance(value, bool))
 
 
 def _is_number(value) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    if type(value) is float:  # JSON's numbers are int and float: checked first, as the ABCs are slow
+        return math.isfinite(value)
+    if not (type(value) is int or (isinstance(value, numbers.Real) and not isinstance(value, bool))):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond float64
+        return False
+
+
+def _id_problem(value) -> Optional[str]:
+    """Why ``value`` is not a usable COCO id (None when it is one)."""
+    if _is_int(value) and -MAX_ID <= value <= MAX_ID:
+        return None
+    return f"must be a whole number from -2**53 to 2**53, got {_show(value)}"
 
 
 def _bbox_problem(value) -> Optional[str]:
-    """Why ``value`` is not a COCO bbox [x, y, w, h] (None when it is one)."""
-    if not isinstance(value, (list, tuple)) or len(value) != 4:
-        return f"must be a list of 4 numbers [x, y, width, height], got {value!r}"
+    """Why ``value`` is not a COCO bbox [x, y, w, h] (None when it is one); its corners
+    x, y, x + w, y + h must fit in float32, the boxes' dtype."""
+    if type(value) is not list or len(value) != 4:
+        return f"must be a list of 4 numbers [x, y, width, height], got {_show(value)}"
     if not all(_is_number(v) for v in value):
-        return f"must hold 4 finite numbers [x, y, width, height], got {value!r}"
+        return f"must hold 4 finite numbers [x, y, width, height], got {_show(value)}"
     if value[2] < 0 or value[3] < 0:
-        return f"width and height must be >= 0, got {value!r}"
+        return f"width and height must be >= 0, got {_show(value)}"
+    x, y, w, h = (float(v) for v in value)
+    if max(abs(x), abs(y), abs(x + w), abs(y + h)) > _FLOAT32_MAX:
+        return f"{_show(value)} does not fit in float32"
     return None
 
 
+_JSON_ESCAPE = re.compile(rb"\\.", re.DOTALL)  # in a string: an escaped quote is text
+_NOT_MARK = bytes(set(range(256)) - set(b'"[]{}'))
+_BRACKET_STEP = np.zeros(256, dtype=np.int8)
+_BRACKET_STEP[[ord("["), ord("{")]] = 1
+_BRACKET_STEP[[ord("]"), ord("}")]] = -1
+_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},]', re.DOTALL)
+
+
+def _json_depth(text: str) -> int:
+    """How deep ``text``'s arrays and objects nest, counted in numpy, without recursion: the
+    quotes and brackets in order, brackets inside strings left out."""
+    data = text.encode("utf-8", "surrogatepass")
+    if b"\\" in data:
+        data = _JSON_ESCAPE.sub(b"", data)
+    marks = np.frombuffer(data.translate(None, _NOT_MARK), dtype=np.uint8)
+    quote = marks == ord('"')
+    steps = _BRACKET_STEP[marks[(np.cumsum(quote, dtype=np.int64) % 2 == 0) & ~quote]]
+    return int(np.cumsum(steps, dtype=np.int64).max()) if steps.size else 0
+
+
+def _too_deep(text: str, path: Path) -> str:
+    """The message for ``text`` nested deeper than MAX_JSON_DEPTH: the entry and field of
+    the first bracket too deep, and its line and column."""
+    stack: list[list] = []  # per open container: [is_object, index, key]
+    for match in _JSON_TOKEN.finditer(text):
+        token = match.group()
+        if token in "[{":
+            stack.append([token == "{", 0, None])
+            if len(stack) > MAX_JSON_DEPTH:
+                break
+        elif token in "]}":
+            if stack:
+                stack.pop()
+        elif token == ",":
+            if stack:
+                stack[-1][1:] = [stack[-1][1] + 1, None]
+        elif stack and stack[-1][0] and stack[-1][2] is None:  # an object's key
+            stack[-1][2] = token[1:-1]
+    else:
+        return f"{path}: nested deeper than {MAX_JSON_DEPTH} levels"
+    first, second = stack[0], stack[1]
+    if first[0] and second[0]:  # {"key": {...
+        place = f"field {first[2]!r}"
+    else:  # an annotations file's {"annotations": [{..., a candidates file's [{...
+        place, inner = (f"{first[2]}[{second[1]}]", stack[2]) if first[0] else (f"entry {first[1]}", second)
+        place += f", field {inner[2]!r}" if inner[0] and inner[2] is not None else ""
+    line = text.count("\n", 0, match.start()) + 1
+    column = match.start() - text.rfind("\n", 0, match.start())
+    return (f"{path}: {place}: nested deeper than {MAX_JSON_DEPTH} levels (line {line}, column {column}); "
+            "a COCO file needs 5")
+
+
 def _read_json(path: Path, what: str):
+    """The JSON in ``path``; arrays and objects nested deeper than MAX_JSON_DEPTH are refused
+    before the parser (which recurses per level) sees them."""
     try:
-        return json.loads(Path(path).read_text())
+        text = Path(path).read_bytes().decode("utf-8-sig")
     except OSError as e:
         raise ValueError(f"{path}: cannot read the {what} ({e.strerror or e})") from None
-    except (ValueError, UnicodeDecodeError) as e:
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: the {what} are not valid JSON (not UTF-8 text: {e})") from None
+    if _json_depth(text) > MAX_JSON_DEPTH:
+        raise ValueError(_too_deep(text, path))
+    try:
+        return json.loads(text)
+    except RecursionError:  # not reached through the check above; kept as a last guard
+        raise ValueError(f"{path}: nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as e:
         raise ValueError(f"{path}: the {what} are not valid JSON ({e})") from None
 
 
@@ -150,15 +246,18 @@ def load_annotations(path) -> dict:
                          f"got a JSON {type(data).__name__}")
     for key in ("images", "annotations", "categories"):
         if not isinstance(data.get(key), list):
-            raise ValueError(f"{path}: '{key}' must be a list (a COCO instances file has images, annotations and "
-                             f"categories)")
+            raise ValueError(f"{path}: field '{key}': must be a list (a COCO instances file has images, annotations "
+                             f"and categories), got {_show(data.get(key))}")
 
     def ids(key: str) -> list[int]:
         seen: set[int] = set()
         for i, entry in enumerate(data[key]):
-            value = entry.get("id") if isinstance(entry, dict) else None
-            if not _is_int(value):
-                raise ValueError(f"{path}: {key}[{i}], field 'id': must be a whole number, got {value!r}")
+            if not isinstance(entry, dict):
+                raise ValueError(f"{path}: {key}[{i}]: must be an object with an 'id', got {_show(entry)}")
+            value = entry.get("id")
+            problem = _id_problem(value)
+            if problem:
+                raise ValueError(f"{path}: {key}[{i}], field 'id': {problem}")
             if value in seen:
                 raise ValueError(f"{path}: {key}[{i}], field 'id': {value} appears twice")
             seen.add(value)
@@ -166,33 +265,39 @@ def load_annotations(path) -> dict:
 
     images, categories = ids("images"), ids("categories")
     image_set, category_set = set(images), set(categories)
-    annotations = []
+    annotations, annotation_ids = [], set()
     for i, entry in enumerate(data["annotations"]):
         where = f"{path}: annotations[{i}]"
         if not isinstance(entry, dict):
-            raise ValueError(f"{where}: must be an object, got {entry!r}")
-        if entry.get("image_id") not in image_set or not _is_int(entry.get("image_id")):
-            raise ValueError(f"{where}, field 'image_id': {entry.get('image_id')!r} is not an id of its images")
-        if entry.get("category_id") not in category_set or not _is_int(entry.get("category_id")):
-            raise ValueError(f"{where}, field 'category_id': {entry.get('category_id')!r} is not an id of its categories")
+            raise ValueError(f"{where}: must be an object, got {_show(entry)}")
+        for key, known, what in (("image_id", image_set, "images"), ("category_id", category_set, "categories")):
+            value = entry.get(key)
+            problem = _id_problem(value)
+            if problem:
+                raise ValueError(f"{where}, field '{key}': {problem}")
+            if value not in known:
+                raise ValueError(f"{where}, field '{key}': {value} is not an id of its {what}")
         problem = _bbox_problem(entry.get("bbox"))
         if problem:
             raise ValueError(f"{where}, field 'bbox': {problem}")
         x, y, w, h = (float(v) for v in entry["bbox"])
         area = entry.get("area", w * h)
         if not _is_number(area) or area < 0:
-            raise ValueError(f"{where}, field 'area': must be a number >= 0, got {area!r}")
+            raise ValueError(f"{where}, field 'area': must be a finite number >= 0, got {_show(area)}")
         crowd = entry.get("iscrowd", 0)
-        if crowd not in (0, 1) or isinstance(crowd, bool):
-            raise ValueError(f"{where}, field 'iscrowd': must be 0 or 1, got {crowd!r}")
+        if isinstance(crowd, bool) or crowd not in (0, 1):
+            raise ValueError(f"{where}, field 'iscrowd': must be 0 or 1, got {_show(crowd)}")
         annotation_id = entry.get("id", i + 1)
-        if not _is_int(annotation_id):
-            raise ValueError(f"{where}, field 'id': must be a whole number, got {annotation_id!r}")
+        problem = _id_problem(annotation_id)
+        if problem:
+            raise ValueError(f"{where}, field 'id': {problem}")
+        if annotation_id in annotation_ids:
+            raise ValueError(f"{where}, field 'id': {annotation_id} appears twice (an annotation without an id "
+                             "takes its position + 1)")
+        annotation_ids.add(annotation_id)
         annotations.append({"id": int(annotation_id), "image_id": int(entry["image_id"]),
                             "category_id": int(entry["category_id"]), "bbox": [x, y, w, h], "area": float(area),
                             "iscrowd": int(crowd)})
-    if len({a["id"] for a in annotations}) != len(annotations):
-        raise ValueError(f"{path}: annotations: ids must be unique (or all left out)")
     return {"images": [{"id": i} for i in images], "categories": [{"id": c} for c in categories],
             "annotations": annotations}
 
@@ -209,34 +314,31 @@ def load_candidates(path, ground_truth: dict, annotations_name: str = "the annot
                          f"([{{image_id, category_id, bbox, score}}, ...]), got a JSON {type(data).__name__}")
     images = {im["id"] for im in ground_truth["images"]}
     categories = {c["id"] for c in ground_truth["categories"]}
-    count = len(data)
-    image_ids = np.empty(count, dtype=np.int64)
-    labels = np.empty(count, dtype=np.int64)
-    boxes = np.empty((count, 4), dtype=np.float64)
-    scores = np.empty(count, dtype=np.float64)
     for i, entry in enumerate(data):
         where = f"{path}: entry {i}"
         if not isinstance(entry, dict):
-            raise ValueError(f"{where}: must be an object {{image_id, category_id, bbox, score}}, got {entry!r}")
+            raise ValueError(f"{where}: must be an object {{image_id, category_id, bbox, score}}, got {_show(entry)}")
         for key in ("image_id", "category_id", "bbox", "score"):
             if key not in entry:
                 raise ValueError(f"{where}, field '{key}': missing")
         image_id, category, bbox, score = entry["image_id"], entry["category_id"], entry["bbox"], entry["score"]
-        if not _is_int(image_id) or image_id not in images:
-            raise ValueError(f"{where}, field 'image_id': {image_id!r} is not an image of {annotations_name}")
-        if not _is_int(category) or category not in categories:
-            raise ValueError(f"{where}, field 'category_id': {category!r} is not a category of {annotations_name}")
+        for key, value, known, what in (("image_id", image_id, images, "an image"),
+                                        ("category_id", category, categories, "a category")):
+            problem = _id_problem(value)
+            if problem:
+                raise ValueError(f"{where}, field '{key}': {problem}")
+            if value not in known:
+                raise ValueError(f"{where}, field '{key}': {value} is not {what} of {annotations_name}")
         problem = _bbox_problem(bbox)
         if problem:
             raise ValueError(f"{where}, field 'bbox': {problem}")
-        if not _is_number(score):
-            raise ValueError(f"{where}, field 'score': must be a finite number, got {score!r}")
-        image_ids[i], labels[i], scores[i] = image_id, category, score
-        boxes[i] = bbox
+        if not _is_number(score) or abs(score) > _FLOAT32_MAX:
+            raise ValueError(f"{where}, field 'score': must be a finite number (within float32), got {_show(score)}")
+    image_ids = np.array([entry["image_id"] for entry in data], dtype=np.int64)
+    labels = np.array([entry["category_id"] for entry in data], dtype=np.int64)
+    boxes = np.array([entry["bbox"] for entry in data], dtype=np.float64).reshape(-1, 4)
+    scores = np.array([entry["score"] for entry in data], dtype=np.float64)
     boxes[:, 2:] += boxes[:, :2]
-    if count and not np.isfinite(boxes.astype(np.float32)).all():
-        i = int(np.flatnonzero(~np.isfinite(boxes.astype(np.float32)).all(axis=1))[0])
-        raise ValueError(f"{path}: entry {i}, field 'bbox': {data[i]['bbox']!r} does not fit in float32")
     return image_ids, boxes.astype(np.float32), scores.astype(np.float32), labels
 
 
@@ -249,7 +351,11 @@ def coco_source(candidates, annotations, image_ids: Optional[list[int]] = None) 
     # checked against every image of the annotations, also those --image-ids leaves out
     ids, boxes, scores, labels = load_candidates(candidates, ground_truth, annotations.name)
     if image_ids is not None:
-        missing = [i for i in image_ids if i not in set(known)]
+        bad = [i for i in image_ids if _id_problem(i)]
+        if bad:
+            raise ValueError(f"--image-ids: {_id_problem(bad[0])}")
+        known_set = set(known)
+        missing = [i for i in image_ids if i not in known_set]
         if missing:
             raise ValueError(f"{annotations}: has no image with id {', '.join(map(str, missing[:10]))}"
                              f"{' ...' if len(missing) > 10 else ''} (--image-ids)")

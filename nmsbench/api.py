@@ -16,7 +16,9 @@ def run_nms(name: str, boxes, scores, iou_threshold: float = 0.5, labels=None, *
     ``boxes`` (N, 4) float x1, y1, x2, y2; ``scores`` (N,); ``labels`` (N,) int for
     class-aware NMS (only same-label boxes interact). Extra keyword arguments are the
     implementation's parameters (Matrix NMS: ``kernel``, ``sigma``, ``score_threshold``).
-    Bad input raises ``ValueError`` naming the problem; a backend that cannot run here
+    Bad input raises ``ValueError`` naming the problem, before any backend runs (tensors
+    that are sparse, nested, on the ``meta`` device or on different devices included); an
+    implementation with no backend for the tensors' device, or one that cannot run here,
     raises :class:`BackendUnavailable` with the reason. The value checks run on the data's
     device in one pass and add no host synchronization (:mod:`nmsbench.validation`); a
     backend marked ``checks_values`` makes them in its own pass over the data instead.

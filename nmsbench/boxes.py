@@ -125,18 +125,37 @@ def validate_nms_inputs(boxes, scores, labels=None) -> None:
     check_input_values(boxes, scores)
 
 
+# what each input may be: box and score dtypes (a backend lists the ones it takes), and
+# label dtypes (every backend compares labels as int64, so any of these keeps its identity)
+BOX_DTYPES = frozenset((torch.float16, torch.bfloat16, torch.float32, torch.float64))
+LABEL_DTYPES = frozenset((torch.int8, torch.int16, torch.int32, torch.int64,
+                          torch.uint8, torch.uint16, torch.uint32, torch.uint64))
+_STRIDED = torch.strided
+
+
+def _torch_name(value) -> str:
+    return str(value).removeprefix("torch.")
+
+
 def check_input_structure(boxes, scores, labels=None) -> None:
-    """The checks that read no tensor data: types, shapes, dtypes and devices."""
-    if (type(boxes) is torch.Tensor and type(scores) is torch.Tensor and boxes.dim() == 2 and boxes.shape[1] == 4
-            and scores.dim() == 1 and scores.shape[0] == boxes.shape[0] and scores.dtype is boxes.dtype
-            and boxes.is_floating_point() and scores.get_device() == boxes.get_device()
-            and (labels is None or (type(labels) is torch.Tensor and labels.dim() == 1 and labels.shape[0] == boxes.shape[0]
-                                    and not labels.is_floating_point() and not labels.is_complex()
-                                    and labels.dtype is not torch.bool and labels.get_device() == boxes.get_device()))):
-        return  # valid: the common case, on every call's path, in a few attribute reads
+    """The checks that read no tensor data: types, shapes, dtypes, layouts and devices.
+
+    Every tensor must be dense (strided), hold data (not on the ``meta`` device) and sit on
+    the boxes' device; devices are compared as ``torch.device`` objects (``get_device()``
+    is -1 for the CPU and ``meta`` alike)."""
+    try:
+        if (type(boxes) is torch.Tensor and type(scores) is torch.Tensor and boxes.dim() == 2 and boxes.shape[1] == 4
+                and scores.dim() == 1 and scores.shape[0] == boxes.shape[0] and scores.dtype is boxes.dtype
+                and boxes.dtype in BOX_DTYPES and boxes.layout is _STRIDED and scores.layout is _STRIDED
+                and (boxes.is_cpu or boxes.is_cuda) and scores.device == boxes.device
+                and (labels is None or (type(labels) is torch.Tensor and labels.dim() == 1
+                                        and labels.shape[0] == boxes.shape[0] and labels.dtype in LABEL_DTYPES
+                                        and labels.layout is _STRIDED and labels.device == boxes.device))):
+            return  # valid: the common case, on every call's path, in a few attribute reads
+    except RuntimeError:  # e.g. a nested tensor has no shape: worded below
+        pass
     for name, t in (("boxes", boxes), ("scores", scores)):
-        if not isinstance(t, torch.Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        _check_tensor(name, t)
     if boxes.dim() != 2 or boxes.shape[1] != 4:
         raise ValueError(f"boxes must have shape (N, 4) as x1, y1, x2, y2; got {_shape(boxes)}")
     n = boxes.shape[0]
@@ -144,10 +163,11 @@ def check_input_structure(boxes, scores, labels=None) -> None:
         raise ValueError(
             f"scores must have shape ({n},) to match {n} boxes; got {_shape(scores)}"
         )
-    if not boxes.is_floating_point():
-        raise ValueError(f"boxes must be a floating-point tensor, got {boxes.dtype}")
-    if not scores.is_floating_point():
-        raise ValueError(f"scores must be a floating-point tensor, got {scores.dtype}")
+    for name, t in (("boxes", boxes), ("scores", scores)):
+        if not t.is_floating_point():
+            raise ValueError(f"{name} must be a floating-point tensor, got {t.dtype}")
+        if t.dtype not in BOX_DTYPES:
+            raise ValueError(f"{name} must be float16, bfloat16, float32 or float64; got {_torch_name(t.dtype)}")
     if scores.dtype != boxes.dtype:
         raise ValueError(f"scores dtype {scores.dtype} differs from boxes dtype {boxes.dtype}")
     if scores.device != boxes.device:
@@ -155,12 +175,26 @@ def check_input_structure(boxes, scores, labels=None) -> None:
     if labels is not None:
         if not isinstance(labels, torch.Tensor):
             raise ValueError(f"labels must be a torch.Tensor or None, got {type(labels).__name__}")
+        _check_tensor("labels", labels)
         if labels.dim() != 1 or labels.shape[0] != n:
             raise ValueError(f"labels must have shape ({n},) to match {n} boxes; got {_shape(labels)}")
-        if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+        if labels.dtype not in LABEL_DTYPES:
             raise ValueError(f"labels must be an integer tensor, got {labels.dtype}")
         if labels.device != boxes.device:
             raise ValueError(f"labels are on {labels.device} but boxes are on {boxes.device}")
+
+
+def _check_tensor(name: str, t) -> None:
+    """One input's type, layout and device (its data readable where it lives)."""
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.is_nested:
+        raise ValueError(f"{name} must be a dense tensor, got a nested tensor")
+    if t.layout is not _STRIDED:
+        raise ValueError(f"{name} must be a dense (strided) tensor, got layout {_torch_name(t.layout)}; "
+                         f"call .to_dense() first")
+    if t.is_meta:
+        raise ValueError(f"{name} are on the meta device, which holds no data")
 
 
 def check_input_values(boxes: torch.Tensor, scores: torch.Tensor) -> None:

@@ -1,5 +1,5 @@
 """What ``nmsbench sweep``, ``nmsbench pipeline`` and ``nmsbench accuracy`` share: options, option parsing, the
-progress display, stopping (Ctrl-C, SIGTERM) and resuming.
+progress display, stopping (Ctrl-C, SIGTERM), the results file's lock and resuming.
 
 A module of its own so that neither command module imports the other: ``nmsbench.cli``
 imports this module and ``nmsbench.pipeline_cli`` (and registers its command);
@@ -24,7 +24,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from nmsbench.variants._cuda import TUNABLES_VARIABLE
 
-from .results import ResultWriter, environment, library_versions, open_for_resume, sidecar_path
+from .results import (ResultsFileBusy, ResultsLock, describe_holder, ResultWriter, cut_partial_row, environment, library_versions,
+                      read_sidecar, resume_state)
 from .timing import NOISY_SPREAD, load_average, load_warning, usable_cpus
 
 
@@ -91,14 +92,35 @@ def _floats(values: tuple[str, ...], what: str) -> list[float]:
         raise click.BadParameter(f"{what} must be numbers, got {', '.join(values)}") from None
 
 
+WITHOUT_METADATA = "resume_without_metadata"  # where --resume-without-metadata leaves its value (ctx.meta)
+
+
 def resume_option(what_is_a_row: str):
-    """``--resume FILE``; ``what_is_a_row`` lists the columns that identify a row."""
-    return click.option(
+    """``--resume FILE`` and ``--resume-without-metadata``; ``what_is_a_row`` lists the
+    columns that identify a row. The flag reaches :func:`_check_resume` through the click
+    context, so the commands' signatures do not carry it."""
+    resume = click.option(
         "--resume", "resume", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
         help=f"Continue a stopped run: append to FILE the rows of this grid it lacks, never repeating one (a row is "
-             f"{what_is_a_row}). Refused when FILE has another schema or other benchmarks' rows, came from another "
-             "machine, or was timed with another --min-run-time, --threads or --rounds. Give the same options as the "
-             "stopped run.")
+             f"{what_is_a_row}). Refused, leaving FILE as it was, when FILE has another schema, a damaged row, a case "
+             "twice or other benchmarks' rows, came from another machine, was timed with another --min-run-time, "
+             "--threads or --rounds, has no readable sidecar (FILE's .json), or another run is writing it. Give the "
+             "same options as the stopped run.")
+    without_metadata = click.option(
+        "--resume-without-metadata", is_flag=True, expose_value=False, callback=_remember_without_metadata,
+        help="With --resume: resume even though FILE's sidecar (.json) is missing or unreadable. The sidecar records "
+             "how FILE's rows were timed (--min-run-time, --rounds, --threads); without it this command's settings "
+             "cannot be checked against theirs, so give the same options as the run that wrote FILE.")
+    return lambda command: resume(without_metadata(command))
+
+
+def _remember_without_metadata(ctx, param, value) -> None:
+    ctx.meta[WITHOUT_METADATA] = value
+
+
+def _without_metadata() -> bool:
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx and ctx.meta.get(WITHOUT_METADATA))
 
 
 def case_timeout_option(what_is_a_case: str):
@@ -117,6 +139,30 @@ def check_resume_options(resume: Path | None, out: Path | None, force: bool) -> 
         raise click.BadParameter("--resume FILE writes to FILE; leave --out out", param_hint="--resume")
     if resume and force:
         raise click.BadParameter("--resume appends to FILE; --force (overwrite) contradicts it", param_hint="--force")
+    if _without_metadata() and not resume:
+        raise click.BadParameter("it goes with --resume FILE", param_hint="--resume-without-metadata")
+
+
+class FileInUse(click.ClickException):
+    """Another run holds the results file's lock: exit status 2 with the message alone."""
+
+    exit_code = 2
+
+
+def lock_results(path: Path, what: str) -> ResultsLock:
+    """The lock of results file ``path`` (:class:`ResultsLock`), or :class:`FileInUse` naming
+    the run that holds it (``what``: "write" or "resume")."""
+    try:
+        return ResultsLock(path)
+    except ResultsFileBusy as e:
+        raise FileInUse(f"cannot {what} {path}: another run is writing it ({describe_holder(e.holder)}); wait for it "
+                        f"to end or stop it{', or choose another --out' if what == 'write' else ''}") from None
+    except ValueError as e:
+        raise FileInUse(f"cannot {what} {path}: {e}") from None
+
+
+# the lock _check_resume took, by file, for the run_with_progress that follows to write under
+_resume_locks: dict[str, ResultsLock] = {}
 
 
 # measurement settings a resumed file must share (rows do not record --min-run-time)
@@ -127,38 +173,80 @@ RECORDED_BEFORE = {"rounds": 1, "host_wait": 0.0}
 RESUME_FREE = ("case_timeout", "repeat_noisy")
 
 
-def _check_resume(path: Path, grid, benchmark: str = "nms") -> set:
+def _check_resume(path: Path, grid, benchmark: str = "nms", without_metadata: bool | None = None) -> set:
     """The case keys already in ``path`` (a ``benchmark`` file of this machine, timed with
-    ``grid``'s measurement settings), or a UsageError saying why it cannot be resumed."""
+    ``grid``'s measurement settings as its sidecar records them), or a UsageError saying why
+    it cannot be resumed. Takes the file's lock first (:class:`FileInUse` when another run has
+    it) and keeps it for :func:`run_with_progress`; every check comes before the one change it
+    may make (cutting a partial last row), so a file it refuses is left as it was.
+    ``without_metadata`` (default: ``--resume-without-metadata``) accepts a missing or
+    unreadable sidecar."""
     import warnings
 
     from .results import PartialRowWarning
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", PartialRowWarning)
+    if without_metadata is None:
+        without_metadata = _without_metadata()
+    stale = _resume_locks.pop(str(path), None)  # from a check in this process whose run never came
+    if stale is not None:
+        stale.release()
+    lock = lock_results(path, "resume") if path.is_file() else None  # no file: resume_state says so
+    try:
         try:
-            done = open_for_resume(path, environment(), benchmark)
+            size = path.stat().st_size if lock else None
+            done, keep = resume_state(path, environment(), benchmark)
         except ValueError as e:
             raise click.UsageError(f"cannot resume: {e}") from None
-    for warning in caught:
-        console.print(f"[yellow]warning[/]: {warning.message}")
-    try:
-        recorded = json.loads(sidecar_path(path).read_text())["grid"]
-    except (OSError, ValueError, KeyError, TypeError):
-        console.print(f"[yellow]warning[/]: no readable sidecar {sidecar_path(path).name}; cannot check the grid options")
-        return done
+        meta, problem = read_sidecar(path)
+        if meta is None and not without_metadata:
+            raise click.UsageError(f"cannot resume: {problem}. It records how the rows of {path.name} were timed "
+                                   "(--min-run-time, --rounds, --threads), which one file's rows must share; pass "
+                                   "--resume-without-metadata to resume without that check")
+        if meta is None:
+            console.print(f"[yellow]warning[/]: {problem}; resuming without checking that this command times rows as "
+                          f"{path.name}'s were (--resume-without-metadata)")
+        else:
+            _same_measurement(path, meta["grid"], grid, without_metadata)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", PartialRowWarning)
+            try:
+                cut_partial_row(path, keep, size)
+            except ValueError as e:
+                raise click.UsageError(f"cannot resume: {e}") from None
+        for warning in caught:
+            console.print(f"[yellow]warning[/]: {warning.message}")
+    except BaseException:
+        if lock:
+            lock.release()
+        raise
+    _resume_locks[str(path)] = lock
+    return done
+
+
+def _same_measurement(path: Path, recorded: dict, grid, without_metadata: bool = False) -> None:
+    """A UsageError where ``grid`` times rows otherwise than the sidecar's ``recorded`` grid
+    (RESUME_SAME), or where the sidecar does not say (a warning with ``without_metadata``);
+    a note where other fields differ."""
     now = json.loads(json.dumps(grid.__dict__, default=str))
     for name in RESUME_SAME:
+        if name not in now:
+            continue
+        option = "--" + name.replace("_", "-")
         was = recorded.get(name, RECORDED_BEFORE.get(name))
-        if name in now and was is not None and was != now[name]:
-            option = "--" + name.replace("_", "-")
+        if was is None and without_metadata:
+            console.print(f"[yellow]warning[/]: the sidecar of {path} records no {option}; not checked "
+                          "(--resume-without-metadata)")
+            continue
+        if was is None:
+            raise click.UsageError(f"cannot resume: the sidecar of {path} records no {option}, which one file's rows "
+                                   "must share; pass --resume-without-metadata to resume without that check")
+        if was != now[name]:
             raise click.UsageError(f"cannot resume: {path} was timed with {option} {was}, this command asks for "
                                    f"{now[name]}; rows of one file must be measured alike")
     differ = [k for k in now if k in recorded and recorded[k] != now[k] and k not in RESUME_FREE]
     if differ:
         console.print(f"[yellow]note[/]: the grid differs from the run that wrote {path.name} in {', '.join(differ)}: "
                       "cases of this grid that the file lacks are added")
-    return done
 
 
 def _load_note(when: str) -> dict:
@@ -190,13 +278,31 @@ def run_with_progress(command: str, out: Path, force: bool, total: int, grid: di
     (and ``resume_command``) and exit status 130; SIGTERM likewise, with 143.
     ``run(write, on_case, redraw)`` does the work (calling ``redraw()`` where nothing is
     timed, to keep the elapsed time moving) and returns the counts, to which ``noisy_rows``
-    (descriptions of this run's noisy rows) and ``error_rows`` are added."""
-    if os.environ.get(TUNABLES_VARIABLE, "").strip():
-        raise click.UsageError(f"{TUNABLES_VARIABLE} is set ({os.environ[TUNABLES_VARIABLE]}): it compiles the kernels' "
-                               "probe variants, and a run's rows would time them as the product's; unset it "
-                               "(the probes in benchmarks/ take it)")
-    if out.exists() and not force and not append:
-        raise click.UsageError(f"{out} exists; pass --force to overwrite it or choose another --out")
+    (descriptions of this run's noisy rows) and ``error_rows`` are added.
+
+    ``out``'s lock is held throughout, taken before ``out`` is looked at (``--force``
+    truncates it only under the lock): the one :func:`_check_resume` took (``append``), or a
+    new one; :class:`FileInUse` names the run that holds it otherwise."""
+    lock = _resume_locks.pop(str(out), None) if append else None
+    try:
+        if os.environ.get(TUNABLES_VARIABLE, "").strip():
+            raise click.UsageError(f"{TUNABLES_VARIABLE} is set ({os.environ[TUNABLES_VARIABLE]}): it compiles the "
+                                   "kernels' probe variants, and a run's rows would time them as the product's; unset it "
+                                   "(the probes in benchmarks/ take it)")
+        lock = lock or lock_results(out, "resume" if append else "write")
+        if out.exists() and not force and not append:
+            raise click.UsageError(f"{out} exists; pass --force to overwrite it or choose another --out")
+        return _run_locked(command, out, lock, total, grid, reproduce, run, describe, label, append=append,
+                           completed=completed, resume_command=resume_command)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _run_locked(command: str, out: Path, lock: ResultsLock, total: int, grid: dict, reproduce: str, run: Callable,
+                describe: Callable[[dict], str], label: Callable[[dict], str], *, append: bool, completed: int,
+                resume_command: str | None) -> dict:
+    """:func:`run_with_progress` once ``out``'s lock is held."""
     tally = {"ok": 0, "error": 0, "skipped": 0}
     noisy_rows: list[str] = []
     error_rows: list[str] = []
@@ -208,7 +314,7 @@ def run_with_progress(command: str, out: Path, force: bool, total: int, grid: di
             warning = load_warning(int(grid.get("threads") or 1)) if "cpu" in grid.get("devices", ["cpu"]) else ""
             if warning:
                 console.print(f"[yellow]warning[/]: {warning}")
-            writer = ResultWriter(out, environment(), grid, reproduce, append=append,
+            writer = ResultWriter(out, environment(), grid, reproduce, append=append, lock=lock,
                                   libraries=library_versions(_required_modules(grid.get("impls") or [],
                                                                              grid.get("devices") or [])))
             writer.note("load", _load_note("start"))
@@ -309,5 +415,5 @@ class NothingToShow(click.ClickException):
     exit_code = 2
 
 
-__all__ = ["NOISY_SPREAD", "RESUME_SAME", "NothingToShow", "StoppableGroup", "Terminated", "case_timeout_option", "check_resume_options",
+__all__ = ["NOISY_SPREAD", "RESUME_SAME", "FileInUse", "NothingToShow", "StoppableGroup", "Terminated", "case_timeout_option", "check_resume_options",
            "console", "resume_option", "run_with_progress"]

@@ -231,9 +231,12 @@ ROUTES: dict[tuple[str, str], tuple[Implementation, Backend]] = {}
 
 def available_backend(name: str, device: str) -> tuple[Implementation, Backend]:
     """The implementation ``name`` and its backend for the device type ``device``, or the
-    ``ValueError`` (unknown name, no such backend) / ``BackendUnavailable`` saying why not."""
+    ``ValueError`` (unknown name) / ``BackendUnavailable`` (no backend for that device, or
+    one that cannot run here) saying why not."""
     impl = get(name)
-    backend = impl.backend(device)
+    backend = impl.backends.get(device)
+    if backend is None:
+        raise BackendUnavailable(f"{name} has no {device} backend (devices: {', '.join(impl.devices)})")
     available, reason = backend.availability()
     if not available:
         raise BackendUnavailable(f"{name} on {device} is unavailable: {reason}")

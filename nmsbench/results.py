@@ -8,7 +8,13 @@ every row, so concatenated CSVs stay self-describing, and also written to a side
 Crash safety: each row is one physical line (newlines inside values become spaces),
 written with a single unbuffered ``write`` system call, so a killed run leaves at worst
 one partial last line, never a broken row in the middle. Readers (``read_results``,
-``open_for_resume``) drop such a partial last line with a warning.
+``open_for_resume``) drop such a partial last line with a warning, and refuse a file with
+any other damage (a row of the wrong width, a fragment, an unknown status, one case twice),
+naming its lines (:class:`MalformedResults`).
+
+Sharing: a writer holds the file's lock for the whole run (:mod:`nmsbench.results_lock`), so
+a second run writing the same file is refused instead of interleaving its rows; the sidecar
+is replaced whole (write, then rename), never left half-written.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
+
+from .results_lock import ResultsFileBusy, ResultsLock, describe_holder, lock_path  # noqa: F401  (this module's API too)
 
 
 SCHEMA_VERSION = 8
@@ -103,6 +111,19 @@ MACHINE_COLUMNS = ("machine", "cpu", "gpu")
 
 class PartialRowWarning(UserWarning):
     """A results file ends in a partial row (a run was killed while writing it)."""
+
+
+class MalformedResults(ValueError):
+    """A results file holds rows that are not well formed, or one case in several rows;
+    ``problems`` lists them as (line, what is wrong)."""
+
+    LISTED = 5  # problems the message spells out
+
+    def __init__(self, name: str, problems: list[tuple[int, str]], what: str, advice: str):
+        self.name, self.problems = name, problems
+        listed = "; ".join(f"{name}:{line}: {text}" for line, text in problems[:self.LISTED])
+        more = f"; and {len(problems) - self.LISTED} more" if len(problems) > self.LISTED else ""
+        super().__init__(f"{name}: {len(problems)} {what}: {listed}{more}. {advice}")
 
 
 def _key_value(value) -> str:
@@ -215,17 +236,28 @@ class ResultWriter:
     """Writes rows to a CSV as they come, one ``write`` system call per row, plus the
     sidecar JSON. ``append=True`` adds rows to an existing results file (``sweep
     --resume``; check it first with :func:`open_for_resume`) and notes the command in its
-    sidecar instead of writing a new header and sidecar."""
+    sidecar instead of writing a new header and sidecar.
+
+    The file's lock (:class:`~nmsbench.results_lock.ResultsLock`) is held from before the
+    file is opened (and truncated) until :meth:`close`: ``lock``, one the caller took and
+    releases, or else one taken here (:class:`ResultsFileBusy` when another process has it)."""
 
     def __init__(self, path: Path, env: dict, grid: dict, command: str = "", *, append: bool = False,
-                 libraries: dict | None = None):
+                 libraries: dict | None = None, lock: ResultsLock | None = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.env = env
         self.rows_written = 0
         command = command or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
-        # unbuffered: each row reaches the file in the one write() that carries it
-        self._file = open(self.path, "ab" if append else "wb", buffering=0)
+        if lock is not None and not (lock.held and lock.lock_file == lock_path(self.path)):
+            raise ValueError(f"{self.path}: the lock given is not held, or not this file's")
+        self._own_lock = None if lock is not None else ResultsLock(self.path, command)
+        try:
+            # unbuffered: each row reaches the file in the one write() that carries it
+            self._file = open(self.path, "ab" if append else "wb", buffering=0)
+        except BaseException:
+            self._release()
+            raise
         if append:
             _note_resume(sidecar_path(self.path), command, env)
             return
@@ -238,7 +270,7 @@ class ResultWriter:
             "libraries": libraries or {},
             "columns": COLUMNS,
         }
-        sidecar_path(self.path).write_text(json.dumps(meta, indent=2, default=str) + "\n")
+        write_sidecar(sidecar_path(self.path), meta)
 
     def note(self, key: str, value) -> None:
         """Add ``value`` to the list ``key`` of the sidecar (e.g. the machine's load at the
@@ -250,7 +282,7 @@ class ResultWriter:
             return
         if isinstance(meta, dict):
             meta.setdefault(key, []).append(value)
-            sidecar.write_text(json.dumps(meta, indent=2, default=str) + "\n")
+            write_sidecar(sidecar, meta)
 
     def _write_line(self, values: list) -> None:
         text = io.StringIO()
@@ -271,7 +303,14 @@ class ResultWriter:
         self.rows_written += 1
 
     def close(self) -> None:
-        self._file.close()
+        try:
+            self._file.close()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        if self._own_lock is not None:
+            self._own_lock.release()
 
     def __enter__(self):
         return self
@@ -289,44 +328,143 @@ def _note_resume(sidecar: Path, command: str, env: dict) -> None:
     if isinstance(meta, dict):
         meta.setdefault("resumed", []).append({"command": command, "git_commit": env.get("git_commit", ""),
                                                "timestamp": env.get("timestamp", "")})
-        sidecar.write_text(json.dumps(meta, indent=2, default=str) + "\n")
+        write_sidecar(sidecar, meta)
 
 
-def _complete_lines(data: bytes, name: str) -> bytes:
-    """``data`` without a partial last line (one that lacks its newline), with a warning."""
+def write_sidecar(sidecar: Path, meta: dict) -> None:
+    """Replace ``sidecar`` with ``meta`` as JSON whole: written beside it, then renamed over
+    it, so a run stopped meanwhile leaves the old sidecar or the new one, never half of one."""
+    temporary = sidecar.with_name(f".{sidecar.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(json.dumps(meta, indent=2, default=str) + "\n")
+        os.replace(temporary, sidecar)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def read_sidecar(csv_path: Path) -> tuple[dict | None, str]:
+    """(the sidecar of ``csv_path``, "") or (None, what is wrong with it: missing, not
+    readable JSON, no grid recorded)."""
+    sidecar = sidecar_path(Path(csv_path))
+    try:
+        meta = json.loads(sidecar.read_text())
+    except FileNotFoundError:
+        return None, f"its sidecar {sidecar} is missing"
+    except (OSError, ValueError) as e:
+        return None, f"its sidecar {sidecar} is not readable JSON ({' '.join(str(e).split())}; cut short?)"
+    if not isinstance(meta, dict) or not isinstance(meta.get("grid"), dict):
+        return None, f"its sidecar {sidecar} records no grid"
+    return meta, ""
+
+
+def _complete_size(data: bytes) -> int:
+    """How many bytes of ``data`` remain without a partial last line (one that lacks its line
+    end: a run stopped while writing it); all of them when there is none, or when there is not
+    even one whole line (the parser judges that)."""
     cut = data.rfind(b"\n") + 1
-    if not data or cut == len(data) or cut == 0:  # complete, or not even a header line: the parser judges it
-        return data
-    warnings.warn(f"{name}: dropped a partial last row ({len(data) - cut} bytes without a line end; "
-                  "a run was stopped while writing it)", PartialRowWarning, stacklevel=3)
-    return data[:cut]
+    return len(data) if cut == 0 else cut
 
 
-def open_for_resume(path, env: dict, benchmark: str = "nms") -> set:
-    """Check that ``path`` can take more rows of this run and return the keys
-    (:func:`case_key`) of the cases it holds. A partial last line is cut off the file
-    (with a warning). Raises ``ValueError`` when the file is not a results file of this
-    schema, holds other benchmarks' rows, or was written on another machine."""
+def _warn_partial(name: str, dropped: int) -> None:
+    if dropped:
+        warnings.warn(f"{name}: dropped a partial last row ({dropped} bytes without a line end; "
+                      "a run was stopped while writing it)", PartialRowWarning, stacklevel=3)
+
+
+def _records(data: bytes, name: str) -> tuple[list[str], list[tuple[int, list[str]]]]:
+    """The header of CSV ``data`` and its other records with the line each starts on (blank
+    lines skipped, as pandas skips them); ValueError naming the line where it is not CSV."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise ValueError(f"{name}: not a readable CSV (line {line}: not UTF-8 text)") from None
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    header, rows, end = None, [], 0
+    try:
+        for record in reader:
+            start, end = end + 1, reader.line_num
+            if not record:
+                continue
+            if header is None:
+                header = record
+            else:
+                rows.append((start, record))
+    except csv.Error as e:
+        raise ValueError(f"{name}: not a readable CSV (line {end + 1}: {e})") from None
+    if header is None:
+        raise ValueError(f"{name}: not a readable CSV (no header line: the file is empty)")
+    return header, rows
+
+
+def _refuse_malformed(name: str, header: list[str], rows) -> None:
+    """MalformedResults for rows whose field count is not the header's, whose status is not
+    one of STATUSES (a fragment of a row reads as one), or whose schema_version is not a number."""
+    status, version = header.index("status"), header.index("schema_version")
+    problems = []
+    for line, record in rows:
+        if len(record) != len(header):
+            problems.append((line, f"{len(record)} fields where the header has {len(header)}"))
+        elif record[status].strip().lower() not in STATUSES:
+            problems.append((line, f"status {record[status][:40]!r} is not one of {', '.join(STATUSES)}"))
+        elif not record[version].strip().isdigit():
+            problems.append((line, f"schema_version {record[version][:40]!r} is not a schema number"))
+    if problems:
+        raise MalformedResults(name, problems, "rows that are not well-formed results rows",
+                               "A run writes whole rows, one a line: these come from elsewhere (two runs writing one "
+                               "file at once, an edit, a cut copy); fix or delete those lines")
+
+
+def _refuse_repeats(name: str, keyed) -> None:
+    """MalformedResults where (line, case key, description) pairs give one case several lines."""
+    lines: dict[tuple, list[int]] = {}
+    described = {}
+    for line, key, description in keyed:
+        lines.setdefault(key, []).append(line)
+        described.setdefault(key, description)
+    problems = [(where[0], f"{described[key]} is on line{'s' if len(where) > 2 else ''} "
+                           f"{', '.join(map(str, where[1:]))} too")
+                for key, where in lines.items() if len(where) > 1]
+    if problems:
+        raise MalformedResults(name, sorted(problems), "case(s) measured in more than one row",
+                               "One case has one row (two runs writing one file at once?): keep the row you trust "
+                               "and delete the others")
+
+
+def _describe_case(header: list[str], record: list[str]) -> str:
+    """A row's case in words: its key columns that have a value."""
+    at = {column: i for i, column in enumerate(header)}
+    return " ".join(f"{c}={record[at[c]]}" for c in KEY_COLUMNS if c in at and record[at[c]].strip())
+
+
+def _header_problem(header: list[str]) -> str:
+    missing = [c for c in COLUMNS if c not in header]
+    extra = [c for c in header if c not in COLUMNS]
+    return (f"missing {', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}" if missing else "") + \
+        ("; " if missing and extra else "") + (f"extra {', '.join(extra[:8])}" if extra else "")
+
+
+def resume_state(path, env: dict, benchmark: str = "nms") -> tuple[set, int]:
+    """What :func:`open_for_resume` checks, reading ``path`` only: (the case keys it holds,
+    the size it keeps once a partial last row is cut off)."""
     import pandas as pd
 
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{path}: {'is not a file' if path.exists() else 'no such file'}; --resume continues an existing results CSV")
     data = path.read_bytes()
-    complete = _complete_lines(data, str(path))
-    if len(complete) != len(data):
-        with open(path, "r+b") as f:
-            f.truncate(len(complete))
+    keep = _complete_size(data)
+    complete = data[:keep]
     header = next(csv.reader(io.StringIO(complete.split(b"\n", 1)[0].decode("utf-8", "replace"))), [])
     if header != COLUMNS:
-        missing = [c for c in COLUMNS if c not in header]
-        extra = [c for c in header if c not in COLUMNS]
-        detail = (f"missing {', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}" if missing else "") + \
-                 ("; " if missing and extra else "") + (f"extra {', '.join(extra[:8])}" if extra else "")
         raise ValueError(f"{path}: its header is not this nmsbench's results schema {SCHEMA_VERSION} "
-                         f"({detail or 'same columns, another order'}); resume only into a file written by "
-                         "`nmsbench sweep` of this version, or write a new --out")
+                         f"({_header_problem(header) or 'same columns, another order'}); resume only into a file "
+                         "written by `nmsbench sweep` of this version, or write a new --out")
+    header, rows = _records(complete, str(path))
+    _refuse_malformed(str(path), header, rows)
     frame = pd.read_csv(io.BytesIO(complete), dtype=str, keep_default_na=False)
+    if len(frame) != len(rows):  # cannot happen once every row has the header's fields; never guess
+        raise ValueError(f"{path}: not a readable CSV ({len(frame)} rows parsed of {len(rows)} lines)")
     versions = sorted(set(frame["schema_version"]) - {str(SCHEMA_VERSION)})
     if versions:
         raise ValueError(f"{path}: has rows of schema version {', '.join(versions)}, not {SCHEMA_VERSION}; write a new --out")
@@ -347,9 +485,34 @@ def open_for_resume(path, env: dict, benchmark: str = "nms") -> set:
             raise ValueError(f"{path}: was written on another machine ({column}: {', '.join(map(repr, values))}; here: "
                              f"{env.get(column, '')!r}); resume on that machine, or write a new --out here")
     keys = [case_key(row) for row in frame.to_dict("records")]
-    if len(set(keys)) != len(keys):
-        warnings.warn(f"{path}: already holds {len(keys) - len(set(keys))} repeated case(s)", stacklevel=2)
-    return set(keys)
+    _refuse_repeats(str(path), ((line, key, _describe_case(header, record)) for key, (line, record) in zip(keys, rows)))
+    return set(keys), keep
+
+
+def cut_partial_row(path, keep: int, size: int | None = None) -> None:
+    """Cut ``path`` to its first ``keep`` bytes (dropping a partial last row, with a
+    :class:`PartialRowWarning`); ``size``: the size it was read at, refusing if it has changed since."""
+    path = Path(path)
+    with open(path, "r+b") as f:
+        now = os.fstat(f.fileno()).st_size
+        if size is not None and now != size:
+            raise ValueError(f"{path}: changed while it was checked ({size} bytes, now {now}); is another run writing it?")
+        if keep < now:
+            _warn_partial(str(path), now - keep)
+            f.truncate(keep)
+
+
+def open_for_resume(path, env: dict, benchmark: str = "nms") -> set:
+    """Check that ``path`` can take more rows of this run and return the keys
+    (:func:`case_key`) of the cases it holds. Only then is a partial last line cut off the
+    file (with a warning): a file it refuses is left as it was. Raises ``ValueError`` when the
+    file is not a results file of this schema, holds a row that is not well formed, a case
+    twice or other benchmarks' rows, or was written on another machine. Hold the file's lock
+    (:class:`ResultsLock`) around it and the writing that follows."""
+    size = Path(path).stat().st_size if Path(path).is_file() else None
+    keys, keep = resume_state(path, env, benchmark)
+    cut_partial_row(path, keep, size)
+    return keys
 
 
 # read as text: a CUDA version "12.10" is not the number 12.1
@@ -365,22 +528,31 @@ def read_results(path, name: str | None = None) -> "pandas.DataFrame":
     ``canvas`` = "fixed" for synthetic scenarios), and their ``device`` rows (schema 1 to 4),
     which timed CUDA events, are read as ``events`` rows.
     A partial last line (a run killed while writing it) is dropped with a
-    :class:`PartialRowWarning`.
+    :class:`PartialRowWarning`; any other damage (a row of the wrong width, an unknown status,
+    one case in two rows) is a :class:`MalformedResults` naming its lines.
     """
     import pandas as pd
 
     name = name or str(path)
     try:
         data = path.read() if hasattr(path, "read") else Path(path).read_bytes()
-        data = _complete_lines(data.encode() if isinstance(data, str) else data, name)
-        frame = pd.read_csv(io.BytesIO(data), dtype={c: str for c in TEXT_COLUMNS})
-    except (OSError, ValueError, pd.errors.ParserError) as e:
+    except OSError as e:
         raise ValueError(f"{name}: not a readable CSV ({' '.join(str(e).split())})") from None
+    data = data.encode() if isinstance(data, str) else data
+    keep = _complete_size(data)
+    header, rows = _records(data[:keep], name)
     required = ("schema_version", *(c for c in CASE_COLUMNS if c not in ADDED_IN_SCHEMA_2 + ADDED_IN_SCHEMA_6),
                 "status", "median_us")
-    missing = [c for c in required if c not in frame.columns]
+    missing = [c for c in required if c not in header]
     if missing:
         raise ValueError(f"{name}: not an nmsbench results file (missing columns: {', '.join(missing)})")
+    _refuse_malformed(name, header, rows)
+    try:
+        frame = pd.read_csv(io.BytesIO(data[:keep]), dtype={c: str for c in TEXT_COLUMNS})
+    except (ValueError, pd.errors.ParserError) as e:
+        raise ValueError(f"{name}: not a readable CSV ({' '.join(str(e).split())})") from None
+    if len(frame) != len(rows):  # cannot happen once every row has the header's fields; never guess
+        raise ValueError(f"{name}: not a readable CSV ({len(frame)} rows parsed of {len(rows)} lines)")
     if "canvas" not in frame.columns:  # before schema 6, every synthetic scenario was on the fixed canvas
         frame["canvas"] = frame["scenario"].isin(SYNTHETIC_BEFORE_SCHEMA_6).map({True: "fixed", False: ""})
     for column in COLUMNS:
@@ -389,4 +561,7 @@ def read_results(path, name: str | None = None) -> "pandas.DataFrame":
     renamed = pd.to_numeric(frame["schema_version"], errors="coerce").lt(EVENT_TIMER_RENAMED_IN) & frame["timer"].eq("device")
     if renamed.any():
         frame.loc[renamed, "timer"] = "events"
+    repeated = frame.duplicated(subset=list(KEY_COLUMNS), keep=False).to_numpy().nonzero()[0]
+    _refuse_repeats(name, ((rows[i][0], case_key(frame.iloc[i]), _describe_case(header, rows[i][1])) for i in repeated))
+    _warn_partial(name, len(data) - keep)
     return frame

@@ -66,6 +66,9 @@ def start_value_check(boxes: torch.Tensor, scores: torch.Tensor, *, padded: bool
     n = boxes.shape[0]
     if n == 0:
         return None
+    if not boxes.is_cpu:  # another device's data (never reached through run_nms): not for a pass on host addresses
+        check_input_values(boxes, scores)
+        return None
     at_address = _AT_ADDRESS.get(boxes.dtype) or _cpu_pass(boxes.dtype)
     if at_address is not None:
         if boxes.is_contiguous() and scores.is_contiguous():

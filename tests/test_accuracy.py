@@ -230,6 +230,11 @@ GOOD = {"image_id": 7, "category_id": 1, "bbox": [10, 10, 50, 50], "score": 0.9}
     ({"bbox": [1, "2", 3, 4]}, "bbox", "finite numbers"),
     ({"score": float("nan")}, "score", "finite number"),
     ({"score": None}, "score", "finite number"),
+    ({"score": 1e300}, "score", "within float32"),
+    ({"image_id": 2**63}, "image_id", "whole number from -2**53 to 2**53, got 9223372036854775808"),
+    ({"category_id": [1]}, "category_id", "whole number from -2**53 to 2**53, got [1]"),
+    ({"bbox": [1, 2, 10**400, 4]}, "bbox", "finite numbers"),
+    ({"bbox": [1e38, 2, 3e38, 4]}, "bbox", "does not fit in float32"),
 ])
 def test_bad_candidates_name_the_file_the_entry_and_the_field(tmp_path, bad, field, says):
     candidates, annotations = write_coco(tmp_path, ANNOTATIONS, [GOOD, GOOD, GOOD | bad])
@@ -237,6 +242,20 @@ def test_bad_candidates_name_the_file_the_entry_and_the_field(tmp_path, bad, fie
         coco_source(candidates, annotations)
     message = str(error.value)
     assert "preds.json" in message and "entry 2" in message and f"'{field}'" in message and says in message
+
+
+@pytest.mark.parametrize("image_id, category", [(2**53, -2**53), (-7, 2**31 + 5), (0, 0)])
+def test_ids_up_to_2_to_the_53_are_scored_exactly(tmp_path, evaluator, image_id, category):
+    # detection rows carry ids as float64: up to 2**53 every id is exact, and both evaluators
+    # match each detection to its own image (a neighbouring id holds a second object)
+    annotations = {"images": [{"id": image_id}, {"id": image_id - 1}], "categories": [{"id": category}],
+                   "annotations": [{"id": 1, "image_id": image_id, "category_id": category, "bbox": [0, 0, 10, 10]},
+                                   {"id": 2, "image_id": image_id - 1, "category_id": category, "bbox": [0, 0, 10, 10]}]}
+    candidates, annotations = write_coco(tmp_path, annotations, [
+        {"image_id": i, "category_id": category, "bbox": [0, 0, 10, 10], "score": 0.9} for i in (image_id, image_id - 1)])
+    source = coco_source(candidates, annotations)
+    rows = detect("torchvision", source, 0.5).rows
+    assert coco_metrics(source.ground_truth, rows)["ap"] == pytest.approx(1.0)
 
 
 def test_a_candidate_without_a_field_is_named(tmp_path):
@@ -249,7 +268,13 @@ def test_a_candidate_without_a_field_is_named(tmp_path):
     (lambda a: a["annotations"][1].update(bbox=[0, 0, 20]), r"annotations\[1\], field 'bbox'"),
     (lambda a: a["annotations"][0].update(image_id=5), r"annotations\[0\], field 'image_id'"),
     (lambda a: a["images"].append({"id": 7}), r"images\[2\], field 'id': 7 appears twice"),
-    (lambda a: a.pop("categories"), r"'categories' must be a list"),
+    (lambda a: a.pop("categories"), r"field 'categories': must be a list"),
+    (lambda a: a["annotations"][0].update(image_id=[7]), r"annotations\[0\], field 'image_id': must be a whole number"),
+    (lambda a: a["annotations"][1].update(category_id={"id": 3}), r"annotations\[1\], field 'category_id': must be a whole"),
+    (lambda a: a["images"][1].update(id=2**63), r"images\[1\], field 'id': must be a whole number from -2\*\*53"),
+    (lambda a: a["annotations"][1].update(id=1), r"annotations\[1\], field 'id': 1 appears twice"),
+    (lambda a: a["annotations"][0].update(area=10**400), r"annotations\[0\], field 'area': must be a finite number"),
+    (lambda a: a["images"].append([8]), r"images\[2\]: must be an object"),
 ])
 def test_bad_annotations_name_the_file_the_entry_and_the_field(tmp_path, change, says):
     data = json.loads(json.dumps(ANNOTATIONS))

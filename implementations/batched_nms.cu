@@ -1,0 +1,435 @@
+// Batched, class-aware, exact greedy NMS from boxes and scores or from a detector's raw
+// head output (batched_nms.py is the host side; implementations/DESIGN.md says why it is
+// built this way). Two kernels a batch, behind one memset of the per-image counters:
+//
+//   decode_kernel: a thread per box row and image; decodes the box, finds the row's
+//     candidates (score above the threshold: the best class, or every class with
+//     multi-label), and appends them to the image's candidate records through a
+//     per-image counter (one atomic a warp). The count goes on past the capacity, so an
+//     overflow is seen, never hidden.
+//   nms_kernel: a block per image; sorts its candidates (higher score first, ties by the
+//     lower candidate index) in shared memory, or, beyond what shared memory holds, in
+//     sorted chunks merged in global memory; then greedy NMS in rank order, a tile of
+//     TILE candidates at a time, against the detections so far (the only boxes that can
+//     still matter), and writes the padded outputs.
+//
+// (DECODE_THREADS, NMS_THREADS, TILE and KEPT_CACHE come from batched_nms.DEFINES.)
+
+#define LAYOUT_SCORES 0  // boxes [B, N, 4] and scores [B, N, C] (C = 1: scores [B, N], labels [B, N] or none)
+#define LAYOUT_YOLOV5 1  // raw [B, N, 5 + C]: cx, cy, w, h, objectness, class scores
+#define LAYOUT_YOLOV8 2  // raw [B, 4 + C, N]: channels first, no objectness
+
+#define TILE_WORDS (TILE / 32)
+
+// A candidate's sort key: a larger key ranks first. Float scores pack the score's order
+// key above the complemented candidate index, so keys are unique and their order is the
+// rank order outright; double scores need the index as a second key (nms_kernel's
+// `ranks_before`). Key 0 is never a candidate's (every candidate's score is above a
+// threshold, so not -inf or NaN, whose keys are the lowest and the highest): it pads a sort.
+__device__ __forceinline__ unsigned long long candidate_key(float score, int cand) {
+    return (score_key(score) << 32) | (unsigned long long)(0xffffffffu - (unsigned int)cand);
+}
+__device__ __forceinline__ unsigned long long candidate_key(double score, int) { return score_key(score); }
+
+// Score of class c of row i of image b, in the arithmetic type A. YOLOv5's score is
+// objectness x class score, as its non_max_suppression multiplies them (in float32 for
+// float16 input: the product of two halves is exact there).
+template <typename T>
+__device__ __forceinline__ typename Arith<T>::type class_score(const T* data, const T* scores, int layout, int b,
+                                                               int i, int c, int n, int classes,
+                                                               typename Arith<T>::type objectness) {
+    if (layout == LAYOUT_SCORES) return load_value(scores, ((long long)b * n + i) * classes + c);
+    if (layout == LAYOUT_YOLOV5) return objectness * load_value(data, ((long long)b * n + i) * (5 + classes) + 5 + c);
+    return load_value(data, ((long long)b * (4 + classes) + 4 + c) * n + i);
+}
+
+// Row i's box as x1, y1, x2, y2 in the arithmetic type. Centre format is converted as
+// torchvision's box_convert does (cx - 0.5 * w, ...; --fmad=false keeps it unfused).
+template <typename T>
+__device__ __forceinline__ Box<typename Arith<T>::type> row_box(const T* data, int layout, int cxcywh, int b, int i,
+                                                                int n, int classes) {
+    typedef typename Arith<T>::type A;
+    A v[4];
+    for (int k = 0; k < 4; ++k) {
+        if (layout == LAYOUT_SCORES) v[k] = load_value(data, ((long long)b * n + i) * 4 + k);
+        else if (layout == LAYOUT_YOLOV5) v[k] = load_value(data, ((long long)b * n + i) * (5 + classes) + k);
+        else v[k] = load_value(data, ((long long)b * (4 + classes) + k) * n + i);
+    }
+    if (!cxcywh) return {v[0], v[1], v[2], v[3]};
+    const A half_w = A(0.5) * v[2], half_h = A(0.5) * v[3];
+    return {v[0] - half_w, v[1] - half_h, v[0] + half_w, v[1] + half_h};
+}
+
+template <typename T>
+__global__ void __launch_bounds__(DECODE_THREADS) decode_kernel(
+    const T* data, const T* scores, const long long* labels, int layout, int cxcywh, int batch, int n, int classes,
+    int multi_label, double score_threshold, int capacity, unsigned int* counts, unsigned long long* keys, int* cands,
+    long long* cand_classes, typename Arith<T>::type* cand_boxes, typename Arith<T>::type* cand_scores) {
+    typedef typename Arith<T>::type A;
+    const A threshold = A(score_threshold);  // rounded to the arithmetic type, as torch compares `scores > t`
+    const int lane = threadIdx.x % 32;
+    const int i = blockIdx.x * DECODE_THREADS + threadIdx.x;
+    for (int b = blockIdx.y; b < batch; b += gridDim.y) {  // uniform over the block: every lane reaches the shuffles
+        // The row's candidates: with multi-label every class above the threshold, else the
+        // best class (the first of equal best scores) if it is above.
+        int found = 0, best = -1;
+        A best_score = threshold, objectness = A(1);
+        bool open = i < n;
+        if (open && layout == LAYOUT_YOLOV5) {  // objectness first: a row below it reads no class score
+            objectness = load_value(data, ((long long)b * n + i) * (5 + classes) + 4);
+            open = objectness > threshold;
+        }
+        if (open) {
+            for (int c = 0; c < classes; ++c) {
+                const A s = class_score(data, scores, layout, b, i, c, n, classes, objectness);
+                if (multi_label) {
+                    found += s > threshold;
+                } else if (s > best_score) {
+                    best_score = s;
+                    best = c;
+                }
+            }
+            if (!multi_label) found = best >= 0;
+        }
+        // One atomic a warp: an inclusive scan of the lanes' counts places each lane's run.
+        int inclusive = found;
+        for (int d = 1; d < 32; d <<= 1) {
+            const int v = __shfl_up_sync(0xffffffffu, inclusive, d);
+            if (lane >= d) inclusive += v;
+        }
+        const int total = __shfl_sync(0xffffffffu, inclusive, 31);
+        unsigned int base = 0;
+        if (lane == 31 && total > 0) base = atomicAdd(&counts[b], (unsigned int)total);
+        base = __shfl_sync(0xffffffffu, base, 31);
+        if (found == 0) continue;
+        unsigned int slot = base + (unsigned int)(inclusive - found);
+        const Box<A> box = row_box(data, layout, cxcywh, b, i, n, classes);
+        for (int c = multi_label ? 0 : best; c < (multi_label ? classes : best + 1); ++c) {
+            const A s = multi_label ? class_score(data, scores, layout, b, i, c, n, classes, objectness) : best_score;
+            if (!(s > threshold)) continue;
+            if (slot < (unsigned int)capacity) {
+                const long long at = (long long)b * capacity + slot;
+                const int cand = multi_label ? i * classes + c : i;
+                keys[at] = candidate_key(s, cand);
+                cands[at] = cand;
+                cand_classes[at] = labels != nullptr ? labels[(long long)b * n + i] : (long long)c;
+                cand_boxes[4 * at] = box.x1;
+                cand_boxes[4 * at + 1] = box.y1;
+                cand_boxes[4 * at + 2] = box.x2;
+                cand_boxes[4 * at + 3] = box.y2;
+                cand_scores[at] = s;
+            }
+            ++slot;
+        }
+    }
+}
+
+// The rank order of two sort entries (key, slot): a larger key first; equal keys (double
+// scores only, or two padding entries) by the lower candidate index.
+__device__ __forceinline__ bool ranks_before(unsigned long long key_a, unsigned int slot_a, unsigned long long key_b,
+                                             unsigned int slot_b, const int* cands) {
+    if (key_a != key_b) return key_a > key_b;
+    if (key_a == 0ull) return false;
+    return cands[slot_a] < cands[slot_b];
+}
+
+// Bitonic sort of p (a power of two) entries in shared memory into rank order; the whole
+// block calls it.
+__device__ void bitonic_sort(unsigned long long* keys, unsigned int* slots, int p, const int* cands) {
+    for (int k = 2; k <= p; k <<= 1) {
+        for (int j = k >> 1; j > 0; j >>= 1) {
+            for (int t = threadIdx.x; t < p / 2; t += NMS_THREADS) {
+                const int lo = (t / j) * 2 * j + t % j, hi = lo + j;
+                const unsigned long long key_lo = keys[lo], key_hi = keys[hi];
+                const unsigned int slot_lo = slots[lo], slot_hi = slots[hi];
+                const bool ascending = (lo & k) == 0;  // this run in rank order, the other reversed
+                const bool swap = ascending ? ranks_before(key_hi, slot_hi, key_lo, slot_lo, cands)
+                                            : ranks_before(key_lo, slot_lo, key_hi, slot_hi, cands);
+                if (swap) {
+                    keys[lo] = key_hi;
+                    keys[hi] = key_lo;
+                    slots[lo] = slot_hi;
+                    slots[hi] = slot_lo;
+                }
+            }
+            __syncthreads();
+        }
+    }
+}
+
+// One merge pass over runs of `width` sorted entries (global memory), src -> dst: each
+// pair of runs is merged by the whole block, each thread finding where its share of the
+// output starts by a binary search (merge path) and merging that share.
+__device__ void merge_pass(const unsigned long long* src_keys, const unsigned int* src_slots,
+                           unsigned long long* dst_keys, unsigned int* dst_slots, int n, int width, const int* cands) {
+    for (int lo = 0; lo < n; lo += 2 * width) {
+        const int mid = min(lo + width, n), hi = min(lo + 2 * width, n);
+        const int len_a = mid - lo, len_b = hi - mid, len = hi - lo;
+        const int share = (len + NMS_THREADS - 1) / NMS_THREADS;
+        const int begin = min(len, (int)threadIdx.x * share), end = min(len, begin + share);
+        if (begin >= end) continue;
+        const unsigned long long* key_a = src_keys + lo;
+        const unsigned int* slot_a = src_slots + lo;
+        const unsigned long long* key_b = src_keys + mid;
+        const unsigned int* slot_b = src_slots + mid;
+        int first = max(0, begin - len_b), last = min(begin, len_a);  // entries of run a among the first `begin`
+        while (first < last) {
+            const int take = (first + last) / 2, other = begin - take - 1;
+            if (ranks_before(key_a[take], slot_a[take], key_b[other], slot_b[other], cands)) first = take + 1;
+            else last = take;
+        }
+        int a = first, bb = begin - first;
+        for (int out = begin; out < end; ++out) {
+            const bool from_a = bb >= len_b || (a < len_a && ranks_before(key_a[a], slot_a[a], key_b[bb], slot_b[bb],
+                                                                             cands));
+            dst_keys[lo + out] = from_a ? key_a[a] : key_b[bb];
+            dst_slots[lo + out] = from_a ? slot_a[a] : slot_b[bb];
+            from_a ? ++a : ++bb;
+        }
+    }
+}
+
+__device__ __forceinline__ bool same_group(long long class_a, long long class_b, int class_agnostic) {
+    return class_agnostic || class_a == class_b;
+}
+
+// Dynamic shared memory, carved in this order, each part rounded up to 16 bytes
+// (batched_nms.nms_shared_bytes computes the same total).
+__device__ __forceinline__ unsigned char* carve(unsigned char*& at, size_t bytes) {
+    unsigned char* p = at;
+    at += (bytes + 15) / 16 * 16;
+    return p;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(NMS_THREADS, 1) nms_kernel(
+    const unsigned int* counts, const unsigned long long* keys, const int* cands, const long long* cand_classes,
+    const typename Arith<T>::type* cand_boxes, const typename Arith<T>::type* cand_scores, int capacity,
+    int sort_capacity, unsigned long long* sort_keys, unsigned int* sort_slots, typename Arith<T>::type* spill_boxes,
+    long long* spill_classes, int classes, int multi_label, int class_agnostic, double iou_threshold, int max_output,
+    int max_per_class, int top_k, long long* num_detections, T* out_boxes, T* out_scores, long long* out_classes,
+    long long* out_indices, unsigned char* overflow, long long* num_candidates) {
+    typedef typename Arith<T>::type A;
+    extern __shared__ __align__(16) unsigned char shared[];
+    unsigned char* at = shared;
+    unsigned long long* s_keys = (unsigned long long*)carve(at, 8ull * sort_capacity);
+    unsigned int* s_slots = (unsigned int*)carve(at, 4ull * sort_capacity);
+    Box<A>* t_box = (Box<A>*)carve(at, sizeof(Box<A>) * TILE);
+    A* t_area = (A*)carve(at, sizeof(A) * TILE);
+    long long* t_class = (long long*)carve(at, 8 * TILE);
+    unsigned int* t_slot = (unsigned int*)carve(at, 4 * TILE);
+    unsigned int* t_mask = (unsigned int*)carve(at, 4 * TILE * TILE_WORDS);
+    int* t_keep = (int*)carve(at, 4 * TILE);
+    unsigned int* t_dead = (unsigned int*)carve(at, 4 * TILE_WORDS);
+    unsigned int* t_output = (unsigned int*)carve(at, 4 * TILE_WORDS);
+    Box<A>* k_box = (Box<A>*)carve(at, sizeof(Box<A>) * KEPT_CACHE);
+    A* k_area = (A*)carve(at, sizeof(A) * KEPT_CACHE);
+    long long* k_class = (long long*)carve(at, 8 * KEPT_CACHE);
+    __shared__ int s_count, s_out, s_keeps;
+
+    const int b = blockIdx.x, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const long long image = (long long)b * capacity;
+    const int* image_cands = cands + image;
+    if (tid == 0) {
+        const unsigned int count = counts[b];
+        num_candidates[b] = count;
+        overflow[b] = count > (unsigned int)capacity;
+        s_count = count > (unsigned int)capacity ? 0 : (int)count;  // an overflowing image gives no detections
+        s_out = 0;
+    }
+    __syncthreads();
+    const int n = s_count;
+
+    // Rank order: `order` lists the image's record slots by rank.
+    const unsigned int* order = s_slots;
+    if (n <= sort_capacity) {
+        int p = 1;
+        while (p < n) p <<= 1;
+        for (int t = tid; t < p; t += NMS_THREADS) {
+            s_keys[t] = t < n ? keys[image + t] : 0ull;
+            s_slots[t] = t;
+        }
+        __syncthreads();
+        bitonic_sort(s_keys, s_slots, p, image_cands);
+    } else {  // sorted chunks of sort_capacity, then merged in global memory
+        unsigned long long* const keys_0 = sort_keys + 2 * image;
+        unsigned long long* const keys_1 = keys_0 + capacity;
+        unsigned int* const slots_0 = sort_slots + 2 * image;
+        unsigned int* const slots_1 = slots_0 + capacity;
+        for (int base = 0; base < n; base += sort_capacity) {
+            const int m = min(sort_capacity, n - base);
+            int p = 1;
+            while (p < m) p <<= 1;
+            for (int t = tid; t < p; t += NMS_THREADS) {
+                s_keys[t] = t < m ? keys[image + base + t] : 0ull;
+                s_slots[t] = base + t;
+            }
+            __syncthreads();
+            bitonic_sort(s_keys, s_slots, p, image_cands);
+            for (int t = tid; t < m; t += NMS_THREADS) {
+                keys_0[base + t] = s_keys[t];
+                slots_0[base + t] = s_slots[t];
+            }
+            __syncthreads();
+        }
+        bool in_first = true;  // which buffer holds the latest pass
+        for (int width = sort_capacity; width < n; width *= 2) {
+            if (in_first) merge_pass(keys_0, slots_0, keys_1, slots_1, n, width, image_cands);
+            else merge_pass(keys_1, slots_1, keys_0, slots_0, n, width, image_cands);
+            __syncthreads();
+            in_first = !in_first;
+        }
+        order = in_first ? slots_0 : slots_1;
+    }
+
+    // Greedy NMS in rank order, a tile at a time. A candidate is suppressed by an earlier
+    // kept one of its group only; a kept candidate whose class already has max_per_class
+    // detections is no detection, and can only suppress candidates of that class, which
+    // are none either: so only the detections so far need testing (k_*: the first
+    // KEPT_CACHE in shared memory, the rest in spill_*).
+    const IouThreshold threshold(iou_threshold);
+    const bool capped = max_per_class < max_output;
+    const int ranked = min(n, top_k);
+    for (int base = 0; base < ranked; base += TILE) {
+        const int detections = s_out;  // read after the last barrier
+        if (detections >= max_output) break;
+        const int m = min(TILE, ranked - base);
+        for (int t = tid; t < m; t += NMS_THREADS) {
+            const unsigned int slot = order[base + t];
+            const long long row = image + slot;
+            const Box<A> box = {cand_boxes[4 * row], cand_boxes[4 * row + 1], cand_boxes[4 * row + 2],
+                                cand_boxes[4 * row + 3]};
+            t_box[t] = box;
+            t_area[t] = box_area(box);
+            t_class[t] = cand_classes[row];
+            t_slot[t] = slot;
+        }
+        if (tid < TILE_WORDS) {
+            const int valid = min(32, max(0, m - 32 * tid));
+            t_dead[tid] = valid == 32 ? 0u : ~((1u << valid) - 1u);
+            t_output[tid] = 0u;
+        }
+        __syncthreads();
+        // (a) against the detections so far: NMS_THREADS / TILE threads a candidate
+        if (detections > 0) {
+            const int per = NMS_THREADS / TILE, t = tid / per;
+            if (t < m) {
+                const Box<A> box = t_box[t];
+                const A area = t_area[t];
+                const long long cls = t_class[t];
+                for (int k = tid % per; k < detections; k += per) {
+                    const bool cached = k < KEPT_CACHE;
+                    const long long spill = (long long)b * max_output + k;
+                    const long long kept_class = cached ? k_class[k] : spill_classes[spill];
+                    if (!same_group(kept_class, cls, class_agnostic)) continue;
+                    const Box<A> kept = cached ? k_box[k]
+                                               : Box<A>{spill_boxes[4 * spill], spill_boxes[4 * spill + 1],
+                                                        spill_boxes[4 * spill + 2], spill_boxes[4 * spill + 3]};
+                    if (overlaps_decisive(kept, cached ? k_area[k] : box_area(kept), box, area, threshold)) {
+                        atomicOr(&t_dead[t / 32], 1u << (t % 32));
+                        break;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+        // (b) the tile's own mask: row r, word w, bit k: live r suppresses live w * 32 + k > r
+        for (int task = tid; task < m * TILE_WORDS; task += NMS_THREADS) {
+            const int r = task / TILE_WORDS, w = task % TILE_WORDS;
+            if (w < r / 32 || (t_dead[r / 32] >> (r % 32)) & 1u) continue;  // never read
+            const unsigned int live = ~t_dead[w];
+            const Box<A> box = t_box[r];
+            const A area = t_area[r];
+            const long long cls = t_class[r];
+            unsigned int bits = 0u;
+            for (int k = 0; k < 32; ++k) {
+                const int j = w * 32 + k;
+                if (j > r && ((live >> k) & 1u) && same_group(cls, t_class[j], class_agnostic) &&
+                    overlaps_decisive(box, area, t_box[j], t_area[j], threshold))
+                    bits |= 1u << k;
+            }
+            t_mask[r * TILE_WORDS + w] = bits;
+        }
+        __syncthreads();
+        // (c) one warp keeps the tile's live candidates in rank order: lane w holds removed word w
+        if (warp == 0) {
+            unsigned int removed = lane < TILE_WORDS ? t_dead[lane] : 0xffffffffu;
+            int keeps = 0;
+            const int wanted = max_output - detections;  // without the cap, keeps past this are no detections
+            while (capped || keeps < wanted) {
+                const unsigned int live = ~removed;
+                const unsigned int lanes = __ballot_sync(0xffffffffu, live != 0u);
+                if (lanes == 0u) break;
+                const int word = __ffs(lanes) - 1;
+                const int r = word * 32 + __ffs(__shfl_sync(0xffffffffu, live, word)) - 1;
+                if (lane == 0) t_keep[keeps] = r;
+                ++keeps;
+                if (lane == word) removed |= 1u << (r % 32);
+                if (lane >= word && lane < TILE_WORDS) removed |= t_mask[r * TILE_WORDS + lane];
+            }
+            if (lane == 0) s_keeps = keeps;
+        }
+        __syncthreads();
+        // (d) which keeps are detections (the per-class cap), then write them in rank order
+        const int keeps = s_keeps;
+        for (int q = tid; q < keeps; q += NMS_THREADS) {
+            bool output = true;
+            if (capped) {
+                const long long cls = t_class[t_keep[q]];
+                int same = 0;
+                for (int k = 0; k < detections; ++k)
+                    same += same_group(k < KEPT_CACHE ? k_class[k] : spill_classes[(long long)b * max_output + k], cls,
+                                       class_agnostic);
+                for (int e = 0; e < q; ++e) same += same_group(t_class[t_keep[e]], cls, class_agnostic);
+                output = same < max_per_class;
+            }
+            if (output) atomicOr(&t_output[q / 32], 1u << (q % 32));
+        }
+        __syncthreads();
+        for (int q = tid; q < keeps; q += NMS_THREADS) {
+            if (!((t_output[q / 32] >> (q % 32)) & 1u)) continue;
+            int o = detections + __popc(t_output[q / 32] & ((1u << (q % 32)) - 1u));
+            for (int w = 0; w < q / 32; ++w) o += __popc(t_output[w]);
+            if (o >= max_output) continue;
+            const int r = t_keep[q];
+            const long long row = image + t_slot[r];
+            const long long out = (long long)b * max_output + o;
+            const Box<A> box = t_box[r];
+            store_value(out_boxes, 4 * out, box.x1);
+            store_value(out_boxes, 4 * out + 1, box.y1);
+            store_value(out_boxes, 4 * out + 2, box.x2);
+            store_value(out_boxes, 4 * out + 3, box.y2);
+            store_value(out_scores, out, cand_scores[row]);
+            out_classes[out] = t_class[r];
+            const int cand = cands[row];
+            out_indices[out] = multi_label ? cand / classes : cand;
+            if (o < KEPT_CACHE) {
+                k_box[o] = box;
+                k_area[o] = t_area[r];
+                k_class[o] = t_class[r];
+            } else {
+                spill_boxes[4 * out] = box.x1;
+                spill_boxes[4 * out + 1] = box.y1;
+                spill_boxes[4 * out + 2] = box.x2;
+                spill_boxes[4 * out + 3] = box.y2;
+                spill_classes[out] = t_class[r];
+            }
+        }
+        if (tid == 0) {
+            int total = detections;
+            for (int w = 0; w < TILE_WORDS; ++w) total += __popc(t_output[w]);
+            s_out = min(total, max_output);
+        }
+        __syncthreads();
+    }
+    // Padding: boxes and scores 0, classes and indices -1.
+    const int detections = s_out;
+    for (int o = detections + tid; o < max_output; o += NMS_THREADS) {
+        const long long out = (long long)b * max_output + o;
+        for (int k = 0; k < 4; ++k) store_value(out_boxes, 4 * out + k, A(0));
+        store_value(out_scores, out, A(0));
+        out_classes[out] = -1;
+        out_indices[out] = -1;
+    }
+    if (tid == 0) num_detections[b] = detections;
+}

@@ -1,0 +1,474 @@
+"""nmsbench.batched_nms and batched_nms_from_head on the CPU: property tests against a plain
+per-image, per-class reference built on torchvision.ops.nms in a Python loop (batch sizes,
+boxes, classes, ties, duplicates, empty images, nothing above the threshold, padding,
+multi-label, class-agnostic, per-class caps, pre-NMS top-k, overflow), the threshold's
+strictness, NaN handling, the registered op (torch.compile with fullgraph, torch.export,
+fake tensors), bad input, and the CUDA host side's launches with the driver stubbed.
+tests/test_batched_nms_gpu.py holds the CUDA kernels to the same reference on a GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Optional
+
+import numpy as np
+import pytest
+import torch
+import torchvision
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import nmsbench
+from nmsbench import batched
+
+SCALE_EXAMPLES = 60
+
+
+# ------------------------------------------------------------------ the reference
+
+class Image(NamedTuple):
+    indices: list  # input box of each detection, best first
+    classes: list
+    boxes: torch.Tensor  # [k, 4] in the arithmetic type
+    scores: torch.Tensor  # [k]
+    overflow: bool
+    candidates: int
+
+
+def arithmetic(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def reference(data, scores=None, labels=None, *, layout="scores", box_format="xyxy", iou_threshold,
+              score_threshold=0.0, max_output_boxes=300, max_output_boxes_per_class=None, class_agnostic=False,
+              multi_label=False, pre_nms_top_k=None, max_candidates=None) -> list[Image]:
+    """The definition (nmsbench/batched.py's docstring), plainly: per image the candidates in
+    index order, a stable sort by score, torchvision.ops.nms per class over them, the kept by
+    rank, the per-class cap, the first max_output_boxes."""
+    arith = arithmetic(data.dtype)
+    threshold = torch.tensor(score_threshold, dtype=arith)  # rounded as `scores > t` rounds it
+    images = []
+    for b in range(data.shape[0]):
+        x = data[b].to(arith)
+        if layout == "scores":
+            box, sc = x, scores[b].to(arith)
+            sc = sc[:, None] if sc.dim() == 1 else sc
+            rows = torch.ones(x.shape[0], dtype=torch.bool)
+        else:
+            x = x.T if layout == "yolov8" else x
+            box = x[:, :4]
+            if layout == "yolov5":
+                rows = x[:, 4] > threshold
+                sc = x[:, 4:5] * x[:, 5:]
+            else:
+                sc, rows = x[:, 4:], torch.ones(x.shape[0], dtype=torch.bool)
+        if box_format == "cxcywh" or layout != "scores":
+            box = torchvision.ops.box_convert(box, "cxcywh", "xyxy")
+        n, classes = sc.shape
+        above = (sc > threshold) & rows[:, None]
+        if multi_label:
+            i, c = torch.nonzero(above, as_tuple=True)  # row-major: box, then class
+            cand = i * classes + c
+        else:
+            masked = torch.where(torch.isnan(sc), torch.tensor(-math.inf, dtype=arith), sc)
+            best = masked.max(dim=1).values if classes else torch.zeros(0, dtype=arith)
+            first_best = (masked == best[:, None]).to(torch.uint8).argmax(dim=1)
+            i = torch.nonzero(above.any(dim=1)).flatten()
+            c, cand = first_best[i], i
+        cls = labels[b][i].to(torch.int64) if labels is not None else c
+        s = sc[i, c]
+        possible = n * classes if multi_label else n
+        cap = max_candidates
+        if cap is None:
+            cap = min(possible, max(n, batched.MULTI_LABEL_CANDIDATES)) if multi_label else possible
+        if len(cand) > min(cap, possible):
+            images.append(Image([], [], torch.zeros(0, 4, dtype=arith), torch.zeros(0, dtype=arith), True, len(cand)))
+            continue
+        order = torch.sort(s, descending=True, stable=True).indices  # candidates are in index order
+        if pre_nms_top_k is not None:
+            order = order[:pre_nms_top_k]
+        group = torch.zeros_like(cls) if class_agnostic else cls
+        kept = []  # rank positions
+        for g in torch.unique(group[order]).tolist():
+            members = [p for p in range(len(order)) if group[order[p]] == g]
+            rank_scores = torch.arange(len(members), 0, -1, dtype=arith)  # torchvision sorts them back into rank order
+            keep = torchvision.ops.nms(box[i[order[members]]], rank_scores, iou_threshold)
+            kept += [members[k] for k in keep.tolist()]
+        kept.sort()
+        if max_output_boxes_per_class is not None:
+            per_group, capped = {}, []
+            for p in kept:
+                g = int(group[order[p]])
+                per_group[g] = per_group.get(g, 0) + 1
+                if per_group[g] <= max_output_boxes_per_class:
+                    capped.append(p)
+            kept = capped
+        chosen = order[kept[:max_output_boxes]]
+        images.append(Image(i[chosen].tolist(), cls[chosen].tolist(), box[i[chosen]], s[chosen], False, len(cand)))
+    return images
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """The values' bit patterns (exact comparison, -0.0 apart from 0.0)."""
+    return t.contiguous().view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def assert_matches(det: nmsbench.BatchedDetections, refs: list[Image], dtype: torch.dtype) -> None:
+    batch, k = det.boxes.shape[:2]
+    assert len(refs) == batch
+    assert det.boxes.dtype == det.scores.dtype == dtype
+    assert det.num_detections.tolist() == [len(r.indices) for r in refs]
+    assert det.overflow.tolist() == [r.overflow for r in refs]
+    assert det.num_candidates.tolist() == [r.candidates for r in refs]
+    for b, r in enumerate(refs):
+        m = len(r.indices)
+        assert det.indices[b, :m].tolist() == r.indices, b
+        assert det.classes[b, :m].tolist() == r.classes, b
+        assert torch.equal(bits(det.boxes[b, :m].cpu()), bits(r.boxes.to(dtype))), b
+        assert torch.equal(bits(det.scores[b, :m].cpu()), bits(r.scores.to(dtype))), b
+        assert (det.indices[b, m:] == -1).all() and (det.classes[b, m:] == -1).all()
+        assert (bits(det.boxes[b, m:]) == 0).all() and (bits(det.scores[b, m:]) == 0).all()
+
+
+# ------------------------------------------------------------------ inputs
+
+SCORE_VALUES = [-1.0, 0.0, 0.125, 0.25, 0.5, 0.75, 1.0, 1.0, math.inf, math.nan]
+
+
+def random_boxes(generator, shape, span: int = 16, side: int = 8) -> torch.Tensor:
+    """xyxy boxes on an integer grid (duplicates, shared edges and zero areas are common)."""
+    corner = torch.randint(0, span, (*shape, 2), generator=generator).double()
+    size = torch.randint(0, side + 1, (*shape, 2), generator=generator).double()
+    return torch.cat([corner, corner + size], dim=-1)
+
+
+def random_values(generator, shape, values=SCORE_VALUES) -> torch.Tensor:
+    table = torch.tensor(values, dtype=torch.float64)
+    return table[torch.randint(0, len(table), shape, generator=generator)]
+
+
+@st.composite
+def scored_cases(draw, max_batch: int = 3, max_n: int = 30):
+    """(args, kwargs) of a batched_nms call on the CPU."""
+    dtype = draw(st.sampled_from([torch.float32, torch.float64, torch.float16]))
+    batch, n, classes = draw(st.integers(0, max_batch)), draw(st.integers(0, max_n)), draw(st.integers(1, 4))
+    mode = draw(st.sampled_from(["classes", "one score", "labels"]))
+    generator = torch.Generator().manual_seed(draw(st.integers(0, 2**31)))
+    box_format = draw(st.sampled_from(["xyxy", "cxcywh"]))
+    boxes = random_boxes(generator, (batch, n))
+    if box_format == "cxcywh":
+        boxes = torch.cat([(boxes[..., :2] + boxes[..., 2:]) / 2, boxes[..., 2:] - boxes[..., :2]], dim=-1)
+    if draw(st.booleans()):
+        values = [0.0, 0.25, 0.5, 0.5, 1.0]  # many ties
+    else:
+        values = SCORE_VALUES
+    shape = (batch, n, classes) if mode == "classes" else (batch, n)
+    scores = random_values(generator, shape, values)
+    labels = torch.randint(0, 3, (batch, n), generator=generator) if mode == "labels" else None
+    kwargs = dict(
+        iou_threshold=draw(st.sampled_from([0.0, 0.3, 0.5, 0.7, 1.0])),
+        score_threshold=draw(st.sampled_from([-1.0, 0.0, 0.25, 0.5])),
+        max_output_boxes=draw(st.sampled_from([0, 1, 3, 7, 300])),
+        max_output_boxes_per_class=draw(st.sampled_from([None, None, 1, 2])),
+        class_agnostic=draw(st.booleans()),
+        multi_label=mode == "classes" and draw(st.booleans()),
+        pre_nms_top_k=draw(st.sampled_from([None, None, 1, 5, 20])),
+        max_candidates=draw(st.sampled_from([None, None, None, 1, 5, 40])),
+        box_format=box_format,
+    )
+    return (boxes.to(dtype), scores.to(dtype), labels), kwargs
+
+
+@st.composite
+def head_cases(draw, max_batch: int = 3, max_n: int = 30):
+    """(raw, layout, kwargs) of a batched_nms_from_head call on the CPU."""
+    dtype = draw(st.sampled_from([torch.float32, torch.float64, torch.float16]))
+    layout = draw(st.sampled_from(["yolov5", "yolov8"]))
+    batch, n, classes = draw(st.integers(0, max_batch)), draw(st.integers(0, max_n)), draw(st.integers(1, 4))
+    generator = torch.Generator().manual_seed(draw(st.integers(0, 2**31)))
+    boxes = random_boxes(generator, (batch, n))
+    centre = torch.cat([(boxes[..., :2] + boxes[..., 2:]) / 2, boxes[..., 2:] - boxes[..., :2]], dim=-1)
+    probabilities = [0.0, 0.2, 0.25, 0.5, 0.6, 0.9, 1.0]
+    fields = [centre]
+    if layout == "yolov5":
+        fields.append(random_values(generator, (batch, n, 1), probabilities))
+    fields.append(random_values(generator, (batch, n, classes), probabilities))
+    raw = torch.cat(fields, dim=-1)
+    if layout == "yolov8":
+        raw = raw.transpose(1, 2).contiguous()
+    kwargs = dict(
+        iou_threshold=draw(st.sampled_from([0.0, 0.45, 0.7])),
+        score_threshold=draw(st.sampled_from([0.0, 0.1, 0.25, 0.5])),
+        max_output_boxes=draw(st.sampled_from([1, 5, 300])),
+        max_output_boxes_per_class=draw(st.sampled_from([None, 2])),
+        class_agnostic=draw(st.booleans()),
+        multi_label=draw(st.booleans()),
+        pre_nms_top_k=draw(st.sampled_from([None, 10])),
+        max_candidates=draw(st.sampled_from([None, None, 8])),
+    )
+    return raw.to(dtype), layout, kwargs
+
+
+# ------------------------------------------------------------------ against the reference
+
+@settings(max_examples=SCALE_EXAMPLES)
+@given(scored_cases())
+def test_batched_nms_equals_the_per_class_torchvision_reference(case):
+    (boxes, scores, labels), kwargs = case
+    det = nmsbench.batched_nms(boxes, scores, labels, **kwargs)
+    assert_matches(det, reference(boxes, scores, labels, **kwargs), boxes.dtype)
+
+
+@settings(max_examples=SCALE_EXAMPLES)
+@given(head_cases())
+def test_batched_nms_from_head_equals_the_reference_on_both_layouts(case):
+    raw, layout, kwargs = case
+    det = nmsbench.batched_nms_from_head(raw, layout, **kwargs)
+    assert_matches(det, reference(raw, layout=layout, **kwargs), raw.dtype)
+
+
+def test_the_score_threshold_is_strict_and_rounded_to_the_scores_type():
+    boxes = torch.tensor([[[0.0, 0, 1, 1], [5, 5, 6, 6], [10, 10, 11, 11]]])
+    below = float(np.nextafter(np.float32(0.25), np.float32(0)))
+    scores = torch.tensor([[0.25, below, float(np.nextafter(np.float32(0.25), np.float32(1)))]])
+    det = nmsbench.batched_nms(boxes, scores, iou_threshold=0.5, score_threshold=0.25)
+    assert det.indices[0, : det.num_detections[0]].tolist() == [2]  # 0.25 itself is no candidate
+    det = nmsbench.batched_nms(boxes, scores, iou_threshold=0.5, score_threshold=below)  # ">= 0.25" in float32
+    assert det.indices[0, : det.num_detections[0]].tolist() == [2, 0]
+    # 0.1 rounds to float32's 0.100000001...: a float32 score of 0.1 is equal to it, so no candidate
+    det = nmsbench.batched_nms(boxes, torch.full((1, 3), 0.1), iou_threshold=0.5, score_threshold=0.1)
+    assert det.num_detections.tolist() == [0] and det.num_candidates.tolist() == [0]
+    det = nmsbench.batched_nms(boxes.double(), torch.full((1, 3), 0.1).double(), iou_threshold=0.5,
+                               score_threshold=0.1)
+    assert det.num_detections.tolist() == [3]  # float32's 0.1 is above float64's
+
+
+def test_ties_go_to_the_lower_index_and_duplicates_suppress_each_other():
+    boxes = torch.tensor([[[0.0, 0, 10, 10]] * 4 + [[20.0, 20, 30, 30]] * 2])
+    scores = torch.tensor([[0.5, 0.9, 0.9, 0.5, 0.9, 0.9]])
+    det = nmsbench.batched_nms(boxes, scores, iou_threshold=0.5)
+    assert det.indices[0, :2].tolist() == [1, 4] and det.num_detections.tolist() == [2]
+    det = nmsbench.batched_nms(boxes, scores, torch.tensor([[0, 1, 2, 3, 0, 0]]), iou_threshold=0.5)
+    assert det.indices[0, : det.num_detections[0]].tolist() == [1, 2, 4, 0, 3]
+
+
+def test_multi_label_class_agnostic_and_the_per_class_cap():
+    boxes = torch.tensor([[[0.0, 0, 10, 10], [1, 1, 11, 11], [50, 50, 60, 60]]])
+    scores = torch.tensor([[[0.9, 0.8], [0.7, 0.1], [0.6, 0.3]]])
+    one = dict(iou_threshold=0.5, score_threshold=0.2)
+    det = nmsbench.batched_nms(boxes, scores, **one)
+    assert det.indices[0, :2].tolist() == [0, 2] and det.classes[0, :2].tolist() == [0, 0]
+    det = nmsbench.batched_nms(boxes, scores, multi_label=True, **one)
+    assert list(zip(det.indices[0, :4].tolist(), det.classes[0, :4].tolist())) == [(0, 0), (0, 1), (2, 0), (2, 1)]
+    det = nmsbench.batched_nms(boxes, scores, multi_label=True, class_agnostic=True, **one)
+    assert list(zip(det.indices[0, :2].tolist(), det.classes[0, :2].tolist())) == [(0, 0), (2, 0)]
+    det = nmsbench.batched_nms(boxes, scores, multi_label=True, max_output_boxes_per_class=1, **one)
+    assert list(zip(det.indices[0, :2].tolist(), det.classes[0, :2].tolist())) == [(0, 0), (0, 1)]
+    assert det.num_detections.tolist() == [2]
+
+
+def test_an_overflowing_image_is_reported_and_gets_no_detections():
+    boxes = random_boxes(torch.Generator().manual_seed(0), (3, 20)).float()
+    scores = torch.rand(3, 20, 3, generator=torch.Generator().manual_seed(1))
+    scores[1] = 0.0  # no candidates at all
+    det = nmsbench.batched_nms(boxes, scores, iou_threshold=0.5, score_threshold=0.1, multi_label=True,
+                               max_candidates=30)
+    counts = (scores > 0.1).sum(dim=(1, 2)).tolist()
+    assert det.num_candidates.tolist() == counts and det.overflow.tolist() == [c > 30 for c in counts]
+    assert counts[0] > 30 and det.num_detections[0] == 0 and (det.indices[0] == -1).all()
+    assert det.num_detections[1] == 0 and not det.overflow[1]
+
+
+def test_nan_scores_never_pass_and_nan_boxes_overlap_nothing():
+    boxes = torch.tensor([[[0.0, 0, 10, 10], [0, 0, 10, 10], [math.nan, 0, 10, 10], [0, 0, 10, 10]]])
+    scores = torch.tensor([[[math.nan, 0.2], [0.9, math.nan], [0.8, 0.1], [0.7, 0.7]]])
+    det = nmsbench.batched_nms(boxes, scores, iou_threshold=0.5, score_threshold=0.0)
+    # row 0 takes class 1 (its NaN is never the best), row 2 is kept beside row 1 (NaN overlaps nothing)
+    assert list(zip(det.indices[0, :3].tolist(), det.classes[0, :3].tolist())) == [(1, 0), (2, 0), (0, 1)]
+    assert det.num_detections.tolist() == [3]
+
+
+def test_empty_inputs_give_padded_outputs():
+    for batch, n, k in ((0, 5, 3), (2, 0, 3), (2, 5, 0)):
+        det = nmsbench.batched_nms(torch.zeros(batch, n, 4), torch.ones(batch, n, 2), iou_threshold=0.5,
+                                   max_output_boxes=k)
+        assert det.boxes.shape == (batch, k, 4) and det.indices.shape == det.classes.shape == (batch, k)
+        assert det.num_detections.tolist() == [0] * batch and det.overflow.shape == (batch,)
+
+
+def test_float16_is_computed_in_float32_and_rounded_at_the_end():
+    raw = torch.tensor([[[100.0, 100.0, 50.0, 30.0, 0.9, 0.7]]])
+    half = nmsbench.batched_nms_from_head(raw.half(), iou_threshold=0.5, score_threshold=0.1)
+    single = nmsbench.batched_nms_from_head(raw.half().float(), iou_threshold=0.5, score_threshold=0.1)
+    assert half.boxes.dtype == torch.float16
+    assert torch.equal(half.boxes, single.boxes.half()) and torch.equal(half.scores, single.scores.half())
+
+
+# ------------------------------------------------------------------ the registered op
+
+class Head(torch.nn.Module):
+    def forward(self, raw):
+        det = nmsbench.batched_nms_from_head(raw * 1.0, "yolov5", max_output_boxes=16)
+        return det.num_detections, det.boxes, det.scores, det.classes, det.indices, det.overflow
+
+
+def yolov5_raw(batch: int = 2, rows: int = 200, classes: int = 4, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    raw = torch.rand(batch, rows, 5 + classes, generator=generator)
+    raw[..., :2] *= 640
+    raw[..., 2:4] *= 120
+    return raw
+
+
+def test_the_op_path_equals_the_direct_path():
+    raw = yolov5_raw()
+    direct = nmsbench.batched_nms_from_head(raw)
+    through_op = torch.ops.nmsbench.batched_nms(raw, None, None, "yolov5", "cxcywh", 0.45, 0.25, 300, None, False,
+                                                False, None, None)
+    assert all(torch.equal(a, b) for a, b in zip(direct, through_op))
+
+
+def test_a_module_ending_in_it_compiles_with_fullgraph():
+    raw, module = yolov5_raw(), Head()
+    eager = module(raw)
+    compiled = torch.compile(module, fullgraph=True, backend="eager")(raw)
+    assert all(torch.equal(a, b) for a, b in zip(eager, compiled))
+
+
+def test_a_module_ending_in_it_exports_and_runs():
+    raw, module = yolov5_raw(), Head()
+    program = torch.export.export(module, (raw,))
+    targets = [node.target for node in program.graph.nodes if node.op == "call_function"]
+    assert torch.ops.nmsbench.batched_nms.default in targets
+    other = yolov5_raw(seed=1)
+    assert all(torch.equal(a, b) for a, b in zip(module(other), program.module()(other)))
+
+
+def test_fake_tensors_get_the_padded_shapes():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:
+        raw = mode.from_tensor(yolov5_raw(batch=3))
+        det = nmsbench.batched_nms_from_head(raw, max_output_boxes=7)
+        assert det.boxes.shape == (3, 7, 4) and det.scores.shape == det.indices.shape == (3, 7)
+        assert det.num_detections.dtype == torch.int64 and det.overflow.dtype == torch.bool
+        boxes, scores = mode.from_tensor(torch.zeros(2, 5, 4)), mode.from_tensor(torch.zeros(2, 5, 3))
+        with pytest.raises(Exception, match="max_output_boxes"):
+            nmsbench.batched_nms(boxes, scores, iou_threshold=0.5, max_output_boxes=-1)
+
+
+# ------------------------------------------------------------------ bad input
+
+B4 = torch.zeros(2, 5, 4)
+S3 = torch.zeros(2, 5, 3)
+BAD = [
+    (lambda: nmsbench.batched_nms(B4.numpy(), S3, iou_threshold=0.5), "boxes must be a torch.Tensor"),
+    (lambda: nmsbench.batched_nms(torch.zeros(2, 5, 5), S3, iou_threshold=0.5), r"shape \[B, N, 4\]"),
+    (lambda: nmsbench.batched_nms(B4.int(), S3, iou_threshold=0.5), "float16, float32 or float64"),
+    (lambda: nmsbench.batched_nms(B4.bfloat16(), S3.bfloat16(), iou_threshold=0.5), "float16, float32 or float64"),
+    (lambda: nmsbench.batched_nms(B4, S3.double(), iou_threshold=0.5), "boxes' dtype"),
+    (lambda: nmsbench.batched_nms(B4, torch.zeros(2, 4, 3), iou_threshold=0.5), r"scores must have shape"),
+    (lambda: nmsbench.batched_nms(B4, torch.zeros(2, 5, 0), iou_threshold=0.5), r"scores must have shape"),
+    (lambda: nmsbench.batched_nms(B4, S3, torch.zeros(2, 5, dtype=torch.int64), iou_threshold=0.5), "labels go with"),
+    (lambda: nmsbench.batched_nms(B4, torch.zeros(2, 5), torch.zeros(2, 5), iou_threshold=0.5), "labels must be int"),
+    (lambda: nmsbench.batched_nms(B4, torch.zeros(2, 5), torch.zeros(2, 4, dtype=torch.int64), iou_threshold=0.5),
+     "labels must have"),
+    (lambda: nmsbench.batched_nms(B4, torch.zeros(2, 5), iou_threshold=0.5, multi_label=True), "multi_label needs"),
+    (lambda: nmsbench.batched_nms(B4.to("meta"), S3.to("meta"), iou_threshold=0.5), "cpu and cuda tensors"),
+    (lambda: nmsbench.batched_nms(B4.to_sparse(), S3, iou_threshold=0.5), "dense tensor"),
+    (lambda: nmsbench.batched_nms(B4, S3, iou_threshold=math.nan), "iou_threshold must be a number"),
+    (lambda: nmsbench.batched_nms(B4, S3, iou_threshold=-0.1), "iou_threshold must be >= 0"),
+    (lambda: nmsbench.batched_nms(B4, S3, iou_threshold="0.5"), "iou_threshold must be a number"),
+    (lambda: nmsbench.batched_nms(B4, S3, iou_threshold=0.5, score_threshold=math.nan), "score_threshold"),
+    (lambda: nmsbench.batched_nms(B4, S3, iou_threshold=0.5, max_output_boxes=-1), "max_output_boxes must be"),
+    (lambda: nmsbench.batched_nms(B4, S3, iou_threshold=0.5, max_output_boxes=2.0), "max_output_boxes must be"),
+    (lambda: nmsbench.batched_nms(B4, S3, iou_threshold=0.5, max_output_boxes_per_class=0), "per_class must be"),
+    (lambda: nmsbench.batched_nms(B4, S3, iou_threshold=0.5, pre_nms_top_k=0), "pre_nms_top_k must be"),
+    (lambda: nmsbench.batched_nms(B4, S3, iou_threshold=0.5, max_candidates=2**31), "max_candidates must be"),
+    (lambda: nmsbench.batched_nms(B4, S3, iou_threshold=0.5, multi_label=1), "multi_label must be True or False"),
+    (lambda: nmsbench.batched_nms(B4, S3, iou_threshold=0.5, box_format="xywh"), "box_format must be one of"),
+    (lambda: nmsbench.batched_nms_from_head(torch.zeros(2, 10, 5)), r"shape \[B, R, 5 \+ C\]"),
+    (lambda: nmsbench.batched_nms_from_head(torch.zeros(2, 4, 10), "yolov8"), r"shape \[B, 4 \+ C, A\]"),
+    (lambda: nmsbench.batched_nms_from_head(torch.zeros(10, 85)), r"shape \[B, R, 5 \+ C\]"),
+    (lambda: nmsbench.batched_nms_from_head(torch.zeros(2, 10, 85), "yolox"), "layout must be one of"),
+]
+
+
+@pytest.mark.parametrize("call,message", BAD, ids=[m for _, m in BAD])
+def test_bad_input_is_a_value_error_naming_the_problem(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_a_missing_backend_is_backend_unavailable(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "numba" else real(name, *a))
+    with pytest.raises(nmsbench.BackendUnavailable, match="numba not installed"):
+        nmsbench.batched_nms(B4, S3, iou_threshold=0.5)
+
+
+# ------------------------------------------------------------------ the CUDA host side, stubbed
+
+def test_the_cuda_launches_pack_their_kernels_signatures_on_every_path(monkeypatch):
+    """Without a GPU: batched_nms.run's memset and two launches, with the driver stubbed,
+    for every layout, with and without the global merge and the spilled detections: each
+    launch packs its kernel's C signature, with the sizes the plan promises."""
+    from test_kernel_layout import c_signatures
+
+    from nmsbench.variants import _cuda
+    from nmsbench.variants import batched_nms as backend
+
+    records, zeroed = [], []
+
+    class Kernel:
+        def __init__(self, name):
+            self.name, self.ptr = name, hash(name) & 0xFFFF
+
+    def compiled(self, stream, *values):
+        assert len(values) == len(self.codes), self.function.name
+        records.append((self.function.name, self.codes, self.grid, self.block, self.shared_mem, values))
+
+    monkeypatch.setattr(_cuda.CudaModule, "get", lambda self, name, dtype, device: Kernel(name))
+    monkeypatch.setattr(_cuda.CompiledLaunch, "__call__", compiled)
+    monkeypatch.setattr(backend, "_current_stream", lambda device: (0, 5))
+    monkeypatch.setattr(backend, "opted_in_shared_limit", lambda kernel, device: 227 * 1024)
+    monkeypatch.setattr(backend, "_zero", lambda address, size, stream: zeroed.append(size))
+    monkeypatch.setattr(backend, "device_index", lambda device: 0)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(backend, "_plans", {})
+    signatures = c_signatures(backend.CUDA_MODULE.source())
+    common = dict(cxcywh=True, multi_label=False, class_agnostic=False, iou_threshold=0.5, score_threshold=0.25,
+                  max_per_class=300, top_k=batched.INT32_MAX)
+    for layout, data, scores, n, classes in (
+            ("scores", torch.zeros(3, 40000, 4), torch.zeros(3, 40000, 2), 40000, 2),
+            ("yolov5", torch.zeros(3, 100, 85), None, 100, 80), ("yolov8", torch.zeros(3, 84, 100), None, 100, 80)):
+        for max_output in (300, backend.KEPT_CACHE + 1):
+            records.clear()
+            outputs = backend.run(data, scores, None, layout=layout, n=n, classes=classes, max_output=max_output,
+                                  capacity=n, **common)
+            assert [r[0] for r in records] == ["decode_kernel", "nms_kernel"] and zeroed[-1] == 4 * 3
+            for name, codes, grid, block, shared, values in records:
+                assert codes == signatures[name], name
+            (_, _, decode_grid, decode_block, _, _), (_, _, nms_grid, nms_block, shared, values) = records
+            assert decode_grid == (-(-n // backend.DECODE_THREADS), 3) and nms_grid == (3,)
+            merged = n > backend.sort_capacity_for(n, torch.float32, 227 * 1024)
+            assert (values[8] != 0) == merged and (values[10] != 0) == (max_output > backend.KEPT_CACHE)
+            assert shared == backend.nms_shared_bytes(values[7], torch.float32) <= 227 * 1024
+            assert [tuple(t.shape) for t in outputs] == [(3,), (3, max_output, 4), (3, max_output), (3, max_output),
+                                                         (3, max_output), (3,), (3,)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
+def test_the_shared_memory_sort_takes_what_fits(dtype):
+    from nmsbench.variants import batched_nms as backend
+
+    for limit in (48 * 1024, 99 * 1024, 227 * 1024):
+        size = backend.sort_capacity_for(10**6, dtype, limit)
+        assert size & (size - 1) == 0 and backend.nms_shared_bytes(size, dtype) <= limit
+        assert backend.nms_shared_bytes(2 * size, dtype) > limit
+    assert backend.sort_capacity_for(100, dtype, 227 * 1024) == 128  # no more than the capacity needs
+    with pytest.raises(RuntimeError, match="shared memory"):
+        backend.sort_capacity_for(100, dtype, 1024)
