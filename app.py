@@ -9,8 +9,8 @@ shows its newest measurement per machine (one line per implementation, not per c
 a sidebar toggle compares runs. Five views: curves, the post-processing pipeline (time
 per image vs batch, stage costs, CPU vs GPU, agreement), accuracy beside speed (COCO AP
 or AR against time per image, the Pareto front, from ``nmsbench accuracy``), suppression
-differences (files written by ``nmsbench diff``), and the runs' environment with a CSV
-download.
+differences (files written by ``nmsbench diff``), conformance (``nmsbench conformance``
+reports, *conformance*.csv), and the runs' environment with a CSV download.
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ import pandas as pd
 import streamlit as st
 
 from nmsbench import plots, tables
+from nmsbench.conformance_report import is_conformance_file
 from nmsbench.results import PartialRowWarning
 
 APP_DIR = Path(__file__).resolve().parent
-VIEWS = ["Curves", "Pipeline", "Accuracy", "Suppression differences", "Environment & data"]
+VIEWS = ["Curves", "Pipeline", "Accuracy", "Suppression differences", "Conformance", "Environment & data"]
 DIFF_COMMAND = "nmsbench diff --scenario clustered --n 512"
 
 
@@ -47,7 +48,7 @@ def result_files(folder: Path, include_archive: bool = False) -> list[Path]:
     found = [*folder.glob("*.csv"), *folder.glob("runs/**/*.csv")]
     if include_archive:
         found += folder.glob("archive/*.csv")
-    return sorted(found)
+    return sorted(p for p in found if not is_conformance_file(p))  # the Conformance view reads those
 
 
 # --- cached loading ---------------------------------------------------------------------
@@ -611,7 +612,8 @@ def main() -> None:
                                                          "Compare runs draws every run)."))
     colors = plots.color_map(tables.options(frame, "impl"))
 
-    curves_tab, pipeline_tab, accuracy_tab, diff_tab, env_tab = st.tabs(VIEWS, key="view", on_change="rerun")
+    curves_tab, pipeline_tab, accuracy_tab, diff_tab, conformance_tab, env_tab = st.tabs(VIEWS, key="view",
+                                                                                       on_change="rerun")
     if curves_tab.open:
         with curves_tab:
             choices_key = tuple(sorted((k, tuple(map(str, v))) for k, v in choices.items())) + (("compare", compare),)
@@ -625,6 +627,11 @@ def main() -> None:
     if diff_tab.open:
         with diff_tab:
             differences_view(include_archive)
+    if conformance_tab.open:
+        with conformance_tab:
+            from nmsbench.conformance_view import conformance_view
+
+            conformance_view(results_dir(), include_archive)
     if env_tab.open:
         with env_tab:
             environment_view(selected, commands)

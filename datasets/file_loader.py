@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,20 +14,31 @@ import torch
 from nmsbench.boxes import BoxSet, validate_nms_inputs
 
 CSV_COLUMNS = ("x1", "y1", "x2", "y2", "score")
+INT64_RANGE = (-(2.0**63), 2.0**63)  # float labels in [low, high) are exact int64 values when whole
+try:  # numpy >= 2
+    from numpy._core.multiarray import _reconstruct
+except ImportError:
+    from numpy.core.multiarray import _reconstruct
+# what a pickled numpy array calls, under the names numpy 1 and 2 save it with: the
+# weights-only unpickler allows these and nothing else besides tensors
+NUMPY_ARRAY_GLOBALS = [np.ndarray, np.dtype, (_reconstruct, "numpy.core.multiarray._reconstruct"),
+                       (_reconstruct, "numpy._core.multiarray._reconstruct")]
 
 
 class _Problem(ValueError):
     """A problem with the file's content, reported as is (not as a read failure)."""
 
 
-def load_boxes_file(path) -> BoxSet:
+def load_boxes_file(path, rows: int | None = None) -> BoxSet:
     """Load boxes, scores and optional labels from an ``.npz``, ``.pt`` or ``.csv`` file.
 
     ``.npz``: arrays ``boxes`` (N, 4), ``scores`` (N,), optional ``labels`` (N,).
-    ``.pt``: a dict with the same keys (tensors or arrays), read with ``weights_only=True``.
-    ``.csv``: columns ``x1, y1, x2, y2, score`` and optional ``label``.
-    Returns float32 boxes/scores and int64 labels on the CPU; any problem raises a
-    ``ValueError`` that names the file and the problem.
+    ``.pt``: a dict with the same keys (tensors or numpy arrays), read with ``weights_only=True``
+    (numpy's array globals allowed, nothing else).
+    ``.csv``: columns ``x1, y1, x2, y2, score`` and optional ``label``; ``rows``: read only
+    the first ``rows`` rows (the rest of the file is not parsed, nor checked).
+    Returns float32 boxes/scores and int64 labels on the CPU (labels must be integers
+    within int64); any problem raises a ``ValueError`` that names the file and the problem.
     """
     if path is None:
         raise ValueError("no boxes file given (path is None)")
@@ -38,7 +50,8 @@ def load_boxes_file(path) -> BoxSet:
     if suffix not in readers:
         raise ValueError(f"{path}: unknown file type {suffix or '(no extension)'!r}; expected .npz, .pt or .csv")
     try:
-        boxes, scores, labels = _check_arrays(readers[suffix](path))
+        arrays = _read_csv(path, rows) if suffix == ".csv" else readers[suffix](path)
+        boxes, scores, labels = _check_arrays(arrays)
     except _Problem as e:
         raise ValueError(f"{path}: {e}") from None
     except Exception as e:  # zipfile, pickle, torch and pandas parse errors: corrupt or foreign files
@@ -66,7 +79,9 @@ def _read_npz(path: Path) -> dict:
 def _read_pt(path: Path) -> dict:
     with warnings.catch_warnings():  # a corrupt file's odd protocol number: the error that follows says enough
         warnings.filterwarnings("ignore", message="Detected pickle protocol")
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        safe_globals = getattr(torch.serialization, "safe_globals", None)  # torch >= 2.5
+        with safe_globals(NUMPY_ARRAY_GLOBALS) if safe_globals else contextlib.nullcontext():
+            obj = torch.load(path, map_location="cpu", weights_only=True)
     if not isinstance(obj, Mapping):
         raise _Problem(f"expected a dict with keys boxes, scores[, labels], got {type(obj).__name__}")
     out = {"_found": [str(k) for k in obj]}
@@ -82,8 +97,8 @@ def _read_pt(path: Path) -> dict:
     return out
 
 
-def _read_csv(path: Path) -> dict:
-    df = pd.read_csv(path)
+def _read_csv(path: Path, rows: int | None = None) -> dict:
+    df = pd.read_csv(path, nrows=rows)
     df.columns = [str(c).strip() for c in df.columns]
     missing = [c for c in CSV_COLUMNS if c not in df.columns]
     if missing:
@@ -128,11 +143,15 @@ def _check_arrays(arrays: dict):
         labels = _numeric("labels", arrays["labels"])
         if labels.ndim != 1 or labels.shape[0] != n:
             raise _Problem(f"length mismatch: {n} boxes but labels have shape {labels.shape}")
-        if labels.dtype.kind == "f":
-            bad = ~np.isfinite(labels) | (labels != np.round(labels))
-            if bad.any():
-                row = int(np.flatnonzero(bad)[0])
-                raise _Problem(f"labels must be integers (row {row}: {labels[row]})")
+        if labels.dtype.kind == "f":  # a cast would turn 1e20 and 3e20 alike into -2**63
+            with np.errstate(invalid="ignore"):
+                bad = ~np.isfinite(labels) | (labels != np.round(labels)) | (labels < INT64_RANGE[0]) | (
+                    labels >= INT64_RANGE[1])
+        else:  # uint64 above 2**63 - 1 would wrap
+            bad = labels > np.iinfo(np.int64).max if labels.dtype == np.uint64 else np.zeros(n, dtype=bool)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise _Problem(f"labels must be integers within int64 (row {row}: {labels[row]})")
         labels = labels.astype(np.int64)
     with np.errstate(over="ignore"):  # values beyond float32 become inf, which validation reports
         boxes, scores = boxes.astype(np.float32), scores.astype(np.float32)
@@ -146,7 +165,7 @@ def sample_file(n: int, t: float, seed: int, classes: int, path) -> tuple[BoxSet
     """
     if path is None:
         raise ValueError("the 'file' scenario needs path= (an .npz, .pt or .csv boxes file)")
-    loaded = load_boxes_file(path)
+    loaded = load_boxes_file(path, rows=n)
     if len(loaded) < n:
         raise ValueError(f"{path}: asked for n={n} boxes but the file has only {len(loaded)}")
     boxes, scores = loaded.boxes[:n].clone(), loaded.scores[:n].clone()
@@ -157,4 +176,5 @@ def sample_file(n: int, t: float, seed: int, classes: int, path) -> tuple[BoxSet
         half = (b[:, 2:] - b[:, :2]) / 2 * t
         boxes = torch.cat([centre - half, centre + half], dim=1).float()
     distinct = 1 if labels is None else max(1, int(labels.unique().numel()))
-    return BoxSet(boxes, scores, labels), {"source": str(path), "classes": distinct}
+    # "row": what the sweep's rows record of this set (their classes column: the labels the boxes hold)
+    return BoxSet(boxes, scores, labels), {"source": str(path), "classes": distinct, "row": {"classes": distinct}}

@@ -142,11 +142,11 @@ def _is_number(value) -> bool:
         return False
 
 
-def _id_problem(value) -> Optional[str]:
-    """Why ``value`` is not a usable COCO id (None when it is one)."""
-    if _is_int(value) and -MAX_ID <= value <= MAX_ID:
+def _id_problem(value, lowest: int = -MAX_ID) -> Optional[str]:
+    """Why ``value`` is not a usable COCO id from ``lowest`` to 2**53 (None when it is one)."""
+    if _is_int(value) and lowest <= value <= MAX_ID:
         return None
-    return f"must be a whole number from -2**53 to 2**53, got {_show(value)}"
+    return f"must be a whole number from {'-2**53' if lowest == -MAX_ID else lowest} to 2**53, got {_show(value)}"
 
 
 def _bbox_problem(value) -> Optional[str]:
@@ -288,9 +288,9 @@ def load_annotations(path) -> dict:
         if isinstance(crowd, bool) or crowd not in (0, 1):
             raise ValueError(f"{where}, field 'iscrowd': must be 0 or 1, got {_show(crowd)}")
         annotation_id = entry.get("id", i + 1)
-        problem = _id_problem(annotation_id)
-        if problem:
-            raise ValueError(f"{where}, field 'id': {problem}")
+        problem = _id_problem(annotation_id, lowest=1)
+        if problem:  # both evaluators mark a match with the object's id: 0 is "unmatched", and faster-coco-eval's < 0 too
+            raise ValueError(f"{where}, field 'id': {problem} (an annotation id of 0 or below reads as no match)")
         if annotation_id in annotation_ids:
             raise ValueError(f"{where}, field 'id': {annotation_id} appears twice (an annotation without an id "
                              "takes its position + 1)")

@@ -141,16 +141,20 @@ def check_input_structure(boxes, scores, labels=None) -> None:
     """The checks that read no tensor data: types, shapes, dtypes, layouts and devices.
 
     Every tensor must be dense (strided), hold data (not on the ``meta`` device) and sit on
-    the boxes' device; devices are compared as ``torch.device`` objects (``get_device()``
-    is -1 for the CPU and ``meta`` alike)."""
+    the boxes' device, which is the CPU or a CUDA device on the fast path (``get_device()``
+    alone is -1 for the CPU and ``meta`` alike) and compared as ``torch.device`` objects
+    otherwise."""
     try:
         if (type(boxes) is torch.Tensor and type(scores) is torch.Tensor and boxes.dim() == 2 and boxes.shape[1] == 4
                 and scores.dim() == 1 and scores.shape[0] == boxes.shape[0] and scores.dtype is boxes.dtype
                 and boxes.dtype in BOX_DTYPES and boxes.layout is _STRIDED and scores.layout is _STRIDED
-                and (boxes.is_cpu or boxes.is_cuda) and scores.device == boxes.device
+                and ((cpu := boxes.is_cpu) and scores.is_cpu
+                     or boxes.is_cuda and scores.is_cuda and scores.get_device() == boxes.get_device())
                 and (labels is None or (type(labels) is torch.Tensor and labels.dim() == 1
                                         and labels.shape[0] == boxes.shape[0] and labels.dtype in LABEL_DTYPES
-                                        and labels.layout is _STRIDED and labels.device == boxes.device))):
+                                        and labels.layout is _STRIDED
+                                        and (labels.is_cpu if cpu else labels.is_cuda
+                                             and labels.get_device() == boxes.get_device())))):
             return  # valid: the common case, on every call's path, in a few attribute reads
     except RuntimeError:  # e.g. a nested tensor has no shape: worded below
         pass

@@ -256,7 +256,7 @@ def sweep(sizes, impls, devices, scenarios, overlaps, ious, dtypes, seed, classe
     require_cuda_if_asked(grid.devices)
     if "file" in grid.scenarios:
         try:
-            recorded = len(datasets.load_boxes_file(file_path))
+            recorded = len(datasets.load_boxes_file(file_path, rows=max(ns)))  # a CSV: its first rows only
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="--file") from None
         if max(ns) > recorded:
@@ -789,12 +789,14 @@ def _write_or_echo(text: str, out: Path | None, summary: str) -> None:
 # --- subcommands defined in their own modules, registered here (none of them imports this one)
 
 from .accuracy_cli import accuracy_command  # noqa: E402
+from .conformance_cli import conformance_command  # noqa: E402
 from .diff_cli import diff_command  # noqa: E402
 from .pipeline_cli import pipeline_command  # noqa: E402
 
 main.add_command(pipeline_command)
 main.add_command(accuracy_command)
 main.add_command(diff_command)
+main.add_command(conformance_command)
 main.restore_signals = _previous  # given back when the command starts
 
 if __name__ == "__main__":

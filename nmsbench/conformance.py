@@ -33,6 +33,7 @@ RAW_EXAMPLES = 12                   # unshrunk differing cases (of at most RAW_M
 RAW_MAX_BOXES = 64
 SHRINK_CALLS = 400                  # implementation calls one shrink makes at most
 SHRINK_SECONDS = 20.0
+LARGE_SHRINK_SECONDS = 8.0         # large-N differences: rounding ones rarely shrink far
 LARGE_N = {"cpu": (256, 1024, 2048, 4096), "cuda": (1024, 8192, 65536, 262144)}
 LARGE_CALL_SECONDS = {"cpu": 2.0, "cuda": 10.0}   # the ladder stops before a call would take longer
 ORACLE_MAX_N = 1024                 # the numpy oracle up to here; the exact registered references beyond
@@ -203,7 +204,7 @@ class Runner:
 
         shrunk = []
         for case, got, want in sorted(found, key=lambda f: f[0].n)[:SHRUNK_PER_CELL]:
-            small = shrink(case, still_differs)
+            small = shrink(case, still_differs, seconds=SHRINK_SECONDS if case.n <= RAW_MAX_BOXES else LARGE_SHRINK_SECONDS)
             small_got, small_want = _call(subject, small), self.oracle(subject.family, small)
             if differs(small_got, small_want, small.dtype):
                 shrunk.append((small, small_got, small_want))

@@ -143,9 +143,12 @@ def centre_size(rng, count: int) -> list[Case]:
         case = Case(centres.astype(dtype), _scores(rng, n, dtype), None, 0.5, fmt="cxcywh")
         iou = iou_matrix(case.corners(), arithmetic_dtype(dtype))
         np.fill_diagonal(iou, 0)
-        if iou.max() > 0 and i % 2 == 0:  # the largest IoU becomes the threshold
-            case.iou_threshold = float(iou.max())
-        case.note = "centre format" + (", the largest IoU is the threshold" if i % 2 == 0 else "")
+        v = float(iou.max())
+        if 0 < v < 1 and i % 4 != 3:  # the largest IoU becomes the threshold, or one float step from it
+            case.iou_threshold = (v, float(np.nextafter(v, -1.0)), float(np.nextafter(np.float32(v), np.float32(2))))[i % 4]
+        where = (", the largest IoU is the threshold", ", the threshold one float64 step below the largest IoU",
+                 ", the threshold one float32 step above the largest IoU", "")[i % 4]
+        case.note = "centre format" + (where if 0 < v < 1 else "")
         cases.append(case)
     return cases
 

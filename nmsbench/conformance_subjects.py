@@ -1,6 +1,7 @@
 """What the conformance report judges: every registered implementation on every device it
 can run on here, and the ops people deploy that the registry does not hold as such:
-torchvision's ``batched_nms`` (float32 and float16), OpenCV's ``NMSBoxesBatched`` called as
+torchvision's ``batched_nms`` (float32 and float16), nmsbench's own batched op
+(:func:`nmsbench.batched.batched_nms`, where it exists), OpenCV's ``NMSBoxesBatched`` called as
 users call it (float32 scores, int32 class ids, its score threshold and ``top_k``) and ONNX
 Runtime's ``NonMaxSuppression`` operator with its options (``center_point_box``,
 ``score_threshold``, ``max_output_boxes_per_class``).
@@ -12,6 +13,7 @@ A subject turns a :class:`~nmsbench.conformance_oracle.Case` into an
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -175,6 +177,26 @@ def onnx_operator_subject() -> Subject:
                                        "center_point_box")
 
 
+def batched_op_subject(device: str) -> Subject:
+    """nmsbench.batched_nms (the batched, padded op) on a batch of one image: labels as its
+    classes, the case's score threshold (none: -inf), per-class cap and box format natively."""
+
+    def call(case: Case) -> Output:
+        from .batched import batched_nms
+
+        b, s, labels = _tensors(case, device, native=True)
+        det = batched_nms(b[None], s[None], None if labels is None else labels[None], iou_threshold=case.iou_threshold,
+                          score_threshold=-math.inf if case.score_threshold is None else case.score_threshold,
+                          max_output_boxes=max(case.n, 1), max_output_boxes_per_class=case.max_per_class,
+                          box_format=case.fmt)
+        count = int(det.num_detections[0])
+        return Output(tuple(int(k) for k in det.indices[0, :count].cpu().tolist()))
+
+    return Subject("nmsbench.batched_nms", device, "hard", call, frozenset({"score_threshold", "cap", "cxcywh"}),
+                   extra=True, summary="nmsbench.batched_nms on a batch of one (score threshold, per-class cap, "
+                                       "box format)")
+
+
 def _installed(module: str) -> bool:
     from .registry import _installed as installed
 
@@ -203,6 +225,7 @@ def subjects(devices, names=None) -> tuple[list[Subject], dict[str, str]]:
         for dtype in ("float32", "float16"):
             extras.append((f"batched_nms[{dtype}]", device, functools.partial(batched_nms_subject, device, dtype),
                            ("torchvision",)))
+        extras.append(("nmsbench.batched_nms", device, functools.partial(batched_op_subject, device), ("nmsbench.batched",)))
     if "cpu" in devices:
         extras.append(("cv2.NMSBoxesBatched", "cpu", opencv_batched_subject, ("cv2",)))
         extras.append(("onnx.NonMaxSuppression", "cpu", onnx_operator_subject, ("onnxruntime", "onnx")))
@@ -217,7 +240,8 @@ def subjects(devices, names=None) -> tuple[list[Subject], dict[str, str]]:
     return out, skipped
 
 
-EXTRA_NAMES = ("batched_nms[float32]", "batched_nms[float16]", "cv2.NMSBoxesBatched", "onnx.NonMaxSuppression")
+EXTRA_NAMES = ("batched_nms[float32]", "batched_nms[float16]", "nmsbench.batched_nms", "cv2.NMSBoxesBatched",
+               "onnx.NonMaxSuppression")
 
 
 def describe_refusal(exc: BaseException) -> str:

@@ -6,7 +6,8 @@ reads (``--resume``) the file, and keeps it until the run ends, so a second writ
 file is refused instead of interleaving its rows. The lock file holds the holder's pid, host,
 command and start time, for the refusal to name it. The kernel drops a ``flock`` when its
 holder dies (even by ``kill -9``), so a lock file left behind never blocks a later run; a
-holder deletes the file when it releases it.
+holder deletes the file when it releases it. (``fcntl`` directly, not the filelock package:
+the refusal names the holder, which filelock's flock-based lock does not record.)
 """
 
 from __future__ import annotations

@@ -273,6 +273,7 @@ def test_a_candidate_without_a_field_is_named(tmp_path):
     (lambda a: a["annotations"][1].update(category_id={"id": 3}), r"annotations\[1\], field 'category_id': must be a whole"),
     (lambda a: a["images"][1].update(id=2**63), r"images\[1\], field 'id': must be a whole number from -2\*\*53"),
     (lambda a: a["annotations"][1].update(id=1), r"annotations\[1\], field 'id': 1 appears twice"),
+    (lambda a: a["annotations"][1].update(id=0), r"annotations\[1\], field 'id': must be a whole number from 1 to 2\*\*53"),
     (lambda a: a["annotations"][0].update(area=10**400), r"annotations\[0\], field 'area': must be a finite number"),
     (lambda a: a["images"].append([8]), r"images\[2\]: must be an object"),
 ])

@@ -149,14 +149,23 @@ def random_values(generator, shape, values=SCORE_VALUES) -> torch.Tensor:
 
 
 @st.composite
+def sizes(draw, max_batch: int, max_n: int) -> tuple[int, int, int]:
+    """(B, N, C): mostly full batches of many boxes, sometimes empty ones."""
+    batch = draw(st.sampled_from([max_batch, 2, 1, max_batch, 0]))
+    n = draw(st.sampled_from(["many", "many", "many", "few", "none"]))
+    n = {"many": max_n - draw(st.integers(0, max_n // 3)), "few": draw(st.integers(1, 4)), "none": 0}[n]
+    return batch, n, draw(st.integers(1, 4))
+
+
+@st.composite
 def scored_cases(draw, max_batch: int = 3, max_n: int = 30):
     """(args, kwargs) of a batched_nms call on the CPU."""
     dtype = draw(st.sampled_from([torch.float32, torch.float64, torch.float16]))
-    batch, n, classes = draw(st.integers(0, max_batch)), draw(st.integers(0, max_n)), draw(st.integers(1, 4))
+    batch, n, classes = draw(sizes(max_batch, max_n))
     mode = draw(st.sampled_from(["classes", "one score", "labels"]))
     generator = torch.Generator().manual_seed(draw(st.integers(0, 2**31)))
     box_format = draw(st.sampled_from(["xyxy", "cxcywh"]))
-    boxes = random_boxes(generator, (batch, n))
+    boxes = random_boxes(generator, (batch, n), span=draw(st.sampled_from([16, 64])))
     if box_format == "cxcywh":
         boxes = torch.cat([(boxes[..., :2] + boxes[..., 2:]) / 2, boxes[..., 2:] - boxes[..., :2]], dim=-1)
     if draw(st.booleans()):
@@ -169,12 +178,12 @@ def scored_cases(draw, max_batch: int = 3, max_n: int = 30):
     kwargs = dict(
         iou_threshold=draw(st.sampled_from([0.0, 0.3, 0.5, 0.7, 1.0])),
         score_threshold=draw(st.sampled_from([-1.0, 0.0, 0.25, 0.5])),
-        max_output_boxes=draw(st.sampled_from([0, 1, 3, 7, 300])),
+        max_output_boxes=draw(st.sampled_from([300, 300, 7, 3, 1, 0])),
         max_output_boxes_per_class=draw(st.sampled_from([None, None, 1, 2])),
         class_agnostic=draw(st.booleans()),
         multi_label=mode == "classes" and draw(st.booleans()),
-        pre_nms_top_k=draw(st.sampled_from([None, None, 1, 5, 20])),
-        max_candidates=draw(st.sampled_from([None, None, None, 1, 5, 40])),
+        pre_nms_top_k=draw(st.sampled_from([None, None, None, 5, 20, 1])),
+        max_candidates=draw(st.sampled_from([None, None, None, None, 40, 5, 1])),
         box_format=box_format,
     )
     return (boxes.to(dtype), scores.to(dtype), labels), kwargs
@@ -185,9 +194,9 @@ def head_cases(draw, max_batch: int = 3, max_n: int = 30):
     """(raw, layout, kwargs) of a batched_nms_from_head call on the CPU."""
     dtype = draw(st.sampled_from([torch.float32, torch.float64, torch.float16]))
     layout = draw(st.sampled_from(["yolov5", "yolov8"]))
-    batch, n, classes = draw(st.integers(0, max_batch)), draw(st.integers(0, max_n)), draw(st.integers(1, 4))
+    batch, n, classes = draw(sizes(max_batch, max_n))
     generator = torch.Generator().manual_seed(draw(st.integers(0, 2**31)))
-    boxes = random_boxes(generator, (batch, n))
+    boxes = random_boxes(generator, (batch, n), span=draw(st.sampled_from([16, 64])))
     centre = torch.cat([(boxes[..., :2] + boxes[..., 2:]) / 2, boxes[..., 2:] - boxes[..., :2]], dim=-1)
     probabilities = [0.0, 0.2, 0.25, 0.5, 0.6, 0.9, 1.0]
     fields = [centre]
@@ -200,11 +209,11 @@ def head_cases(draw, max_batch: int = 3, max_n: int = 30):
     kwargs = dict(
         iou_threshold=draw(st.sampled_from([0.0, 0.45, 0.7])),
         score_threshold=draw(st.sampled_from([0.0, 0.1, 0.25, 0.5])),
-        max_output_boxes=draw(st.sampled_from([1, 5, 300])),
-        max_output_boxes_per_class=draw(st.sampled_from([None, 2])),
+        max_output_boxes=draw(st.sampled_from([300, 5, 1])),
+        max_output_boxes_per_class=draw(st.sampled_from([None, None, 2])),
         class_agnostic=draw(st.booleans()),
         multi_label=draw(st.booleans()),
-        pre_nms_top_k=draw(st.sampled_from([None, 10])),
+        pre_nms_top_k=draw(st.sampled_from([None, None, 10])),
         max_candidates=draw(st.sampled_from([None, None, 8])),
     )
     return raw.to(dtype), layout, kwargs

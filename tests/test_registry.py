@@ -88,7 +88,7 @@ def test_registration_rules(scratch):
 def test_run_nms_without_a_backend_for_the_device(scratch):
     scratch.append("test_cuda_only")
     register(name="test_cuda_only", family="hard", devices=("cuda",))(_identity)
-    with pytest.raises(ValueError, match="has no cpu backend"):
+    with pytest.raises(BackendUnavailable, match=r"test_cuda_only has no cpu backend \(devices: cuda\)"):
         nmsbench.run_nms("test_cuda_only", torch.zeros(1, 4), torch.ones(1))
 
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from nmsbench import NMSResult, register
 from nmsbench.cli import main
 from nmsbench.registry import unregister
-from nmsbench.results import COLUMNS, ResultWriter, environment, read_results
+from nmsbench.results import COLUMNS, PartialRowWarning, ResultWriter, environment, read_results
 
 
 def test_rows_are_on_disk_as_soon_as_written(tmp_path):
@@ -108,3 +108,85 @@ def test_bad_parameters_from_the_python_api_become_error_rows():
     assert by_impl["matrix_fused"]["error"] == "ValueError: sigma must be a positive number, got -1.0"
     assert json.loads(by_impl["matrix_fused"]["params"]) == {"sigma": -1.0}
     assert by_impl["torchvision"]["status"] == "ok" and json.loads(by_impl["torchvision"]["params"]) == {}
+
+
+def written(path, rows: list[dict], env: dict | None = None):
+    with ResultWriter(path, env or {"machine": "m"}, {}) as writer:
+        for row in rows:
+            writer.write(row)
+    return path.read_bytes().splitlines(keepends=True)
+
+
+ROWS = [{"benchmark": "nms", "impl": "a", "n": 1, "status": "ok", "median_us": 1.0},
+        {"benchmark": "nms", "impl": "b", "n": 2, "status": "error", "error": "x"},
+        {"benchmark": "nms", "impl": "c", "n": 3, "status": "skipped"}]
+
+
+def test_read_results_names_the_lines_of_rows_that_are_not_well_formed(tmp_path):
+    from nmsbench.results import MalformedResults
+
+    path = tmp_path / "r.csv"
+    header, a, b, c = written(path, ROWS)
+    glued = a.rstrip() + b  # two rows on one line (two writers at once): twice the fields
+    fragment = b[len(b) // 2:]  # the tail of a row: fewer fields, which pandas would fill with NaN
+    status = c.replace(b",skipped,", b",done,")  # the right width, an unknown status
+    path.write_bytes(header + glued + fragment + status + a)
+    with pytest.raises(MalformedResults) as refused:
+        read_results(path)
+    lines = [line for line, _ in refused.value.problems]
+    assert lines == [2, 3, 4]
+    message = str(refused.value)
+    assert message.startswith(f"{path}: 3 rows that are not well-formed results rows: {path}:2: {2 * len(COLUMNS) - 1} "
+                              f"fields where the header has {len(COLUMNS)}; {path}:3: ")
+    assert f"{path}:4: status 'done' is not one of ok, error, skipped" in message
+
+
+def test_read_results_refuses_one_case_in_two_rows(tmp_path):
+    path = tmp_path / "r.csv"
+    header, a, b, c = written(path, ROWS)
+    path.write_bytes(header + a + b + c + a + a)
+    with pytest.raises(ValueError, match=r"r.csv: 1 case\(s\) measured in more than one row: .*r.csv:2: "
+                                         r"benchmark=nms impl=a n=1 is on lines 5, 6 too"):
+        read_results(path)
+    path.write_bytes(header + a + b + c)
+    assert list(read_results(path)["impl"]) == ["a", "b", "c"]
+
+
+def test_a_junk_csv_without_a_last_line_end_is_not_taken_for_a_stopped_run(tmp_path):
+    import warnings
+
+    junk = tmp_path / "junk.csv"
+    junk.write_bytes(b"name,age\nada,36\nbob,4")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no PartialRowWarning: the file is not a results file at all
+        with pytest.raises(ValueError, match="junk.csv: not an nmsbench results file"):
+            read_results(junk)
+    unterminated = tmp_path / "quote.csv"
+    unterminated.write_bytes(b'a,b\n"1,2\n3,4\n')
+    with pytest.raises(ValueError, match=r"quote.csv: not a readable CSV \(line 2: "):
+        read_results(unterminated)
+
+
+def test_resume_names_the_file_and_line_of_a_garbage_line_and_changes_nothing(tmp_path):
+    from nmsbench.results import open_for_resume
+
+    env = environment()
+    path = tmp_path / "r.csv"
+    header, a, b, c = written(path, ROWS, env)
+    damaged = header + a + b"garbage\x00line\r\n" + b + c[:20]
+    path.write_bytes(damaged)
+    with pytest.raises(ValueError, match=f"{path}:3: 1 fields where the header has {len(COLUMNS)}"):
+        open_for_resume(path, env)
+    assert path.read_bytes() == damaged  # the partial last row too: nothing is cut from a refused file
+    path.write_bytes(header + a + b + c[:20])
+    with pytest.warns(PartialRowWarning, match="dropped a partial last row"):
+        assert len(open_for_resume(path, env)) == 2
+    assert path.read_bytes() == header + a + b  # accepted: then cut
+
+
+def test_the_sidecar_is_replaced_whole(tmp_path):
+    path = tmp_path / "r.csv"
+    with ResultWriter(path, {"machine": "m"}, {"ns": [1]}) as writer:
+        writer.note("load", {"when": "start"})
+    assert json.loads(path.with_suffix(".json").read_text())["load"] == [{"when": "start"}]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.csv", "r.json"]  # no temporary file, no lock file left

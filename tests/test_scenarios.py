@@ -10,6 +10,8 @@ import pandas as pd
 import pytest
 import torch
 import torchvision
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nmsbench.boxes import pairwise_iou, score_order, validate_nms_inputs
 from nmsbench.datasets import CANVAS, SCENARIOS, SYNTHETIC, generate, load_boxes_file
@@ -383,4 +385,109 @@ def test_loader_rejects_missing_keys_and_non_numeric_data(tmp_path, recorded):
     (tmp_path / "word.csv").write_text("x1,y1,x2,y2,score\n1,1,2,2,0.5\n1,1,2,two,0.5\n")
     check_rejected(tmp_path / "word.csv", "column 'y2' is not numeric", "row 1", "'two'")
     (tmp_path / "label.csv").write_text("x1,y1,x2,y2,score,label\n1,1,2,2,0.5,1.5\n")
-    check_rejected(tmp_path / "label.csv", "labels must be integers (row 0: 1.5)")
+    check_rejected(tmp_path / "label.csv", "labels must be integers within int64 (row 0: 1.5)")
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".pt", ".csv"])
+@pytest.mark.parametrize("label, row", [(1e20, 0), (3e20, 1), (2.0**63, 1), (-1e19, 1), (float("inf"), 1), (2.5, 1)])
+def test_float_labels_must_be_integers_within_int64(tmp_path, recorded, suffix, label, row):
+    # 1e20 and 3e20 were both cast to -2**63: one class where the file has two
+    boxes, scores, _ = recorded
+    labels = np.full(30, 4.0)
+    labels[:2] = [1e20, 3e20]
+    labels[row] = label
+    check_rejected(write(tmp_path / f"labels{suffix}", boxes, scores, labels), "labels must be integers within int64",
+                   f"row {row}")
+
+
+def test_unsigned_labels_beyond_int64_are_refused(tmp_path, recorded):
+    boxes, scores, _ = recorded
+    labels = np.arange(30, dtype=np.uint64)
+    np.savez(tmp_path / "ok.npz", boxes=boxes, scores=scores, labels=labels)
+    assert load_boxes_file(tmp_path / "ok.npz").labels.tolist() == list(range(30))
+    labels[3] = 2**63
+    np.savez(tmp_path / "wrap.npz", boxes=boxes, scores=scores, labels=labels)
+    check_rejected(tmp_path / "wrap.npz", "labels must be integers within int64", "row 3")
+
+
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True, width=64) |
+                st.integers(-(2**63), 2**63 - 1).map(float), min_size=1, max_size=8))
+@settings(max_examples=60, deadline=None)
+def test_float_labels_load_exactly_or_are_refused_naming_the_first_bad_row(labels):
+    import tempfile
+    from pathlib import Path
+
+    labels = np.array(labels, dtype=np.float64)
+    n = len(labels)
+    boxes = np.tile(np.array([[0, 0, 10, 10]], dtype=np.float32), (n, 1))
+    good = [math.isfinite(v) and v == int(v) and -(2**63) <= int(v) < 2**63 for v in labels.tolist()]
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "labels.npz"
+        np.savez(path, boxes=boxes, scores=np.ones(n, dtype=np.float32), labels=labels)
+        if all(good):
+            assert load_boxes_file(path).labels.tolist() == [int(v) for v in labels.tolist()]
+        else:
+            check_rejected(path, "labels must be integers within int64", f"row {good.index(False)}:")
+
+
+@pytest.mark.parametrize("with_labels", [False, True])
+def test_a_pt_file_of_numpy_arrays_loads(tmp_path, recorded, with_labels):
+    boxes, scores, labels = recorded
+    data = {"boxes": boxes, "scores": scores.astype(np.float64)} | ({"labels": labels} if with_labels else {})
+    torch.save(data, tmp_path / "arrays.pt")
+    bs = load_boxes_file(tmp_path / "arrays.pt")
+    assert torch.equal(bs.boxes, torch.from_numpy(boxes)) and torch.equal(bs.scores, torch.from_numpy(scores))
+    assert (bs.labels is None) if not with_labels else bs.labels.tolist() == labels.tolist()
+
+
+class _Touch:
+    """Unpickled by a trusting loader, it creates a file: proof that code ran."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        from pathlib import Path
+
+        return Path.touch, (Path(self.marker),)
+
+
+def test_a_pickle_that_runs_code_never_runs(tmp_path, recorded):
+    boxes, scores, _ = recorded
+    marker = tmp_path / "code-ran"
+    payloads = {"alone.pt": _Touch(marker),
+                "beside_arrays.pt": {"boxes": boxes, "scores": scores, "labels": _Touch(marker)},
+                "in_an_array.pt": {"boxes": boxes, "scores": np.array([_Touch(marker)] * 30, dtype=object)}}
+    for name, payload in payloads.items():
+        torch.save(payload, tmp_path / name)
+        check_rejected(tmp_path / name, "cannot read as .pt")
+        assert not marker.exists(), name
+
+
+def test_a_csv_is_read_only_as_far_as_the_rows_asked_for(tmp_path, recorded):
+    # a huge file's first rows: what follows them is neither parsed nor checked (here: junk)
+    boxes, scores, labels = recorded
+    path = write(tmp_path / "long.csv", boxes, scores, labels)
+    with path.open("a") as f:
+        f.write("not,a,row\n" + "\x00\xff junk " * 1000 + "\n")
+    check_rejected(path)
+    assert torch.equal(load_boxes_file(path, rows=30).boxes, torch.from_numpy(boxes))
+    assert generate("file", 12, path=path).labels.tolist() == labels[:12].tolist()
+
+
+def test_a_file_sweeps_with_the_number_of_its_labels_as_classes(tmp_path, recorded):
+    from click.testing import CliRunner
+
+    from nmsbench.cli import main
+
+    boxes, scores, labels = recorded
+    labels = np.arange(30) % 5
+    path = write(tmp_path / "boxes.npz", boxes, scores, labels)
+    assert generate("file", 30, path=path).meta["row"] == {"classes": 5}
+    assert generate("file", 3, path=path).meta["row"] == {"classes": 3}  # the labels the first 3 boxes hold
+    out = tmp_path / "run.csv"
+    result = CliRunner().invoke(main, ["sweep", "--scenario", "file", "--file", str(path), "--n", "3,30", "--impl",
+                                       "torchvision", "--device", "cpu", "--min-run-time", "0.01", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    frame = pd.read_csv(out)
+    assert dict(zip(frame.n, frame.classes)) == {3: 3, 30: 5}

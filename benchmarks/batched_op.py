@@ -1,0 +1,189 @@
+"""The batched op (``nmsbench.batched_nms_from_head``) on a GPU: first a check that its CUDA
+kernels give the CPU backend's detections bit for bit (random batches and YOLOv5- and
+YOLOv8-shaped raw heads, single- and multi-label, low and usual thresholds), then its
+times on raw YOLOv5 [B, 25200, 85] (and the same batch as YOLOv8's [B, 84, 25200]) at
+conf 0.25, IoU 0.45, 300 detections an image:
+
+- ``eager``: the call and its synchronization (``nmsbench.timing``'s wall timer);
+- ``graph``: the call captured once in a CUDA graph, the replay and its synchronization;
+- ``device``: what the GPU did per call (torch.profiler's CUPTI records: kernels and
+  memsets summed, and the busy span).
+
+Prints a table and writes the rows to a CSV:
+
+    python benchmarks/batched_op.py --csv batched.csv --batches 1,8,32,64
+
+``--sanitize`` runs only small calls on every path (no timing, no CPU comparison), for
+compute-sanitizer: ``compute-sanitizer --tool memcheck python benchmarks/batched_op.py --sanitize``.
+Append what is worth keeping to results/PERFLOG.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+
+import torch
+
+import nmsbench
+from nmsbench.datasets.synthetic_raw import synthetic_raw
+from nmsbench.timing import capture_graph, time_device, time_events, time_graph, time_wall
+
+from _common import parse_sizes
+
+CONF, IOU, MAX_DET = 0.25, 0.45, 300
+
+
+def same(a, b) -> bool:
+    """Two BatchedDetections equal field for field, bit for bit."""
+    for x, y in zip(a, b):
+        x, y = x.cpu(), y.cpu()
+        if x.dtype != y.dtype or x.shape != y.shape:
+            return False
+        if x.is_floating_point():
+            kind = {2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]
+            x, y = x.view(kind), y.view(kind)
+        if not torch.equal(x, y):
+            return False
+    return True
+
+
+def to_yolov8(raw: torch.Tensor) -> torch.Tensor:
+    """A YOLOv5 raw batch as YOLOv8's [B, 4 + C, A] (class scores x objectness)."""
+    return torch.cat([raw[..., :4], raw[..., 4:5] * raw[..., 5:]], dim=-1).transpose(1, 2).contiguous()
+
+
+def random_batch(batch: int, n: int, classes: int, seed: int, dtype=torch.float32):
+    generator = torch.Generator().manual_seed(seed)
+    corner = torch.randint(0, 600, (batch, n, 2), generator=generator).double()
+    side = torch.randint(0, 60, (batch, n, 2), generator=generator).double()
+    scores = torch.randint(0, 50, (batch, n, classes), generator=generator).double() / 50  # ties
+    return torch.cat([corner, corner + side], dim=-1).to(dtype), scores.to(dtype)
+
+
+def check(raw64: torch.Tensor) -> list[str]:
+    """Every case where the CUDA op and the CPU backend differ (empty: all agree)."""
+    failures = []
+    cases = []
+    for dtype in (torch.float32, torch.float64, torch.float16):
+        boxes, scores = random_batch(6, 3000, 4, seed=7, dtype=dtype)
+        for kwargs in (dict(), dict(multi_label=True), dict(class_agnostic=True, max_output_boxes=1000),
+                       dict(multi_label=True, max_output_boxes_per_class=20, pre_nms_top_k=2000)):
+            cases.append((f"random {dtype} {kwargs}", lambda d, b=boxes, s=scores, k=kwargs: nmsbench.batched_nms(
+                b.to(d), s.to(d), iou_threshold=0.5, score_threshold=0.3, **k)))
+    for layout, raw in (("yolov5", raw64[:8]), ("yolov8", to_yolov8(raw64[:8]))):
+        for kwargs in (dict(), dict(multi_label=True), dict(score_threshold=0.001, multi_label=True),
+                       dict(score_threshold=0.001, max_output_boxes=1000)):
+            cases.append((f"{layout} {kwargs}", lambda d, r=raw, lay=layout, k=kwargs: nmsbench.batched_nms_from_head(
+                r.to(d), lay, **k)))
+    for name, call in cases:
+        gpu, cpu = call("cuda"), call("cpu")
+        ok = same(gpu, cpu)
+        print(f"check {'ok  ' if ok else 'FAIL'} {name}: detections {gpu.num_detections.sum().item()}, "
+              f"candidates {gpu.num_candidates.sum().item()}, overflow {gpu.overflow.sum().item()}", flush=True)
+        if not ok:
+            failures.append(name)
+    return failures
+
+
+def sanitize() -> None:
+    """Small calls on every path, for compute-sanitizer (racecheck included)."""
+    from nmsbench.variants import batched_nms
+
+    boxes, scores = random_batch(3, 300, 3, seed=1)
+    boxes, scores = boxes.cuda(), scores.cuda()
+    for dtype in (torch.float32, torch.float64, torch.float16):
+        b, s = boxes.to(dtype), scores.to(dtype)
+        for kwargs in (dict(), dict(multi_label=True, max_output_boxes=600), dict(max_output_boxes_per_class=5),
+                       dict(class_agnostic=True, pre_nms_top_k=50), dict(multi_label=True, max_candidates=100)):
+            nmsbench.batched_nms(b, s, iou_threshold=0.5, score_threshold=0.3, **kwargs)
+        labels = torch.randint(0, 4, (3, 300), device="cuda")
+        nmsbench.batched_nms(b, s[..., 0], labels, iou_threshold=0.5, box_format="cxcywh")
+        # the merge in global memory, forced by a small shared-memory sort
+        batched_nms.run(b, s.contiguous(), None, layout="scores", cxcywh=False, n=300, classes=3, multi_label=True,
+                        class_agnostic=False, iou_threshold=0.5, score_threshold=0.1, max_output=700, max_per_class=700,
+                        top_k=2**31 - 1, capacity=900, sort_capacity=32)
+    raw = torch.from_numpy(synthetic_raw(2, seed=3))
+    raw = raw[:, ::8].contiguous().cuda()  # 3150 rows
+    nmsbench.batched_nms_from_head(raw)
+    nmsbench.batched_nms_from_head(raw, score_threshold=0.01, multi_label=True)
+    nmsbench.batched_nms_from_head(to_yolov8(raw), "yolov8")
+    nmsbench.batched_nms_from_head(raw.half())
+    graph, _ = capture_graph(lambda: nmsbench.batched_nms_from_head(raw))
+    graph.replay()
+    torch.cuda.synchronize()
+    print("sanitize: done", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--csv", help="write the rows here")
+    parser.add_argument("--batches", default="1,8,32,64")
+    parser.add_argument("--layouts", default="yolov5,yolov8")
+    parser.add_argument("--min-run-time", type=float, default=0.3, help="seconds per timer and row")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--sanitize", action="store_true", help="small calls on every path only")
+    parser.add_argument("--skip-check", action="store_true")
+    args = parser.parse_args()
+    if args.sanitize:
+        sanitize()
+        return
+    batches = parse_sizes(args.batches)
+    raw64 = torch.from_numpy(synthetic_raw(max(max(batches), 8), seed=0))
+    failures = [] if args.skip_check else check(raw64)
+    rows = []
+    device = torch.cuda.get_device_name(0)
+    for layout in args.layouts.split(","):
+        for batch in batches:
+            raw = raw64[:batch] if layout == "yolov5" else to_yolov8(raw64[:batch])
+            raw = raw.cuda()
+
+            def call():
+                return nmsbench.batched_nms_from_head(raw, layout, iou_threshold=IOU, score_threshold=CONF,
+                                                      max_output_boxes=MAX_DET)
+
+            det = call()
+            eager = time_wall(call, min_run_time=args.min_run_time, threads=args.threads)
+            graph, _ = capture_graph(call)
+            replay = time_graph(graph, min_run_time=args.min_run_time, threads=args.threads)
+            try:
+                gpu = time_device(call, min_run_time=args.min_run_time)
+                gpu_us, span_us, launches, sets = gpu.median_us, gpu.span_us, gpu.launches, gpu.copies
+            except Exception as error:  # a profiler that cannot see the GPU: CUDA events instead
+                print(f"device timer failed ({error}); CUDA events instead", file=sys.stderr)
+                gpu_us, span_us, launches, sets = time_events(call, min_run_time=args.min_run_time).median_us, "", "", ""
+            rows.append(dict(
+                layout=layout, batch=batch, rows=25200, classes=80, conf=CONF, iou=IOU, max_det=MAX_DET,
+                eager_us=round(eager.median_us, 2), eager_iqr_us=round(eager.iqr_us, 2),
+                graph_us=round(replay.median_us, 2), graph_iqr_us=round(replay.iqr_us, 2),
+                device_us=round(gpu_us, 2), device_span_us=span_us, launches=launches, memsets=sets,
+                eager_us_per_image=round(eager.median_us / batch, 2),
+                graph_us_per_image=round(replay.median_us / batch, 2),
+                candidates_per_image=round(det.num_candidates.float().mean().item(), 1),
+                detections_per_image=round(det.num_detections.float().mean().item(), 1),
+                overflow_images=int(det.overflow.sum().item()), noisy="; ".join(filter(None, (eager.noise, replay.noise))),
+                gpu=device, torch=torch.__version__))
+            print(f"{layout:7s} B={batch:3d}  eager {eager.median_us:8.1f} us  graph {replay.median_us:8.1f} us  "
+                  f"device {gpu_us:7.1f} us  per image: eager {eager.median_us / batch:7.1f}  graph "
+                  f"{replay.median_us / batch:7.1f}  | candidates/image {rows[-1]['candidates_per_image']}, "
+                  f"detections/image {rows[-1]['detections_per_image']}", flush=True)
+    if args.csv and rows:
+        with open(args.csv, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    print(f"\n| layout | B | eager µs | graph µs | device µs | eager µs/image |\n|---|---:|---:|---:|---:|---:|")
+    for row in rows:
+        print(f"| {row['layout']} | {row['batch']} | {row['eager_us']} | {row['graph_us']} | {row['device_us']} | "
+              f"{row['eager_us_per_image']} |")
+    if failures:
+        print(f"\n{len(failures)} check(s) FAILED: CUDA differs from the CPU backend: {failures}")
+        raise SystemExit(1)
+    print(f"\nchecks: CUDA equals the CPU backend in every case; median of eager per image "
+          f"{statistics.median(r['eager_us_per_image'] for r in rows):.1f} us")
+
+
+if __name__ == "__main__":
+    main()

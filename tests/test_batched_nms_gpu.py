@@ -1,0 +1,163 @@
+"""GPU tests of the batched op's CUDA kernels (implementations/batched_nms.cu): the same
+reference as tests/test_batched_nms.py and the CPU backend, output for output and bit for
+bit, on random batches and on YOLOv5- and YOLOv8-shaped raw heads; the global merge sort
+(forced by a small shared-memory sort), detections past the shared cache, tile edges,
+batches beyond one grid row; a CUDA graph's replays against eager calls; repeats;
+torch.compile and torch.export on CUDA.
+
+Marked ``gpu`` and skipped without a CUDA device.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+
+import nmsbench
+from nmsbench import batched
+from nmsbench.timing import capture_graph
+from test_batched_nms import Head, assert_matches, head_cases, random_boxes, reference, scored_cases, yolov5_raw
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+
+def cuda(t):
+    return None if t is None else t.to("cuda")
+
+
+def assert_same(a, b) -> None:
+    """Two BatchedDetections equal field for field (bit for bit), wherever they are."""
+    for name, x, y in zip(a._fields, a, b):
+        assert x.dtype == y.dtype and x.shape == y.shape, name
+        x, y = x.cpu(), y.cpu()
+        if x.is_floating_point():
+            x, y = x.view(torch.int16 if x.element_size() == 2 else torch.int32 if x.element_size() == 4 else
+                          torch.int64), y.view(torch.int16 if y.element_size() == 2 else torch.int32
+                                               if y.element_size() == 4 else torch.int64)
+        assert torch.equal(x, y), name
+
+
+@settings(max_examples=80)
+@given(scored_cases(max_batch=4, max_n=80))
+def test_cuda_equals_the_reference_and_the_cpu_backend(case):
+    (boxes, scores, labels), kwargs = case
+    det = nmsbench.batched_nms(cuda(boxes), cuda(scores), cuda(labels), **kwargs)
+    assert det.boxes.is_cuda
+    assert_matches(det, reference(boxes, scores, labels, **kwargs), boxes.dtype)
+    assert_same(det, nmsbench.batched_nms(boxes, scores, labels, **kwargs))
+
+
+@settings(max_examples=60)
+@given(head_cases(max_batch=4, max_n=80))
+def test_cuda_from_head_equals_the_reference_and_the_cpu_backend(case):
+    raw, layout, kwargs = case
+    det = nmsbench.batched_nms_from_head(raw.cuda(), layout, **kwargs)
+    assert_matches(det, reference(raw, layout=layout, **kwargs), raw.dtype)
+    assert_same(det, nmsbench.batched_nms_from_head(raw, layout, **kwargs))
+
+
+def synthetic(batch: int, seed: int = 0) -> torch.Tensor:
+    from nmsbench.datasets.synthetic_raw import synthetic_raw
+
+    return torch.from_numpy(synthetic_raw(batch, seed))
+
+
+def to_yolov8(raw: torch.Tensor) -> torch.Tensor:
+    """A YOLOv5 raw batch as YOLOv8's [B, 4 + C, A] (class scores x objectness)."""
+    return torch.cat([raw[..., :4], raw[..., 4:5] * raw[..., 5:]], dim=-1).transpose(1, 2).contiguous()
+
+
+@pytest.mark.parametrize("conf", [0.25, 0.001])
+@pytest.mark.parametrize("multi_label", [False, True])
+def test_yolo_shaped_batches_equal_the_cpu_backend_and_the_reference(conf, multi_label):
+    raw = synthetic(4, seed=1)
+    kwargs = dict(iou_threshold=0.45, score_threshold=conf, max_output_boxes=300, multi_label=multi_label)
+    for data, layout in ((raw, "yolov5"), (to_yolov8(raw), "yolov8")):
+        det = nmsbench.batched_nms_from_head(data.cuda(), layout, **kwargs)
+        assert_same(det, nmsbench.batched_nms_from_head(data, layout, **kwargs))
+        if conf == 0.25:
+            assert_matches(det, reference(data, layout=layout, **kwargs), data.dtype)
+        assert not det.overflow.any() or multi_label
+
+
+@pytest.mark.parametrize("sort_capacity", [32, 64, 256, 1024])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_global_merge_sort_gives_the_same_detections(sort_capacity, dtype):
+    """Candidates beyond the shared-memory sort are sorted in chunks and merged in global
+    memory: forced with small sort capacities, on ties and distinct scores."""
+    generator = torch.Generator().manual_seed(sort_capacity)
+    boxes = random_boxes(generator, (3, 3000), span=400, side=30).to(dtype)
+    scores = torch.randint(0, 40, (3, 3000, 3), generator=generator).to(dtype) / 40  # many ties
+    p = batched._check_params("scores", "xyxy", 0.5, 0.1, 2000, None, False, True, None, None)
+    det = nmsbench.BatchedDetections(*batched._run(boxes.cuda(), scores.cuda(), None, p,
+                                                   sort_capacity=sort_capacity))
+    kwargs = dict(iou_threshold=0.5, score_threshold=0.1, max_output_boxes=2000, multi_label=True)
+    assert_same(det, nmsbench.batched_nms(boxes, scores, **kwargs))
+    assert_same(det, nmsbench.batched_nms(boxes.cuda(), scores.cuda(), **kwargs))  # the default sort
+    assert (det.num_candidates > sort_capacity).all() and (det.num_detections > 512).any()
+
+
+@pytest.mark.parametrize("n", [255, 256, 257, 511, 513, 5000])
+def test_tile_edges_and_detections_past_the_shared_cache(n):
+    generator = torch.Generator().manual_seed(n)
+    boxes = random_boxes(generator, (2, n), span=3000, side=20)
+    scores = torch.rand(2, n, generator=generator)
+    labels = torch.randint(0, 5, (2, n), generator=generator)
+    for kwargs in (dict(max_output_boxes=n), dict(max_output_boxes=600, max_output_boxes_per_class=130),
+                   dict(max_output_boxes=n, class_agnostic=True, pre_nms_top_k=n // 2)):
+        det = nmsbench.batched_nms(boxes.cuda(), scores.cuda(), labels.cuda(), iou_threshold=0.3, **kwargs)
+        assert_same(det, nmsbench.batched_nms(boxes, scores, labels, iou_threshold=0.3, **kwargs))
+        if n <= 600:
+            assert_matches(det, reference(boxes, scores, labels, iou_threshold=0.3, **kwargs), boxes.dtype)
+
+
+def test_more_images_than_a_grid_row():
+    boxes = random_boxes(torch.Generator().manual_seed(5), (70000, 3)).float()
+    scores = torch.rand(70000, 3, 2, generator=torch.Generator().manual_seed(6))
+    det = nmsbench.batched_nms(boxes.cuda(), scores.cuda(), iou_threshold=0.5, max_output_boxes=4)
+    assert_same(det, nmsbench.batched_nms(boxes, scores, iou_threshold=0.5, max_output_boxes=4))
+
+
+def test_graph_replays_equal_eager_calls_and_follow_the_inputs():
+    first, second = synthetic(8, seed=2), synthetic(8, seed=3)
+    static = first.cuda()
+    graph, captured = capture_graph(lambda: nmsbench.batched_nms_from_head(static))
+    for data in (first, second, first):
+        static.copy_(data)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_same(nmsbench.BatchedDetections(*captured), nmsbench.batched_nms_from_head(data.cuda()))
+    assert_same(nmsbench.BatchedDetections(*captured), nmsbench.batched_nms_from_head(first))
+
+
+def test_repeats_are_identical_and_two_streams_agree():
+    raw = synthetic(8, seed=4).cuda()
+    first = nmsbench.batched_nms_from_head(raw, score_threshold=0.01, multi_label=True)
+    for _ in range(20):
+        assert_same(nmsbench.batched_nms_from_head(raw, score_threshold=0.01, multi_label=True), first)
+    other = to_yolov8(synthetic(8, seed=5)).cuda()
+    streams, results = [torch.cuda.Stream(), torch.cuda.Stream()], [None, None]
+    for k, stream in enumerate(streams):
+        with torch.cuda.stream(stream):
+            results[k] = (nmsbench.batched_nms_from_head(raw, score_threshold=0.01, multi_label=True) if k == 0
+                          else nmsbench.batched_nms_from_head(other, "yolov8"))
+    torch.cuda.synchronize()
+    assert_same(results[0], first)
+    assert_same(results[1], nmsbench.batched_nms_from_head(other.cpu(), "yolov8"))
+
+
+def test_compile_export_and_a_graph_on_cuda():
+    raw, module = yolov5_raw(batch=3, rows=2000, classes=8).cuda(), Head()
+    eager = module(raw)
+    compiled = torch.compile(module, fullgraph=True)(raw)
+    assert all(torch.equal(a, b) for a, b in zip(eager, compiled))
+    program = torch.export.export(module, (raw,))
+    assert all(torch.equal(a, b) for a, b in zip(eager, program.module()(raw)))
+    graph, captured = capture_graph(lambda: module(raw))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert all(torch.equal(a, b) for a, b in zip(eager, captured))
