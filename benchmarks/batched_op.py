@@ -63,6 +63,61 @@ def random_batch(batch: int, n: int, classes: int, seed: int, dtype=torch.float3
     return torch.cat([corner, corner + side], dim=-1).to(dtype), scores.to(dtype)
 
 
+def kernel_times(call, calls: int = 20) -> dict[str, float]:
+    """Mean GPU µs a call of each of the op's kernels and its memset (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    call()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            call()
+        torch.cuda.synchronize()
+    times = {"decode_us": 0.0, "nms_us": 0.0, "memset_us": 0.0, "other_us": 0.0}
+    for event in prof.key_averages():
+        total = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0.0)
+        if not total or event.key.startswith(("cuda", "cu")):
+            continue
+        name = ("decode_us" if "decode_kernel" in event.key else "nms_us" if "nms_kernel" in event.key
+                else "memset_us" if "memset" in event.key.lower() else "other_us")
+        times[name] += total / calls
+    return {name: round(value, 2) for name, value in times.items()}
+
+
+def clock_mhz():
+    try:
+        return torch.cuda.clock_rate()
+    except Exception:  # no NVML here
+        return ""
+
+
+def probe_sort_capacity(raw64: torch.Tensor, args) -> list[dict]:
+    """The YOLOv5 op through the CUDA backend with its shared-memory sort set smaller
+    than the default (which takes as many candidates as shared memory holds): whether the
+    block's shared memory size costs time where the candidates are few. Same detections
+    required."""
+    from nmsbench.variants import batched_nms
+
+    rows = []
+    for batch in (1, 32):
+        raw = raw64[:batch].cuda()
+        outputs = {}
+        for sort_capacity in (None, 4096, 1024):
+            def call(sort_capacity=sort_capacity):
+                return batched_nms.run(raw, None, None, layout="yolov5", cxcywh=True, n=raw.shape[1],
+                                       classes=raw.shape[2] - 5, multi_label=False, class_agnostic=False,
+                                       iou_threshold=IOU, score_threshold=CONF, max_output=MAX_DET, max_per_class=MAX_DET,
+                                       top_k=2**31 - 1, capacity=raw.shape[1], sort_capacity=sort_capacity)
+
+            outputs[sort_capacity] = call()
+            wall = time_wall(call, min_run_time=args.min_run_time, threads=args.threads)
+            row = dict(batch=batch, sort_capacity=sort_capacity or "default", wall_us=round(wall.median_us, 2),
+                       **kernel_times(call), same=same(outputs[sort_capacity], outputs[None]))
+            rows.append(row)
+            print("probe", row, flush=True)
+    return rows
+
+
 def check(raw64: torch.Tensor) -> list[str]:
     """Every case where the CUDA op and the CPU backend differ (empty: all agree)."""
     failures = []
@@ -126,15 +181,23 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--sanitize", action="store_true", help="small calls on every path only")
     parser.add_argument("--skip-check", action="store_true")
+    parser.add_argument("--skip-probe", action="store_true", help="no sort-capacity probe")
     args = parser.parse_args()
     if args.sanitize:
         sanitize()
         return
     batches = parse_sizes(args.batches)
-    raw64 = torch.from_numpy(synthetic_raw(max(max(batches), 8), seed=0))
+    # 16 synthetic images, repeated up to the largest batch (drawing 64 takes longer than timing them)
+    raw64 = torch.from_numpy(synthetic_raw(16, seed=0))
+    raw64 = raw64.repeat(-(-max(batches) // 16), 1, 1)
     failures = [] if args.skip_check else check(raw64)
     rows = []
     device = torch.cuda.get_device_name(0)
+    warm = raw64[:max(batches)].cuda()
+    for _ in range(2000):  # the GPU's clocks up before the first row
+        nmsbench.batched_nms_from_head(warm)
+    torch.cuda.synchronize()
+    del warm
     for layout in args.layouts.split(","):
         for batch in batches:
             raw = raw64[:batch] if layout == "yolov5" else to_yolov8(raw64[:batch])
@@ -159,6 +222,7 @@ def main() -> None:
                 eager_us=round(eager.median_us, 2), eager_iqr_us=round(eager.iqr_us, 2),
                 graph_us=round(replay.median_us, 2), graph_iqr_us=round(replay.iqr_us, 2),
                 device_us=round(gpu_us, 2), device_span_us=span_us, launches=launches, memsets=sets,
+                **kernel_times(call), sm_clock_mhz=clock_mhz(),
                 eager_us_per_image=round(eager.median_us / batch, 2),
                 graph_us_per_image=round(replay.median_us / batch, 2),
                 candidates_per_image=round(det.num_candidates.float().mean().item(), 1),
@@ -168,16 +232,22 @@ def main() -> None:
             print(f"{layout:7s} B={batch:3d}  eager {eager.median_us:8.1f} us  graph {replay.median_us:8.1f} us  "
                   f"device {gpu_us:7.1f} us  per image: eager {eager.median_us / batch:7.1f}  graph "
                   f"{replay.median_us / batch:7.1f}  | candidates/image {rows[-1]['candidates_per_image']}, "
-                  f"detections/image {rows[-1]['detections_per_image']}", flush=True)
+                  f"detections/image {rows[-1]['detections_per_image']} | decode {rows[-1]['decode_us']} nms "
+                  f"{rows[-1]['nms_us']} memset {rows[-1]['memset_us']} us, SM {rows[-1]['sm_clock_mhz']} MHz",
+                  flush=True)
+    probes = [] if args.skip_probe else probe_sort_capacity(raw64, args)
+    if any(not row["same"] for row in probes):
+        failures.append("sort capacity probe")
     if args.csv and rows:
         with open(args.csv, "w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
             writer.writeheader()
             writer.writerows(rows)
-    print(f"\n| layout | B | eager µs | graph µs | device µs | eager µs/image |\n|---|---:|---:|---:|---:|---:|")
+    print("\n| layout | B | eager µs | graph µs | device µs | decode µs | nms µs | eager µs/image |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         print(f"| {row['layout']} | {row['batch']} | {row['eager_us']} | {row['graph_us']} | {row['device_us']} | "
-              f"{row['eager_us_per_image']} |")
+              f"{row['decode_us']} | {row['nms_us']} | {row['eager_us_per_image']} |")
     if failures:
         print(f"\n{len(failures)} check(s) FAILED: CUDA differs from the CPU backend: {failures}")
         raise SystemExit(1)

@@ -19,10 +19,12 @@ try:  # numpy >= 2
     from numpy._core.multiarray import _reconstruct
 except ImportError:
     from numpy.core.multiarray import _reconstruct
-# what a pickled numpy array calls, under the names numpy 1 and 2 save it with: the
-# weights-only unpickler allows these and nothing else besides tensors
+# what a pickled numeric numpy array calls and builds, under the names numpy 1 and 2 save it
+# with (its dtype's class too: numpy.dtypes.Float32DType ...): the weights-only unpickler
+# allows these and nothing else besides tensors
 NUMPY_ARRAY_GLOBALS = [np.ndarray, np.dtype, (_reconstruct, "numpy.core.multiarray._reconstruct"),
-                       (_reconstruct, "numpy._core.multiarray._reconstruct")]
+                       (_reconstruct, "numpy._core.multiarray._reconstruct"),
+                       *{type(np.dtype(code)) for code in "?bBhHiIlLqQefdg"}]
 
 
 class _Problem(ValueError):

@@ -7,13 +7,13 @@
 //     multi-label), and appends them to the image's candidate records through a
 //     per-image counter (one atomic a warp). The count goes on past the capacity, so an
 //     overflow is seen, never hidden.
-//   nms_kernel: a block per image; sorts its candidates (higher score first, ties by the
-//     lower candidate index) in shared memory, or, beyond what shared memory holds, in
-//     sorted chunks merged in global memory; then greedy NMS in rank order, a tile of
+//   nms_kernel: a block per image; ranks its candidates (higher score first, ties by the
+//     lower candidate index) by counting (a few), sorts them in shared memory, or, beyond
+//     what shared memory holds, in sorted chunks merged in global memory; then greedy NMS in rank order, a tile of
 //     TILE candidates at a time, against the detections so far (the only boxes that can
 //     still matter), and writes the padded outputs.
 //
-// (DECODE_THREADS, NMS_THREADS, TILE and KEPT_CACHE come from batched_nms.DEFINES.)
+// (DECODE_THREADS, NMS_THREADS, TILE, KEPT_CACHE and COUNT_RANK_MAX come from batched_nms.DEFINES.)
 
 #define LAYOUT_SCORES 0  // boxes [B, N, 4] and scores [B, N, C] (C = 1: scores [B, N], labels [B, N] or none)
 #define LAYOUT_YOLOV5 1  // raw [B, N, 5 + C]: cx, cy, w, h, objectness, class scores
@@ -242,7 +242,17 @@ __global__ void __launch_bounds__(NMS_THREADS, 1) nms_kernel(
 
     // Rank order: `order` lists the image's record slots by rank.
     const unsigned int* order = s_slots;
-    if (n <= sort_capacity) {
+    if (n <= COUNT_RANK_MAX && n <= sort_capacity) {  // a thread a candidate counts those before it: two barriers
+        for (int t = tid; t < n; t += NMS_THREADS) s_keys[t] = keys[image + t];
+        __syncthreads();
+        if (tid < n) {
+            const unsigned long long key = s_keys[tid];
+            int rank = 0;
+            for (int j = 0; j < n; ++j) rank += ranks_before(s_keys[j], j, key, tid, image_cands);
+            s_slots[rank] = tid;
+        }
+        __syncthreads();
+    } else if (n <= sort_capacity) {
         int p = 1;
         while (p < n) p <<= 1;
         for (int t = tid; t < p; t += NMS_THREADS) {

@@ -25,9 +25,11 @@ from ._cuda import CompiledLaunch, CudaModule, Scratch, _current_stream, cached_
 
 # The kernels' compile-time constants (NVRTC -D): threads of decode_kernel's blocks and of
 # nms_kernel's one block per image, the candidates nms_kernel takes a tile at a time
-# (a multiple of 32, at most 32 * 32 and at most NMS_THREADS), and the detections it
-# keeps in shared memory for the tests of later tiles (the rest wait in global memory).
-DEFINES = {"DECODE_THREADS": 256, "NMS_THREADS": 1024, "TILE": 256, "KEPT_CACHE": 512}
+# (a multiple of 32, at most 32 * 32 and at most NMS_THREADS), the detections it
+# keeps in shared memory for the tests of later tiles (the rest wait in global memory),
+# and the most candidates an image ranks by counting (a thread each, O(n^2) comparisons
+# and two barriers) rather than by the bitonic sort's log^2 barriers.
+DEFINES = {"DECODE_THREADS": 256, "NMS_THREADS": 1024, "TILE": 256, "KEPT_CACHE": 512, "COUNT_RANK_MAX": 512}
 DECODE_THREADS, NMS_THREADS, TILE, KEPT_CACHE = (DEFINES[k] for k in ("DECODE_THREADS", "NMS_THREADS", "TILE",
                                                                        "KEPT_CACHE"))
 CUDA_MODULE = CudaModule(

@@ -17,12 +17,14 @@ import torch
 from numba import njit, prange
 
 from nmsbench.boxes import NMSResult
+from nmsbench.memory_guard import check_fits
 from nmsbench.registry import register
 
 from ._cpu import JIT, balanced_row, box_iou, keep_from_sorted, resolve_greedy, sorted_inputs
 from ._cuda import CUDA_DTYPES, CudaModule, blocks, input_verdict, on_torch_stream, rank_by_score, raise_if_bad_input
 
 BLOCK = 64
+MASK = "N²/8 bytes: its N x N-bit suppression mask"
 
 
 @njit(parallel=True, **JIT)
@@ -51,6 +53,8 @@ def block_masks_64(b, labels, iou_threshold):
     summary="numba: 64-bit block masks over a 2-D block grid, greedy resolve on the host",
 )
 def bitmask_classic_cpu(boxes, scores, *, iou_threshold, labels=None):
+    n = boxes.shape[0]
+    check_fits("bitmask_classic", 8 * n * ((n + BLOCK - 1) // BLOCK), "cpu", n=n, formula=MASK)
     order, sorted_boxes, sorted_labels = sorted_inputs(boxes, scores, labels)
     mask = block_masks_64(sorted_boxes, sorted_labels, iou_threshold)
     return keep_from_sorted(order, resolve_greedy(mask, BLOCK))
@@ -70,6 +74,8 @@ def bitmask_classic_cuda(boxes, scores, *, iou_threshold, labels=None, check_val
     if n == 0:
         return NMSResult(torch.empty(0, dtype=torch.int64, device=boxes.device))
     column_blocks = blocks(n, BLOCK)
+    for where in (boxes.device, "cpu"):  # the mask, and its copy for the host's resolve
+        check_fits("bitmask_classic", 8 * n * column_blocks, where, n=n, formula=MASK)
     mask = torch.empty((n, column_blocks), dtype=torch.int64, device=boxes.device)  # every word is written
     verdict = input_verdict(boxes.device) if check_values else None
     with on_torch_stream(boxes.device) as launch:

@@ -16,6 +16,7 @@ import torch
 from numba import njit, prange
 
 from nmsbench.boxes import NMSResult
+from nmsbench.memory_guard import check_fits
 from nmsbench.registry import register
 
 from ._cpu import JIT, balanced_row, box_iou, keep_from_sorted, resolve_greedy, sorted_inputs
@@ -23,6 +24,7 @@ from ._cuda import (BALLOT_WARPS, CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, blo
                     rank_by_score, raise_if_bad_input)
 
 WORD_BITS = 32
+MASK = "N²/8 bytes: its N x N-bit suppression mask"
 
 
 @njit(parallel=True, **JIT)
@@ -47,6 +49,8 @@ def suppression_mask_32(b, labels, iou_threshold):
     summary="numba: 32-bit suppression bitmask (seed layout), then the sequential greedy resolve",
 )
 def bitmask_two_phase_cpu(boxes, scores, *, iou_threshold, labels=None):
+    n = boxes.shape[0]
+    check_fits("bitmask_two_phase", 4 * n * ((n + WORD_BITS - 1) // WORD_BITS), "cpu", n=n, formula=MASK)
     order, sorted_boxes, sorted_labels = sorted_inputs(boxes, scores, labels)
     mask = suppression_mask_32(sorted_boxes, sorted_labels, iou_threshold)
     return keep_from_sorted(order, resolve_greedy(mask, WORD_BITS))
@@ -74,6 +78,7 @@ def bitmask_two_phase_cuda(boxes, scores, *, iou_threshold, labels=None, check_v
             f"bitmask_two_phase on cuda resolves in one block with N/8 bytes of shared memory; "
             f"N = {n} is above its limit of {MAX_RESOLVE_WORDS * WORD_BITS}"
         )
+    check_fits("bitmask_two_phase", 4 * n * words, device, n=n, formula=MASK)
     mask = torch.zeros((n, words), dtype=torch.int32, device=device)
     threads = min(1024, -(-words // 32) * 32)
     verdict = input_verdict(device) if check_values else None

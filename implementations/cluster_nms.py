@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from nmsbench.boxes import NMSResult, pairwise_iou, score_order
+from nmsbench.memory_guard import check_fits
 from nmsbench.registry import register
 
 
@@ -25,6 +26,8 @@ def cluster_nms(boxes, scores, *, iou_threshold, labels=None):
     n = boxes.shape[0]
     if n == 0:
         return NMSResult(torch.empty(0, dtype=torch.int64, device=boxes.device))
+    check_fits("cluster", 5 * n * n * boxes.element_size(), boxes.device, n=n,
+               formula=f"5 N² x {boxes.element_size()} bytes: five N x N matrices at its peak")
     order = score_order(scores)
     ranked = boxes.detach()[order]
     iou = pairwise_iou(ranked, ranked).triu_(diagonal=1)

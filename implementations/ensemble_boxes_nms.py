@@ -43,11 +43,13 @@ def _groups(boxes: torch.Tensor, labels):
 
 
 def _ordered(kept: np.ndarray, scores: torch.Tensor, final=None) -> NMSResult:
-    """The kept boxes by descending (final) score, ties by lower index, as every entry returns them."""
-    keep = torch.from_numpy(np.ascontiguousarray(kept, dtype=np.int64))
+    """The kept boxes by descending (final) score, ties by lower index, as every entry returns them
+    (ascending index first: the stable sort then breaks ties by it, not by the labels' order)."""
+    by_index = np.argsort(kept, kind="stable")
+    keep = torch.from_numpy(np.ascontiguousarray(kept[by_index], dtype=np.int64))
     if final is None:
         return NMSResult(keep[score_order(scores[keep])] if keep.numel() else keep)
-    final = torch.from_numpy(np.ascontiguousarray(final, dtype=np.float64))
+    final = torch.from_numpy(np.ascontiguousarray(final[by_index], dtype=np.float64))
     order = score_order(final) if keep.numel() else torch.empty(0, dtype=torch.int64)
     return NMSResult(keep[order], final[order].to(scores.dtype))
 

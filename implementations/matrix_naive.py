@@ -11,6 +11,7 @@ import torch
 
 from nmsbench.boxes import pairwise_iou, result_by_final_score, score_order
 from nmsbench.families import MATRIX_PARAMS
+from nmsbench.memory_guard import check_fits
 from nmsbench.registry import register
 
 
@@ -19,6 +20,9 @@ from nmsbench.registry import register
     summary="plain PyTorch SOLOv2 formula: IoU matrix, triu, column max, decay matrix, min",
 )
 def matrix_naive(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold):
+    size = boxes.shape[0]
+    check_fits("matrix_naive", 5 * size * size * boxes.element_size(), boxes.device, n=size,
+               formula=f"5 N² x {boxes.element_size()} bytes: five N x N matrices at its peak")
     order = score_order(scores)
     sorted_boxes, sorted_scores = boxes.detach()[order], scores.detach()[order]  # no autograd graph, as every entry
     iou = pairwise_iou(sorted_boxes, sorted_boxes).triu(diagonal=1)  # iou[i, j], i ranked above j

@@ -68,5 +68,5 @@ def onnxruntime_nms(boxes, scores, *, iou_threshold, labels=None):
             where = np.flatnonzero(lab == value)
             parts.append(where[_selected(b[where], s[where], iou_threshold)])
         kept = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
-    kept = torch.from_numpy(np.ascontiguousarray(kept, dtype=np.int64))
+    kept = torch.from_numpy(np.sort(kept).astype(np.int64))  # ascending index: the stable sort's ties
     return NMSResult(kept[score_order(scores[kept])]) if kept.numel() else NMSResult(kept)

@@ -45,5 +45,5 @@ def opencv_nms(boxes, scores, *, iou_threshold, labels=None):
             found = cv2.dnn.NMSBoxes(rects[where], ranks[where], 0.0, float(iou_threshold))
             parts.append(where[np.asarray(found, dtype=np.int64).reshape(-1)])
         kept = np.concatenate(parts)
-    kept = torch.from_numpy(np.ascontiguousarray(kept, dtype=np.int64))
+    kept = torch.from_numpy(np.sort(kept).astype(np.int64))  # ascending index: the stable sort's ties
     return NMSResult(kept[score_order(scores[kept])]) if kept.numel() else NMSResult(kept)

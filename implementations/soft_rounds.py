@@ -35,6 +35,7 @@ import torch
 
 from nmsbench.boxes import NMSResult
 from nmsbench.families import SOFT_PARAMS
+from nmsbench.memory_guard import check_fits
 from nmsbench.registry import register
 
 from ._cuda import (CUDA_DTYPES, CudaModule, blocks, device_index, grid_barrier_address, host_count, kept_count,
@@ -211,6 +212,7 @@ def one_block(boxes, scores, labels, *, iou_threshold, kernel, sigma, score_thre
     n, device = boxes.shape[0], boxes.device
     boxes, scores = boxes.detach().contiguous(), scores.detach().contiguous()
     labels = None if labels is None else labels.detach().to(torch.int64).contiguous()
+    check_fits("soft_rounds", 12 * n * n, device, n=n, formula="12 N² bytes: its one-block path's N x N rows")
     degree = torch.zeros(n + 1, dtype=torch.int32, device=device)  # then the rounds taken
     rows = torch.empty(n * n, dtype=torch.int32, device=device)  # neighbours, entry boxes (int16 each)
     factors = torch.empty(n * n, dtype=torch.float64, device=device)

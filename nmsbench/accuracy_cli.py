@@ -70,7 +70,8 @@ def _image_ids(text: str | None) -> list[int] | None:
                    "bbox [x, y, width, height], score}. Needs --annotations; replaces the synthetic sources "
                    "(rows: scenario=coco, image=this file's name).")
 @click.option("--annotations", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Ground truth for --candidates: a COCO instances JSON (images, annotations, categories).")
+              help="Ground truth for --candidates: a COCO instances JSON (images, annotations, categories). Ids are "
+                   "whole numbers within +-2**53, annotation ids from 1; a bad entry is refused naming its field.")
 @click.option("--image-ids", "image_ids", metavar="ID,ID,...",
               help="With --candidates: score only these images of --annotations.")
 @click.option("--threads", default=os.cpu_count() or 1, show_default=True, type=click.IntRange(min=1),
@@ -214,7 +215,7 @@ def _short_params(text: str) -> str:
 
     try:
         return " ".join(f"{k}={v}" for k, v in json.loads(text).items())
-    except (ValueError, AttributeError, TypeError):
+    except (ValueError, AttributeError, TypeError, RecursionError):
         return str(text)
 
 

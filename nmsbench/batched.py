@@ -27,7 +27,7 @@ What a call computes, per image (CPU and CUDA alike, bit for bit):
    (the first by rank), the first ``max_output_boxes`` of them: padded :class:`BatchedDetections`.
 
 Candidates go into a buffer of ``max_candidates`` per image (default: every box, which
-cannot overflow; with ``multi_label`` at most ``max(N, 32768)``). An image with more
+cannot overflow; with ``multi_label`` ``max(4 N, 32768)``). An image with more
 candidates than that gets **no** detections and ``overflow`` True (``num_candidates``
 says how many passed): never a partial answer nobody was told about.
 
@@ -38,8 +38,8 @@ and float64 inputs; float16 is computed in float32 and its outputs rounded to fl
 Eager calls on plain tensors go straight to the backend; under ``torch.compile``,
 ``torch.export``, tensor subclasses or dispatch modes the call is the registered op
 ``torch.ops.nmsbench.batched_nms`` (its fake implementation gives the padded shapes), so a
-module ending in it compiles with ``fullgraph=True`` and exports. The outputs carry no
-gradient.
+module ending in it compiles with ``fullgraph=True`` and exports. The op is not
+differentiable: no gradient reaches the inputs.
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ BOX_FORMATS = ("xyxy", "cxcywh")
 HEAD_LAYOUTS = ("yolov5", "yolov8")
 DTYPES = (torch.float16, torch.float32, torch.float64)
 INT32_MAX = 2**31 - 1
-MULTI_LABEL_CANDIDATES = 32768  # the default buffer with multi_label: max(N, this) candidates an image
+MULTI_LABEL_ROWS = 4  # the default buffer with multi_label: max(this x N, MULTI_LABEL_MIN) candidates an image
+MULTI_LABEL_MIN = 32768
 
 
 class BatchedDetections(NamedTuple):
@@ -146,8 +147,25 @@ def _check_tensor(name: str, tensor, device=None) -> None:
         raise ValueError(f"{name} is on {tensor.device} but the boxes are on {device}")
 
 
-def _check_params(layout, box_format, iou_threshold, score_threshold, max_output_boxes, max_output_boxes_per_class,
-                  class_agnostic, multi_label, pre_nms_top_k, max_candidates) -> dict:
+_PLAIN_VALUES = frozenset((int, float, str, bool, type(None)))
+_checked: dict = {}  # the parameters as given (values and their types) -> the checked dict; a call site repeats them
+CHECKED_KEPT = 256
+
+
+def _check_params(*given) -> dict:
+    """The call's parameters checked (ValueError naming a bad one), as a dict for the op."""
+    types = tuple(map(type, given))
+    key = (given, types) if all(t in _PLAIN_VALUES for t in types) else None
+    checked = _checked.get(key) if key is not None else None
+    if checked is None:
+        checked = _checked_params(*given)
+        if key is not None and len(_checked) < CHECKED_KEPT:
+            _checked[key] = checked
+    return dict(checked)
+
+
+def _checked_params(layout, box_format, iou_threshold, score_threshold, max_output_boxes, max_output_boxes_per_class,
+                    class_agnostic, multi_label, pre_nms_top_k, max_candidates) -> dict:
     if not isinstance(box_format, str) or box_format not in BOX_FORMATS:
         raise ValueError(f"box_format must be one of {', '.join(BOX_FORMATS)}, got {box_format!r}")
     return dict(
@@ -211,11 +229,7 @@ def _run(data, scores, labels, p: dict, **backend_options) -> tuple[Tensor, ...]
     """Validate the tensors and run the device's backend (``backend_options``: its own
     arguments for tests and probes, e.g. the CUDA backend's ``sort_capacity``)."""
     n, classes = _check_inputs(data, scores, labels, p["layout"], p["multi_label"])
-    possible = n * classes if p["multi_label"] else n
-    capacity = p["max_candidates"]
-    if capacity is None:
-        capacity = min(possible, max(n, MULTI_LABEL_CANDIDATES)) if p["multi_label"] else possible
-    capacity = min(capacity, possible)
+    capacity = candidate_capacity(n, classes, p["multi_label"], p["max_candidates"])
     max_output = p["max_output_boxes"]
     per_class = p["max_output_boxes_per_class"]
     top_k = p["pre_nms_top_k"]
@@ -235,6 +249,16 @@ def _run(data, scores, labels, p: dict, **backend_options) -> tuple[Tensor, ...]
         class_agnostic=p["class_agnostic"], iou_threshold=p["iou_threshold"], score_threshold=p["score_threshold"],
         max_output=max_output, max_per_class=max_output if per_class is None else min(per_class, max_output),
         top_k=INT32_MAX if top_k is None else top_k, capacity=capacity, **backend_options)
+
+
+def candidate_capacity(n: int, classes: int, multi_label: bool, max_candidates: Optional[int]) -> int:
+    """Candidates an image's buffer holds: ``max_candidates``, by default every box (single
+    label: it cannot overflow) or, with multi-label, ``max(4 N, 32768)``; never more than
+    an image can have."""
+    possible = n * classes if multi_label else n
+    if max_candidates is None:
+        max_candidates = max(MULTI_LABEL_ROWS * n, MULTI_LABEL_MIN) if multi_label else possible
+    return min(max_candidates, possible)
 
 
 def _plain(*tensors) -> bool:

@@ -24,8 +24,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from nmsbench.variants._cuda import TUNABLES_VARIABLE
 
-from .results import (ResultsFileBusy, ResultsLock, describe_holder, ResultWriter, cut_partial_row, environment, library_versions,
-                      read_sidecar, resume_state)
+from .results import (ResultsFileBusy, ResultsLock, ResultWriter, cut_partial_row, describe_holder, environment,
+                      library_versions, read_sidecar, resume_state)
 from .timing import NOISY_SPREAD, load_average, load_warning, usable_cpus
 
 
@@ -102,10 +102,10 @@ def resume_option(what_is_a_row: str):
     resume = click.option(
         "--resume", "resume", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
         help=f"Continue a stopped run: append to FILE the rows of this grid it lacks, never repeating one (a row is "
-             f"{what_is_a_row}). Refused, leaving FILE as it was, when FILE has another schema, a damaged row, a case "
-             "twice or other benchmarks' rows, came from another machine, was timed with another --min-run-time, "
-             "--threads or --rounds, has no readable sidecar (FILE's .json), or another run is writing it. Give the "
-             "same options as the stopped run.")
+             f"{what_is_a_row}). Refused, leaving FILE as it was, when FILE has another schema, a damaged row, a "
+             "case measured twice or other benchmarks' rows, came from another machine, was timed with another "
+             "--min-run-time, --threads or --rounds, has no readable sidecar (FILE's .json), or another run is "
+             "writing it. Give the same options as the stopped run.")
     without_metadata = click.option(
         "--resume-without-metadata", is_flag=True, expose_value=False, callback=_remember_without_metadata,
         help="With --resume: resume even though FILE's sidecar (.json) is missing or unreadable. The sidecar records "

@@ -88,28 +88,38 @@ def iou_at_threshold(rng, count: int) -> list[Case]:
 
 
 def tied_scores(rng, count: int) -> list[Case]:
-    """Equal scores: which of two overlapping boxes is kept, and the order of the kept indices."""
+    """Equal scores: which of two overlapping tied boxes is kept (a box and a slightly moved
+    copy, among others), and the order of the kept indices (scores drawn from 3 values)."""
     cases = []
     for i in range(count):
         dtype = "float64" if i % 4 == 3 else "float32"
         n = int(rng.integers(3, 8))
-        boxes = _boxes(rng, n, span=40.0 if i % 2 else 120.0).astype(dtype)
-        cases.append(Case(boxes, _scores(rng, n, dtype, ties=True), None, 0.5, note="scores drawn from 3 values"))
+        boxes = _boxes(rng, n, span=40.0 if i % 2 else 120.0)
+        scores = _scores(rng, n, "float64", ties=True)
+        if i % 2 == 0:  # box 1 is box 0 moved a little, with box 0's score
+            boxes[1] = boxes[0] + rng.uniform(-1.0, 1.0, size=4)
+            scores[1] = scores[0]
+        order = rng.permutation(n)
+        cases.append(Case(boxes[order].astype(dtype), scores[order].astype(dtype), None, 0.5,
+                          note="a tied overlapping pair" if i % 2 == 0 else "scores drawn from 3 values"))
     return cases
 
 
 def duplicates(rng, count: int) -> list[Case]:
-    """Copies of one box (IoU 1) among others; thresholds 0.5, 0.9 and 1.0 (1 > 1 is false)."""
+    """Copies of one box (IoU 1) among others, the copies' scores equal in half the cases;
+    thresholds 0.5, 0.9 and 1.0 (1 > 1 is false)."""
     cases = []
     for i in range(count):
         dtype = "float32"
         copies = int(rng.integers(2, 4))
-        box = _boxes(rng, 1)[0]
-        others = _boxes(rng, int(rng.integers(0, 4)))
-        boxes = np.concatenate([np.repeat(box[None], copies, axis=0), others]).astype(dtype)
+        others = int(rng.integers(0, 4))
+        boxes = np.concatenate([np.repeat(_boxes(rng, 1), copies, axis=0), _boxes(rng, others)])
+        scores = rng.uniform(0.05, 1.0, size=copies + others)
+        if i % 2 == 1:
+            scores[:copies] = scores[0]
         order = rng.permutation(len(boxes))
-        scores = _scores(rng, len(boxes), dtype, ties=i % 2 == 1)
-        cases.append(Case(boxes[order], scores, None, (0.5, 0.9, 1.0)[i % 3], note=f"{copies} copies of one box"))
+        cases.append(Case(boxes[order].astype(dtype), scores[order].astype(dtype), None, (0.5, 0.9, 1.0)[i % 3],
+                          note=f"{copies} copies of one box" + (", equal scores" if i % 2 == 1 else "")))
     return cases
 
 
@@ -182,19 +192,21 @@ def per_class_caps(rng, count: int) -> list[Case]:
 
 
 def class_id_extremes(rng, count: int) -> list[Case]:
-    """Overlapping boxes whose class ids sit at the int32 and int64 extremes (2^32 apart, ...)."""
+    """Copies of one box, slightly moved (IoU well above the threshold), whose class ids sit at
+    the int32 and int64 extremes: same ids suppress each other, ids 2^32 apart must not."""
     cases = []
+    ids = np.array(EXTREME_IDS, dtype=np.int64)
     for i in range(count):
         dtype = "float32"
         n = int(rng.integers(2, 6))
-        boxes = _boxes(rng, n, span=12.0).astype(dtype)
-        ids = np.array(EXTREME_IDS, dtype=np.int64)
-        pool = ids[rng.choice(len(ids), size=3, replace=False)]
+        boxes = _boxes(rng, 1, span=40.0, size=(12.0, 40.0)) + rng.uniform(-1.0, 1.0, size=(n, 4))
+        pool = ids[rng.choice(len(ids), size=2, replace=False)]
         if i % 3 == 0:
-            pool = np.array([0, 2**32], dtype=np.int64)  # one class to a cast to int32
-        labels = pool[rng.integers(0, len(pool), size=n)]
-        labels[: min(2, n)] = pool[:2] if len(pool) > 1 else labels[: min(2, n)]
-        cases.append(Case(boxes, _scores(rng, n, dtype), labels, 0.5, note="class ids " + ", ".join(map(str, pool))))
+            pool = np.array([0, 2**32], dtype=np.int64)  # one class once cast to int32
+        labels = pool[rng.integers(0, 2, size=n)]
+        labels[:2] = pool
+        cases.append(Case(boxes.astype(dtype), _scores(rng, n, dtype), labels, 0.5,
+                          note="class ids " + ", ".join(map(str, pool))))
     return cases
 
 

@@ -148,7 +148,6 @@ class Semantics:
     cap_global: bool = False        # the cap counts every label together
     scores_float32: bool = False    # scores (and score_threshold) rounded to float32 first
     soft_linear: str = ">="         # Soft-NMS linear decay where IoU >= threshold (">": strictly above)
-    soft_threshold_last: bool = False  # Soft-NMS: score_threshold applied once after every decay
 
     def with_changes(self, changes: dict) -> "Semantics":
         return replace(self, **changes)
@@ -163,18 +162,23 @@ def arithmetic_dtype(dtype: str) -> str:
 
 
 def invalid_input(case: Case) -> Optional[str]:
-    """The ValueError message nmsbench's input check gives for the case, or None."""
+    """The ValueError message nmsbench's input check gives for the case, or None (checked once per case)."""
+    known = case.__dict__.get("_invalid", False)
+    if known is not False:
+        return known
     import torch
 
     from .boxes import validate_nms_inputs
 
+    problem = None
     try:
         validate_nms_inputs(torch.from_numpy(np.ascontiguousarray(case.corners())),
                             torch.from_numpy(np.ascontiguousarray(case.scores)),
                             None if case.labels is None else torch.from_numpy(case.labels))
     except ValueError as e:
-        return str(e)
-    return None
+        problem = str(e)
+    case.__dict__["_invalid"] = problem
+    return problem
 
 
 # --- IoUs ----------------------------------------------------------------------------------
@@ -445,11 +449,7 @@ def _soft(p: Prepared, case: Case, sem: Semantics) -> list[Output]:
         if len(outputs) >= MAX_CHOICES:
             return
         if not current:
-            if sem.soft_threshold_last:
-                pairs = [(k, f) for k, f in zip(keep, final) if above(f)]
-                outputs.append(Output(tuple(k for k, _ in pairs), tuple(f for _, f in pairs)))
-            else:
-                outputs.append(Output(tuple(keep), tuple(final)))
+            outputs.append(Output(tuple(keep), tuple(final)))
             return
         top = max(current.values())
         tied = sorted(k for k, v in current.items() if v == top)
@@ -467,12 +467,11 @@ def _soft(p: Prepared, case: Case, sem: Semantics) -> list[Output]:
                 else:
                     f = math.exp(-(v * v) / sigma)
                 rest[j] *= f
-                if not sem.soft_threshold_last and not above(rest[j]):
+                if not above(rest[j]):
                     del rest[j]
             run(rest, keep + [m], final + [value])
 
-    start = {k: float(p.scores[k]) for k in range(p.n)
-             if p.candidates[k] and (sem.soft_threshold_last or above(float(p.scores[k])))}
+    start = {k: float(p.scores[k]) for k in range(p.n) if p.candidates[k] and above(float(p.scores[k]))}
     run(start, [], [])
     return outputs
 

@@ -136,7 +136,8 @@ def describe_example(row) -> str:
         return ""
     fmt = "cx, cy, w, h" if data.get("fmt") == "cxcywh" else "x1, y1, x2, y2"
     boxes = "; ".join("(" + ", ".join(_short(v) for v in b) + ")" for b in data["boxes"])
-    text = (f"{len(data['boxes'])} boxes ({fmt}, {data.get('dtype', '')}): {boxes}; scores "
+    count = len(data["boxes"])
+    text = (f"{count} box{'' if count == 1 else 'es'} ({fmt}, {data.get('dtype', '')}): {boxes}; scores "
             f"{', '.join(_short(v) for v in data['scores'])}")
     if data.get("labels") is not None:
         text += f"; labels {', '.join(map(str, data['labels']))}"

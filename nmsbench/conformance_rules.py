@@ -35,7 +35,11 @@ def _ties(case: Case) -> bool:
 
 
 def _labels(case: Case) -> bool:
-    return case.labels is not None and len(np.unique(case.labels)) > 1
+    return case.labels is not None and case.n > 0
+
+
+def _several_labels(case: Case) -> bool:
+    return _labels(case) and len(np.unique(case.labels)) > 1
 
 
 def _wide_labels(case: Case) -> bool:
@@ -73,7 +77,7 @@ def _cap(case: Case) -> bool:
 
 
 def _cap_labels(case: Case) -> bool:
-    return _cap(case) and _labels(case)
+    return _cap(case) and _several_labels(case)
 
 
 def _linear(case: Case) -> bool:
@@ -129,8 +133,6 @@ RULES: tuple[Rule, ...] = (
          ALL_FAMILIES, _float64),
     Rule("soft_gt", "linear decay where IoU > threshold", "Soft-NMS with > (mmcv, ensemble-boxes; the paper: ≥)",
          {"soft_linear": ">"}, ("soft",), _linear),
-    Rule("soft_last", "score threshold applied after all decays", "ensemble-boxes' Soft-NMS (final score > threshold)",
-         {"soft_threshold_last": True, "score_side": ">"}, ("soft",)),
     Rule("rounded", "final scores rounded differently", "float32 arithmetic (exp, products) in an approximate implementation",
          {}, ("matrix", "soft", "weighted"), rounded=True),
     Rule("iou_f64", "IoU computed in float64", "arithmetic wider than the input dtype", {"overlap": "float64"},
@@ -247,8 +249,16 @@ def explain(family: str, examples: list, consistent: list = ()) -> Optional[tupl
                 return False
         return True
 
-    for size in range(1, MAX_RULES + 1):
+    for keys in itertools.combinations(candidates, 1):
+        if covers(keys):
+            return keys
+    # a combination is tried where at least one of its rules changes an answer on its own
+    definition_outputs = [expected(family, case) for case, _ in everything]
+    effective = {k for k in candidates if BY_KEY[k].rounded or BY_KEY[k].accepts_invalid or any(
+        expected(family, case, DEFINITION.with_changes(BY_KEY[k].changes)) != out
+        for (case, _), out in zip(everything, definition_outputs))}
+    for size in range(2, MAX_RULES + 1):
         for keys in itertools.combinations(candidates, size):
-            if not _conflict(keys) and covers(keys):
+            if effective.intersection(keys) and not _conflict(keys) and covers(keys):
                 return keys
     return None

@@ -9,8 +9,8 @@ Crash safety: each row is one physical line (newlines inside values become space
 written with a single unbuffered ``write`` system call, so a killed run leaves at worst
 one partial last line, never a broken row in the middle. Readers (``read_results``,
 ``open_for_resume``) drop such a partial last line with a warning, and refuse a file with
-any other damage (a row of the wrong width, a fragment, an unknown status, one case twice),
-naming its lines (:class:`MalformedResults`).
+any other damage (a row of the wrong width, a fragment, an unknown status, a case measured
+twice on one machine at one commit), naming its lines (:class:`MalformedResults`).
 
 Sharing: a writer holds the file's lock for the whole run (:mod:`nmsbench.results_lock`), so
 a second run writing the same file is refused instead of interleaving its rows; the sidecar
@@ -107,6 +107,9 @@ KEY_COLUMNS = ("benchmark", "impl", "device", "dtype", "timer", "scenario", "can
                "classes", "n", "n_cap", "iou_threshold", "seed", "params", "batch", "stage")
 # a file is resumed only on the machine that wrote it
 MACHINE_COLUMNS = ("machine", "cpu", "gpu")
+# one run's measurement of a case: a file may hold a case once per machine and commit
+# (concatenated runs, a case re-measured at another commit), never twice for one
+RUN_COLUMNS = (*MACHINE_COLUMNS, "git_commit")
 
 
 class PartialRowWarning(UserWarning):
@@ -142,6 +145,11 @@ def case_key(row) -> tuple:
     """The case a row measures (``KEY_COLUMNS``), normalized so that a row dict from the
     runner and the same row read back from the CSV (as text) give equal keys."""
     return tuple(_key_value(row.get(column, "")) for column in KEY_COLUMNS)
+
+
+def _measurement_key(row) -> tuple:
+    """The case and the machine and commit that measured it: what one file holds once."""
+    return case_key(row) + tuple(_key_value(row.get(column, "")) for column in RUN_COLUMNS)
 
 
 def _version(*distributions: str) -> str:
@@ -261,7 +269,6 @@ class ResultWriter:
         if append:
             _note_resume(sidecar_path(self.path), command, env)
             return
-        self._write_line(COLUMNS)
         meta = {
             "schema_version": SCHEMA_VERSION,
             "command": command,
@@ -270,7 +277,8 @@ class ResultWriter:
             "libraries": libraries or {},
             "columns": COLUMNS,
         }
-        write_sidecar(sidecar_path(self.path), meta)
+        write_sidecar(sidecar_path(self.path), meta)  # first: a file with a header has its sidecar
+        self._write_line(COLUMNS)
 
     def note(self, key: str, value) -> None:
         """Add ``value`` to the list ``key`` of the sidecar (e.g. the machine's load at the
@@ -416,7 +424,8 @@ def _refuse_malformed(name: str, header: list[str], rows) -> None:
 
 
 def _refuse_repeats(name: str, keyed) -> None:
-    """MalformedResults where (line, case key, description) pairs give one case several lines."""
+    """MalformedResults where (line, measurement key, description) triples give one case,
+    machine and commit several lines."""
     lines: dict[tuple, list[int]] = {}
     described = {}
     for line, key, description in keyed:
@@ -427,14 +436,15 @@ def _refuse_repeats(name: str, keyed) -> None:
                 for key, where in lines.items() if len(where) > 1]
     if problems:
         raise MalformedResults(name, sorted(problems), "case(s) measured in more than one row",
-                               "One case has one row (two runs writing one file at once?): keep the row you trust "
-                               "and delete the others")
+                               "A machine measures a case at a commit once (two runs writing one file at once?): keep "
+                               "the row you trust and delete the others, or keep separate runs in separate files")
 
 
 def _describe_case(header: list[str], record: list[str]) -> str:
-    """A row's case in words: its key columns that have a value."""
+    """A row's case, machine and commit in words: those columns that have a value."""
     at = {column: i for i, column in enumerate(header)}
-    return " ".join(f"{c}={record[at[c]]}" for c in KEY_COLUMNS if c in at and record[at[c]].strip())
+    return " ".join(f"{c}={record[at[c]]}" for c in (*KEY_COLUMNS, "machine", "git_commit")
+                    if c in at and record[at[c]].strip())
 
 
 def _header_problem(header: list[str]) -> str:
@@ -484,9 +494,10 @@ def resume_state(path, env: dict, benchmark: str = "nms") -> tuple[set, int]:
         if values != [str(env.get(column, ""))]:
             raise ValueError(f"{path}: was written on another machine ({column}: {', '.join(map(repr, values))}; here: "
                              f"{env.get(column, '')!r}); resume on that machine, or write a new --out here")
-    keys = [case_key(row) for row in frame.to_dict("records")]
-    _refuse_repeats(str(path), ((line, key, _describe_case(header, record)) for key, (line, record) in zip(keys, rows)))
-    return set(keys), keep
+    records = frame.to_dict("records")
+    _refuse_repeats(str(path), ((line, _measurement_key(row), _describe_case(header, record))
+                                for row, (line, record) in zip(records, rows)))
+    return {case_key(row) for row in records}, keep
 
 
 def cut_partial_row(path, keep: int, size: int | None = None) -> None:
@@ -507,7 +518,7 @@ def open_for_resume(path, env: dict, benchmark: str = "nms") -> set:
     (:func:`case_key`) of the cases it holds. Only then is a partial last line cut off the
     file (with a warning): a file it refuses is left as it was. Raises ``ValueError`` when the
     file is not a results file of this schema, holds a row that is not well formed, a case
-    twice or other benchmarks' rows, or was written on another machine. Hold the file's lock
+    measured twice at one commit, or other benchmarks' rows, or was written on another machine. Hold the file's lock
     (:class:`ResultsLock`) around it and the writing that follows."""
     size = Path(path).stat().st_size if Path(path).is_file() else None
     keys, keep = resume_state(path, env, benchmark)
@@ -529,7 +540,8 @@ def read_results(path, name: str | None = None) -> "pandas.DataFrame":
     which timed CUDA events, are read as ``events`` rows.
     A partial last line (a run killed while writing it) is dropped with a
     :class:`PartialRowWarning`; any other damage (a row of the wrong width, an unknown status,
-    one case in two rows) is a :class:`MalformedResults` naming its lines.
+    one case measured twice on one machine and commit) is a :class:`MalformedResults` naming
+    its lines.
     """
     import pandas as pd
 
@@ -561,7 +573,8 @@ def read_results(path, name: str | None = None) -> "pandas.DataFrame":
     renamed = pd.to_numeric(frame["schema_version"], errors="coerce").lt(EVENT_TIMER_RENAMED_IN) & frame["timer"].eq("device")
     if renamed.any():
         frame.loc[renamed, "timer"] = "events"
-    repeated = frame.duplicated(subset=list(KEY_COLUMNS), keep=False).to_numpy().nonzero()[0]
-    _refuse_repeats(name, ((rows[i][0], case_key(frame.iloc[i]), _describe_case(header, rows[i][1])) for i in repeated))
+    repeated = frame.duplicated(subset=[*KEY_COLUMNS, *RUN_COLUMNS], keep=False).to_numpy().nonzero()[0]
+    _refuse_repeats(name, ((rows[i][0], _measurement_key(frame.iloc[i]), _describe_case(header, rows[i][1]))
+                           for i in repeated))
     _warn_partial(name, len(data) - keep)
     return frame

@@ -98,9 +98,9 @@ class ResultsLock:
             if same:
                 break
             os.close(fd)
-        self._fd = fd
         self.holder = {"pid": os.getpid(), "host": platform.node(), "command": command,
                        "since": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+        self._fd = fd
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(self.holder) + "\n").encode(), 0)
 
@@ -115,6 +115,9 @@ class ResultsLock:
         if self._fd is None:
             return
         fd, self._fd = self._fd, None
+        if os.getpid() != self.holder["pid"]:  # a forked child: the lock is its parent's to give back
+            os.close(fd)
+            return
         try:
             os.unlink(self.lock_file)  # while still locked: a waiter then locks a new file, never this one
         except OSError:
@@ -132,5 +135,8 @@ class ResultsLock:
 
     def __del__(self):  # a lock dropped without release() must not stay held for the process's life
         if getattr(self, "_fd", None) is not None:
-            self.release()
+            try:
+                self.release()
+            except Exception:  # at interpreter exit the kernel drops the lock anyway
+                pass
 

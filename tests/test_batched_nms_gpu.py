@@ -98,16 +98,16 @@ def test_the_global_merge_sort_gives_the_same_detections(sort_capacity, dtype):
     kwargs = dict(iou_threshold=0.5, score_threshold=0.1, max_output_boxes=2000, multi_label=True)
     assert_same(det, nmsbench.batched_nms(boxes, scores, **kwargs))
     assert_same(det, nmsbench.batched_nms(boxes.cuda(), scores.cuda(), **kwargs))  # the default sort
-    assert (det.num_candidates > sort_capacity).all() and (det.num_detections > 512).any()
+    assert (det.num_candidates > sort_capacity).all() and (det.num_detections > 0).all()
 
 
-@pytest.mark.parametrize("n", [255, 256, 257, 511, 513, 5000])
-def test_tile_edges_and_detections_past_the_shared_cache(n):
+@pytest.mark.parametrize("n", [255, 256, 257, 511, 512, 513, 5000])
+def test_tile_edges_the_counting_rank_edge_and_detections_past_the_shared_cache(n):
     generator = torch.Generator().manual_seed(n)
-    boxes = random_boxes(generator, (2, n), span=3000, side=20)
+    boxes = random_boxes(generator, (2, n), span=int(12 * n**0.5), side=20).float()
     scores = torch.rand(2, n, generator=generator)
     labels = torch.randint(0, 5, (2, n), generator=generator)
-    for kwargs in (dict(max_output_boxes=n), dict(max_output_boxes=600, max_output_boxes_per_class=130),
+    for kwargs in (dict(max_output_boxes=n), dict(max_output_boxes=600, max_output_boxes_per_class=30),
                    dict(max_output_boxes=n, class_agnostic=True, pre_nms_top_k=n // 2)):
         det = nmsbench.batched_nms(boxes.cuda(), scores.cuda(), labels.cuda(), iou_threshold=0.3, **kwargs)
         assert_same(det, nmsbench.batched_nms(boxes, scores, labels, iou_threshold=0.3, **kwargs))

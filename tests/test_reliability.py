@@ -415,7 +415,7 @@ def test_noisy_rows_are_warned_about_and_listed_in_the_summary(tmp_path, monkeyp
 
 
 def test_schema_2_files_still_load_without_attempts(tmp_path):
-    committed = sorted(Path(__file__).resolve().parent.parent.glob("results/*.csv"))
+    committed = sorted(p for p in Path(__file__).resolve().parent.parent.glob("results/*.csv") if "conformance" not in p.name)
     older = [path for path in committed if pd.read_csv(path, usecols=["schema_version"]).schema_version.max() < 3]
     assert older
     for path in older:

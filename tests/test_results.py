@@ -146,10 +146,18 @@ def test_read_results_refuses_one_case_in_two_rows(tmp_path):
     header, a, b, c = written(path, ROWS)
     path.write_bytes(header + a + b + c + a + a)
     with pytest.raises(ValueError, match=r"r.csv: 1 case\(s\) measured in more than one row: .*r.csv:2: "
-                                         r"benchmark=nms impl=a n=1 is on lines 5, 6 too"):
+                                         r"benchmark=nms impl=a n=1 machine=m is on lines 5, 6 too"):
         read_results(path)
-    path.write_bytes(header + a + b + c)
-    assert list(read_results(path)["impl"]) == ["a", "b", "c"]
+    # the same case measured on another machine, or at another commit: two measurements, not a repeat
+    elsewhere = ResultWriter(tmp_path / "b.csv", {"machine": "other"}, {})
+    elsewhere.write(ROWS[0])
+    elsewhere.close()
+    later = ResultWriter(tmp_path / "c.csv", {"machine": "m", "git_commit": "abc"}, {})
+    later.write(ROWS[0])
+    later.close()
+    rows = [(tmp_path / name).read_bytes().splitlines(keepends=True)[1] for name in ("b.csv", "c.csv")]
+    path.write_bytes(header + a + b + c + b"".join(rows))
+    assert list(read_results(path)["impl"]) == ["a", "b", "c", "a", "a"]
 
 
 def test_a_junk_csv_without_a_last_line_end_is_not_taken_for_a_stopped_run(tmp_path):

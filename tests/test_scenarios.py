@@ -389,12 +389,11 @@ def test_loader_rejects_missing_keys_and_non_numeric_data(tmp_path, recorded):
 
 
 @pytest.mark.parametrize("suffix", [".npz", ".pt", ".csv"])
-@pytest.mark.parametrize("label, row", [(1e20, 0), (3e20, 1), (2.0**63, 1), (-1e19, 1), (float("inf"), 1), (2.5, 1)])
+@pytest.mark.parametrize("label, row", [(1e20, 0), (3e20, 1), (2.0**63, 7), (-1e19, 29), (float("inf"), 3), (2.5, 2)])
 def test_float_labels_must_be_integers_within_int64(tmp_path, recorded, suffix, label, row):
-    # 1e20 and 3e20 were both cast to -2**63: one class where the file has two
+    # 1e20 and 3e20 were both cast to -2**63 (one class where the file has two), with a warning only
     boxes, scores, _ = recorded
     labels = np.full(30, 4.0)
-    labels[:2] = [1e20, 3e20]
     labels[row] = label
     check_rejected(write(tmp_path / f"labels{suffix}", boxes, scores, labels), "labels must be integers within int64",
                    f"row {row}")
@@ -480,14 +479,22 @@ def test_a_file_sweeps_with_the_number_of_its_labels_as_classes(tmp_path, record
 
     from nmsbench.cli import main
 
-    boxes, scores, labels = recorded
+    boxes, scores, _ = recorded
     labels = np.arange(30) % 5
-    path = write(tmp_path / "boxes.npz", boxes, scores, labels)
+    path = write(tmp_path / "boxes.csv", boxes, scores, labels)
+    with path.open("a") as f:  # past the rows the sweep asks for: neither parsed nor checked
+        f.write("junk\n" * 100)
     assert generate("file", 30, path=path).meta["row"] == {"classes": 5}
     assert generate("file", 3, path=path).meta["row"] == {"classes": 3}  # the labels the first 3 boxes hold
     out = tmp_path / "run.csv"
-    result = CliRunner().invoke(main, ["sweep", "--scenario", "file", "--file", str(path), "--n", "3,30", "--impl",
-                                       "torchvision", "--device", "cpu", "--min-run-time", "0.01", "--out", str(out)])
+    args = ["sweep", "--scenario", "file", "--n", "3,30", "--impl", "torchvision", "--device", "cpu",
+            "--min-run-time", "0.01"]
+    result = CliRunner().invoke(main, [*args, "--file", str(path), "--out", str(out)])
     assert result.exit_code == 0, result.output
     frame = pd.read_csv(out)
     assert dict(zip(frame.n, frame.classes)) == {3: 3, 30: 5}
+
+    huge = write(tmp_path / "huge.npz", boxes, scores, np.where(np.arange(30) == 4, 3e20, 1e20))
+    result = CliRunner().invoke(main, [*args, "--file", str(huge), "--out", str(tmp_path / "no.csv")])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2 and "huge.npz: labels must be integers within int64 (row 0: 1e+20)" in text, text

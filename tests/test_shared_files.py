@@ -166,6 +166,19 @@ def test_a_writer_that_dies_leaves_no_lock_behind(tmp_path):
     assert not lock_path(out).exists()
 
 
+def test_a_forked_child_does_not_give_its_parents_lock_away(tmp_path):
+    out = tmp_path / "run.csv"
+    with ResultsLock(out, "parent") as lock:
+        child = os.fork()
+        if child == 0:  # pragma: no cover (the child: a worker that tidies up what it inherited)
+            lock.release()
+            os._exit(0)
+        os.waitpid(child, 0)
+        with pytest.raises(ResultsFileBusy):
+            ResultsLock(out)
+        assert lock_path(out).exists()
+
+
 def test_the_python_writer_takes_the_lock_too(tmp_path):
     from nmsbench.results import ResultWriter
 

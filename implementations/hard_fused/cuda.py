@@ -26,6 +26,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from nmsbench.boxes import NMSResult, PaddedNMSResult
+from nmsbench.memory_guard import CHECK_FROM_BYTES, check_fits
 from nmsbench.registry import register
 
 from .._cuda import (CUDA_DTYPES, MAX_SHARED_BYTES, CompiledLaunch, CudaModule, HostCount, _current_stream,
@@ -421,6 +422,8 @@ def launch_paths(boxes, scores, iou_threshold, labels, padded, path, check_value
     _refuse_checks_when_padded(check_values, padded, op)
     n, device = boxes.shape[0], boxes.device
     plan = plan_for(n, boxes.dtype, labels is not None, padded, device, path, module, op)
+    if 8 * plan.memory_words >= CHECK_FROM_BYTES:  # the N x N/8-byte mask (the check reads free memory)
+        check_fits(op, 8 * plan.memory_words, device, n=n, formula="N²/8 bytes: its N x N-bit suppression mask")
     memory = torch.empty(plan.memory_words, dtype=torch.int64, device=device)
     base = memory.data_ptr()
     labels_at = 0
