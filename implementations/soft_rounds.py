@@ -127,11 +127,14 @@ def decay_graph(launch, boxes, scores, labels, linear: bool, iou_threshold: floa
     kernel = CUDA_MODULE.get("soft_pairs_kernel", boxes.dtype, device)
     grid = (blocks(n, PAIR_ROWS), chunks)
     args = (boxes, scores, labels, n, int(linear), np.float64(iou_threshold), np.float64(score_threshold))
+    check_fits("soft_rounds", 16 * n * chunks, device, n=n,
+               formula=f"N²/{PAIR_CHUNK // 16} bytes: its pair counts and slots, per box and chunk of {PAIR_CHUNK}")
     counts = torch.zeros(n * chunks, dtype=torch.int64, device=device)  # rows of dropped boxes stay 0
     launch(kernel, grid, (PAIR_ROWS,), (*args, counts, None))
     slots = torch.zeros(n * chunks + 1, dtype=torch.int64, device=device)
     torch.cumsum(counts, 0, out=slots[1:])
     pairs = int(slots[-1])
+    check_fits("soft_rounds", 4 * pairs, device, n=n, formula=f"4 bytes for each of its {pairs} overlapping pairs")
     neighbours = torch.empty(max(pairs, 1), dtype=torch.int32, device=device)
     launch(kernel, grid, (PAIR_ROWS,), (*args, slots, neighbours))
     return slots, neighbours, chunks, pairs

@@ -128,9 +128,10 @@ def case_timeout_option(what_is_a_case: str):
     return click.option(
         "--case-timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
         help=f"Stop a case ({what_is_a_case}) that runs longer than this: its rows become status=error rows naming "
-             "the timeout, and the run goes on. Uses SIGALRM: stops Python-level hangs, and slow calls once they "
-             "return; a native call that never returns (numba nopython, a hung CUDA kernel) cannot be stopped: kill "
-             "the run and --resume it without what hangs.")
+             "the timeout, and the run goes on. Uses SIGALRM, which Python sees between bytecodes: it stops a case "
+             "looping in Python at once, and one inside a long native call (a torch op, a numba kernel, a CUDA wait) "
+             "only when that call returns; a native call that never returns is not stopped by it. Ctrl-C or SIGTERM "
+             "stop the whole run within 2 s even then, keeping every row written: --resume it without what hangs.")
 
 
 def check_resume_options(resume: Path | None, out: Path | None, force: bool) -> None:
@@ -308,7 +309,7 @@ def _run_locked(command: str, out: Path, lock: ResultsLock, total: int, grid: di
     error_rows: list[str] = []
     writer = None
     try:
-        with _sigterm_as_interrupt():
+        with _sigterm_as_interrupt(watchdog=True) as stop:
             console.print(f"nmsbench {command}: {total} rows -> {out}" + (f" ({completed} already there)" if append else ""))
             # --threads sets what CPU rows run with; CUDA rows do not use the cores it counts
             warning = load_warning(int(grid.get("threads") or 1)) if "cpu" in grid.get("devices", ["cpu"]) else ""
@@ -318,6 +319,7 @@ def _run_locked(command: str, out: Path, lock: ResultsLock, total: int, grid: di
                                   libraries=library_versions(_required_modules(grid.get("impls") or [],
                                                                              grid.get("devices") or [])))
             writer.note("load", _load_note("start"))
+            stop.attach(out, _forced_stop_summary(out, total, completed if append else 0, resume_command))
             # redrawn between rows only: rich's refresh thread would take the interpreter from
             # the timing loops several times a second (host-bound CUDA calls time that too)
             with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -339,7 +341,7 @@ def _run_locked(command: str, out: Path, lock: ResultsLock, total: int, grid: di
                         noisy_rows.append(text)
                         progress.console.print(f"[yellow]noisy[/] {text}")
 
-                counts = run(writer.write, on_case, progress.refresh)
+                counts = run(stop.guard(writer.write), on_case, progress.refresh)
             writer.note("load", _load_note("end"))
             if counts.get("host"):
                 writer.note("host", counts["host"])  # the host's speed while timing (timing.HostGauge)
@@ -371,10 +373,15 @@ class Terminated(KeyboardInterrupt):
 
 
 @contextmanager
-def _sigterm_as_interrupt():
-    """Within the block, SIGTERM raises ``Terminated`` (main thread only; elsewhere a no-op)."""
+def _sigterm_as_interrupt(watchdog: bool = False):
+    """Within the block, SIGTERM raises ``Terminated`` (main thread only; elsewhere a no-op).
+    Yields a :class:`~nmsbench.stopping.Watchdog`, running with ``watchdog``: where the
+    main thread has not left the block ``stopping.GRACE`` seconds after SIGTERM or Ctrl-C
+    (inside a native call that does not return), it ends the process itself with 143 or 130."""
+    from .stopping import Watchdog
+
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield Watchdog()
         return
 
     def terminate(signum, frame):
@@ -382,9 +389,22 @@ def _sigterm_as_interrupt():
 
     previous = signal.signal(signal.SIGTERM, terminate)
     try:
-        yield
+        if not watchdog:
+            yield Watchdog()
+            return
+        with Watchdog() as stop:
+            yield stop
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _forced_stop_summary(out: Path, total: int, before: int, resume_command: str | None) -> Callable:
+    """What a watchdog's forced exit prints (``rows``: this run's rows, None if unknown)."""
+    def summary(rows: int | None) -> str:
+        there = f"the rows written before it are in {out}" if rows is None else f"{rows + before} of {total} rows are in {out}"
+        return there + (f"\nresume with: {resume_command}" if resume_command else "")
+
+    return summary
 
 
 class StoppableGroup(click.Group):

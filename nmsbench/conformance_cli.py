@@ -105,7 +105,7 @@ def conformance_command(devices, impls, families, examples, max_n, seed, fmt, ou
                              max_n, progress=lambda label: console.print(f"[dim]judging {escape(label)}[/]"))
     if not report.cells:
         reasons = "; ".join(f"{k}: {v}" for k, v in report.skipped.items()) or "none selected"
-        raise click.ClickException(f"no implementation ran on {', '.join(run_on)} ({reasons})")
+        raise click.UsageError(f"no implementation ran on {', '.join(run_on)} ({reasons})")
     for label, reason in report.skipped.items():
         console.print(f"[dim]not run: {escape(label)}: {escape(reason)}[/]")
     command = "nmsbench conformance " + shlex.join([

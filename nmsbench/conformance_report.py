@@ -114,8 +114,9 @@ def counts(frame: pd.DataFrame) -> dict:
 
 def summary(frame: pd.DataFrame) -> str:
     c = counts(frame)
-    subjects = labels(frame).nunique()
-    return (f"{len(frame)} cells ({subjects} implementations x {frame['case_family'].nunique()} case families): "
+    subjects, families = labels(frame).nunique(), frame["case_family"].nunique()
+    return (f"{len(frame)} cells ({subjects} implementation{'s' if subjects != 1 else ''} x {families} case "
+            f"famil{'ies' if families != 1 else 'y'}): "
             f"{c['agrees']} agree, {c['differs']} differ (explained), {c['unexplained']} unexplained, "
             f"{c['refuses']} refuse, {c['n/a']} n/a")
 

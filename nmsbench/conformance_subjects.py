@@ -213,7 +213,11 @@ def subjects(devices, names=None) -> tuple[list[Subject], dict[str, str]]:
     out, skipped = [], {}
     for name, impl in sorted(implementations().items()):
         for device in devices:
-            if device not in impl.backends or (wanted is not None and name not in wanted):
+            if wanted is not None and name not in wanted:
+                continue
+            if device not in impl.backends:
+                if wanted is not None:
+                    skipped[f"{name} @ {device}"] = f"no {device} backend (has: {', '.join(impl.devices)})"
                 continue
             available, reason = impl.backends[device].availability()
             if available:

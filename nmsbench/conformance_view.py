@@ -113,12 +113,14 @@ def conformance_view(folder: Path, include_archive: bool = False) -> None:
         column.metric(verdict, counts[verdict])
     st.caption(conformance_report.summary(frame) + ". ✓ agrees; ≠ R*n*: differs as rule R*n* explains; – the "
                "implementation takes no such setting (a score threshold, a per-class cap).")
-    st.dataframe(conformance_report.matrix(frame), width="stretch", key="conf_matrix")
+    table = conformance_report.matrix(frame)
+    st.dataframe(table.rename(columns={k: CASE_FAMILIES[k].short for k in table.columns}), width="stretch",
+                 height=35 * (len(table) + 1) + 3, key="conf_matrix")
     used = conformance_report.used_rules(frame)
     if used:
         st.dataframe(pd.DataFrame({"rule": [f"R{NUMBERS[k]}" for k in used], "convention": [BY_KEY[k].name for k in used],
                                    "found in": [BY_KEY[k].who for k in used]}),
-                     hide_index=True, width="stretch", key="conf_rules")
+                     hide_index=True, width="stretch", height=35 * (len(used) + 1) + 3, key="conf_rules")
     differing = frame[frame["verdict"].isin(["differs", "unexplained"])]
     differing = differing[[conformance_report.example(r) is not None for _, r in differing.iterrows()]]
     if len(differing):

@@ -9,7 +9,8 @@ Where boxes crowd a fixed canvas, every box still reaches a share of all the oth
 the exact mean costs O(N^2) pair tests (minutes at N = 2^20). :func:`realized_overlap`
 is therefore exact up to ``EXACT_MAX_N`` boxes and above that the mean over a fixed
 random sample of ``SAMPLE_SIZE`` boxes, each box of the sample against all N boxes:
-at most ``SAMPLE_SIZE`` x N pair tests, an unbiased estimate whose standard error is the
+at most ``SAMPLE_SIZE`` x N pair tests (streamed past the sample, vectorized, where the
+windows would hold most boxes anyway), an unbiased estimate whose standard error is the
 per-box spread over sqrt(SAMPLE_SIZE) (at most 0.5 / 32 = 0.016 for values in [0, 1]; about
 0.005 on the synthetic scenarios).
 """
@@ -61,6 +62,53 @@ def _max_iou_kernel(x1, y1, x2, y2, area, rank, labels, x1_64, starts, reach, ze
     return out
 
 
+@njit(parallel=True, nogil=True, cache=True, error_model="numpy")
+def _streamed_max_iou_kernel(x1, y1, x2, y2, area, rank, labels, zero, targets, chunks):  # pragma: no cover
+    """``_max_iou_kernel``'s values for the positions in ``targets``, by streaming every
+    box past all targets at once (no windows: N x len(targets) pair tests in a loop over
+    the targets that the compiler vectorizes, several times faster per pair than the
+    windows' where the windows hold most boxes anyway). Threads take ``chunks`` runs of
+    boxes, each with its own maxima."""
+    s, n = targets.size, x1.size
+    tx1, ty1, tx2, ty2 = x1[targets], y1[targets], x2[targets], y2[targets]
+    tarea, trank, tlabel = area[targets], rank[targets], labels[targets]
+    partial = np.zeros((chunks, s), dtype=x1.dtype)
+    for c in prange(chunks):
+        best = partial[c]
+        for i in range(c * n // chunks, (c + 1) * n // chunks):
+            ix1, iy1, ix2, iy2, iarea, irank, ilabel = x1[i], y1[i], x2[i], y2[i], area[i], rank[i], labels[i]
+            for t in range(s):
+                w = max(min(ix2, tx2[t]) - max(ix1, tx1[t]), zero)
+                h = max(min(iy2, ty2[t]) - max(iy1, ty1[t]), zero)
+                inter = w * h
+                iou = inter / (iarea + tarea[t] - inter)  # NaN when the union is 0, never > best
+                iou = iou if (irank < trank[t]) & (ilabel == tlabel[t]) else zero
+                best[t] = iou if iou > best[t] else best[t]
+    out = np.zeros(s, dtype=np.float32)
+    for t in range(s):
+        top = zero
+        for c in range(chunks):
+            if partial[c, t] > top:
+                top = partial[c, t]
+        out[t] = top
+    return out
+
+
+STREAM_ABOVE = 0.25  # for some boxes (``at``), stream all boxes past them where the windows hold this share of all pairs
+STREAM_CHUNKS = 64
+
+
+def _window_tests(x1_64, x2, starts, reach, targets) -> int:
+    """The pair tests ``_max_iou_kernel`` would make for ``targets``: the sizes of their windows."""
+    jx1, jx2 = x1_64[targets], x2[targets].astype(np.float64)
+    total = 0
+    for g in range(starts.size - 1):
+        column = x1_64[starts[g]:starts[g + 1]]
+        left = jx1 - reach[g] - 1e-9 * (np.abs(jx1) + reach[g])
+        total += int(np.maximum(np.searchsorted(column, jx2) - np.searchsorted(column, left), 0).sum())
+    return total
+
+
 def max_iou_with_higher_ranked(boxes: torch.Tensor, scores: torch.Tensor,
                                labels: torch.Tensor | None = None, at=None) -> torch.Tensor:
     """Float32 (n,) tensor: entry j is the max IoU of box j with any box ranked above it.
@@ -103,8 +151,10 @@ def max_iou_with_higher_ranked(boxes: torch.Tensor, scores: torch.Tensor,
         return torch.from_numpy(out)
     position = np.empty(n, dtype=np.int64)
     position[order] = np.arange(n, dtype=np.int64)
-    return torch.from_numpy(_max_iou_kernel(x1, y1, x2, y2, area, rank, lab, x1.astype(np.float64), starts, reach,
-                                            zero, position[picked]))
+    targets, x1_64 = position[picked], x1.astype(np.float64)
+    if _window_tests(x1_64, x2, starts, reach, targets) > STREAM_ABOVE * n * targets.size:
+        return torch.from_numpy(_streamed_max_iou_kernel(x1, y1, x2, y2, area, rank, lab, zero, targets, STREAM_CHUNKS))
+    return torch.from_numpy(_max_iou_kernel(x1, y1, x2, y2, area, rank, lab, x1_64, starts, reach, zero, targets))
 
 
 def _indices(at, n: int) -> np.ndarray:

@@ -228,9 +228,9 @@ def case_deadline(seconds: Optional[float], limit: Optional[float] = None):
     Python (and between native calls: torch ops, timer loops). A single native call that
     never returns (a numba ``nopython`` loop, a deadlocked CUDA kernel waited on) does not
     see the signal and cannot be stopped this way; one that returns late is stopped when it
-    returns. Stop such a sweep (Ctrl-C, or kill it) and ``--resume`` it without the
-    implementation that hangs. After a stopped CUDA case, kernels it queued may still run.
-    POSIX only, main thread only.
+    returns. Ctrl-C or SIGTERM stop such a sweep within two seconds all the same
+    (:mod:`nmsbench.stopping`); ``--resume`` it without the implementation that hangs.
+    After a stopped CUDA case, kernels it queued may still run. POSIX only, main thread only.
     """
     if not seconds:
         yield
@@ -540,7 +540,7 @@ def _sweep_pass(grid: Grid, emit: Callable[[dict], None], done, between_turns: C
                           pending(_case_rows(impl, device, dtype_name, iou, grid, base, params_by_impl[impl.name][0])))
                          for device, dtype_name, iou, impl in itertools.product(grid.devices, grid.dtypes, grid.ious, impls)]
                 cases = [case for case in cases if case[-1]]
-                if duplicate is None and cases:
+                if duplicate is None and cases:  # exact up to overlap.EXACT_MAX_N boxes, from a fixed sample above
                     mean_max_iou = realized_overlap(box_set.boxes, box_set.scores, box_set.labels)["mean_max_iou"]
                     for row in itertools.chain.from_iterable(case[-1] for case in cases):
                         row["mean_max_iou"] = mean_max_iou

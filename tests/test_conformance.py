@@ -235,15 +235,19 @@ def test_unexplained_differences_fail_the_command(wrong_implementations, tmp_pat
 
 def test_the_three_formats(tmp_path):
     common = ["--device", "cpu", "--impl", "torchvision,batched_nms[float32]", "--family", "zero_area,class_id_extremes",
-              "--examples", "3"]
+              "--examples", "4"]
     table = invoke(*common)
     assert table.exit_code == 0, table.output
-    assert "torchvision @ cpu" in table.output and "ids" in table.output and "4 agree" in table.output
+    assert "torchvision @ cpu" in table.output and "ids" in table.output and "3 agree, 1 differ" in table.output
+    assert "R11: class offsets round coordinates" in table.output  # batched_nms's trick on class ids 2^32 apart
     csv_path = tmp_path / "cpu-conformance.csv"
     written = invoke(*common, "--format", "csv", "--out", str(csv_path))
     assert written.exit_code == 0 and f"wrote {csv_path}" in written.output
     frame = conformance_report.read_conformance(csv_path)
-    assert set(frame["impl"]) == {"torchvision", "batched_nms[float32]"} and set(frame["verdict"]) == {"agrees"}
+    verdicts = {(r.impl, r.case_family): (r.verdict, r.rules) for r in frame.itertuples()}
+    assert verdicts == {("torchvision", "zero_area"): ("agrees", ""), ("torchvision", "class_id_extremes"): ("agrees", ""),
+                        ("batched_nms[float32]", "zero_area"): ("agrees", ""),
+                        ("batched_nms[float32]", "class_id_extremes"): ("differs", "offsets")}
     assert set(conformance_report.COLUMNS) <= set(frame.columns)
     assert frame["command"].iloc[0].startswith("nmsbench conformance --device cpu --impl")
     assert "batched_nms[float32]" in frame["command"].iloc[0] and frame["created"].iloc[0]
@@ -252,6 +256,7 @@ def test_the_three_formats(tmp_path):
     markdown = invoke(*common, "--format", "markdown")
     assert markdown.exit_code == 0
     assert "| implementation | zero | ids |" in markdown.output and "| torchvision @ cpu | agrees | agrees |" in markdown.output
+    assert "| batched_nms[float32] @ cpu | agrees | differs (R11) |" in markdown.output
 
 
 def test_a_differing_cell_in_every_format(wrong_implementations, tmp_path):
