@@ -221,7 +221,7 @@ def read_case(path) -> CaseRun:
     path = Path(path)
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         raise ValueError(f"{path.name}: not readable JSON ({e})") from None
     return case_from_dict(data, path.name)
 

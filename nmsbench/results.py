@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import functools
 import importlib.metadata
 import io
 import json
@@ -161,11 +162,17 @@ def _version(*distributions: str) -> str:
     return ""
 
 
+@functools.lru_cache(maxsize=1)
+def _packages_distributions() -> dict:
+    """Import name -> distributions, read once a process (it scans every installed package)."""
+    return importlib.metadata.packages_distributions()
+
+
 def library_versions(modules) -> dict[str, str]:
     """For each import name (an implementation's ``requires``: cv2, onnxruntime, ...) the
     distribution that provides it and its version ("opencv-python-headless 4.10.0"), "" where
     it is not installed: the sidecar's record of the libraries a run's entries called."""
-    provided_by = importlib.metadata.packages_distributions()
+    provided_by = _packages_distributions()
     versions = {}
     for module in sorted(set(modules)):
         names = sorted(set(provided_by.get(module, [])))
@@ -286,7 +293,7 @@ class ResultWriter:
         sidecar = sidecar_path(self.path)
         try:
             meta = json.loads(sidecar.read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return
         if isinstance(meta, dict):
             meta.setdefault(key, []).append(value)
@@ -331,7 +338,7 @@ def _note_resume(sidecar: Path, command: str, env: dict) -> None:
     """Record a resumed run's command in the sidecar (left alone if it cannot be read)."""
     try:
         meta = json.loads(sidecar.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return
     if isinstance(meta, dict):
         meta.setdefault("resumed", []).append({"command": command, "git_commit": env.get("git_commit", ""),
@@ -358,7 +365,7 @@ def read_sidecar(csv_path: Path) -> tuple[dict | None, str]:
         meta = json.loads(sidecar.read_text())
     except FileNotFoundError:
         return None, f"its sidecar {sidecar} is missing"
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         return None, f"its sidecar {sidecar} is not readable JSON ({' '.join(str(e).split())}; cut short?)"
     if not isinstance(meta, dict) or not isinstance(meta.get("grid"), dict):
         return None, f"its sidecar {sidecar} records no grid"

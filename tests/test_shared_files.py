@@ -222,6 +222,10 @@ def damage(kind: str, out: Path) -> str:
         text = sidecar_path(out).read_text()
         sidecar_path(out).write_text(text[:len(text) // 2])
         return "is not readable JSON"
+    if kind == "deeply nested sidecar":  # json.loads recurses once a level
+        out.write_bytes(out.read_bytes() + partial)
+        sidecar_path(out).write_text("[" * 200_000 + "]" * 200_000)
+        return "is not readable JSON"
     if kind == "sidecar without --min-run-time":
         out.write_bytes(out.read_bytes() + partial)
         meta = json.loads(sidecar_path(out).read_text())
@@ -232,7 +236,7 @@ def damage(kind: str, out: Path) -> str:
 
 
 @pytest.mark.parametrize("kind", ["foreign file", "garbage line", "fragment row", "case twice", "missing sidecar",
-                                  "half-written sidecar", "sidecar without --min-run-time"])
+                                  "half-written sidecar", "deeply nested sidecar", "sidecar without --min-run-time"])
 def test_a_refused_resume_leaves_the_file_byte_identical(tmp_path, swept, kind):
     out = copy_of(swept, tmp_path, "mydata.csv")
     says = damage(kind, out)
