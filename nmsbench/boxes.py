@@ -199,6 +199,16 @@ def _check_tensor(name: str, t) -> None:
                          f"call .to_dense() first")
     if t.is_meta:
         raise ValueError(f"{name} are on the meta device, which holds no data")
+    if type(t) is not torch.Tensor and not _holds_data(t):  # e.g. torch.compile's FakeTensor: "cpu", data on meta
+        raise ValueError(f"{name} hold no data of their own (a {type(t).__name__} on {t.device}); pass a plain tensor")
+
+
+def _holds_data(t: torch.Tensor) -> bool:
+    """Whether a tensor subclass's storage holds data (a wrapper's may have none, or a meta one)."""
+    try:
+        return t.untyped_storage().device.type != "meta"
+    except (RuntimeError, NotImplementedError, TypeError):
+        return False
 
 
 def check_input_values(boxes: torch.Tensor, scores: torch.Tensor) -> None:

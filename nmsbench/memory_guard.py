@@ -31,8 +31,11 @@ class InsufficientMemory(MemoryError):
 
 
 def gib(size: float) -> str:
-    """Bytes as GiB with one decimal (MiB below 1 GiB)."""
-    return f"{size / 2**30:.1f} GiB" if size >= 2**30 else f"{size / 2**20:.1f} MiB"
+    """Bytes in binary units with one decimal (KiB to TiB)."""
+    for unit, power in (("TiB", 40), ("GiB", 30), ("MiB", 20)):
+        if size >= 2**power:
+            return f"{size / 2**power:.1f} {unit}"
+    return f"{size / 2**10:.1f} KiB"
 
 
 def check_fits(name: str, needed: int, device, *, n: int, formula: str) -> None:
@@ -85,18 +88,20 @@ def _meminfo_available() -> int | None:
     return None
 
 
-def _cgroup_headroom(root: Path = Path("/sys/fs/cgroup")) -> int | None:
-    """memory.max - memory.current + reclaimable file pages of this process's cgroup v2,
-    or None without a limit."""
+def _cgroup_headroom(group: Path | None = None) -> int | None:
+    """memory.max - memory.current + reclaimable file pages of ``group`` (default: this
+    process's cgroup v2), or None without a limit."""
     try:
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
-            if line.startswith("0::"):
-                root = root / line[3:].strip().lstrip("/")
-        limit = (root / "memory.max").read_text().strip()
+        if group is None:
+            group = Path("/sys/fs/cgroup")
+            for line in Path("/proc/self/cgroup").read_text().splitlines():
+                if line.startswith("0::"):
+                    group = group / line[3:].strip().lstrip("/")
+        limit = (group / "memory.max").read_text().strip()
         if limit == "max":
             return None
-        used = int((root / "memory.current").read_text())
-        stat = dict(line.split() for line in (root / "memory.stat").read_text().splitlines() if line.count(" ") == 1)
+        used = int((group / "memory.current").read_text())
+        stat = dict(line.split() for line in (group / "memory.stat").read_text().splitlines() if line.count(" ") == 1)
         return max(int(limit) - used + int(stat.get("inactive_file", 0)), 0)
     except (OSError, ValueError):
         return None

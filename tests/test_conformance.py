@@ -239,7 +239,7 @@ def test_the_three_formats(tmp_path):
     table = invoke(*common)
     assert table.exit_code == 0, table.output
     assert "torchvision @ cpu" in table.output and "ids" in table.output and "3 agree, 1 differ" in table.output
-    assert "R11: class offsets round coordinates" in table.output  # batched_nms's trick on class ids 2^32 apart
+    assert "R12: class offsets round coordinates" in table.output  # batched_nms's trick on class ids 2^32 apart
     csv_path = tmp_path / "cpu-conformance.csv"
     written = invoke(*common, "--format", "csv", "--out", str(csv_path))
     assert written.exit_code == 0 and f"wrote {csv_path}" in written.output
@@ -256,7 +256,7 @@ def test_the_three_formats(tmp_path):
     markdown = invoke(*common, "--format", "markdown")
     assert markdown.exit_code == 0
     assert "| implementation | zero | ids |" in markdown.output and "| torchvision @ cpu | agrees | agrees |" in markdown.output
-    assert "| batched_nms[float32] @ cpu | agrees | differs (R11) |" in markdown.output
+    assert "| batched_nms[float32] @ cpu | agrees | differs (R12) |" in markdown.output
 
 
 def test_a_differing_cell_in_every_format(wrong_implementations, tmp_path):

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from nmsbench.boxes import pairwise_iou, score_order
 from nmsbench.datasets import SYNTHETIC, generate
-from nmsbench.overlap import max_iou_with_higher_ranked, realized_overlap
+import nmsbench.overlap as overlap
+from nmsbench.overlap import max_iou_with_higher_ranked, overlap_sample, realized_overlap
 
 
 def brute_force(boxes, scores, labels=None):
@@ -107,14 +108,15 @@ def test_zero_area_boxes_have_zero_iou_even_when_identical():
 def test_small_and_empty_inputs():
     assert max_iou_with_higher_ranked(torch.zeros(0, 4), torch.zeros(0)).shape == (0,)
     assert max_iou_with_higher_ranked(torch.tensor([[0.0, 0, 1, 1]]), torch.ones(1)).tolist() == [0.0]
-    assert realized_overlap(torch.zeros(0, 4), torch.zeros(0)) == {"mean_max_iou": 0.0}
+    assert realized_overlap(torch.zeros(0, 4), torch.zeros(0)) == {"mean_max_iou": 0.0, "sampled": 0}
 
 
 def test_realized_overlap_is_the_mean():
     boxes, scores, labels = random_set(3, 200)
     expected = brute_force(boxes, scores, labels).double().mean().item()
     result = realized_overlap(boxes, scores, labels)
-    assert set(result) == {"mean_max_iou"} and isinstance(result["mean_max_iou"], float)
+    assert set(result) == {"mean_max_iou", "sampled"} and isinstance(result["mean_max_iou"], float)
+    assert result["sampled"] == 0  # exact up to EXACT_MAX_N boxes
     assert result["mean_max_iou"] == pytest.approx(expected, rel=1e-12)
 
 
@@ -124,6 +126,92 @@ def test_large_sets_run_without_an_n_by_n_matrix():
     assert got.shape == (65536,)
     # every chain box but the first overlaps its left neighbour at IoU 0.6
     assert int((got - 0.6).abs().lt(1e-3).sum()) == 65536 - 65536 // 6 - 1
+
+
+# --------------------------------------------------------------------------- some boxes, and the sampled mean
+
+
+def crowded_set(seed, n, classes=2, dtype=torch.float32):
+    """Boxes as wide as a third of the canvas: every box's window holds most boxes."""
+    rng = np.random.default_rng(seed)
+    corner = rng.uniform(0, 100, (n, 2))
+    boxes = np.concatenate([corner, corner + rng.uniform(20, 40, (n, 2))], 1)
+    scores = rng.integers(6, size=n) / 6  # ties
+    return (torch.tensor(boxes, dtype=dtype), torch.tensor(scores, dtype=dtype),
+            torch.from_numpy(rng.integers(classes, size=n)))
+
+
+@pytest.mark.parametrize("stream_above", [0.0, float("inf")], ids=["streamed", "windows"])
+@pytest.mark.parametrize("make", [lambda: crowded_set(1, 3000), lambda: crowded_set(2, 2000, dtype=torch.float64),
+                                  lambda: random_set(5, 3000, grid=0.5), lambda: random_set(6, 2500, dtype=torch.float64)],
+                         ids=["crowded", "crowded-float64", "sparse", "sparse-float64"])
+def test_some_boxes_get_exactly_their_values_by_either_kernel(monkeypatch, make, stream_above):
+    """``at``: the chosen boxes' entries, each against all boxes, equal to the full
+    computation's; the windows and the streamed kernel agree bit for bit."""
+    boxes, scores, labels = make()
+    monkeypatch.setattr(overlap, "STREAM_ABOVE", stream_above)
+    at = torch.tensor([0, 7, 7, len(boxes) - 1, 3, *range(100, 2000, 37)])  # any order, repeats
+    for lab in (None, labels):
+        full = brute_force(boxes, scores, lab)
+        assert torch.equal(max_iou_with_higher_ranked(boxes, scores, lab, at=at), full[at])
+        assert torch.equal(max_iou_with_higher_ranked(boxes, scores, lab), full)
+    assert max_iou_with_higher_ranked(boxes, scores, at=[]).shape == (0,)
+
+
+@pytest.mark.parametrize(("at", "message"), [([5], "outside [0, 5)"), ([-1], "outside [0, 5)"),
+                                             ([[0, 1]], "1-D sequence"), ([0.5], "1-D sequence")])
+def test_bad_indices_raise_value_error(at, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
+        max_iou_with_higher_ranked(torch.zeros(5, 4), torch.zeros(5), at=at)
+
+
+def test_the_sample_is_fixed_distinct_and_uniform():
+    first = overlap_sample(1 << 20)
+    assert first.size == overlap.SAMPLE_SIZE == np.unique(first).size
+    assert np.array_equal(first, overlap_sample(1 << 20)) and np.array_equal(first, np.sort(first))
+    assert 0 <= first.min() and first.max() < 1 << 20
+    assert abs(first.mean() / (1 << 20) - 0.5) < 0.05  # spread over all boxes, not their start
+    assert overlap_sample(10, size=50).tolist() == list(range(10))
+
+
+@pytest.mark.parametrize("name", ["uniform", "clustered", "crowd", "chain", "degenerate"])
+def test_the_sampled_mean_estimates_the_exact_one(name):
+    """Above ``exact_max_n`` the mean is over a fixed sample: within four of its standard
+    errors of the exact mean (the sample is fixed, so this holds or fails for good)."""
+    n, size = 12000, 600
+    bs = generate(name, n, seed=2, classes=2)
+    exact = max_iou_with_higher_ranked(bs.boxes, bs.scores, bs.labels).double()
+    below = realized_overlap(bs.boxes, bs.scores, bs.labels, exact_max_n=n, sample_size=size)
+    assert below == {"mean_max_iou": pytest.approx(exact.mean().item(), rel=1e-12), "sampled": 0}
+    estimate = realized_overlap(bs.boxes, bs.scores, bs.labels, exact_max_n=n - 1, sample_size=size)
+    assert estimate["sampled"] == size
+    assert estimate["mean_max_iou"] == pytest.approx(exact[overlap_sample(n, size)].mean().item(), rel=1e-12)
+    error = exact.std().item() * ((1 - size / n) / size) ** 0.5
+    assert abs(estimate["mean_max_iou"] - exact.mean().item()) <= 4 * error + 1e-9
+
+
+def test_large_sets_compute_only_the_sample(monkeypatch):
+    """At N > EXACT_MAX_N the kernels get SAMPLE_SIZE boxes to compute, never N: streamed
+    past all boxes on a crowded canvas, through the windows on a sparse one."""
+    asked = []
+
+    def recording(name: str, targets_at: int):
+        kernel = getattr(overlap, name)
+
+        def call(*args):
+            asked.append((name, len(args[targets_at])))
+            return kernel(*args)
+
+        monkeypatch.setattr(overlap, name, call)
+
+    recording("_max_iou_kernel", -1)
+    recording("_streamed_max_iou_kernel", -2)
+    for canvas in ("fixed", "density"):
+        bs = generate("uniform", overlap.EXACT_MAX_N + 1, overlap=0.5 if canvas == "fixed" else None, seed=0,
+                      canvas=canvas)
+        result = realized_overlap(bs.boxes, bs.scores)
+        assert result["sampled"] == overlap.SAMPLE_SIZE and 0 < result["mean_max_iou"] < 1
+    assert asked == [("_streamed_max_iou_kernel", overlap.SAMPLE_SIZE), ("_max_iou_kernel", overlap.SAMPLE_SIZE)]
 
 
 @pytest.mark.parametrize(

@@ -58,6 +58,11 @@ BAD_INPUTS = [
     ("boxes-list", B.tolist(), S, None, r"boxes must be a torch.Tensor"),
     ("boxes-numpy", B.numpy(), S, None, r"boxes must be a torch.Tensor"),
     ("scores-list", B, S.tolist(), None, r"scores must be a torch.Tensor"),
+    ("scores-meta", B, S.to("meta"), None, r"scores are on the meta device"),  # get_device() is -1 there as on the CPU
+    ("labels-meta", B, S, L.to("meta"), r"labels are on the meta device"),
+    ("boxes-sparse", B.to_sparse(), S, None, r"boxes must be a dense \(strided\) tensor, got layout sparse_coo"),
+    ("labels-sparse", B, S, L.to_sparse(), r"labels must be a dense"),
+    ("boxes-float8", B.to(torch.float8_e4m3fn), S.to(torch.float8_e4m3fn), None, r"float8_e4m3fn"),
 ]
 
 
