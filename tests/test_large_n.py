@@ -68,7 +68,7 @@ def test_units_and_a_cgroup_limit(tmp_path):
 def test_every_squared_cpu_backend_asks_first(monkeypatch, impl):
     """With little free memory (faked) each refuses before it allocates, naming itself."""
     monkeypatch.setattr(memory_guard, "CHECK_FROM_BYTES", 0)
-    monkeypatch.setattr(memory_guard, "host_free_bytes", lambda: 2**20)
+    monkeypatch.setattr(memory_guard, "host_free_bytes", lambda: 2**10)
     bs = generate("uniform", 1000, seed=0)
     with pytest.raises(InsufficientMemory, match=rf"^{impl} needs .* for 1000 boxes \({CPU_SQUARED[impl][1]}"):
         run_nms(impl, bs.boxes, bs.scores, 0.5)
