@@ -78,7 +78,7 @@ def kernel_times(call, calls: int = 20) -> dict[str, float]:
         total = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0.0)
         if not total or event.key.startswith(("cuda", "cu")):
             continue
-        name = ("decode_us" if "decode_kernel" in event.key else "nms_us" if "nms_kernel" in event.key
+        name = ("decode_us" if "decode" in event.key else "nms_us" if "nms_kernel" in event.key
                 else "memset_us" if "memset" in event.key.lower() else "other_us")
         times[name] += total / calls
     return {name: round(value, 2) for name, value in times.items()}
@@ -91,31 +91,64 @@ def clock_mhz():
         return ""
 
 
-def probe_sort_capacity(raw64: torch.Tensor, args) -> list[dict]:
-    """The YOLOv5 op through the CUDA backend with its shared-memory sort set smaller
-    than the default (which takes as many candidates as shared memory holds): whether the
-    block's shared memory size costs time where the candidates are few. Same detections
-    required."""
+def probe_paths(raw64: torch.Tensor, args) -> list[dict]:
+    """The YOLOv5 op through the CUDA backend with nms_kernel's class-segmented path
+    (default) and without it (``fast_max=0``: the tile path), and with a smaller shared-memory
+    sort: what each path costs on the same images. Same detections required."""
     from nmsbench.variants import batched_nms
 
     rows = []
     for batch in (1, 32):
         raw = raw64[:batch].cuda()
         outputs = {}
-        for sort_capacity in (None, 4096, 1024):
-            def call(sort_capacity=sort_capacity):
+        for name, options in (("default", {}), ("tiles", dict(fast_max=0)),
+                              ("tiles, sort 1024", dict(fast_max=0, sort_capacity=1024))):
+            def call(options=options):
                 return batched_nms.run(raw, None, None, layout="yolov5", cxcywh=True, n=raw.shape[1],
                                        classes=raw.shape[2] - 5, multi_label=False, class_agnostic=False,
                                        iou_threshold=IOU, score_threshold=CONF, max_output=MAX_DET, max_per_class=MAX_DET,
-                                       top_k=2**31 - 1, capacity=raw.shape[1], sort_capacity=sort_capacity)
+                                       top_k=2**31 - 1, capacity=raw.shape[1], **options)
 
-            outputs[sort_capacity] = call()
+            outputs[name] = call()
             wall = time_wall(call, min_run_time=args.min_run_time, threads=args.threads)
-            row = dict(batch=batch, sort_capacity=sort_capacity or "default", wall_us=round(wall.median_us, 2),
-                       **kernel_times(call), same=same(outputs[sort_capacity], outputs[None]))
+            row = dict(batch=batch, path=name, wall_us=round(wall.median_us, 2), **kernel_times(call),
+                       same=same(outputs[name], outputs["default"]))
             rows.append(row)
             print("probe", row, flush=True)
     return rows
+
+
+def decode_floor(raw64: torch.Tensor, batches) -> dict[int, dict]:
+    """The decode's two numbers: the bytes it must move (a 32-byte sector a row for the
+    objectness, whole rows where it passes) against a large copy's bandwidth, and the time
+    of torch reading the objectness column alone (one strided load a row)."""
+    def events(fn, reps=100):
+        fn()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times = []
+        for _ in range(reps):
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1000)
+        return statistics.median(times)
+
+    src = torch.empty(2**28, dtype=torch.float32, device="cuda").uniform_()
+    dst = torch.empty_like(src)
+    bandwidth = 2 * src.numel() * 4 / events(lambda: dst.copy_(src), 20) * 1e-6  # bytes per µs
+    del src, dst
+    floors = {}
+    for batch in batches:
+        raw = raw64[:batch].cuda()
+        passing = int((raw[..., 4] > CONF).sum())
+        moved = batch * raw.shape[1] * 32 + passing * raw.shape[2] * raw.element_size()
+        floors[batch] = dict(decode_bytes=moved, decode_floor_us=round(moved / bandwidth, 2),
+                             objectness_read_us=round(events(lambda: torch.gt(raw[..., 4], CONF)), 2),
+                             copy_tb_s=round(bandwidth * 1e-6, 2), rows_passing=round(passing / raw[..., 4].numel(), 4))
+        print("floor", batch, floors[batch], flush=True)
+    return floors
 
 
 def check(raw64: torch.Tensor) -> list[str]:
@@ -156,13 +189,20 @@ def sanitize() -> None:
             nmsbench.batched_nms(b, s, iou_threshold=0.5, score_threshold=0.3, **kwargs)
         labels = torch.randint(0, 4, (3, 300), device="cuda")
         nmsbench.batched_nms(b, s[..., 0], labels, iou_threshold=0.5, box_format="cxcywh")
-        # the merge in global memory, forced by a small shared-memory sort
+        nmsbench.batched_nms(b, s, iou_threshold=0.5, class_agnostic=True, max_output_boxes=300)
+        # the merge in global memory, forced by a small shared-memory sort and no class-segmented path
         batched_nms.run(b, s.contiguous(), None, layout="scores", cxcywh=False, n=300, classes=3, multi_label=True,
                         class_agnostic=False, iou_threshold=0.5, score_threshold=0.1, max_output=700, max_per_class=700,
-                        top_k=2**31 - 1, capacity=900, sort_capacity=32)
+                        top_k=2**31 - 1, capacity=900, sort_capacity=32, fast_max=0)
+        # the class-segmented path: one class for all, and labels beyond 32 bits (its fallback)
+        nmsbench.batched_nms(b, s[..., 0], labels * 2**40, iou_threshold=0.5, max_output_boxes=40)
     raw = torch.from_numpy(synthetic_raw(2, seed=3))
     raw = raw[:, ::8].contiguous().cuda()  # 3150 rows
     nmsbench.batched_nms_from_head(raw)
+    for rows_per_thread in (1, 4):  # decode_rows_kernel, every row listed
+        batched_nms.run(raw, None, None, layout="yolov5", cxcywh=True, n=raw.shape[1], classes=80, multi_label=False,
+                        class_agnostic=False, iou_threshold=0.45, score_threshold=-1.0, max_output=300,
+                        max_per_class=300, top_k=2**31 - 1, capacity=raw.shape[1], rows_per_thread=rows_per_thread)
     nmsbench.batched_nms_from_head(raw, score_threshold=0.01, multi_label=True)
     nmsbench.batched_nms_from_head(to_yolov8(raw), "yolov8")
     nmsbench.batched_nms_from_head(raw.half())
@@ -181,7 +221,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--sanitize", action="store_true", help="small calls on every path only")
     parser.add_argument("--skip-check", action="store_true")
-    parser.add_argument("--skip-probe", action="store_true", help="no sort-capacity probe")
+    parser.add_argument("--skip-probe", action="store_true", help="no probe of nms_kernel's paths")
     args = parser.parse_args()
     if args.sanitize:
         sanitize()
@@ -191,6 +231,7 @@ def main() -> None:
     raw64 = torch.from_numpy(synthetic_raw(16, seed=0))
     raw64 = raw64.repeat(-(-max(batches) // 16), 1, 1)
     failures = [] if args.skip_check else check(raw64)
+    floors = decode_floor(raw64, batches)
     rows = []
     device = torch.cuda.get_device_name(0)
     warm = raw64[:max(batches)].cuda()
@@ -222,7 +263,8 @@ def main() -> None:
                 eager_us=round(eager.median_us, 2), eager_iqr_us=round(eager.iqr_us, 2),
                 graph_us=round(replay.median_us, 2), graph_iqr_us=round(replay.iqr_us, 2),
                 device_us=round(gpu_us, 2), device_span_us=span_us, launches=launches, memsets=sets,
-                **kernel_times(call), sm_clock_mhz=clock_mhz(),
+                **kernel_times(call), **(floors[batch] if layout == "yolov5" else {}),
+                sm_clock_mhz=clock_mhz(),
                 eager_us_per_image=round(eager.median_us / batch, 2),
                 graph_us_per_image=round(replay.median_us / batch, 2),
                 candidates_per_image=round(det.num_candidates.float().mean().item(), 1),
@@ -235,12 +277,12 @@ def main() -> None:
                   f"detections/image {rows[-1]['detections_per_image']} | decode {rows[-1]['decode_us']} nms "
                   f"{rows[-1]['nms_us']} memset {rows[-1]['memset_us']} us, SM {rows[-1]['sm_clock_mhz']} MHz",
                   flush=True)
-    probes = [] if args.skip_probe else probe_sort_capacity(raw64, args)
+    probes = [] if args.skip_probe else probe_paths(raw64, args)
     if any(not row["same"] for row in probes):
-        failures.append("sort capacity probe")
+        failures.append("nms path probe")
     if args.csv and rows:
         with open(args.csv, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            writer = csv.DictWriter(handle, fieldnames=list(dict.fromkeys(k for row in rows for k in row)))
             writer.writeheader()
             writer.writerows(rows)
     print("\n| layout | B | eager µs | graph µs | device µs | decode µs | nms µs | eager µs/image |\n"

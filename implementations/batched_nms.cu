@@ -2,24 +2,30 @@
 // head output (batched_nms.py is the host side; implementations/DESIGN.md says why it is
 // built this way). Two kernels a batch, behind one memset of the per-image counters:
 //
-//   decode_kernel: a thread per box row and image; decodes the box, finds the row's
-//     candidates (score above the threshold: the best class, or every class with
-//     multi-label), and appends them to the image's candidate records through a
-//     per-image counter (one atomic a warp). The count goes on past the capacity, so an
-//     overflow is seen, never hidden.
-//   nms_kernel: a block per image; ranks its candidates (higher score first, ties by the
-//     lower candidate index) by counting (a few), sorts them in shared memory, or, beyond
-//     what shared memory holds, in sorted chunks merged in global memory; then greedy NMS in rank order, a tile of
-//     TILE candidates at a time, against the detections so far (the only boxes that can
-//     still matter), and writes the padded outputs.
+//   decode_rows_kernel (YOLOv5 heads, single label) or decode_kernel (the rest): decode
+//     the boxes, find the rows' candidates (score above the threshold: the best class, or
+//     every class with multi-label), and append them to the image's candidate records
+//     through a per-image counter. The count goes on past the capacity, so an overflow is
+//     seen, never hidden.
+//   nms_kernel: a block per image. Up to fast_max candidates with float scores (and no
+//     pre_nms_top_k cut) take the class-segmented path: one sort by (class, score), the
+//     suppression mask within each class, a warp resolving each class, the detections
+//     sorted by score. Otherwise: rank its candidates (higher score first, ties by the
+//     lower candidate index) by counting (a few), sort them in shared memory, or, beyond
+//     what shared memory holds, in sorted chunks merged in global memory; then greedy NMS
+//     in rank order, a tile of TILE candidates at a time, against the detections so far
+//     (the only boxes that can still matter), and write the padded outputs.
 //
-// (DECODE_THREADS, NMS_THREADS, TILE, KEPT_CACHE and COUNT_RANK_MAX come from batched_nms.DEFINES.)
+// (DECODE_THREADS, DECODE_ROWS_MAX, DECODE_CLASS_LOADS, NMS_THREADS, TILE, KEPT_CACHE and
+// COUNT_RANK_MAX come from batched_nms.DEFINES.)
 
 #define LAYOUT_SCORES 0  // boxes [B, N, 4] and scores [B, N, C] (C = 1: scores [B, N], labels [B, N] or none)
 #define LAYOUT_YOLOV5 1  // raw [B, N, 5 + C]: cx, cy, w, h, objectness, class scores
 #define LAYOUT_YOLOV8 2  // raw [B, 4 + C, N]: channels first, no objectness
 
 #define TILE_WORDS (TILE / 32)
+#define DECODE_WARPS (DECODE_THREADS / 32)
+#define NMS_WARPS (NMS_THREADS / 32)
 
 // A candidate's sort key: a larger key ranks first. Float scores pack the score's order
 // key above the complemented candidate index, so keys are unique and their order is the
@@ -124,6 +130,147 @@ __global__ void __launch_bounds__(DECODE_THREADS) decode_kernel(
     }
 }
 
+// The best of two (score, class) pairs in every lane of the warp: the higher score, on
+// equal scores the lower class; class -1 (nothing above the threshold) loses to any other.
+// So the warp picks what a loop over the classes in order picks: the first of equal best.
+template <typename A>
+__device__ __forceinline__ void warp_best_class(A& best, int& best_class) {
+    for (int d = 16; d > 0; d >>= 1) {
+        const A other = __shfl_xor_sync(0xffffffffu, best, d);
+        const int other_class = __shfl_xor_sync(0xffffffffu, best_class, d);
+        if (other_class >= 0 &&
+            (best_class < 0 || other > best || (other == best && other_class < best_class))) {
+            best = other;
+            best_class = other_class;
+        }
+    }
+}
+
+// YOLOv5 heads with a single label: a block takes DECODE_THREADS x rows_per_thread rows of
+// an image. (1) Each thread loads its rows' objectness, every load in flight at once, and
+// the rows above the threshold join the block's list; (2) a warp per listed row (two rows
+// at a time) loads its class scores, adjacent classes in adjacent lanes, and a warp
+// argmax picks the best; (3) one atomic reserves the block's candidates in the image's
+// records, and the block writes them. A thread per row that reads its class scores one
+// after another waits on many more memory round trips. Six blocks an SM: the register
+// budget (40) at which the float kernels spill nothing.
+template <typename T>
+__global__ void __launch_bounds__(DECODE_THREADS, 6) decode_rows_kernel(
+    const T* data, int batch, int n, int classes, int rows_per_thread, double score_threshold, int capacity,
+    unsigned int* counts, unsigned long long* keys, int* cands, long long* cand_classes,
+    typename Arith<T>::type* cand_boxes, typename Arith<T>::type* cand_scores) {
+    typedef typename Arith<T>::type A;
+    __shared__ int s_rows[DECODE_THREADS * DECODE_ROWS_MAX];  // rows above the objectness threshold
+    __shared__ int s_found_row[DECODE_THREADS * DECODE_ROWS_MAX];  // rows with a candidate, its class and score
+    __shared__ int s_found_class[DECODE_THREADS * DECODE_ROWS_MAX];
+    __shared__ A s_found_score[DECODE_THREADS * DECODE_ROWS_MAX];
+    __shared__ int s_listed, s_found;
+    __shared__ unsigned int s_base;
+    const A threshold = A(score_threshold);  // rounded to the arithmetic type, as torch compares `scores > t`
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const long long stride = 5 + classes;
+    const int first = blockIdx.x * DECODE_THREADS * rows_per_thread;
+    for (int b = blockIdx.y; b < batch; b += gridDim.y) {  // uniform over the block: every thread reaches the barriers
+        const long long image = (long long)b * n;
+        if (tid == 0) {
+            s_listed = 0;
+            s_found = 0;
+        }
+        __syncthreads();
+        // (1) objectness first: a row below it reads no class score
+        A objectness[DECODE_ROWS_MAX];
+#pragma unroll
+        for (int k = 0; k < DECODE_ROWS_MAX; ++k) {
+            const int i = first + k * DECODE_THREADS + tid;
+            objectness[k] = k < rows_per_thread && i < n ? load_value(data, (image + i) * stride + 4) : A(0);
+        }
+#pragma unroll
+        for (int k = 0; k < DECODE_ROWS_MAX; ++k) {
+            const int i = first + k * DECODE_THREADS + tid;
+            const bool open = k < rows_per_thread && i < n && objectness[k] > threshold;
+            const unsigned int ballot = __ballot_sync(0xffffffffu, open);
+            int base = 0;
+            if (lane == 0 && ballot != 0u) base = atomicAdd(&s_listed, __popc(ballot));
+            base = __shfl_sync(0xffffffffu, base, 0);
+            if (open) s_rows[base + __popc(ballot & ((1u << lane) - 1u))] = i;
+        }
+        __syncthreads();
+        // (2) the listed rows' best classes, a warp a row
+        const int listed = s_listed;
+        for (int p = warp; p < listed; p += 2 * DECODE_WARPS) {
+            const bool second = p + DECODE_WARPS < listed;  // uniform over the warp
+            const int row0 = s_rows[p], row1 = second ? s_rows[p + DECODE_WARPS] : row0;
+            const long long at0 = (image + row0) * stride, at1 = (image + row1) * stride;
+            const A objectness0 = load_value(data, at0 + 4), objectness1 = load_value(data, at1 + 4);
+            A best0 = threshold, best1 = threshold;
+            int class0 = -1, class1 = -1;
+            for (int c0 = 0; c0 < classes; c0 += 32 * DECODE_CLASS_LOADS) {
+                A v0[DECODE_CLASS_LOADS], v1[DECODE_CLASS_LOADS];
+#pragma unroll
+                for (int k = 0; k < DECODE_CLASS_LOADS; ++k) {  // every load in flight before the first compare
+                    const int c = c0 + 32 * k + lane;
+                    v0[k] = c < classes ? load_value(data, at0 + 5 + c) : A(0);
+                    v1[k] = c < classes ? load_value(data, at1 + 5 + c) : A(0);
+                }
+#pragma unroll
+                for (int k = 0; k < DECODE_CLASS_LOADS; ++k) {  // a lane's classes in increasing order
+                    const int c = c0 + 32 * k + lane;
+                    if (c < classes) {
+                        const A s0 = objectness0 * v0[k], s1 = objectness1 * v1[k];
+                        if (s0 > best0) {
+                            best0 = s0;
+                            class0 = c;
+                        }
+                        if (s1 > best1) {
+                            best1 = s1;
+                            class1 = c;
+                        }
+                    }
+                }
+            }
+            warp_best_class(best0, class0);
+            warp_best_class(best1, class1);
+            if (lane == 0 && class0 >= 0) {
+                const int f = atomicAdd(&s_found, 1);
+                s_found_row[f] = row0;
+                s_found_class[f] = class0;
+                s_found_score[f] = best0;
+            }
+            if (lane == 0 && second && class1 >= 0) {
+                const int f = atomicAdd(&s_found, 1);
+                s_found_row[f] = row1;
+                s_found_class[f] = class1;
+                s_found_score[f] = best1;
+            }
+        }
+        __syncthreads();
+        // (3) the block's candidates into the image's records
+        const int found = s_found;
+        if (tid == 0 && found > 0) s_base = atomicAdd(&counts[b], (unsigned int)found);
+        __syncthreads();
+        if (found > 0) {
+            const unsigned int base = s_base;
+            for (int f = tid; f < found; f += DECODE_THREADS) {
+                const unsigned int slot = base + (unsigned int)f;
+                if (slot >= (unsigned int)capacity) continue;  // counted, not stored: the overflow
+                const int i = s_found_row[f];
+                const A s = s_found_score[f];
+                const Box<A> box = row_box(data, LAYOUT_YOLOV5, 1, b, i, n, classes);
+                const long long at = (long long)b * capacity + slot;
+                keys[at] = candidate_key(s, i);
+                cands[at] = i;
+                cand_classes[at] = s_found_class[f];
+                cand_boxes[4 * at] = box.x1;
+                cand_boxes[4 * at + 1] = box.y1;
+                cand_boxes[4 * at + 2] = box.x2;
+                cand_boxes[4 * at + 3] = box.y2;
+                cand_scores[at] = s;
+            }
+        }
+        __syncthreads();  // the lists are refilled for the next image
+    }
+}
+
 // The rank order of two sort entries (key, slot): a larger key first; equal keys (double
 // scores only, or two padding entries) by the lower candidate index.
 __device__ __forceinline__ bool ranks_before(unsigned long long key_a, unsigned int slot_a, unsigned long long key_b,
@@ -201,14 +348,291 @@ __device__ __forceinline__ unsigned char* carve(unsigned char*& at, size_t bytes
     return p;
 }
 
+// ------------------------------------------------------------------ the class-segmented path
+
+// A block-wide exclusive prefix sum of one value a thread; every thread of the block calls
+// it. `scan` holds NMS_WARPS + 1 words; *total gets the sum of all values.
+__device__ __forceinline__ unsigned int block_exclusive_sum(unsigned int value, unsigned int* scan,
+                                                            unsigned int& total) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    unsigned int inclusive = value;
+    for (int d = 1; d < 32; d <<= 1) {
+        const unsigned int v = __shfl_up_sync(0xffffffffu, inclusive, d);
+        if (lane >= d) inclusive += v;
+    }
+    if (lane == 31) scan[warp] = inclusive;
+    __syncthreads();
+    if (warp == 0) {
+        const unsigned int mine = lane < NMS_WARPS ? scan[lane] : 0u;
+        unsigned int sum = mine;
+        for (int d = 1; d < 32; d <<= 1) {
+            const unsigned int v = __shfl_up_sync(0xffffffffu, sum, d);
+            if (lane >= d) sum += v;
+        }
+        if (lane < NMS_WARPS) scan[lane] = sum - mine;
+        if (lane == 31) scan[NMS_WARPS] = sum;
+    }
+    __syncthreads();
+    total = scan[NMS_WARPS];
+    const unsigned int before = scan[warp] + inclusive - value;
+    __syncthreads();  // scan is free for the next call
+    return before;
+}
+
+// Sorts the entries (key, tie, val) of the block's first p threads (p a power of two,
+// 32 <= p <= NMS_THREADS), one a thread, so that thread t ends with the t-th: larger key
+// first, on equal keys larger tie first (entries with equal key and tie stay in some order).
+// A bitonic network: partners within a warp trade by shuffles, the others through shared
+// memory (x_*: two buffers of p entries each, used in turn, so one barrier a stage).
+// Every thread of the block calls it; it ends with a barrier.
+__device__ void block_sort(unsigned long long& key, unsigned int& tie, unsigned int& val, int p,
+                           unsigned long long* x_key, unsigned int* x_tie, unsigned int* x_val) {
+    const int t = threadIdx.x;
+    const bool active = t < p;  // whole warps
+    int buffer = 0;
+    for (int k = 2; k <= p; k <<= 1) {
+        for (int j = k >> 1; j > 0; j >>= 1) {
+            unsigned long long other_key = 0ull;
+            unsigned int other_tie = 0u, other_val = 0u;
+            if (j >= 32) {  // uniform over the block
+                unsigned long long* bk = x_key + buffer * p;
+                unsigned int* bt = x_tie + buffer * p;
+                unsigned int* bv = x_val + buffer * p;
+                if (active) {
+                    bk[t] = key;
+                    bt[t] = tie;
+                    bv[t] = val;
+                }
+                __syncthreads();
+                if (active) {
+                    other_key = bk[t ^ j];
+                    other_tie = bt[t ^ j];
+                    other_val = bv[t ^ j];
+                }
+                buffer ^= 1;
+            } else if (active) {
+                other_key = __shfl_xor_sync(0xffffffffu, key, j);
+                other_tie = __shfl_xor_sync(0xffffffffu, tie, j);
+                other_val = __shfl_xor_sync(0xffffffffu, val, j);
+            }
+            if (active) {
+                // the lower of the pair keeps the entry that ranks first where bit k of t is
+                // clear (so the whole run ends in rank order), the other one elsewhere
+                const bool keep_first = ((t & k) == 0) == ((t & j) == 0);
+                const bool other_first = other_key > key || (other_key == key && other_tie > tie);
+                if (other_first == keep_first) {
+                    key = other_key;
+                    tie = other_tie;
+                    val = other_val;
+                }
+            }
+        }
+    }
+    __syncthreads();  // x_* are free for the caller
+}
+
+// Greedy NMS per class of image b's n candidates (n <= fast_max, float scores, no
+// pre_nms_top_k cut), the padded outputs written; false (nothing written, block-uniform)
+// where a class does not fit 32 bits. The steps, each over the whole block:
+//   1. sort the candidates by (class, score key, lower candidate index): one run per class;
+//   2. the runs ("segments"): their first and end positions and where their mask words go;
+//   3. each segment's suppression mask (row r, word w: bit k set iff r suppresses
+//      32 w + k > r of its segment), a warp's lanes on consecutive rows against one word;
+//   4. a warp a segment resolves it (lane l holds "removed" word l of the segment, a
+//      ballot finds the next live candidate), stopping at max_per_class keeps;
+//   5. the keeps sorted by rank (score, then lower index); the first max_output are the
+//      detections.
+// Shared memory (dynamic, carved in this order; batched_nms.fast_shared_bytes computes the
+// same): by slot the tie keys; by position the classes, slots, boxes and areas; by
+// segment first, end and mask offset; the keep bits; the scan's words; then one region
+// that holds the mask, or the sort's buffers and the keeps staged for the second sort.
+template <typename T>
+__device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long long* keys, const int* cands,
+                              const long long* cand_classes, const typename Arith<T>::type* cand_boxes,
+                              const typename Arith<T>::type* cand_scores, int capacity, int classes, int multi_label,
+                              int class_agnostic, double iou_threshold, int max_output, int max_per_class,
+                              long long* num_detections, T* out_boxes, T* out_scores, long long* out_classes,
+                              long long* out_indices) {
+    typedef typename Arith<T>::type A;
+    extern __shared__ __align__(16) unsigned char shared[];
+    unsigned char* at = shared;
+    unsigned int* f_tie = (unsigned int*)carve(at, 4ull * fast_max);
+    unsigned int* f_group = (unsigned int*)carve(at, 4ull * fast_max);
+    unsigned int* f_slot = (unsigned int*)carve(at, 4ull * fast_max);
+    Box<A>* f_box = (Box<A>*)carve(at, sizeof(Box<A>) * fast_max);
+    A* f_area = (A*)carve(at, sizeof(A) * fast_max);
+    unsigned int* f_seg_first = (unsigned int*)carve(at, 4ull * fast_max);
+    unsigned int* f_seg_end = (unsigned int*)carve(at, 4ull * fast_max);
+    unsigned int* f_seg_off = (unsigned int*)carve(at, 4ull * fast_max);
+    unsigned int* f_keep = (unsigned int*)carve(at, 4ull * (fast_max / 32));
+    unsigned int* f_scan = (unsigned int*)carve(at, 4ull * (NMS_WARPS + 1));
+    unsigned char* region = at;
+    unsigned int* f_mask = (unsigned int*)region;
+    unsigned long long* x_key = (unsigned long long*)region;  // 2 fast_max each
+    unsigned int* x_tie = (unsigned int*)(region + 16ull * fast_max);
+    unsigned int* x_val = (unsigned int*)(region + 24ull * fast_max);
+    unsigned long long* staged_key = (unsigned long long*)(region + 32ull * fast_max);  // fast_max each
+    unsigned int* staged_val = (unsigned int*)(region + 40ull * fast_max);
+
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const long long image = (long long)b * capacity;
+
+    // 1. sort key: the class above the score's order key; tie: the complemented candidate index
+    unsigned long long key = 0ull;  // below every candidate's
+    unsigned int tie = 0u, val = 0xffffffffu;
+    bool wide = false;
+    if (tid < n) {
+        const unsigned long long record = keys[image + tid];  // score key << 32 | ~candidate
+        const long long cls = cand_classes[image + tid];
+        wide = !class_agnostic && cls != (long long)(int)cls;
+        const unsigned int group = class_agnostic ? 0u : (unsigned int)(int)cls;
+        key = ((unsigned long long)group << 32) | (record >> 32);
+        tie = (unsigned int)record;
+        val = tid;
+    }
+    if (__syncthreads_or(wide)) return false;
+    int p = 32;
+    while (p < n) p <<= 1;
+    block_sort(key, tie, val, p, x_key, x_tie, x_val);
+    if (tid < n) {  // thread t holds position t from here on
+        f_group[tid] = (unsigned int)(key >> 32);
+        f_slot[tid] = val;
+        const long long row = image + val;
+        const Box<A> box = {cand_boxes[4 * row], cand_boxes[4 * row + 1], cand_boxes[4 * row + 2],
+                            cand_boxes[4 * row + 3]};
+        f_box[tid] = box;
+        f_area[tid] = box_area(box);
+    }
+    if (tid < fast_max / 32) f_keep[tid] = 0u;
+    __syncthreads();
+
+    // 2. segments: a class's first position starts one, its end found by a binary search
+    const bool head = tid < n && (tid == 0 || f_group[tid - 1] != f_group[tid]);
+    unsigned int end = 0u, words = 0u;
+    if (head) {
+        const unsigned int group = f_group[tid];
+        int lo = tid + 1, hi = n;
+        while (lo < hi) {
+            const int mid = (lo + hi) / 2;
+            if (f_group[mid] == group) lo = mid + 1;
+            else hi = mid;
+        }
+        end = lo;
+        words = (end - tid) * ((end - 1) / 32 - tid / 32 + 1);  // rows x the words they span
+    }
+    unsigned int total;
+    // at most fast_max (<= 1024) segments below bit 11, their mask words above
+    const unsigned int before = block_exclusive_sum(head ? (words << 11) | 1u : 0u, f_scan, total);
+    if (head) {
+        const unsigned int s = before & 0x7ffu;
+        f_seg_first[s] = tid;
+        f_seg_end[s] = end;
+        f_seg_off[s] = before >> 11;
+    }
+    const int segments = total & 0x7ffu, mask_words = total >> 11;
+    __syncthreads();
+
+    // 3. the masks: word q is segment s's row first + (q - off) % m against word w0 + (q - off) / m
+    const IouThreshold threshold(iou_threshold);
+    for (int q = tid; q < mask_words; q += NMS_THREADS) {
+        int lo = 0, hi = segments - 1;  // the last segment whose words start at or before q
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) / 2;
+            if ((int)f_seg_off[mid] <= q) lo = mid;
+            else hi = mid - 1;
+        }
+        const int first = f_seg_first[lo], last = f_seg_end[lo], m = last - first, local = q - (int)f_seg_off[lo];
+        const int w = first / 32 + local / m, r = first + local % m;
+        if (w < r / 32) continue;  // read by no resolve
+        const Box<A> box = f_box[r];
+        const A area = f_area[r];
+        const int from = max(r + 1, 32 * w), to = min(last, 32 * w + 32);
+        unsigned int bits = 0u;
+        for (int j = from; j < to; ++j)
+            if (overlaps_decisive(box, area, f_box[j], f_area[j], threshold)) bits |= 1u << (j - 32 * w);
+        f_mask[q] = bits;
+    }
+    __syncthreads();
+
+    // 4. a warp a segment
+    for (int s = warp; s < segments; s += NMS_WARPS) {
+        const int first = f_seg_first[s], last = f_seg_end[s], m = last - first, off = f_seg_off[s];
+        const int w0 = first / 32, span = (last - 1) / 32 - w0 + 1;
+        unsigned int removed = 0xffffffffu;
+        if (lane < span) {  // positions outside the segment start removed
+            const int lo = 32 * (w0 + lane);
+            unsigned int live = 0xffffffffu;
+            if (first > lo) live &= 0xffffffffu << (first - lo);
+            if (last - lo < 32) live &= (1u << (last - lo)) - 1u;
+            removed = ~live;
+        }
+        int keeps = 0;
+        while (keeps < max_per_class) {
+            const unsigned int live = ~removed;
+            const unsigned int lanes = __ballot_sync(0xffffffffu, live != 0u);
+            if (lanes == 0u) break;
+            const int word = __ffs(lanes) - 1;
+            const int bit = __ffs(__shfl_sync(0xffffffffu, live, word)) - 1;
+            const int r = 32 * (w0 + word) + bit;
+            if (lane == 0) atomicOr(&f_keep[r / 32], 1u << bit);  // segments share boundary words
+            ++keeps;
+            if (lane == word) removed |= 1u << bit;
+            if (lane >= word && lane < span) removed |= f_mask[off + lane * m + (r - first)];
+        }
+    }
+    __syncthreads();
+
+    // 5. the keeps in rank order: score key << 32 | tie, unique
+    const bool kept = tid < n && ((f_keep[tid / 32] >> (tid % 32)) & 1u);
+    unsigned int detections;
+    const unsigned int e = block_exclusive_sum(kept ? 1u : 0u, f_scan, detections);
+    if (kept) {
+        staged_key[e] = (key << 32) | tie;
+        staged_val[e] = tid;
+    }
+    __syncthreads();
+    unsigned long long rank_key = 0ull;
+    unsigned int rank_tie = 0u, position = 0xffffffffu;
+    if (tid < (int)detections) {
+        rank_key = staged_key[tid];
+        position = staged_val[tid];
+    }
+    int q = 32;
+    while (q < (int)detections) q <<= 1;
+    block_sort(rank_key, rank_tie, position, q, x_key, x_tie, x_val);
+    const int output = min((int)detections, max_output);
+    if (tid < output) {
+        const long long row = image + f_slot[position];
+        const long long out = (long long)b * max_output + tid;
+        const Box<A> box = f_box[position];
+        store_value(out_boxes, 4 * out, box.x1);
+        store_value(out_boxes, 4 * out + 1, box.y1);
+        store_value(out_boxes, 4 * out + 2, box.x2);
+        store_value(out_boxes, 4 * out + 3, box.y2);
+        store_value(out_scores, out, cand_scores[row]);
+        out_classes[out] = cand_classes[row];
+        const int cand = cands[row];
+        out_indices[out] = multi_label ? cand / classes : cand;
+    }
+    for (int o = output + tid; o < max_output; o += NMS_THREADS) {
+        const long long out = (long long)b * max_output + o;
+        for (int k = 0; k < 4; ++k) store_value(out_boxes, 4 * out + k, A(0));
+        store_value(out_scores, out, A(0));
+        out_classes[out] = -1;
+        out_indices[out] = -1;
+    }
+    if (tid == 0) num_detections[b] = output;
+    return true;
+}
+
 template <typename T>
 __global__ void __launch_bounds__(NMS_THREADS, 1) nms_kernel(
     const unsigned int* counts, const unsigned long long* keys, const int* cands, const long long* cand_classes,
     const typename Arith<T>::type* cand_boxes, const typename Arith<T>::type* cand_scores, int capacity,
-    int sort_capacity, unsigned long long* sort_keys, unsigned int* sort_slots, typename Arith<T>::type* spill_boxes,
-    long long* spill_classes, int classes, int multi_label, int class_agnostic, double iou_threshold, int max_output,
-    int max_per_class, int top_k, long long* num_detections, T* out_boxes, T* out_scores, long long* out_classes,
-    long long* out_indices, unsigned char* overflow, long long* num_candidates) {
+    int sort_capacity, int fast_max, unsigned long long* sort_keys, unsigned int* sort_slots,
+    typename Arith<T>::type* spill_boxes, long long* spill_classes, int classes, int multi_label, int class_agnostic,
+    double iou_threshold, int max_output, int max_per_class, int top_k, long long* num_detections, T* out_boxes,
+    T* out_scores, long long* out_classes, long long* out_indices, unsigned char* overflow, long long* num_candidates) {
     typedef typename Arith<T>::type A;
     extern __shared__ __align__(16) unsigned char shared[];
     unsigned char* at = shared;
@@ -239,6 +663,15 @@ __global__ void __launch_bounds__(NMS_THREADS, 1) nms_kernel(
     }
     __syncthreads();
     const int n = s_count;
+    if constexpr (sizeof(A) == 4) {  // float scores: keys of 32 bits leave room for the class
+        if (n <= fast_max && top_k >= n) {
+            if (segmented_nms<T>(b, n, fast_max, keys, cands, cand_classes, cand_boxes, cand_scores, capacity, classes,
+                                 multi_label, class_agnostic, iou_threshold, max_output, max_per_class, num_detections,
+                                 out_boxes, out_scores, out_classes, out_indices))
+                return;
+            __syncthreads();
+        }
+    }
 
     // Rank order: `order` lists the image's record slots by rank.
     const unsigned int* order = s_slots;

@@ -5,14 +5,17 @@ A call is a memset of the per-image candidate counters and two launches on torch
 current stream, with no host synchronization and no allocation whose size depends on
 the data, so it can be captured in a CUDA graph:
 
-1. ``decode_kernel`` (a thread per row and image): decode, score threshold, and the
-   image's candidates appended to fixed records of ``capacity`` rows per image;
+1. ``decode_rows_kernel`` (YOLOv5 heads, single label: a block of rows, a warp per row
+   above the objectness threshold) or ``decode_kernel`` (a thread per row and image):
+   decode, score threshold, and the image's candidates appended to fixed records of
+   ``capacity`` rows per image;
 2. ``nms_kernel`` (a block per image): sort, greedy NMS per class, the best
    ``max_output`` in rank order, padded outputs, overflow flags.
 
-Outputs and scratch are torch allocations (one for the scratch). Inputs are validated by
-``nmsbench.batched`` before they get here. Why the kernels are built this way:
-implementations/DESIGN.md.
+The memset and the decode are queued before the outputs are allocated, so the GPU starts
+while the host allocates. Outputs and scratch are torch allocations (one for the
+scratch). Inputs are validated by ``nmsbench.batched`` before they get here. Why the
+kernels are built this way: implementations/DESIGN.md.
 """
 
 from __future__ import annotations
@@ -21,25 +24,33 @@ import functools
 
 import torch
 
-from ._cuda import CompiledLaunch, CudaModule, Scratch, _current_stream, cached_plan, device_index, opted_in_shared_limit
+from ._cuda import CompiledLaunch, CudaModule, Scratch, _current_stream, cached_plan, device_index, \
+    opted_in_shared_limit, resident_blocks
 
-# The kernels' compile-time constants (NVRTC -D): threads of decode_kernel's blocks and of
-# nms_kernel's one block per image, the candidates nms_kernel takes a tile at a time
-# (a multiple of 32, at most 32 * 32 and at most NMS_THREADS), the detections it
-# keeps in shared memory for the tests of later tiles (the rest wait in global memory),
-# and the most candidates an image ranks by counting (a thread each, O(n^2) comparisons
-# and two barriers) rather than by the bitonic sort's log^2 barriers.
-DEFINES = {"DECODE_THREADS": 256, "NMS_THREADS": 1024, "TILE": 256, "KEPT_CACHE": 512, "COUNT_RANK_MAX": 512}
-DECODE_THREADS, NMS_THREADS, TILE, KEPT_CACHE = (DEFINES[k] for k in ("DECODE_THREADS", "NMS_THREADS", "TILE",
-                                                                       "KEPT_CACHE"))
+# The kernels' compile-time constants (NVRTC -D): threads of the decode kernels' blocks,
+# the most rows a decode_rows_kernel thread takes (its objectness loads in flight at
+# once) and the class-score loads a lane has in flight for a row; threads of nms_kernel's
+# one block per image, the candidates its tile path takes a tile at a time (a multiple of
+# 32, at most 32 * 32 and at most NMS_THREADS), the detections it keeps in shared memory
+# for the tests of later tiles (the rest wait in global memory), the most candidates an
+# image ranks by counting (a thread each, O(n^2) comparisons and two barriers) rather than
+# by the bitonic sort's log^2 barriers, and the most candidates of the class-segmented
+# path (a thread each, at most NMS_THREADS).
+DEFINES = {"DECODE_THREADS": 256, "DECODE_ROWS_MAX": 4, "DECODE_CLASS_LOADS": 3, "NMS_THREADS": 1024, "TILE": 256,
+           "KEPT_CACHE": 512, "COUNT_RANK_MAX": 512}
+DECODE_THREADS, DECODE_ROWS_MAX, NMS_THREADS, TILE, KEPT_CACHE = (
+    DEFINES[k] for k in ("DECODE_THREADS", "DECODE_ROWS_MAX", "NMS_THREADS", "TILE", "KEPT_CACHE"))
+FAST_MAX = NMS_THREADS
 CUDA_MODULE = CudaModule(
     "batched_nms.cu",
     templates={
         # data scores labels | layout cxcywh batch n classes multi_label score_threshold capacity | counts records...
         "decode_kernel": "QQQiiiiiidiQQQQQQ",
-        # counts records... | capacity sort_capacity | sort buffers, spill | classes multi agnostic iou max_output
-        # max_per_class top_k | outputs
-        "nms_kernel": "QQQQQQiiQQQQiiidiiiQQQQQQQ",
+        # data | batch n classes rows_per_thread score_threshold capacity | counts records...
+        "decode_rows_kernel": "QiiiidiQQQQQQ",
+        # counts records... | capacity sort_capacity fast_max | sort buffers, spill | classes multi agnostic iou
+        # max_output max_per_class top_k | outputs
+        "nms_kernel": "QQQQQQiiiQQQQiiidiiiQQQQQQQ",
     },
     defines=DEFINES,
 )
@@ -65,6 +76,44 @@ def nms_shared_bytes(sort_capacity: int, dtype: torch.dtype) -> int:
     return sum(_round16(p) for p in parts)
 
 
+def fast_shared_bytes(fast_max: int) -> int:
+    """The class-segmented path's dynamic shared memory for ``fast_max`` candidates (a power
+    of two, 0: no such path), carved in batched_nms.cu's order (each part rounded up to 16
+    bytes): by slot the tie keys; by position classes, slots, boxes, areas; by segment
+    first, end and mask offset; the keep bits and the scan's words; then one region for
+    the masks (at most fast_max rows of fast_max / 32 words) or the sorts' buffers and
+    staged keeps (44 bytes a candidate). Float arithmetic only."""
+    if not fast_max:
+        return 0
+    region = max(fast_max * fast_max // 8, 44 * fast_max)
+    parts = (4 * fast_max, 4 * fast_max, 4 * fast_max, 16 * fast_max, 4 * fast_max, 4 * fast_max, 4 * fast_max,
+             4 * fast_max, 4 * (fast_max // 32), 4 * (NMS_THREADS // 32 + 1), region)
+    return sum(_round16(p) for p in parts)
+
+
+def fast_max_for(capacity: int, dtype: torch.dtype, limit: int) -> int:
+    """The most candidates an image may have for nms_kernel's class-segmented path: a power
+    of two from 32 to FAST_MAX, no more than ``capacity`` needs, whose shared memory fits
+    ``limit``; 0 for float64 (its score keys take the whole 64 bits) or where none fits."""
+    if dtype == torch.float64:
+        return 0
+    size = 32
+    while size < min(capacity, FAST_MAX):
+        size *= 2
+    while size >= 32 and fast_shared_bytes(size) > limit:
+        size //= 2
+    return size if size >= 32 else 0
+
+
+def rows_per_thread_for(batch: int, n: int, resident: int) -> int:
+    """decode_rows_kernel's rows a thread: the fewest (so the most threads) with which every
+    block is resident at once, at most DECODE_ROWS_MAX."""
+    rows = 1
+    while rows < DECODE_ROWS_MAX and batch * -(-n // (DECODE_THREADS * rows)) > resident:
+        rows += 1
+    return rows
+
+
 def sort_capacity_for(capacity: int, dtype: torch.dtype, limit: int) -> int:
     """The candidates nms_kernel sorts in shared memory: a power of two, no more than
     ``capacity`` needs, as many as ``limit`` bytes of dynamic shared memory hold; an image
@@ -85,7 +134,7 @@ class _Plan:
     """One call shape's launches (argument layouts compiled) and scratch layout."""
 
     def __init__(self, dtype: torch.dtype, device: torch.device, batch: int, n: int, capacity: int, max_output: int,
-                 sort_capacity: int | None):
+                 sort_capacity: int | None, rows_kernel: bool, fast_max: int | None, rows_per_thread: int | None):
         index = device_index(device)
         arith = torch.float64 if dtype == torch.float64 else torch.float32
         nms = CUDA_MODULE.get("nms_kernel", dtype, device)
@@ -97,10 +146,27 @@ class _Plan:
             raise ValueError(f"sort_capacity must be a power of two >= {MIN_SORT_CAPACITY} whose shared memory fits "
                              f"the device, got {sort_capacity}")
         self.sort_capacity = sort_capacity
-        shared = nms_shared_bytes(self.sort_capacity, dtype)
-        self.decode = CompiledLaunch(CUDA_MODULE.get("decode_kernel", dtype, device),
-                                     (-(-max(n, 1) // DECODE_THREADS), min(batch, MAX_GRID_Y)), (DECODE_THREADS,),
-                                     CUDA_MODULE.codes["decode_kernel"], index)
+        self.fast_max = fast_max_for(capacity, dtype, limit)
+        if fast_max is not None:
+            if fast_max and (fast_max & (fast_max - 1) or not 32 <= fast_max <= self.fast_max):  # 0 for float64
+                raise ValueError(f"fast_max must be 0 or a power of two in [32, {self.fast_max}], got {fast_max}")
+            self.fast_max = fast_max
+        shared = max(nms_shared_bytes(self.sort_capacity, dtype), fast_shared_bytes(self.fast_max))
+        self.rows_per_thread = 1
+        if rows_kernel:
+            kernel = CUDA_MODULE.get("decode_rows_kernel", dtype, device)
+            resident = resident_blocks(kernel, DECODE_THREADS, device)
+            self.rows_per_thread = rows_per_thread or rows_per_thread_for(batch, n, resident)
+            if not 1 <= self.rows_per_thread <= DECODE_ROWS_MAX:
+                raise ValueError(f"rows_per_thread must be in [1, {DECODE_ROWS_MAX}], got {rows_per_thread}")
+            rows = DECODE_THREADS * self.rows_per_thread
+            self.decode = CompiledLaunch(kernel, (-(-max(n, 1) // rows), min(batch, MAX_GRID_Y)), (DECODE_THREADS,),
+                                         CUDA_MODULE.codes["decode_rows_kernel"], index)
+        else:
+            self.decode = CompiledLaunch(CUDA_MODULE.get("decode_kernel", dtype, device),
+                                         (-(-max(n, 1) // DECODE_THREADS), min(batch, MAX_GRID_Y)), (DECODE_THREADS,),
+                                         CUDA_MODULE.codes["decode_kernel"], index)
+        self.rows_kernel = rows_kernel
         self.nms = CompiledLaunch(nms, (batch,), (NMS_THREADS,), CUDA_MODULE.codes["nms_kernel"], index, shared)
         records = batch * capacity
         merged = capacity > self.sort_capacity  # an image may need the global merge
@@ -113,59 +179,90 @@ class _Plan:
             spill_classes=(batch * max_output if spilled else 0, torch.int64),
         )
         self.merged, self.spilled = merged, spilled
+        # the scratch's layout, as Scratch carves it, made once: a call allocates its bytes
+        offset = 0
+        self.scratch_offsets = {}
+        for name, (count, item) in self.buffers.items():
+            self.scratch_offsets[name] = offset
+            offset += -(-count * item.itemsize // Scratch.ALIGN) * Scratch.ALIGN
+        self.scratch_bytes = max(offset, 1)
+        o = self.scratch_offsets
+        self.counts_offset = o["counts"]
+        self.record_offsets = tuple(o[name] for name in ("keys", "cands", "classes", "boxes", "scores"))
+        self.nms_offsets = (o["sort_keys"] if merged else None, o["sort_slots"] if merged else None,
+                            o["spill_boxes"] if spilled else None, o["spill_classes"] if spilled else None)
 
 
 _plans: dict = {}
+_runtime = None  # cupy_backends' runtime API, imported on the first call
 
 
 def _zero(address: int, size: int, stream: int) -> None:
     """cudaMemsetAsync on the raw ``stream`` (captured as a memset node inside a graph)."""
-    from cupy_backends.cuda.api import runtime
+    global _runtime
+    if _runtime is None:
+        from cupy_backends.cuda.api import runtime
 
-    runtime.memsetAsync(address, 0, size, stream)
+        _runtime = runtime
+    _runtime.memsetAsync(address, 0, size, stream)
 
 
 def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | None, *, layout: str, cxcywh: bool,
         n: int, classes: int, multi_label: bool, class_agnostic: bool, iou_threshold: float, score_threshold: float,
-        max_output: int, max_per_class: int, top_k: int, capacity: int,
-        sort_capacity: int | None = None) -> tuple[torch.Tensor, ...]:
+        max_output: int, max_per_class: int, top_k: int, capacity: int, sort_capacity: int | None = None,
+        fast_max: int | None = None, rows_per_thread: int | None = None) -> tuple[torch.Tensor, ...]:
     """The padded outputs (num_detections, boxes, scores, classes, indices, overflow,
     num_candidates) for validated, contiguous CUDA inputs: ``data`` the boxes [B, N, 4] or
     the raw head, ``scores`` [B, N, classes] (layout "scores"), ``labels`` int64 [B, N] or
     None; ``n`` rows (anchors) a image; ``max_per_class`` and ``top_k`` already resolved
     to numbers (no cap: ``max_output`` and ``n * classes``). ``sort_capacity`` (tests and
     probes) sets how many candidates an image sorts in shared memory, a power of two (None:
-    as many as fit, ``sort_capacity_for``); more take the merge in global memory."""
+    as many as fit, ``sort_capacity_for``); more take the merge in global memory.
+    ``fast_max`` (likewise) the most candidates of the class-segmented path (0: never;
+    None: ``fast_max_for``), ``rows_per_thread`` decode_rows_kernel's rows a thread (None:
+    ``rows_per_thread_for``)."""
     device, dtype, batch = data.device, data.dtype, data.shape[0]
-    num_detections = torch.empty(batch, dtype=torch.int64, device=device)
-    boxes = torch.empty(batch, max_output, 4, dtype=dtype, device=device)
-    out_scores = torch.empty(batch, max_output, dtype=dtype, device=device)
-    out_classes = torch.empty(batch, max_output, dtype=torch.int64, device=device)
-    indices = torch.empty(batch, max_output, dtype=torch.int64, device=device)
-    overflow = torch.empty(batch, dtype=torch.bool, device=device)
-    num_candidates = torch.empty(batch, dtype=torch.int64, device=device)
-    outputs = (num_detections, boxes, out_scores, out_classes, indices, overflow, num_candidates)
     if batch == 0:
-        return outputs
-    plan = cached_plan(_plans, (dtype, device_index(device), batch, n, capacity, max_output, sort_capacity), _Plan,
-                       dtype, device, batch, n, capacity, max_output, sort_capacity)
-    scratch = Scratch(device, **plan.buffers)
+        return _outputs(batch, max_output, dtype, device)
+    rows_kernel = layout == "yolov5" and not multi_label
+    plan = cached_plan(_plans, (dtype, device_index(device), batch, n, capacity, max_output, sort_capacity,
+                                rows_kernel, fast_max, rows_per_thread), _Plan, dtype, device, batch, n, capacity,
+                       max_output, sort_capacity, rows_kernel, fast_max, rows_per_thread)
+    # The scratch must outlive the kernels: torch's allocator is stream-ordered, so freeing
+    # it when this call returns (on this stream) only lets later work on the stream reuse it.
+    memory = torch.empty(plan.scratch_bytes, dtype=torch.uint8, device=device)
+    base = memory.data_ptr()
+    counts = base + plan.counts_offset
+    records = tuple(base + offset for offset in plan.record_offsets)
     _, stream = _current_stream(device)
     if torch.cuda.current_device() != device_index(device):
         with torch.cuda.device(device):
-            _zero(scratch.counts, 4 * batch, stream)
+            _zero(counts, 4 * batch, stream)
     else:
-        _zero(scratch.counts, 4 * batch, stream)
-    scores_address = scores.data_ptr() if scores is not None else 0
-    labels_address = labels.data_ptr() if labels is not None else 0
-    records = (scratch.keys, scratch.cands, scratch.classes, scratch.boxes, scratch.scores)
-    plan.decode(stream, data.data_ptr(), scores_address, labels_address, LAYOUTS[layout], int(cxcywh), batch, n,
-                classes, int(multi_label), float(score_threshold), capacity, scratch.counts, *records)
-    plan.nms(stream, scratch.counts, *records, capacity, plan.sort_capacity,
-             scratch.sort_keys if plan.merged else 0, scratch.sort_slots if plan.merged else 0,
-             scratch.spill_boxes if plan.spilled else 0, scratch.spill_classes if plan.spilled else 0,
+        _zero(counts, 4 * batch, stream)
+    if plan.rows_kernel:
+        plan.decode(stream, data.data_ptr(), batch, n, classes, plan.rows_per_thread, float(score_threshold), capacity,
+                    counts, *records)
+    else:
+        scores_address = scores.data_ptr() if scores is not None else 0
+        labels_address = labels.data_ptr() if labels is not None else 0
+        plan.decode(stream, data.data_ptr(), scores_address, labels_address, LAYOUTS[layout], int(cxcywh), batch, n,
+                    classes, int(multi_label), float(score_threshold), capacity, counts, *records)
+    outputs = _outputs(batch, max_output, dtype, device)  # while the GPU decodes
+    plan.nms(stream, counts, *records, capacity, plan.sort_capacity, plan.fast_max,
+             *(0 if offset is None else base + offset for offset in plan.nms_offsets),
              classes, int(multi_label), int(class_agnostic), float(iou_threshold), max_output, max_per_class, top_k,
              *(t.data_ptr() for t in outputs))
-    # The scratch must outlive the kernels: torch's allocator is stream-ordered, so freeing
-    # it here (on this stream) only lets later work on the same stream reuse it.
+    del memory
     return outputs
+
+
+def _outputs(batch: int, max_output: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """Uninitialised (num_detections, boxes, scores, classes, indices, overflow, num_candidates)."""
+    return (torch.empty(batch, dtype=torch.int64, device=device),
+            torch.empty(batch, max_output, 4, dtype=dtype, device=device),
+            torch.empty(batch, max_output, dtype=dtype, device=device),
+            torch.empty(batch, max_output, dtype=torch.int64, device=device),
+            torch.empty(batch, max_output, dtype=torch.int64, device=device),
+            torch.empty(batch, dtype=torch.bool, device=device),
+            torch.empty(batch, dtype=torch.int64, device=device))

@@ -26,6 +26,7 @@ _PUBLIC = {
     "PaddedNMSResult": "boxes",
     "validate_nms_inputs": "boxes",
     "BackendUnavailable": "registry",
+    "InsufficientMemory": "memory_guard",
     "Implementation": "registry",
     "implementations": "registry",
     "register": "registry",

@@ -225,6 +225,19 @@ def _check_inputs(data, scores, labels, layout: str, multi_label: bool) -> tuple
 
 # ------------------------------------------------------------------ running
 
+_NEEDS = {"cuda": "cupy", "cpu": "numba"}  # the package each device's backend needs
+_backends: dict = {}  # device type -> its backend module, imported on its first call
+
+
+def _backend(device: str):
+    if device == "cuda":
+        from nmsbench.variants import batched_nms as backend
+    else:
+        from nmsbench.variants import batched_cpu as backend
+    _backends[device] = backend
+    return backend
+
+
 def _run(data, scores, labels, p: dict, **backend_options) -> tuple[Tensor, ...]:
     """Validate the tensors and run the device's backend (``backend_options``: its own
     arguments for tests and probes, e.g. the CUDA backend's ``sort_capacity``)."""
@@ -234,14 +247,9 @@ def _run(data, scores, labels, p: dict, **backend_options) -> tuple[Tensor, ...]
     per_class = p["max_output_boxes_per_class"]
     top_k = p["pre_nms_top_k"]
     device = data.device.type
-    if device == "cuda":
-        if importlib.util.find_spec("cupy") is None:
-            raise BackendUnavailable("batched NMS on cuda is unavailable: cupy not installed")
-        from nmsbench.variants import batched_nms as backend
-    else:
-        if importlib.util.find_spec("numba") is None:
-            raise BackendUnavailable("batched NMS on cpu is unavailable: numba not installed")
-        from nmsbench.variants import batched_cpu as backend
+    if importlib.util.find_spec(_NEEDS[device]) is None:
+        raise BackendUnavailable(f"batched NMS on {device} is unavailable: {_NEEDS[device]} not installed")
+    backend = _backends.get(device) or _backend(device)
     return backend.run(
         data.contiguous(), None if scores is None else scores.contiguous(),
         None if labels is None else labels.to(torch.int64).contiguous(), layout=p["layout"],

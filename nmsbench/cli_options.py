@@ -401,7 +401,8 @@ def _sigterm_as_interrupt(watchdog: bool = False):
 def _forced_stop_summary(out: Path, total: int, before: int, resume_command: str | None) -> Callable:
     """What a watchdog's forced exit prints (``rows``: this run's rows, None if unknown)."""
     def summary(rows: int | None) -> str:
-        there = f"the rows written before it are in {out}" if rows is None else f"{rows + before} of {total} rows are in {out}"
+        there = (f"the rows written before it are in {out}" if rows is None
+                 else f"{rows + before} of {total} rows are in {out}")
         return there + (f"\nresume with: {resume_command}" if resume_command else "")
 
     return summary

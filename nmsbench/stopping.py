@@ -32,9 +32,10 @@ import threading
 from typing import Callable, Optional
 
 import numpy as np
+from numba import njit, types
 
 GRACE = 1.5  # seconds the main thread has to stop by itself before the Python thread exits the process
-NATIVE_GRACE = 1.8  # seconds before the numba thread does, where no Python thread could run
+NATIVE_GRACE = 1.7  # seconds before the numba thread does, where no Python thread could run
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _MESSAGE_BYTES = 4096
 
@@ -46,59 +47,57 @@ def _what(signum: int) -> str:
     return "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
 
 
+c_read = types.ExternalFunction("read", types.intp(types.intc, types.voidptr, types.uintp))
+c_write = types.ExternalFunction("write", types.intp(types.intc, types.voidptr, types.uintp))
+c_usleep = types.ExternalFunction("usleep", types.intc(types.uintc))
+c_fsync = types.ExternalFunction("fsync", types.intc(types.intc))
+c_exit = types.ExternalFunction("_exit", types.void(types.intc))
+
+
+@njit(nogil=True, cache=True)
+def _native_loop(signal_fd, notify_fd, state, term_message, int_message, grace_us):  # pragma: no cover
+    """Without the GIL: pass SIGTERM/SIGINT from ``signal_fd`` on to ``notify_fd``; exit
+    ``grace_us`` after one unless ``state`` says the run stopped. A 0 byte or EOF ends it."""
+    buf = np.zeros(1, dtype=np.uint8)
+    errors = 0
+    while True:
+        got = c_read(signal_fd, buf.ctypes, 1)
+        if got == 0 or (got == 1 and buf[0] == 0) or errors > 100:
+            return 0
+        if got < 0:  # interrupted: the thread blocks signals, so only by mistake
+            errors += 1
+            continue
+        if buf[0] == 15 or buf[0] == 2:
+            c_write(notify_fd, buf.ctypes, 1)
+            break
+    waited = 0
+    while waited < grace_us:
+        c_usleep(10000)
+        waited += 10000
+        if state[0] != 0:
+            return 1
+    if state[1] >= 0:
+        c_fsync(state[1])
+    if buf[0] == 15:
+        c_write(2, term_message.ctypes, state[2])
+    else:
+        c_write(2, int_message.ctypes, state[3])
+    c_exit(128 + buf[0])
+    return 2
+
+
 def _make_native_watch():
-    """The numba thread's loop (None where numba or libc's calls are unavailable)."""
+    """The numba thread's loop, compiled (or loaded from numba's cache) now, while this
+    thread has the GIL; None where that fails."""
     try:
-        from numba import njit, types
-
-        c_read = types.ExternalFunction("read", types.intp(types.intc, types.voidptr, types.uintp))
-        c_write = types.ExternalFunction("write", types.intp(types.intc, types.voidptr, types.uintp))
-        c_usleep = types.ExternalFunction("usleep", types.intc(types.uintc))
-        c_fsync = types.ExternalFunction("fsync", types.intc(types.intc))
-        c_exit = types.ExternalFunction("_exit", types.void(types.intc))
-    except Exception:  # pragma: no cover - numba is a dependency
-        return None
-
-    @njit(nogil=True, cache=True)
-    def native_watch(signal_fd, notify_fd, state, term_message, int_message, grace_us):  # pragma: no cover
-        """Without the GIL: pass SIGTERM/SIGINT from ``signal_fd`` on to ``notify_fd``; exit
-        ``grace_us`` after one unless ``state`` says the run stopped. A 0 byte or EOF ends it."""
-        buf = np.zeros(1, dtype=np.uint8)
-        errors = 0
-        while True:
-            got = c_read(signal_fd, buf.ctypes, 1)
-            if got == 0 or (got == 1 and buf[0] == 0) or errors > 100:
-                return 0
-            if got < 0:  # interrupted: the thread blocks signals, so only by mistake
-                errors += 1
-                continue
-            if buf[0] == 15 or buf[0] == 2:
-                c_write(notify_fd, buf.ctypes, 1)
-                break
-        waited = 0
-        while waited < grace_us:
-            c_usleep(10000)
-            waited += 10000
-            if state[0] != 0:
-                return 1
-        if state[1] >= 0:
-            c_fsync(state[1])
-        if buf[0] == 15:
-            c_write(2, term_message.ctypes, state[2])
-        else:
-            c_write(2, int_message.ctypes, state[3])
-        c_exit(128 + buf[0])
-        return 2
-
-    try:  # compiled (or loaded from numba's cache) now, while this thread has the GIL
         read_end, write_end = os.pipe()
         os.close(write_end)
         empty = np.zeros(1, dtype=np.uint8)
-        native_watch(read_end, -1, np.zeros(4, dtype=np.int64), empty, empty, 0)
+        _native_loop(read_end, -1, np.zeros(4, dtype=np.int64), empty, empty, 0)
         os.close(read_end)
     except Exception:  # pragma: no cover
         return None
-    return native_watch
+    return _native_loop
 
 
 _native_watch: Optional[Callable] = None
@@ -254,5 +253,5 @@ class Watchdog:
 
     def _message(self, signum: int, rows: Optional[int]) -> str:
         after = GRACE if rows is not None else NATIVE_GRACE
-        what = f"{_what(signum)}: a call had not returned {after:g} s after the signal; the run stopped inside it"
+        what = f"{_what(signum)} inside a call that had not returned {after:g} s later"
         return f"{what}: {self._summary(rows) if self._summary else 'no rows were written'}\n"

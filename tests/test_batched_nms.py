@@ -419,7 +419,8 @@ def test_a_missing_backend_is_backend_unavailable(monkeypatch):
 
 def test_the_cuda_launches_pack_their_kernels_signatures_on_every_path(monkeypatch):
     """Without a GPU: batched_nms.run's memset and two launches, with the driver stubbed,
-    for every layout, with and without the global merge and the spilled detections: each
+    for every layout (YOLOv5 single-label rows through decode_rows_kernel), with and
+    without the global merge, the spilled detections and the class-segmented path: each
     launch packs its kernel's C signature, with the sizes the plan promises."""
     from test_kernel_layout import c_signatures
 
@@ -440,28 +441,37 @@ def test_the_cuda_launches_pack_their_kernels_signatures_on_every_path(monkeypat
     monkeypatch.setattr(_cuda.CompiledLaunch, "__call__", compiled)
     monkeypatch.setattr(backend, "_current_stream", lambda device: (0, 5))
     monkeypatch.setattr(backend, "opted_in_shared_limit", lambda kernel, device: 227 * 1024)
+    monkeypatch.setattr(backend, "resident_blocks", lambda kernel, threads, device: 6 * 132)
     monkeypatch.setattr(backend, "_zero", lambda address, size, stream: zeroed.append(size))
     monkeypatch.setattr(backend, "device_index", lambda device: 0)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(backend, "_plans", {})
     signatures = c_signatures(backend.CUDA_MODULE.source())
-    common = dict(cxcywh=True, multi_label=False, class_agnostic=False, iou_threshold=0.5, score_threshold=0.25,
-                  max_per_class=300, top_k=batched.INT32_MAX)
-    for layout, data, scores, n, classes in (
-            ("scores", torch.zeros(3, 40000, 4), torch.zeros(3, 40000, 2), 40000, 2),
-            ("yolov5", torch.zeros(3, 100, 85), None, 100, 80), ("yolov8", torch.zeros(3, 84, 100), None, 100, 80)):
+    common = dict(cxcywh=True, class_agnostic=False, iou_threshold=0.5, score_threshold=0.25, max_per_class=300,
+                  top_k=batched.INT32_MAX)
+    for layout, data, scores, n, classes, multi_label in (
+            ("scores", torch.zeros(3, 40000, 4), torch.zeros(3, 40000, 2), 40000, 2, False),
+            ("yolov5", torch.zeros(3, 100, 85), None, 100, 80, False),
+            ("yolov5", torch.zeros(3, 100, 85), None, 100, 80, True),
+            ("yolov8", torch.zeros(3, 84, 100), None, 100, 80, False)):
         for max_output in (300, backend.KEPT_CACHE + 1):
             records.clear()
-            outputs = backend.run(data, scores, None, layout=layout, n=n, classes=classes, max_output=max_output,
-                                  capacity=n, **common)
-            assert [r[0] for r in records] == ["decode_kernel", "nms_kernel"] and zeroed[-1] == 4 * 3
+            outputs = backend.run(data, scores, None, layout=layout, n=n, classes=classes, multi_label=multi_label,
+                                  max_output=max_output, capacity=n, **common)
+            rows = layout == "yolov5" and not multi_label
+            assert [r[0] for r in records] == ["decode_rows_kernel" if rows else "decode_kernel", "nms_kernel"]
+            assert zeroed[-1] == 4 * 3
             for name, codes, grid, block, shared, values in records:
                 assert codes == signatures[name], name
-            (_, _, decode_grid, decode_block, _, _), (_, _, nms_grid, nms_block, shared, values) = records
-            assert decode_grid == (-(-n // backend.DECODE_THREADS), 3) and nms_grid == (3,)
+            (_, _, decode_grid, decode_block, _, decode_values), (_, _, nms_grid, nms_block, shared, values) = records
+            per_block = backend.DECODE_THREADS * (decode_values[4] if rows else 1)
+            assert decode_grid == (-(-n // per_block), 3) and nms_grid == (3,)
+            assert not rows or decode_values[4] == 1  # three blocks of 100 rows are resident at once
             merged = n > backend.sort_capacity_for(n, torch.float32, 227 * 1024)
-            assert (values[8] != 0) == merged and (values[10] != 0) == (max_output > backend.KEPT_CACHE)
-            assert shared == backend.nms_shared_bytes(values[7], torch.float32) <= 227 * 1024
+            assert (values[9] != 0) == merged and (values[11] != 0) == (max_output > backend.KEPT_CACHE)
+            assert values[8] == backend.fast_max_for(n, torch.float32, 227 * 1024) == (1024 if n > 1024 else 128)
+            assert shared == max(backend.nms_shared_bytes(values[7], torch.float32),
+                                 backend.fast_shared_bytes(values[8])) <= 227 * 1024
             assert [tuple(t.shape) for t in outputs] == [(3,), (3, max_output, 4), (3, max_output), (3, max_output),
                                                          (3, max_output), (3,), (3,)]
 
@@ -477,3 +487,35 @@ def test_the_shared_memory_sort_takes_what_fits(dtype):
     assert backend.sort_capacity_for(100, dtype, 227 * 1024) == 128  # no more than the capacity needs
     with pytest.raises(RuntimeError, match="shared memory"):
         backend.sort_capacity_for(100, dtype, 1024)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
+def test_the_class_segmented_path_takes_what_fits(dtype):
+    """Its candidates: a power of two from 32 to a block's threads, no more than the
+    capacity needs, within the shared memory; none for float64 (keys of 64 bits)."""
+    from nmsbench.variants import batched_nms as backend
+
+    if dtype == torch.float64:
+        assert backend.fast_max_for(10**6, dtype, 227 * 1024) == 0
+        return
+    assert backend.fast_max_for(10**6, dtype, 227 * 1024) == backend.FAST_MAX == backend.NMS_THREADS
+    assert backend.fast_max_for(100, dtype, 227 * 1024) == 128 and backend.fast_max_for(3, dtype, 227 * 1024) == 32
+    for limit in (48 * 1024, 99 * 1024):
+        size = backend.fast_max_for(10**6, dtype, limit)
+        assert size & (size - 1) == 0 and 32 <= size < backend.FAST_MAX
+        assert backend.fast_shared_bytes(size) <= limit < backend.fast_shared_bytes(2 * size)
+    assert backend.fast_max_for(10**6, dtype, 1024) == 0
+    # the region holds the worst mask (every candidate one class) and the sorts' buffers
+    for size in (32, 256, 1024):
+        assert backend.fast_shared_bytes(size) >= 4 * size * (size // 32) + 44 * size
+
+
+def test_decode_rows_take_the_fewest_rows_a_thread_that_keep_every_block_resident():
+    from nmsbench.variants import batched_nms as backend
+
+    resident = 6 * 132
+    assert backend.rows_per_thread_for(1, 25200, resident) == 1
+    assert backend.rows_per_thread_for(8, 25200, resident) == 1
+    assert backend.rows_per_thread_for(32, 25200, resident) == backend.DECODE_ROWS_MAX  # as few waves as it can
+    assert backend.rows_per_thread_for(15, 25200, resident) == 2  # 15 x 50 blocks of 512 rows
+    assert backend.rows_per_thread_for(10**4, 25200, resident) == backend.DECODE_ROWS_MAX

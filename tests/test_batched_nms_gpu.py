@@ -2,13 +2,17 @@
 reference as tests/test_batched_nms.py and the CPU backend, output for output and bit for
 bit, on random batches and on YOLOv5- and YOLOv8-shaped raw heads; the global merge sort
 (forced by a small shared-memory sort), detections past the shared cache, tile edges,
-batches beyond one grid row; a CUDA graph's replays against eager calls; repeats;
+batches beyond one grid row; the class-segmented path against the tile path (forced with
+fast_max=0) at its size limits; YOLOv5 rows decoded a warp per row at several rows a
+thread and class counts; a CUDA graph's replays against eager calls; repeats;
 torch.compile and torch.export on CUDA.
 
 Marked ``gpu`` and skipped without a CUDA device.
 """
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -17,7 +21,8 @@ from hypothesis import given, settings
 import nmsbench
 from nmsbench import batched
 from nmsbench.timing import capture_graph
-from test_batched_nms import Head, assert_matches, head_cases, random_boxes, reference, scored_cases, yolov5_raw
+from test_batched_nms import (Head, assert_matches, head_cases, random_boxes, random_values, reference, scored_cases,
+                              yolov5_raw)
 
 pytestmark = [
     pytest.mark.gpu,
@@ -113,6 +118,63 @@ def test_tile_edges_the_counting_rank_edge_and_detections_past_the_shared_cache(
         assert_same(det, nmsbench.batched_nms(boxes, scores, labels, iou_threshold=0.3, **kwargs))
         if n <= 600:
             assert_matches(det, reference(boxes, scores, labels, iou_threshold=0.3, **kwargs), boxes.dtype)
+
+
+@pytest.mark.parametrize("n", [1, 31, 33, 500, 1024, 1025])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_the_class_segmented_path_equals_the_tile_path(n, dtype):
+    """Up to fast_max candidates an image take the class-segmented path; fast_max=0 forces
+    the tile path. Both, and the CPU backend, on ties, duplicates, many classes (runs that
+    share mask words), one class for all (the largest mask), caps and labels beyond 32
+    bits (which fall back to the tile path)."""
+    generator = torch.Generator().manual_seed(n)
+    boxes = random_boxes(generator, (3, n), span=int(8 * n**0.5) + 8, side=24).to(dtype)
+    scores = (torch.randint(0, 30, (3, n, 70), generator=generator) / 30).to(dtype)  # many ties
+    labels = torch.randint(-2, 40, (3, n), generator=generator)
+    wide = labels * (2**40)  # classes that do not fit 32 bits
+    cases = [
+        ("scores", boxes, scores, None, dict(multi_label=False)),
+        ("scores", boxes, scores[..., :3], None, dict(multi_label=True, max_output_boxes_per_class=7)),
+        ("scores", boxes, scores[..., 0], labels, dict(max_output_boxes=40)),
+        ("scores", boxes, scores[..., 0], labels, dict(class_agnostic=True, max_output_boxes=n)),
+        ("scores", boxes, scores[..., 0], wide, dict(max_output_boxes=60, max_output_boxes_per_class=3)),
+    ]
+    for layout, b, sc, lab, extra in cases:
+        kwargs = dict(iou_threshold=0.4, score_threshold=0.2, max_output_boxes=300, **extra)
+        p = batched._check_params(layout, "xyxy", kwargs["iou_threshold"], kwargs["score_threshold"],
+                                  kwargs["max_output_boxes"], kwargs.get("max_output_boxes_per_class"),
+                                  kwargs.get("class_agnostic", False), kwargs.get("multi_label", False), None, None)
+        segmented = nmsbench.BatchedDetections(*batched._run(b.cuda(), sc.cuda(), cuda(lab), p))
+        tiles = nmsbench.BatchedDetections(*batched._run(b.cuda(), sc.cuda(), cuda(lab), p, fast_max=0))
+        cpu = nmsbench.batched_nms(b, sc, lab, **kwargs)
+        assert_same(segmented, cpu)
+        assert_same(tiles, cpu)
+        assert n == 1 or (cpu.num_detections > 0).all()
+
+
+@pytest.mark.parametrize("classes", [1, 33, 96, 97, 200])
+@pytest.mark.parametrize("rows_per_thread", [1, 2, 4])
+def test_yolov5_rows_decoded_a_warp_a_row_equal_the_cpu_backend(classes, rows_per_thread):
+    """decode_rows_kernel: rows past a block's end, class scores over several loads a lane,
+    ties between classes (the first of equal best), NaN scores, and a threshold below
+    every objectness (every row listed)."""
+    generator = torch.Generator().manual_seed(classes * 10 + rows_per_thread)
+    batch, n = 3, 2 * 1024 + 77
+    boxes = random_boxes(generator, (batch, n), span=300, side=40)
+    centre = torch.cat([(boxes[..., :2] + boxes[..., 2:]) / 2, boxes[..., 2:] - boxes[..., :2]], dim=-1)
+    objectness = random_values(generator, (batch, n, 1), [0.0, 0.1, 0.3, 0.6, 0.9, 1.0])
+    class_scores = random_values(generator, (batch, n, classes), [0.0, 0.2, 0.5, 0.5, 0.8, 0.8, math.nan])
+    raw = torch.cat([centre, objectness, class_scores], dim=-1).float()
+    from nmsbench.variants import batched_nms as backend
+
+    for conf in (0.25, -1.0):
+        det = nmsbench.BatchedDetections(*backend.run(
+            raw.cuda(), None, None, layout="yolov5", cxcywh=True, n=n, classes=classes, multi_label=False,
+            class_agnostic=False, iou_threshold=0.45, score_threshold=conf, max_output=300, max_per_class=300,
+            top_k=batched.INT32_MAX, capacity=n, rows_per_thread=rows_per_thread))
+        cpu = nmsbench.batched_nms_from_head(raw, iou_threshold=0.45, score_threshold=conf)
+        assert_same(det, cpu)
+        assert (cpu.num_candidates > 0).all()
 
 
 def test_more_images_than_a_grid_row():

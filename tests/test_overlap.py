@@ -143,7 +143,8 @@ def crowded_set(seed, n, classes=2, dtype=torch.float32):
 
 @pytest.mark.parametrize("stream_above", [0.0, float("inf")], ids=["streamed", "windows"])
 @pytest.mark.parametrize("make", [lambda: crowded_set(1, 3000), lambda: crowded_set(2, 2000, dtype=torch.float64),
-                                  lambda: random_set(5, 3000, grid=0.5), lambda: random_set(6, 2500, dtype=torch.float64)],
+                                  lambda: random_set(5, 3000, grid=0.5),
+                                  lambda: random_set(6, 2500, dtype=torch.float64)],
                          ids=["crowded", "crowded-float64", "sparse", "sparse-float64"])
 def test_some_boxes_get_exactly_their_values_by_either_kernel(monkeypatch, make, stream_above):
     """``at``: the chosen boxes' entries, each against all boxes, equal to the full
