@@ -41,6 +41,10 @@ DEFINES = {"DECODE_THREADS": 256, "DECODE_ROWS_MAX": 4, "DECODE_CLASS_LOADS": 3,
 DECODE_THREADS, DECODE_ROWS_MAX, NMS_THREADS, TILE, KEPT_CACHE = (
     DEFINES[k] for k in ("DECODE_THREADS", "DECODE_ROWS_MAX", "NMS_THREADS", "TILE", "KEPT_CACHE"))
 FAST_MAX = NMS_THREADS
+# decode_rows_kernel's grid, in rounds of resident blocks, before a thread takes more rows:
+# the strided objectness reads are bound by memory bandwidth, which many short blocks use
+# as well as a few long ones, while a few long ones leave a longer tail.
+DECODE_WAVES = 4
 CUDA_MODULE = CudaModule(
     "batched_nms.cu",
     templates={
@@ -106,10 +110,11 @@ def fast_max_for(capacity: int, dtype: torch.dtype, limit: int) -> int:
 
 
 def rows_per_thread_for(batch: int, n: int, resident: int) -> int:
-    """decode_rows_kernel's rows a thread: the fewest (so the most threads) with which every
-    block is resident at once, at most DECODE_ROWS_MAX."""
+    """decode_rows_kernel's rows a thread: the fewest (so the most, shortest blocks) that
+    keep the grid within DECODE_WAVES rounds of the blocks the device holds at once, at
+    most DECODE_ROWS_MAX."""
     rows = 1
-    while rows < DECODE_ROWS_MAX and batch * -(-n // (DECODE_THREADS * rows)) > resident:
+    while rows < DECODE_ROWS_MAX and batch * -(-n // (DECODE_THREADS * rows)) > DECODE_WAVES * resident:
         rows += 1
     return rows
 

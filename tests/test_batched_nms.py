@@ -510,12 +510,13 @@ def test_the_class_segmented_path_takes_what_fits(dtype):
         assert backend.fast_shared_bytes(size) >= 4 * size * (size // 32) + 44 * size
 
 
-def test_decode_rows_take_the_fewest_rows_a_thread_that_keep_every_block_resident():
+def test_decode_rows_take_the_fewest_rows_a_thread_that_keep_the_grid_within_its_waves():
     from nmsbench.variants import batched_nms as backend
 
     resident = 6 * 132
+    waves = backend.DECODE_WAVES * resident
     assert backend.rows_per_thread_for(1, 25200, resident) == 1
-    assert backend.rows_per_thread_for(8, 25200, resident) == 1
-    assert backend.rows_per_thread_for(32, 25200, resident) == backend.DECODE_ROWS_MAX  # as few waves as it can
-    assert backend.rows_per_thread_for(15, 25200, resident) == 2  # 15 x 50 blocks of 512 rows
+    assert backend.rows_per_thread_for(32, 25200, resident) == 1  # 32 x 99 blocks
+    assert backend.rows_per_thread_for(64, 25200, resident) == 3  # 64 x 99 and 64 x 50 blocks are too many
+    assert 64 * 99 > waves and 64 * 50 > waves and 64 * 33 <= waves
     assert backend.rows_per_thread_for(10**4, 25200, resident) == backend.DECODE_ROWS_MAX

@@ -140,7 +140,7 @@ def test_the_class_segmented_path_equals_the_tile_path(n, dtype):
         ("scores", boxes, scores[..., 0], wide, dict(max_output_boxes=60, max_output_boxes_per_class=3)),
     ]
     for layout, b, sc, lab, extra in cases:
-        kwargs = dict(iou_threshold=0.4, score_threshold=0.2, max_output_boxes=300, **extra)
+        kwargs = {**dict(iou_threshold=0.4, score_threshold=0.2, max_output_boxes=300), **extra}
         p = batched._check_params(layout, "xyxy", kwargs["iou_threshold"], kwargs["score_threshold"],
                                   kwargs["max_output_boxes"], kwargs.get("max_output_boxes_per_class"),
                                   kwargs.get("class_agnostic", False), kwargs.get("multi_label", False), None, None)
