@@ -279,15 +279,17 @@ def error_rows(rows: list[dict], exc: BaseException):
 
 
 def _family_result(name: str, box_set: BoxSet, dtype_name: str, iou: float, params: dict):
-    """The family reference ``name`` on the CPU on the case's boxes (float16 on their
-    float32 copy, as the CPU backends compute it), or None where it cannot run here."""
+    """The family reference ``name`` on the CPU on the case's boxes (float16: on the float32
+    copy of the float16 values, as the CPU backends compute it, so the comparison measures
+    the backend, not the rounding of its inputs), or None where it cannot run here."""
     from .registry import implementations
 
     impl = implementations().get(name)
     if impl is None or "cpu" not in impl.backends or not impl.backends["cpu"].availability()[0]:
         return None
-    dtype = torch.float32 if dtype_name == "float16" else DTYPES[dtype_name]
-    data = box_set.to("cpu", dtype)
+    data = box_set.to("cpu", DTYPES[dtype_name])
+    if dtype_name == "float16":
+        data = data.to("cpu", torch.float32)
     try:
         return impl.backends["cpu"].fn(data.boxes, data.scores, iou_threshold=iou, labels=data.labels, **params)
     except Exception:  # a reference that cannot take these boxes leaves the columns blank
