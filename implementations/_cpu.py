@@ -120,6 +120,26 @@ def keep_from_sorted(order: torch.Tensor, kept_positions: np.ndarray) -> NMSResu
     return NMSResult(order[torch.from_numpy(np.ascontiguousarray(kept_positions, dtype=np.int64))])
 
 
+def kept_per_label(select, labels: torch.Tensor | None) -> np.ndarray:
+    """The input indices a library's NMS keeps: ``select(where)`` returns the indices, into
+    the boxes ``where`` picks, that it keeps; it is called once with ``slice(None)`` (every
+    box) without labels, else once per distinct label (``where``: that label's input indices,
+    every int64 label kept distinct), so only boxes of one label ever meet."""
+    if labels is None:
+        return np.asarray(select(slice(None)), dtype=np.int64).reshape(-1)
+    lab = labels.detach().to(torch.int64).numpy()
+    parts = [where[np.asarray(select(where), dtype=np.int64).reshape(-1)]
+             for where in (np.flatnonzero(lab == value) for value in np.unique(lab))]
+    return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+
+def result_by_score(kept: np.ndarray, scores: torch.Tensor) -> NMSResult:
+    """Kept input indices by descending score, ties by lower input index (the stable sort
+    taking them in ascending order, not in the order the labels were visited)."""
+    keep = torch.from_numpy(np.sort(kept).astype(np.int64))
+    return NMSResult(keep[score_order(scores[keep])]) if keep.numel() else NMSResult(keep)
+
+
 # --------------------------------------------------------------------------- overlap graph
 
 # neighbour entries the overlap graph may hold (16 bytes each: 4 GiB); past it a backend takes

@@ -15,8 +15,9 @@ import functools
 import numpy as np
 import torch
 
-from nmsbench.boxes import NMSResult, score_order
 from nmsbench.registry import register
+
+from ._cpu import kept_per_label, result_by_score
 
 OPSET = 11  # NonMaxSuppression took its current form (optional score threshold, center_point_box) in opset 11
 
@@ -59,14 +60,4 @@ def _selected(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float) -> np
 def onnxruntime_nms(boxes, scores, *, iou_threshold, labels=None):
     b = boxes.detach().contiguous().numpy()
     s = scores.detach().contiguous().numpy()
-    if labels is None:
-        kept = _selected(b, s, iou_threshold)
-    else:
-        lab = labels.detach().numpy()
-        parts = []
-        for value in np.unique(lab):
-            where = np.flatnonzero(lab == value)
-            parts.append(where[_selected(b[where], s[where], iou_threshold)])
-        kept = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
-    kept = torch.from_numpy(np.sort(kept).astype(np.int64))  # ascending index: the stable sort's ties
-    return NMSResult(kept[score_order(scores[kept])]) if kept.numel() else NMSResult(kept)
+    return result_by_score(kept_per_label(lambda where: _selected(b[where], s[where], iou_threshold), labels), scores)

@@ -17,8 +17,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from nmsbench.boxes import NMSResult, score_order
+from nmsbench.boxes import NMSResult
 from nmsbench.registry import register
+
+from ._cpu import kept_per_label, result_by_score
 
 
 @register(
@@ -35,15 +37,5 @@ def opencv_nms(boxes, scores, *, iou_threshold, labels=None):
     # OpenCV takes float32 scores above a threshold >= 0: it is given each score's dense rank
     # from the bottom (1, 2, ...), which keeps the order and the ties of any scores exactly
     ranks = (torch.unique(scores.detach(), return_inverse=True)[1] + 1).to(torch.float32).numpy()
-    if labels is None:
-        kept = np.asarray(cv2.dnn.NMSBoxes(rects, ranks, 0.0, float(iou_threshold)), dtype=np.int64).reshape(-1)
-    else:
-        lab = labels.detach().to(torch.int64).numpy()  # every integer dtype, each value kept distinct
-        parts = []
-        for value in np.unique(lab):
-            where = np.flatnonzero(lab == value)
-            found = cv2.dnn.NMSBoxes(rects[where], ranks[where], 0.0, float(iou_threshold))
-            parts.append(where[np.asarray(found, dtype=np.int64).reshape(-1)])
-        kept = np.concatenate(parts)
-    kept = torch.from_numpy(np.sort(kept).astype(np.int64))  # ascending index: the stable sort's ties
-    return NMSResult(kept[score_order(scores[kept])]) if kept.numel() else NMSResult(kept)
+    kept = kept_per_label(lambda where: cv2.dnn.NMSBoxes(rects[where], ranks[where], 0.0, float(iou_threshold)), labels)
+    return result_by_score(kept, scores)
