@@ -6,11 +6,12 @@ use). It reads results only, never runs NMS: the reference runs at the top of
 ``results/`` (or ``$NMSBENCH_RESULTS_DIR``), the user's own runs under ``results/runs/``,
 ``results/archive/`` when asked, and CSVs uploaded in the sidebar. By default each case
 shows its newest measurement per machine (one line per implementation, not per commit);
-a sidebar toggle compares runs. Five views: curves, the post-processing pipeline (time
+a sidebar toggle shows every run. The views: curves, the post-processing pipeline (time
 per image vs batch, stage costs, CPU vs GPU, agreement), accuracy beside speed (COCO AP
 or AR against time per image, the Pareto front, from ``nmsbench accuracy``), suppression
 differences (files written by ``nmsbench diff``), conformance (``nmsbench conformance``
-reports, *conformance*.csv), and the runs' environment with a CSV download.
+reports, *conformance*.csv), two runs compared case by case (the verdicts of ``nmsbench compare``,
+:mod:`nmsbench.dashboard_compare`), and the runs' environment with a CSV download.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from nmsbench.conformance_report import is_conformance_file
 from nmsbench.results import PartialRowWarning
 
 APP_DIR = Path(__file__).resolve().parent
-VIEWS = ["Curves", "Pipeline", "Accuracy", "Suppression differences", "Conformance", "Environment & data"]
+VIEWS = ["Curves", "Pipeline", "Accuracy", "Suppression differences", "Conformance", "Compare runs", "Environment & data"]
 DIFF_COMMAND = "nmsbench diff --scenario clustered --n 512"
 
 
@@ -469,7 +470,7 @@ def differences_view(include_archive: bool) -> None:
         st.info(f"No `nmsbench diff` file in `{folder}` (diff-*.json at the top or under runs/). Make one with "
                 f"`{DIFF_COMMAND}` and reload.")
         return
-    for where, (case, error) in loaded.items():
+    for _, error in loaded.values():
         if error:
             st.error(error)
     readable = [w for w, (case, _) in loaded.items() if case is not None and case.keeps]
@@ -577,7 +578,7 @@ def main() -> None:
     with st.sidebar:
         st.header("Results")
         uploads = st.file_uploader("Add results CSVs", type=["csv"], accept_multiple_files=True, key="uploads")
-        compare = st.toggle("Compare runs", key="compare_runs",
+        compare = st.toggle("Every run", key="compare_runs",
                             help="Off: each case's newest measurement per machine, one line per implementation. "
                                  "On: every loaded run, one line per implementation and commit.")
         include_archive = st.toggle("Include archived runs", key="include_archive",
@@ -609,11 +610,11 @@ def main() -> None:
         status = shown["status"].value_counts()
         st.caption(f"Drawn: {len(shown):,} rows ({', '.join(f'{v:,} {k}' for k, v in status.items()) or 'none'}) of "
                    f"{len(frame):,}" + ("." if compare else ", each case's newest run per machine (the sidebar's "
-                                                         "Compare runs draws every run)."))
+                                                         "Every run draws them all)."))
     colors = plots.color_map(tables.options(frame, "impl"))
 
-    curves_tab, pipeline_tab, accuracy_tab, diff_tab, conformance_tab, env_tab = st.tabs(VIEWS, key="view",
-                                                                                       on_change="rerun")
+    curves_tab, pipeline_tab, accuracy_tab, diff_tab, conformance_tab, compare_tab, env_tab = st.tabs(
+        VIEWS, key="view", on_change="rerun")
     if curves_tab.open:
         with curves_tab:
             choices_key = tuple(sorted((k, tuple(map(str, v))) for k, v in choices.items())) + (("compare", compare),)
@@ -632,6 +633,11 @@ def main() -> None:
             from nmsbench.conformance_view import conformance_view
 
             conformance_view(results_dir(), include_archive)
+    if compare_tab.open:
+        with compare_tab:
+            from nmsbench.dashboard_compare import compare_view
+
+            compare_view(results_dir(), data_key, uploads)
     if env_tab.open:
         with env_tab:
             environment_view(selected, commands)

@@ -8,7 +8,7 @@ import sys, hashlib, json
 sys.path.insert(0, sys.argv[1])
 import numpy as np, torch
 import os
-import implementations._cuda as cuda
+import nmsbench.cuda as cuda  # the bridge (nmsbench/cuda/)
 import implementations.hard_fused.cuda as hf  # the host sides of the two packages
 import implementations.matrix_recompute.cuda as mr
 
@@ -45,8 +45,7 @@ class Stream:
     def __exit__(self, *e): pass
 def record_compiled(self, stream, *values):  # CompiledLaunch (newer trees): the same record
     records.append([self.function.name, list(self.grid), list(self.block), self.codes, [str(rel(int(v))) if c == "Q" else str(int(v)) if c in "iI" else str(v) for c, v in zip(self.codes, values)], self.shared_mem, self.cooperative])
-if hasattr(cuda, "CompiledLaunch"):
-    cuda.CompiledLaunch.__call__ = record_compiled
+cuda.CompiledLaunch.__call__ = record_compiled
 barrier = torch.zeros(2, dtype=torch.int32)
 for m in (mr, hf):
     m.on_torch_stream = Stream

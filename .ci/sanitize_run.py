@@ -1,8 +1,8 @@
 """One small run of each of our CUDA kernels, for compute-sanitizer (see .ci/gpu).
 
 What runs comes from the registry: every implementation whose CUDA backend launches our
-kernels (``_kernels.kernel_implementations``). A backend with a table of paths (``PATHS``
-beside it: hard_fused, matrix_recompute) runs every path, forced with ``path=``, at every
+kernels (``nmsbench.cuda.kernels.kernel_implementations``). A backend with a table of
+paths (``nmsbench.cuda.path_table(name)``: hard_fused, matrix_recompute, ...) runs every path, forced with ``path=``, at every
 size below that the path takes, eager and padded; the others run at a few sizes, padded
 too where graph safe, all through ``nmsbench.run_nms`` (its input check included, and a
 NaN box that it must report); forced paths also with ``check_values``. Sizes are
@@ -21,7 +21,8 @@ import torch
 
 import nmsbench
 from nmsbench import datasets
-from nmsbench.variants._kernels import holds_cuda_module, kernel_implementations
+from nmsbench.cuda import path_table
+from nmsbench.cuda.kernels import holds_cuda_module, kernel_implementations
 
 SIZES = {"hard_fused": (31, 100, 257, 1000, 1500, 4500), "matrix_recompute": (31, 64, 100, 1000, 1025, 3000)}
 OTHER_SIZES = (31, 64, 100, 1000)
@@ -43,23 +44,9 @@ SELECTED = sys.argv[1:] or KERNEL_IMPLS + ["pipelines", "overlap_graph"]
 ONLY = tuple(int(v) for v in os.environ["SANITIZE_SIZES"].split(",")) if os.environ.get("SANITIZE_SIZES") else None
 
 
-def paths_of(backend):
-    """(PATHS, check_path) of the backend's module, or None where it has no table of paths."""
-    module = sys.modules[backend.fn.__module__]
-    return (module.PATHS, module.check_path) if hasattr(module, "PATHS") else None
-
-
-def takes(check_path, path, n, dtype, padded, device, labels) -> bool:
-    try:
-        check_path(path, n, dtype, padded, device, labels)
-    except ValueError:
-        return False
-    return True
-
-
 for name in (n for n in KERNEL_IMPLS if n in SELECTED):
     impl = nmsbench.implementations()[name]
-    backend, table = impl.backend("cuda"), paths_of(impl.backend("cuda"))
+    backend, table = impl.backend("cuda"), path_table(name)  # the implementation's table of paths, if any
     sizes = SIZES.get(name, OTHER_SIZES)
     for n in (s for s in sizes if ONLY is None or s in ONLY):
         for classes, dtype in CASES:
@@ -80,17 +67,16 @@ for name in (n for n in KERNEL_IMPLS if n in SELECTED):
                     raise SystemExit(f"{name} at n={n} took a NaN box")
                 if table is None:
                     continue
-                paths, check_path = table
-                for path in paths:
+                for path in table:
                     for padded in (False, True) if backend.graph_safe else (False,):
-                        if takes(check_path, path, n, dtype, padded, device, labels):
+                        if table.refusal(path, n, dtype, padded, device, labels) is None:
                             for checked in (False, True) if backend.checks_values and not padded else (False,):
                                 backend.fn(boxes.boxes, boxes.scores, iou_threshold=0.5, labels=boxes.labels,
                                            path=path, **({"padded": True} if padded else {}), **params,
                                            **({"check_values": True} if checked else {}))
     # rank.cu's merge (every kernel backend's rank from 8193 boxes), at small sizes, in one process of a split
     if name == "hard_fused" and (ONLY is None or min(sizes) in ONLY):
-        from nmsbench.variants._cuda import input_verdict, on_torch_stream, rank_by_score
+        from nmsbench.cuda import input_verdict, on_torch_stream, rank_by_score
 
         for n in (1, 300, 5000):
             for dtype in (torch.float32, torch.float16, torch.float64):
@@ -119,7 +105,7 @@ if "pipelines" in SELECTED:
 # rows both ways, greedy NMS and Matrix NMS on them, constant density and everything overlapping.
 if "overlap_graph" in SELECTED:
     from nmsbench.variants import overlap_graph
-    from nmsbench.variants._cuda import on_torch_stream
+    from nmsbench.cuda import on_torch_stream
 
     for scenario, n, canvas in (("uniform", 3000, "density"), ("clustered", 3000, "density"), ("crowd", 500, "fixed")):
         for classes, dtype in CASES:

@@ -24,7 +24,8 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from nmsbench.boxes import BoxSet, validate_nms_inputs
+from nmsbench.boxes import BoxSet
+from nmsbench.inputs import validate_nms_inputs
 
 from . import real, synthetic
 from .file_loader import load_boxes_file, sample_file

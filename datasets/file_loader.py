@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from nmsbench.boxes import BoxSet, validate_nms_inputs
+from nmsbench.boxes import BoxSet
+from nmsbench.inputs import validate_nms_inputs
 
 CSV_COLUMNS = ("x1", "y1", "x2", "y2", "score")
 INT64_RANGE = (-(2.0**63), 2.0**63)  # float labels in [low, high) are exact int64 values when whole

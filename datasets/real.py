@@ -55,7 +55,7 @@ class RealData:
         self.recordings: dict[str, Recording] = {}
         raw_index = 0
         self._raw_slot: dict[str, int] = {}
-        for i, r in enumerate(meta["recordings"]):
+        for r in meta["recordings"]:
             self.recordings[r["key"]] = Recording(r["key"], r["image"], int(r["input_size"]), int(r["rows"]),
                                                   int(r["candidates"]), bool(r["raw"]), r["source"], r["licence"])
             self._raw_slot[r["key"]] = raw_index if r["raw"] else -1

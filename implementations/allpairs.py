@@ -13,10 +13,11 @@ import torch
 from numba import njit, prange
 
 from nmsbench.boxes import NMSResult
+from nmsbench.cuda import CUDA_DTYPES, CudaModule, blocks, input_verdict, on_torch_stream, rank_by_score
+from nmsbench.inputs import raise_if_bad_input
 from nmsbench.registry import register
 
 from ._cpu import JIT, balanced_row, box_iou, keep_from_sorted, sorted_inputs
-from ._cuda import CUDA_DTYPES, CudaModule, blocks, input_verdict, on_torch_stream, rank_by_score, raise_if_bad_input
 
 
 @njit(parallel=True, **JIT)
@@ -35,6 +36,7 @@ def suppressed_by_any_parent(b, labels, iou_threshold):
 @register(
     name="allpairs", family="allpairs", devices=("cpu",), exact=True, requires=("numba",),
     summary="numba prange: each box scans its higher-ranked boxes, class-aware",
+    style=("#009E73", "triangle-up"),
 )
 def allpairs_cpu(boxes, scores, *, iou_threshold, labels=None):
     order, sorted_boxes, sorted_labels = sorted_inputs(boxes, scores, labels)

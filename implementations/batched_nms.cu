@@ -348,282 +348,39 @@ __device__ __forceinline__ unsigned char* carve(unsigned char*& at, size_t bytes
     return p;
 }
 
-// ------------------------------------------------------------------ the class-segmented path
-
-// A block-wide exclusive prefix sum of one value a thread; every thread of the block calls
-// it. `scan` holds NMS_WARPS + 1 words; *total gets the sum of all values.
-__device__ __forceinline__ unsigned int block_exclusive_sum(unsigned int value, unsigned int* scan,
-                                                            unsigned int& total) {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    unsigned int inclusive = value;
-    for (int d = 1; d < 32; d <<= 1) {
-        const unsigned int v = __shfl_up_sync(0xffffffffu, inclusive, d);
-        if (lane >= d) inclusive += v;
-    }
-    if (lane == 31) scan[warp] = inclusive;
-    __syncthreads();
-    if (warp == 0) {
-        const unsigned int mine = lane < NMS_WARPS ? scan[lane] : 0u;
-        unsigned int sum = mine;
-        for (int d = 1; d < 32; d <<= 1) {
-            const unsigned int v = __shfl_up_sync(0xffffffffu, sum, d);
-            if (lane >= d) sum += v;
-        }
-        if (lane < NMS_WARPS) scan[lane] = sum - mine;
-        if (lane == 31) scan[NMS_WARPS] = sum;
-    }
-    __syncthreads();
-    total = scan[NMS_WARPS];
-    const unsigned int before = scan[warp] + inclusive - value;
-    __syncthreads();  // scan is free for the next call
-    return before;
+// Detection `out` (image b's o-th: b * max_output + o): its box, score and class, and its
+// index, the input row of candidate `cand` (a row gives one candidate per class where
+// multi_label).
+template <typename T, typename A>
+__device__ __forceinline__ void write_detection(long long out, const Box<A>& box, A score, long long cls, int cand,
+                                                int multi_label, int classes, T* out_boxes, T* out_scores,
+                                                long long* out_classes, long long* out_indices) {
+    store_value(out_boxes, 4 * out, box.x1);
+    store_value(out_boxes, 4 * out + 1, box.y1);
+    store_value(out_boxes, 4 * out + 2, box.x2);
+    store_value(out_boxes, 4 * out + 3, box.y2);
+    store_value(out_scores, out, score);
+    out_classes[out] = cls;
+    out_indices[out] = multi_label ? cand / classes : cand;
 }
 
-// Sorts the entries (key, tie, val) of the block's first p threads (p a power of two,
-// 32 <= p <= NMS_THREADS), one a thread, so that thread t ends with the t-th: larger key
-// first, on equal keys larger tie first (entries with equal key and tie stay in some order).
-// A bitonic network: partners within a warp trade by shuffles, the others through shared
-// memory (x_*: two buffers of p entries each, used in turn, so one barrier a stage).
-// Every thread of the block calls it; it ends with a barrier.
-__device__ void block_sort(unsigned long long& key, unsigned int& tie, unsigned int& val, int p,
-                           unsigned long long* x_key, unsigned int* x_tie, unsigned int* x_val) {
-    const int t = threadIdx.x;
-    const bool active = t < p;  // whole warps
-    int buffer = 0;
-    for (int k = 2; k <= p; k <<= 1) {
-        for (int j = k >> 1; j > 0; j >>= 1) {
-            unsigned long long other_key = 0ull;
-            unsigned int other_tie = 0u, other_val = 0u;
-            if (j >= 32) {  // uniform over the block
-                unsigned long long* bk = x_key + buffer * p;
-                unsigned int* bt = x_tie + buffer * p;
-                unsigned int* bv = x_val + buffer * p;
-                if (active) {
-                    bk[t] = key;
-                    bt[t] = tie;
-                    bv[t] = val;
-                }
-                __syncthreads();
-                if (active) {
-                    other_key = bk[t ^ j];
-                    other_tie = bt[t ^ j];
-                    other_val = bv[t ^ j];
-                }
-                buffer ^= 1;
-            } else if (active) {
-                other_key = __shfl_xor_sync(0xffffffffu, key, j);
-                other_tie = __shfl_xor_sync(0xffffffffu, tie, j);
-                other_val = __shfl_xor_sync(0xffffffffu, val, j);
-            }
-            if (active) {
-                // the lower of the pair keeps the entry that ranks first where bit k of t is
-                // clear (so the whole run ends in rank order), the other one elsewhere
-                const bool keep_first = ((t & k) == 0) == ((t & j) == 0);
-                const bool other_first = other_key > key || (other_key == key && other_tie > tie);
-                if (other_first == keep_first) {
-                    key = other_key;
-                    tie = other_tie;
-                    val = other_val;
-                }
-            }
-        }
-    }
-    __syncthreads();  // x_* are free for the caller
-}
-
-// Greedy NMS per class of image b's n candidates (n <= fast_max, float scores, no
-// pre_nms_top_k cut), the padded outputs written; false (nothing written, block-uniform)
-// where a class does not fit 32 bits. The steps, each over the whole block:
-//   1. sort the candidates by (class, score key, lower candidate index): one run per class;
-//   2. the runs ("segments"): their first and end positions and where their mask words go;
-//   3. each segment's suppression mask (row r, word w: bit k set iff r suppresses
-//      32 w + k > r of its segment), a warp's lanes on consecutive rows against one word;
-//   4. a warp a segment resolves it (lane l holds "removed" word l of the segment, a
-//      ballot finds the next live candidate), stopping at max_per_class keeps;
-//   5. the keeps sorted by rank (score, then lower index); the first max_output are the
-//      detections.
-// Shared memory (dynamic, carved in this order; batched_nms.fast_shared_bytes computes the
-// same): by slot the tie keys; by position the classes, slots, boxes and areas; by
-// segment first, end and mask offset; the keep bits; the scan's words; then one region
-// that holds the mask, or the sort's buffers and the keeps staged for the second sort.
+// Image b's detections from `first` to max_output are padding: boxes and scores 0, classes
+// and indices -1 (the block's threads share them).
 template <typename T>
-__device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long long* keys, const int* cands,
-                              const long long* cand_classes, const typename Arith<T>::type* cand_boxes,
-                              const typename Arith<T>::type* cand_scores, int capacity, int classes, int multi_label,
-                              int class_agnostic, double iou_threshold, int max_output, int max_per_class,
-                              long long* num_detections, T* out_boxes, T* out_scores, long long* out_classes,
-                              long long* out_indices) {
+__device__ __forceinline__ void pad_detections(int b, int first, int max_output, T* out_boxes, T* out_scores,
+                                               long long* out_classes, long long* out_indices) {
     typedef typename Arith<T>::type A;
-    extern __shared__ __align__(16) unsigned char shared[];
-    unsigned char* at = shared;
-    unsigned int* f_tie = (unsigned int*)carve(at, 4ull * fast_max);
-    unsigned int* f_group = (unsigned int*)carve(at, 4ull * fast_max);
-    unsigned int* f_slot = (unsigned int*)carve(at, 4ull * fast_max);
-    Box<A>* f_box = (Box<A>*)carve(at, sizeof(Box<A>) * fast_max);
-    A* f_area = (A*)carve(at, sizeof(A) * fast_max);
-    unsigned int* f_seg_first = (unsigned int*)carve(at, 4ull * fast_max);
-    unsigned int* f_seg_end = (unsigned int*)carve(at, 4ull * fast_max);
-    unsigned int* f_seg_off = (unsigned int*)carve(at, 4ull * fast_max);
-    unsigned int* f_keep = (unsigned int*)carve(at, 4ull * (fast_max / 32));
-    unsigned int* f_scan = (unsigned int*)carve(at, 4ull * (NMS_WARPS + 1));
-    unsigned char* region = at;
-    unsigned int* f_mask = (unsigned int*)region;
-    unsigned long long* x_key = (unsigned long long*)region;  // 2 fast_max each
-    unsigned int* x_tie = (unsigned int*)(region + 16ull * fast_max);
-    unsigned int* x_val = (unsigned int*)(region + 24ull * fast_max);
-    unsigned long long* staged_key = (unsigned long long*)(region + 32ull * fast_max);  // fast_max each
-    unsigned int* staged_val = (unsigned int*)(region + 40ull * fast_max);
-
-    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    const long long image = (long long)b * capacity;
-
-    // 1. sort key: the class above the score's order key; tie: the complemented candidate index
-    unsigned long long key = 0ull;  // below every candidate's
-    unsigned int tie = 0u, val = 0xffffffffu;
-    bool wide = false;
-    if (tid < n) {
-        const unsigned long long record = keys[image + tid];  // score key << 32 | ~candidate
-        const long long cls = cand_classes[image + tid];
-        wide = !class_agnostic && cls != (long long)(int)cls;
-        const unsigned int group = class_agnostic ? 0u : (unsigned int)(int)cls;
-        key = ((unsigned long long)group << 32) | (record >> 32);
-        tie = (unsigned int)record;
-        val = tid;
-    }
-    if (__syncthreads_or(wide)) return false;
-    int p = 32;
-    while (p < n) p <<= 1;
-    block_sort(key, tie, val, p, x_key, x_tie, x_val);
-    if (tid < n) {  // thread t holds position t from here on
-        f_group[tid] = (unsigned int)(key >> 32);
-        f_slot[tid] = val;
-        const long long row = image + val;
-        const Box<A> box = {cand_boxes[4 * row], cand_boxes[4 * row + 1], cand_boxes[4 * row + 2],
-                            cand_boxes[4 * row + 3]};
-        f_box[tid] = box;
-        f_area[tid] = box_area(box);
-    }
-    if (tid < fast_max / 32) f_keep[tid] = 0u;
-    __syncthreads();
-
-    // 2. segments: a class's first position starts one, its end found by a binary search
-    const bool head = tid < n && (tid == 0 || f_group[tid - 1] != f_group[tid]);
-    unsigned int end = 0u, words = 0u;
-    if (head) {
-        const unsigned int group = f_group[tid];
-        int lo = tid + 1, hi = n;
-        while (lo < hi) {
-            const int mid = (lo + hi) / 2;
-            if (f_group[mid] == group) lo = mid + 1;
-            else hi = mid;
-        }
-        end = lo;
-        words = (end - tid) * ((end - 1) / 32 - tid / 32 + 1);  // rows x the words they span
-    }
-    unsigned int total;
-    // at most fast_max (<= 1024) segments below bit 11, their mask words above
-    const unsigned int before = block_exclusive_sum(head ? (words << 11) | 1u : 0u, f_scan, total);
-    if (head) {
-        const unsigned int s = before & 0x7ffu;
-        f_seg_first[s] = tid;
-        f_seg_end[s] = end;
-        f_seg_off[s] = before >> 11;
-    }
-    const int segments = total & 0x7ffu, mask_words = total >> 11;
-    __syncthreads();
-
-    // 3. the masks: word q is segment s's row first + (q - off) % m against word w0 + (q - off) / m
-    const IouThreshold threshold(iou_threshold);
-    for (int q = tid; q < mask_words; q += NMS_THREADS) {
-        int lo = 0, hi = segments - 1;  // the last segment whose words start at or before q
-        while (lo < hi) {
-            const int mid = (lo + hi + 1) / 2;
-            if ((int)f_seg_off[mid] <= q) lo = mid;
-            else hi = mid - 1;
-        }
-        const int first = f_seg_first[lo], last = f_seg_end[lo], m = last - first, local = q - (int)f_seg_off[lo];
-        const int w = first / 32 + local / m, r = first + local % m;
-        if (w < r / 32) continue;  // read by no resolve
-        const Box<A> box = f_box[r];
-        const A area = f_area[r];
-        const int from = max(r + 1, 32 * w), to = min(last, 32 * w + 32);
-        unsigned int bits = 0u;
-        for (int j = from; j < to; ++j)
-            if (overlaps_decisive(box, area, f_box[j], f_area[j], threshold)) bits |= 1u << (j - 32 * w);
-        f_mask[q] = bits;
-    }
-    __syncthreads();
-
-    // 4. a warp a segment
-    for (int s = warp; s < segments; s += NMS_WARPS) {
-        const int first = f_seg_first[s], last = f_seg_end[s], m = last - first, off = f_seg_off[s];
-        const int w0 = first / 32, span = (last - 1) / 32 - w0 + 1;
-        unsigned int removed = 0xffffffffu;
-        if (lane < span) {  // positions outside the segment start removed
-            const int lo = 32 * (w0 + lane);
-            unsigned int live = 0xffffffffu;
-            if (first > lo) live &= 0xffffffffu << (first - lo);
-            if (last - lo < 32) live &= (1u << (last - lo)) - 1u;
-            removed = ~live;
-        }
-        int keeps = 0;
-        while (keeps < max_per_class) {
-            const unsigned int live = ~removed;
-            const unsigned int lanes = __ballot_sync(0xffffffffu, live != 0u);
-            if (lanes == 0u) break;
-            const int word = __ffs(lanes) - 1;
-            const int bit = __ffs(__shfl_sync(0xffffffffu, live, word)) - 1;
-            const int r = 32 * (w0 + word) + bit;
-            if (lane == 0) atomicOr(&f_keep[r / 32], 1u << bit);  // segments share boundary words
-            ++keeps;
-            if (lane == word) removed |= 1u << bit;
-            if (lane >= word && lane < span) removed |= f_mask[off + lane * m + (r - first)];
-        }
-    }
-    __syncthreads();
-
-    // 5. the keeps in rank order: score key << 32 | tie, unique
-    const bool kept = tid < n && ((f_keep[tid / 32] >> (tid % 32)) & 1u);
-    unsigned int detections;
-    const unsigned int e = block_exclusive_sum(kept ? 1u : 0u, f_scan, detections);
-    if (kept) {
-        staged_key[e] = (key << 32) | tie;
-        staged_val[e] = tid;
-    }
-    __syncthreads();
-    unsigned long long rank_key = 0ull;
-    unsigned int rank_tie = 0u, position = 0xffffffffu;
-    if (tid < (int)detections) {
-        rank_key = staged_key[tid];
-        position = staged_val[tid];
-    }
-    int q = 32;
-    while (q < (int)detections) q <<= 1;
-    block_sort(rank_key, rank_tie, position, q, x_key, x_tie, x_val);
-    const int output = min((int)detections, max_output);
-    if (tid < output) {
-        const long long row = image + f_slot[position];
-        const long long out = (long long)b * max_output + tid;
-        const Box<A> box = f_box[position];
-        store_value(out_boxes, 4 * out, box.x1);
-        store_value(out_boxes, 4 * out + 1, box.y1);
-        store_value(out_boxes, 4 * out + 2, box.x2);
-        store_value(out_boxes, 4 * out + 3, box.y2);
-        store_value(out_scores, out, cand_scores[row]);
-        out_classes[out] = cand_classes[row];
-        const int cand = cands[row];
-        out_indices[out] = multi_label ? cand / classes : cand;
-    }
-    for (int o = output + tid; o < max_output; o += NMS_THREADS) {
+    for (int o = first + (int)threadIdx.x; o < max_output; o += NMS_THREADS) {
         const long long out = (long long)b * max_output + o;
         for (int k = 0; k < 4; ++k) store_value(out_boxes, 4 * out + k, A(0));
         store_value(out_scores, out, A(0));
         out_classes[out] = -1;
         out_indices[out] = -1;
     }
-    if (tid == 0) num_detections[b] = output;
-    return true;
 }
+
+// ------------------------------------------------------------------ the class-segmented path
+#include "batched_nms_segmented.cuh"  // segmented_nms and the block-wide scan and sort it uses
 
 template <typename T>
 __global__ void __launch_bounds__(NMS_THREADS, 1) nms_kernel(
@@ -838,14 +595,8 @@ __global__ void __launch_bounds__(NMS_THREADS, 1) nms_kernel(
             const long long row = image + t_slot[r];
             const long long out = (long long)b * max_output + o;
             const Box<A> box = t_box[r];
-            store_value(out_boxes, 4 * out, box.x1);
-            store_value(out_boxes, 4 * out + 1, box.y1);
-            store_value(out_boxes, 4 * out + 2, box.x2);
-            store_value(out_boxes, 4 * out + 3, box.y2);
-            store_value(out_scores, out, cand_scores[row]);
-            out_classes[out] = t_class[r];
-            const int cand = cands[row];
-            out_indices[out] = multi_label ? cand / classes : cand;
+            write_detection(out, box, cand_scores[row], t_class[r], cands[row], multi_label, classes, out_boxes,
+                            out_scores, out_classes, out_indices);
             if (o < KEPT_CACHE) {
                 k_box[o] = box;
                 k_area[o] = t_area[r];
@@ -865,14 +616,7 @@ __global__ void __launch_bounds__(NMS_THREADS, 1) nms_kernel(
         }
         __syncthreads();
     }
-    // Padding: boxes and scores 0, classes and indices -1.
     const int detections = s_out;
-    for (int o = detections + tid; o < max_output; o += NMS_THREADS) {
-        const long long out = (long long)b * max_output + o;
-        for (int k = 0; k < 4; ++k) store_value(out_boxes, 4 * out + k, A(0));
-        store_value(out_scores, out, A(0));
-        out_classes[out] = -1;
-        out_indices[out] = -1;
-    }
+    pad_detections(b, detections, max_output, out_boxes, out_scores, out_classes, out_indices);
     if (tid == 0) num_detections[b] = detections;
 }

@@ -24,8 +24,8 @@ import functools
 
 import torch
 
-from ._cuda import CompiledLaunch, CudaModule, Scratch, _current_stream, cached_plan, device_index, \
-    opted_in_shared_limit, resident_blocks
+from nmsbench.cuda import (CompiledLaunch, CudaModule, Scratch, _current_stream, cached_plan, device_index,
+                           opted_in_shared_limit, resident_blocks)
 
 # The kernels' compile-time constants (NVRTC -D): threads of the decode kernels' blocks,
 # the most rows a decode_rows_kernel thread takes (its objectness loads in flight at

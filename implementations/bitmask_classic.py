@@ -17,11 +17,12 @@ import torch
 from numba import njit, prange
 
 from nmsbench.boxes import NMSResult
+from nmsbench.cuda import CUDA_DTYPES, CudaModule, blocks, input_verdict, on_torch_stream, rank_by_score
+from nmsbench.inputs import raise_if_bad_input
 from nmsbench.memory_guard import check_fits
 from nmsbench.registry import register
 
 from ._cpu import JIT, balanced_row, box_iou, keep_from_sorted, resolve_greedy, sorted_inputs
-from ._cuda import CUDA_DTYPES, CudaModule, blocks, input_verdict, on_torch_stream, rank_by_score, raise_if_bad_input
 
 BLOCK = 64
 MASK = "N²/8 bytes: its N x N-bit suppression mask"
@@ -51,6 +52,7 @@ def block_masks_64(b, labels, iou_threshold):
 @register(
     name="bitmask_classic", family="hard", devices=("cpu",), exact=True, requires=("numba",),
     summary="numba: 64-bit block masks over a 2-D block grid, greedy resolve on the host",
+    style=("#56B4E9", "cross"),
 )
 def bitmask_classic_cpu(boxes, scores, *, iou_threshold, labels=None):
     n = boxes.shape[0]

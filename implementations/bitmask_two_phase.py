@@ -16,12 +16,13 @@ import torch
 from numba import njit, prange
 
 from nmsbench.boxes import NMSResult
+from nmsbench.cuda import (BALLOT_WARPS, CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, blocks, input_verdict,
+                           on_torch_stream, rank_by_score)
+from nmsbench.inputs import raise_if_bad_input
 from nmsbench.memory_guard import check_fits
 from nmsbench.registry import register
 
 from ._cpu import JIT, balanced_row, box_iou, keep_from_sorted, resolve_greedy, sorted_inputs
-from ._cuda import (BALLOT_WARPS, CUDA_DTYPES, MAX_SHARED_BYTES, CudaModule, blocks, input_verdict, on_torch_stream,
-                    rank_by_score, raise_if_bad_input)
 
 WORD_BITS = 32
 MASK = "N²/8 bytes: its N x N-bit suppression mask"
@@ -47,6 +48,7 @@ def suppression_mask_32(b, labels, iou_threshold):
 @register(
     name="bitmask_two_phase", family="hard", devices=("cpu",), exact=True, requires=("numba",),
     summary="numba: 32-bit suppression bitmask (seed layout), then the sequential greedy resolve",
+    style=("#CC79A7", "x"),
 )
 def bitmask_two_phase_cpu(boxes, scores, *, iou_threshold, labels=None):
     n = boxes.shape[0]

@@ -21,6 +21,7 @@ from nmsbench.registry import register
 @register(
     name="cluster", family="hard", devices=("cpu", "cuda"), exact=True, host_sync=True,
     summary="Cluster-NMS in torch: the Fast-NMS matrix iterated with the keep mask until it stops changing",
+    style=("#225555", "star-diamond"),
 )
 def cluster_nms(boxes, scores, *, iou_threshold, labels=None):
     n = boxes.shape[0]

@@ -19,11 +19,11 @@ import numpy as np
 import torch
 from numba import njit
 
+from nmsbench.cuda import CUDA_DTYPES, CudaModule, PathTable
 from nmsbench.families import DIOU_PARAMS
 from nmsbench.registry import register
 
 from ._cpu import JIT, box_iou, keep_from_sorted, sorted_inputs
-from ._cuda import CUDA_DTYPES, CudaModule
 from .hard_fused import cuda as hard_fused_cuda
 
 
@@ -67,6 +67,7 @@ def diou_greedy(b, labels, iou_threshold, beta):
 @register(
     name="diou_nms", family="diou", devices=("cpu",), exact=True, requires=("numba",), params=DIOU_PARAMS,
     summary="numba: in rank order, each kept box removes the later boxes over the DIoU threshold",
+    style=("#999933", "diamond-tall"),
 )
 def diou_nms_cpu(boxes, scores, *, iou_threshold, labels=None, beta):
     order, sorted_boxes, sorted_labels = sorted_inputs(boxes, scores, labels)
@@ -85,18 +86,19 @@ def diou_module(beta: float) -> CudaModule:
 
 
 CUDA_MODULE = diou_module(DIOU_PARAMS[0].default)  # the default beta's, for the kernel tests' discovery
-PATHS = hard_fused_cuda.PATHS  # hard_fused's, each of which the CUDA backend takes (``path=``)
+# hard_fused's paths, each of which the CUDA backend takes (``path=``), asked of diou_nms's kernels
+PATHS = PathTable("diou_nms", hard_fused_cuda.PATHS.values(), module=CUDA_MODULE)
 
 
 def choose_path(n: int, dtype=torch.float32, padded: bool = False, device=None, labels: bool = False) -> str:
     """hard_fused's chooser for diou_nms's kernels (the default beta's): its limits, except
     that one block stops at DIOU_ONE_BLOCK_MAX_N."""
-    return hard_fused_cuda.choose_module_path(n, dtype, padded, device, CUDA_MODULE)
+    return PATHS.choose(n, dtype, padded, device, labels)
 
 
 def check_path(path: str, n: int, dtype, padded: bool, device, labels: bool = False) -> None:
     """hard_fused's check_path for diou_nms's kernels (the default beta's)."""
-    hard_fused_cuda.check_module_path(path, n, dtype, padded, device, CUDA_MODULE, "diou_nms")
+    PATHS.check(path, n, dtype, padded, device, labels)
 
 
 @register(

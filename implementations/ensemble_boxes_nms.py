@@ -57,6 +57,7 @@ def _ordered(kept: np.ndarray, scores: torch.Tensor, final=None) -> NMSResult:
 @register(
     name="ensemble_boxes", family="hard", devices=("cpu",), requires=("ensemble_boxes",),
     summary="ensemble-boxes' nms (nms_float_fast per label) on coordinates normalised to [0, 1]",
+    style=("#6B522D", "diamond-wide"),
 )
 def ensemble_boxes_nms(boxes, scores, *, iou_threshold, labels=None):
     from ensemble_boxes.ensemble_boxes_nms import nms_float_fast
@@ -71,6 +72,7 @@ def ensemble_boxes_nms(boxes, scores, *, iou_threshold, labels=None):
 @register(
     name="ensemble_boxes_soft", family="soft", devices=("cpu",), requires=("ensemble_boxes",), params=SOFT_PARAMS,
     summary="ensemble-boxes' soft_nms (cpu_soft_nms_float per label) on coordinates normalised to [0, 1]",
+    style=("#FFAD99", "square-cross"),
 )
 def ensemble_boxes_soft(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold):
     from ensemble_boxes.ensemble_boxes_nms import cpu_soft_nms_float

@@ -22,10 +22,10 @@ import torch
 from numba import njit
 
 from nmsbench.boxes import NMSResult, score_order
+from nmsbench.cuda import CUDA_DTYPES
 from nmsbench.registry import register
 
 from ._cpu import DENSE_FRACTION, GRAPH_MAX_PAIRS, JIT, greedy_kept, keep_from_sorted, overlap_graph, sorted_inputs
-from ._cuda import CUDA_DTYPES
 from .hard_fused.cuda import hard_fused_cuda
 from .overlap_graph import GRAPH_MIN_N, dispatch, greedy_on_graph
 
@@ -56,6 +56,7 @@ def resolve_on_graph(order, indptr, indices):
 @register(
     name="hard_graph", family="hard", devices=("cpu",), exact=True, requires=("numba",),
     summary="numba: the suppression graph (IoU > threshold pairs, grids of cells by box size), resolved in rank order; O(N + E)",
+    style=("#00CC00", "triangle-sw"),
 )
 def hard_graph_cpu(boxes, scores, *, iou_threshold, labels=None):
     n = boxes.shape[0]

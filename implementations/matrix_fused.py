@@ -24,12 +24,13 @@ import torch
 from numba import njit, prange
 
 from nmsbench.boxes import NMSResult, result_by_final_score
+from nmsbench.cuda import (COUNT_BOXES, COUNT_WARPS, CUDA_DTYPES, CudaModule, Scratch, blocks, input_verdict,
+                           on_torch_stream, rank_by_score)
 from nmsbench.families import MATRIX_PARAMS
+from nmsbench.inputs import raise_if_bad_input
 from nmsbench.registry import register
 
 from ._cpu import JIT, balanced_row, box_iou, sorted_inputs
-from ._cuda import (COUNT_BOXES, COUNT_WARPS, CUDA_DTYPES, CudaModule, Scratch, blocks, input_verdict, on_torch_stream,
-                    rank_by_score, raise_if_bad_input)
 
 
 @njit(parallel=True, **JIT)
@@ -78,6 +79,7 @@ def decay_factors(b, labels, cmax, linear, sigma):
 @register(
     name="matrix_fused", family="matrix", devices=("cpu",), requires=("numba",), params=MATRIX_PARAMS,
     summary="numba: pass 1 IoU + row max, pass 2 running min of the decay; no N x N buffer",
+    style=("#882255", "star"),
 )
 def matrix_fused_cpu(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold):
     order, sorted_boxes, sorted_labels = sorted_inputs(boxes, scores, labels)

@@ -29,11 +29,11 @@ import torch
 from numba import prange
 
 from nmsbench.boxes import result_by_final_score
+from nmsbench.cuda import CUDA_DTYPES
 from nmsbench.families import MATRIX_PARAMS
 from nmsbench.registry import register
 
 from ._cpu import DENSE_FRACTION, GRAPH_MAX_PAIRS, overlap_graph, serial_and_parallel, sorted_inputs
-from ._cuda import CUDA_DTYPES
 from .matrix_fused import decay_factors, decay_ratio, max_iou_with_parents
 from .matrix_recompute.cuda import matrix_recompute_cuda
 from .overlap_graph import GRAPH_MIN_N, dispatch, matrix_on_graph
@@ -71,6 +71,7 @@ PARALLEL_MIN = 4096  # boxes from which the decays are split over the threads
 @register(
     name="matrix_graph", family="matrix", devices=("cpu",), requires=("numba",), params=MATRIX_PARAMS,
     summary="numba: the overlap graph (IoU > 0 pairs, grids of cells by box size), cmax and the min decay from it; O(N + E)",
+    style=("#555566", "diamond-x"),
 )
 def matrix_graph_cpu(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold):
     n = boxes.shape[0]

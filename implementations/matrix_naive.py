@@ -18,6 +18,7 @@ from nmsbench.registry import register
 @register(
     name="matrix_naive", family="matrix", devices=("cpu", "cuda"), params=MATRIX_PARAMS, host_sync=True,
     summary="plain PyTorch SOLOv2 formula: IoU matrix, triu, column max, decay matrix, min",
+    style=("#E69F00", "triangle-down"),
 )
 def matrix_naive(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold):
     size = boxes.shape[0]

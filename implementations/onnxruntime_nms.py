@@ -56,6 +56,7 @@ def _selected(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float) -> np
 @register(
     name="onnxruntime", family="hard", devices=("cpu",), requires=("onnxruntime", "onnx"), dtypes=(torch.float32,),
     summary="ONNX Runtime's NonMaxSuppression operator (CPU provider), float32, per label",
+    style=("#8465FF", "octagon"),
 )
 def onnxruntime_nms(boxes, scores, *, iou_threshold, labels=None):
     b = boxes.detach().contiguous().numpy()

@@ -26,6 +26,7 @@ from ._cpu import kept_per_label, result_by_score
 @register(
     name="opencv", family="hard", devices=("cpu",), requires=("cv2",),
     summary="OpenCV's cv2.dnn.NMSBoxes (per label with labels), rectangles in double",
+    style=("#FF004C", "triangle-ne"),
 )
 def opencv_nms(boxes, scores, *, iou_threshold, labels=None):
     import cv2

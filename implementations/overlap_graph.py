@@ -28,10 +28,10 @@ import numpy as np
 import torch
 
 from nmsbench.boxes import NMSResult, result_by_final_score, score_order
+from nmsbench.cuda import (CudaModule, KernelPath, PathTable, blocks, device_index, grid_barrier_address, host_count,
+                           on_torch_stream, rank_by_score, resident_blocks)
 
 from ._cpu import SIZE_CLASSES
-from ._cuda import (CudaModule, blocks, device_index, grid_barrier_address, host_count, on_torch_stream, rank_by_score,
-                    resident_blocks)
 
 DEFINES = {"SIZE_CLASSES": SIZE_CLASSES, "ROW_THREADS": 256, "ROUND_THREADS": 512, "SAMPLE_THREADS": 256}
 ROW_THREADS, ROUND_THREADS, SAMPLE_THREADS = DEFINES["ROW_THREADS"], DEFINES["ROUND_THREADS"], DEFINES["SAMPLE_THREADS"]
@@ -43,8 +43,6 @@ ROW_LANE_TARGET, MIN_ROW_LANES, MAX_ROW_LANES = 1 << 20, 4, 8
 RANK_KERNEL_MAX_N = 131072
 ROW_SLOTS = 64  # greedy's rows in one pass, this many entries a box (a longer row: two passes, graph_rows)
 
-# The dispatcher between the graph and a dense path (hard_graph's and matrix_graph's CUDA backends).
-PATHS = ("dense", "graph")
 # Below GRAPH_MIN_N boxes the dense path, whatever the density: the graph's fixed cost (the
 # grid, its host reads) would be a large share of what the dense path costs.
 GRAPH_MIN_N = 65536
@@ -54,15 +52,25 @@ DENSE_TESTS_DIVISOR = 16  # from GRAPH_MIN_N: the graph where its windows test a
 SAMPLED_PAIRS, MIN_SAMPLES = 1 << 24, 64
 
 
+# The dispatcher between the graph and a dense path (hard_graph's and matrix_graph's CUDA
+# backends): from GRAPH_MIN_N boxes the graph is tried first, and gives way to the dense
+# path where its density estimate finds too many pair tests (``dispatch``).
+PATHS = PathTable("overlap_graph", (
+    KernelPath("dense", passes_over=lambda n, *call, **context: None if n < GRAPH_MIN_N else
+               f"from {GRAPH_MIN_N} boxes the graph is tried first"),
+    KernelPath("graph"),
+))
+
+
 def dispatch(n: int, path: str | None, op: str, on_graph, dense):
     """The one place that chooses between the graph and a dense path for a call of ``n``
     boxes: ``dense()`` below GRAPH_MIN_N or where ``path="dense"`` forces it; else
     ``on_graph(max_tests)`` (the result, or None where the density estimate found more than
     ``max_tests`` pair tests: then ``dense()``), ``max_tests`` None where ``path="graph"``
     forces the graph. A ValueError naming ``op`` for a path that does not exist."""
-    if path is not None and path not in PATHS:
-        raise ValueError(f"{op}: no path {path!r}; the paths are {', '.join(PATHS)}")
-    if path == "dense" or (path is None and n < GRAPH_MIN_N):
+    if path is not None:
+        PATHS.check(path, n, op=op)
+    if (path or PATHS.choose(n)) == "dense":
         return dense()
     result = on_graph(None if path == "graph" else n * n // DENSE_TESTS_DIVISOR)
     return dense() if result is None else result

@@ -142,6 +142,7 @@ def soft_nms_dense(b, labels, scores, iou_threshold, linear, sigma, score_thresh
 @register(
     name="soft_nms", family="soft", devices=("cpu",), exact=True, requires=("numba",), params=SOFT_PARAMS,
     summary="numba: the overlap graph (grids of cells by box size, threads), then picks from a tournament tree touching neighbours only",
+    style=("#332288", "triangle-right"),
 )
 def soft_nms_cpu(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold):
     n = boxes.shape[0]
@@ -162,6 +163,7 @@ def soft_nms_cpu(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, sc
     sweep_max_n=SOFT_TORCH_SWEEP_MAX_N,
     summary="plain PyTorch loop: argmax, an IoU row and the decay per pick (the baseline users write; sweeps of "
             "every implementation leave it out above N = 1024)",
+    style=("#BBBBBB", "circle-x"),
 )
 def soft_torch(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold):
     n = boxes.shape[0]

@@ -34,12 +34,12 @@ import numpy as np
 import torch
 
 from nmsbench.boxes import NMSResult
+from nmsbench.cuda import (CUDA_DTYPES, CudaModule, KernelPath, PathTable, blocks, device_index, grid_barrier_address,
+                           host_count, kept_count, on_torch_stream, opted_in_shared_limit, resident_blocks)
 from nmsbench.families import SOFT_PARAMS
 from nmsbench.memory_guard import check_fits
 from nmsbench.registry import register
 
-from ._cuda import (CUDA_DTYPES, CudaModule, blocks, device_index, grid_barrier_address, host_count, kept_count,
-                    on_torch_stream, opted_in_shared_limit, resident_blocks)
 
 # Rows per block and columns per chunk of the pair kernel; threads of the rounds kernel and
 # of the one-block kernel (NVRTC -D).
@@ -70,7 +70,6 @@ CUDA_MODULE = CudaModule(
     },
     defines=DEFINES,
 )
-PATHS = ("one_block", "rounds", "graph_rounds")  # forced with path=; else choose_path's (never graph_rounds yet)
 
 
 def block_shared_bytes(n: int, dtype: torch.dtype) -> int:
@@ -79,26 +78,47 @@ def block_shared_bytes(n: int, dtype: torch.dtype) -> int:
     return n * ((32 if dtype == torch.float64 else 16) + 8 + 28)
 
 
-def _refuses(path: str, n: int, dtype: torch.dtype, device: torch.device | None) -> str | None:
-    if path not in PATHS:
-        return f"no path {path!r}; the paths are {', '.join(PATHS)}"
-    if path == "one_block":
-        if n > ONE_BLOCK_CAPACITY:
-            return f"it takes at most {ONE_BLOCK_CAPACITY} boxes"
-        if device is not None:
-            kernel = CUDA_MODULE.get("soft_block_kernel", dtype, device)
-            if block_shared_bytes(n, dtype) > opted_in_shared_limit(kernel, device):
-                return "its shared memory does not fit one block on this GPU"
+# The table's questions take (n, dtype, padded, device, labels, kernel="gaussian"): the
+# decay kernel sets one_block's limit for the chooser.
+
+def _refuses_padded(n, dtype, padded, device, labels, **context):
+    return "it has no padded output" if padded else None
+
+
+def _refuses_one_block(n, dtype, padded, device, labels, **context):
+    if padded:
+        return _refuses_padded(n, dtype, padded, device, labels)
+    if n > ONE_BLOCK_CAPACITY:
+        return f"it takes at most {ONE_BLOCK_CAPACITY} boxes"
+    if device is not None:
+        kernel = CUDA_MODULE.get("soft_block_kernel", dtype, device)
+        if block_shared_bytes(n, dtype) > opted_in_shared_limit(kernel, device):
+            return "its shared memory does not fit one block on this GPU"
     return None
+
+
+def _passes_over_one_block(n, dtype, padded, device, labels, kernel="gaussian"):
+    limit = LINEAR_BLOCK_MAX_N if kernel == "linear" else BLOCK_MAX_N
+    return None if n <= limit else f"above {limit} boxes ({kernel} kernel) the rounds are faster"
+
+
+def _forced_only(n, dtype, padded, device, labels, **context):
+    return "forced only, until measured"
+
+
+# forced with path=; else choose_path's (never graph_rounds yet)
+PATHS = PathTable("soft_rounds", (
+    KernelPath("one_block", _refuses_one_block, _passes_over_one_block),
+    KernelPath("rounds", _refuses_padded),
+    KernelPath("graph_rounds", _refuses_padded, _forced_only),
+))
 
 
 def check_path(path: str, n: int, dtype: torch.dtype, padded: bool = False, device: torch.device | None = None,
                labels: bool = False) -> None:
     """A ValueError where ``path`` is no path or cannot take this input (the signature of
     hard_fused's, which the sanitizer run and the GPU tests call)."""
-    reason = "it has no padded output" if padded else _refuses(path, n, dtype, device)
-    if reason is not None:
-        raise ValueError(f"soft_rounds: path {path!r} cannot take this call: {reason}")
+    PATHS.check(path, n, dtype, padded, device, labels)
 
 
 def choose_path(n: int, dtype: torch.dtype = torch.float32, padded: bool = False, device: torch.device | None = None,
@@ -106,8 +126,8 @@ def choose_path(n: int, dtype: torch.dtype = torch.float32, padded: bool = False
     """"one_block" up to BLOCK_MAX_N boxes (LINEAR_BLOCK_MAX_N for ``kernel`` "linear"), where
     its shared memory fits, else "rounds" (hard_fused's signature and the decay kernel:
     ``padded`` and ``labels`` change nothing here)."""
-    limit = LINEAR_BLOCK_MAX_N if kernel == "linear" else BLOCK_MAX_N
-    return "one_block" if n <= limit and _refuses("one_block", n, dtype, device) is None else "rounds"
+    return PATHS.choose(n, dtype, False, device, labels, kernel=kernel)
+
 
 def rounds_grid(n: int, dtype: torch.dtype, device: torch.device) -> int:
     """Blocks of the cooperative rounds launch at ``n``: BOXES_PER_WARP boxes a warp, at
@@ -187,6 +207,7 @@ def soft_rounds_state(boxes, scores, labels, *, iou_threshold, kernel, sigma, sc
     dtypes=CUDA_DTYPES, host_sync=True,
     summary="CUDA: the decay graph (pair lists), then parallel rounds of picks in one cooperative launch, "
             "products in the definition's order",
+    style=("#00DDDD", "hexagon-open"),
 )
 def soft_rounds(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold, path=None):
     """``path``: one of ``PATHS`` (forced), else ``choose_path``'s."""

@@ -18,7 +18,8 @@ from nmsbench.registry import register
 SUMMARY = "torchvision.ops.nms; per-class nms merged by rank when labels are given"
 
 
-@register(name="torchvision", family="hard", devices=("cpu",), exact=True, requires=("torchvision",), summary=SUMMARY)
+@register(name="torchvision", family="hard", devices=("cpu",), exact=True, requires=("torchvision",), summary=SUMMARY,
+          style=("#000000", "circle"))
 @register(
     name="torchvision", family="hard", devices=("cuda",), exact=True, requires=("torchvision",), summary=SUMMARY,
     dtypes=(torch.float32, torch.float64, torch.float16), host_sync=True,

@@ -19,10 +19,10 @@ import torch
 from numba import prange
 
 from nmsbench.boxes import NMSResult
+from nmsbench.cuda import CUDA_DTYPES, CompiledLaunch, CudaModule, blocks, cached_plan, device_index
 from nmsbench.registry import register
 
 from ._cpu import box_iou, greedy_kept, serial_and_parallel, sorted_inputs
-from ._cuda import CUDA_DTYPES, CompiledLaunch, CudaModule, blocks, cached_plan, device_index
 from .hard_fused import cuda as hard_fused_cuda
 
 
@@ -59,6 +59,7 @@ PARALLEL_MIN = 1 << 20  # kept boxes x boxes from which the merge is split over 
 @register(
     name="weighted_nms", family="weighted", devices=("cpu",), exact=True, requires=("numba",),
     summary="numba: greedy keep in rank order, then each kept box's weighted mean over all boxes (threads over kept boxes)",
+    style=("#800000", "square-x"),
 )
 def weighted_nms_cpu(boxes, scores, *, iou_threshold, labels=None):
     order, sorted_boxes, sorted_labels = sorted_inputs(boxes, scores, labels)

@@ -16,9 +16,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from nmsbench.cuda import CudaModule, blocks, on_torch_stream
 from nmsbench.pipeline import CandidateOverflow, Detections, Pipeline, Prepared, PipelineConfig, register_pipeline
 
-from ._cuda import CudaModule, blocks, on_torch_stream
 
 DEFINES = {"NMS_THREADS": 128}  # threads (candidates) per block of allpairs_nms_kernel (NVRTC -D)
 CUDA_MODULE = CudaModule("yolo_postprocess.cu", plain={"decode_filter_kernel": "QiifffiQQQQQ",

@@ -24,7 +24,7 @@ _PUBLIC = {
     "BoxSet": "boxes",
     "NMSResult": "boxes",
     "PaddedNMSResult": "boxes",
-    "validate_nms_inputs": "boxes",
+    "validate_nms_inputs": "inputs",
     "BackendUnavailable": "registry",
     "InsufficientMemory": "memory_guard",
     "Implementation": "registry",

@@ -447,6 +447,24 @@ def detect(name: str, source: AccuracySource, iou_threshold: float, params: dict
     return Detections(table, times, kept)
 
 
+def nms_pass(name: str, source: AccuracySource, iou_threshold: float, params: dict | None = None):
+    """A zero-argument call that runs implementation ``name`` once on every image of
+    ``source`` through ``nmsbench.run_nms``, waiting for the GPU after each image as a
+    detector does: the accuracy benchmark's timed call (its time / images is the time per
+    image). Nothing is kept: the detections come from :func:`detect`."""
+    params = params or {}
+    cuda = bool(source.images) and source.images[0].boxes.is_cuda
+    images = [(im.boxes, im.scores, im.labels) for im in source.images]
+
+    def run() -> None:
+        for boxes, scores, labels in images:
+            run_nms(name, boxes, scores, iou_threshold=iou_threshold, labels=labels, **params)
+            if cuda:
+                torch.cuda.synchronize()
+
+    return run
+
+
 # --- scoring
 
 
@@ -524,5 +542,5 @@ def coco_metrics(ground_truth: dict, rows: np.ndarray, crowded: Optional[list[in
 
 
 __all__ = ["AccuracySource", "CROWDED_IOU", "Detections", "ImageCandidates", "MAX_DETECTIONS", "METRICS", "coco_metrics",
-           "coco_source", "crowded_images", "detect", "evaluator_name", "load_annotations", "load_candidates",
+           "coco_source", "crowded_images", "detect", "evaluator_name", "load_annotations", "load_candidates", "nms_pass",
            "synthetic_source"]

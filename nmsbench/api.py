@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from .boxes import NMSResult, PaddedNMSResult, check_input_structure, check_input_values, validate_iou_threshold
+from .boxes import NMSResult, PaddedNMSResult
+from .inputs import (check_input_structure, check_input_values, finish_value_check, start_value_check,
+                     validate_iou_threshold)
 from .registry import ROUTES, available_backend
-from .validation import finish_value_check, start_value_check
 
 
 def run_nms(name: str, boxes, scores, iou_threshold: float = 0.5, labels=None, *, padded: bool = False,
@@ -20,7 +21,7 @@ def run_nms(name: str, boxes, scores, iou_threshold: float = 0.5, labels=None, *
     that are sparse, nested, on the ``meta`` device or on different devices included); an
     implementation with no backend for the tensors' device, or one that cannot run here,
     raises :class:`BackendUnavailable` with the reason. The value checks run on the data's
-    device in one pass and add no host synchronization (:mod:`nmsbench.validation`); a
+    device in one pass and add no host synchronization (:mod:`nmsbench.inputs`); a
     backend marked ``checks_values`` makes them in its own pass over the data instead.
 
     ``padded=True`` asks a ``graph_safe`` backend for its fixed-size output

@@ -23,7 +23,7 @@ def _devices(values: tuple[str, ...]) -> tuple[list[str], list[str]]:
     """(devices to run, notes on devices skipped): cuda without a CUDA device is skipped."""
     import torch
 
-    from .cli_options import _split
+    from .engine.axes import split_all as _split
 
     asked = _split(values) or (["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
     bad = [d for d in asked if d not in ("cpu", "cuda")]
@@ -61,7 +61,8 @@ def conformance_command(devices, impls, families, examples, max_n, seed, fmt, ou
     nmsbench conformance --device cpu --format csv --out results/runs/cpu-conformance.csv
     nmsbench conformance --impl opencv,ensemble_boxes --family tied_scores,iou_at_threshold --format markdown
     """
-    from .cli_options import _split, console
+    from .engine.axes import split_all as _split
+    from .progress import console
     from .conformance_cases import CASE_FAMILIES
 
     if show_list:
@@ -136,7 +137,7 @@ def _print_table(frame, out: Path | None) -> None:
     from rich.console import Console
 
     from . import conformance_report
-    from .cli_options import _console
+    from .progress import make_console as _console
 
     table, legend = conformance_report.rich_table(frame)
     if out:

@@ -168,7 +168,7 @@ def invalid_input(case: Case) -> Optional[str]:
         return known
     import torch
 
-    from .boxes import validate_nms_inputs
+    from .inputs import validate_nms_inputs
 
     problem = None
     try:

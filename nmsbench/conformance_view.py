@@ -96,7 +96,7 @@ def conformance_view(folder: Path, include_archive: bool = False) -> None:
     for path in files:
         stat = path.stat()
         loaded[str(path.relative_to(folder))] = load_report(str(path), stat.st_mtime_ns, stat.st_size)
-    for where, (frame, error) in loaded.items():
+    for _frame, error in loaded.values():
         if error:
             st.error(error)
     readable = [w for w, (frame, _) in loaded.items() if frame is not None and len(frame)]

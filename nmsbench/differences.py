@@ -27,6 +27,8 @@ import torch
 from . import datasets
 from .agreement import compare_keep
 from .api import run_nms
+from .engine.axes import Axis, GridError, check_axes, floats, ints, names, parse_param
+from .engine.plugins import Benchmark, register_benchmark
 from .registry import implementations
 
 # Codes of classify(): indices into nmsbench.plots.BOX_CLASSES.
@@ -58,6 +60,11 @@ class CaseRun:
     labels: np.ndarray | None = None
     meta: dict = field(default_factory=dict)                    # the command, the environment, the time written
     canvas: str = "fixed"                                       # the synthetic scenarios' canvas (datasets.synthetic)
+
+
+def default_diff_path(directory: Path = Path("results") / "runs") -> Path:
+    """Where ``nmsbench diff`` writes without --out: ``results/runs/diff-<time>.json``."""
+    return directory / f"diff-{time.strftime('%Y%m%d-%H%M%S')}.json"
 
 
 def devices() -> list[str]:
@@ -282,3 +289,90 @@ def agreement_matrix(keeps: dict[str, np.ndarray]) -> pd.DataFrame:
         for b in names[i + 1:]:
             matrix.loc[a, b] = matrix.loc[b, a] = jaccard(keeps[a], keeps[b])
     return matrix
+
+
+# --- `nmsbench diff` as a plug-in: its axes, its grid, its run (the command writes the case)
+
+def _knob(scenario: str) -> tuple[float, float]:
+    lo, hi = datasets.SCENARIOS[scenario].knob_range
+    return float(lo), float(hi)
+
+
+AXES = (
+    Axis("scenario", "--scenario", names("scenarios", lambda: datasets.SYNTHETIC), "clustered",
+         "Box-set scenario (as in `nmsbench sweep --scenario`).", many=False),
+    Axis("overlap", "--overlap", floats("the overlap knob"), None, "The scenario's overlap knob. Default: the scenario's own.",
+         many=False),
+    Axis("n", "--n", ints("the number of boxes"), 512, "Number of boxes.", many=False),
+    Axis("seed", "--seed", ints("the seed", 0), 0, "Seed of the generated box set.", many=False),
+    Axis("iou", "--iou", floats("the IoU threshold", 0, 1), 0.5, "IoU threshold.", many=False),
+    Axis("classes", "--classes", ints("classes"), 1, "Number of labels; above 1 the NMS is class-aware.", many=False),
+    Axis("impls", "--impl", names("implementations"), None,
+         "Implementations (repeat or comma-separate). Default: every one that runs on --device here."),
+    Axis("device", "--device", names("devices", lambda: ("cpu", "cuda")), "cpu", "Where to run them.", many=False),
+    Axis("params", "--param", parse_param, None, "Implementation parameter KEY=VALUE, given to those that take it.",
+         combine=dict, metavar="KEY=VALUE"),
+    Axis("canvas", "--canvas", names("canvases", lambda: ("fixed", "density")), "fixed",
+         "fixed: the 1024-px canvas; density: its side grows as sqrt(N) (1024 px at N = 1024), as `sweep --canvas`.", many=False),
+)
+
+
+@dataclass
+class DiffGrid:
+    """One box set and the implementations to run on it; checks itself when made."""
+
+    scenario: str = "clustered"
+    n: int = 512
+    overlap: float | None = None
+    seed: int = 0
+    iou: float = 0.5
+    classes: int = 1
+    impls: list[str] | None = None  # None: every one that runs on the device here
+    device: str = "cpu"
+    params: dict = field(default_factory=dict)
+    canvas: str = "fixed"
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise :class:`GridError` (naming the field) for a value that cannot run."""
+        check_axes(self, AXES)
+        for name in ("scenario", "device", "canvas"):
+            axis = next(a for a in AXES if a.name == name)
+            axis.value(str(getattr(self, name)))  # a known name
+        for name, low in (("n", 1), ("seed", 0), ("classes", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise GridError(name, f"{name} must be a whole number >= {low}, got {value!r}")
+        if not 0.0 <= float(self.iou) <= 1.0:
+            raise GridError("iou", f"the IoU threshold must lie in [0, 1], got {self.iou!r}")
+        lo, hi = _knob(self.scenario)
+        if self.overlap is not None and not lo <= self.overlap <= hi:
+            raise GridError("overlap", f"{self.scenario}'s knob ({datasets.SCENARIOS[self.scenario].knob}) runs from "
+                            f"{lo:g} to {hi:g}, got {self.overlap:g}")
+        registry = implementations()
+        unknown = [name for name in self.impls or () if name not in registry]
+        if unknown:
+            raise GridError("impls", f"unknown implementation(s) {', '.join(unknown)}; known: {', '.join(sorted(registry))}")
+        for name in self.impls or ():  # a bad parameter is one clear message, not an error in the file
+            try:
+                registry[name].resolve_params(registry[name].accepted_params(self.params))
+            except ValueError as e:
+                raise GridError("params", str(e)) from None
+        unused = sorted(set(self.params) - {p.name for name in self.impls or registry for p in registry[name].params})
+        if unused:
+            raise GridError("params", f"no chosen implementation takes {', '.join(unused)}")
+
+    def names(self) -> list[str]:
+        """The implementations to run: the chosen ones, or every one that runs on the device here."""
+        return list(self.impls) if self.impls else [name for name, why in availability(self.device).items() if not why]
+
+
+def run_grid(grid: DiffGrid, write=None, **_) -> CaseRun:
+    """Run the grid's one case (what ``nmsbench diff`` writes to its file)."""
+    return run_case(grid.scenario, grid.n, grid.overlap, grid.seed, grid.iou, classes=grid.classes, impls=grid.names(),
+                    device=grid.device, params=grid.params, canvas=grid.canvas)
+
+
+register_benchmark(Benchmark("diff", "diff", DiffGrid, AXES, run_grid, total=lambda grid: 1))

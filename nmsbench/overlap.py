@@ -23,7 +23,8 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from .boxes import score_order, validate_nms_inputs
+from .boxes import score_order
+from .inputs import validate_nms_inputs
 
 EXACT_MAX_N = 32768  # realized_overlap is exact up to this many boxes, sampled above
 SAMPLE_SIZE = 1024  # boxes in the sample above EXACT_MAX_N

@@ -8,9 +8,16 @@ once; for each (batch, threshold) the numpy reference runs once, and every pipel
 detections are compared with it detection by detection (``kept, ref_kept, jaccard,
 extra, missing, mismatched``). A pipeline is built outside the timed region (tensor
 moves, buffers), called once (warm-up: numba compilation; its output is the one
-compared), then each stage is timed: ``decode`` on the raw batch, ``nms`` on the
-candidates that decode produced, ``total`` end to end. A candidate-buffer overflow, or
-any exception, is an error row with the message; an unavailable pipeline a skipped row.
+compared), and each of its stages is a contender of the engine (:mod:`nmsbench.engine.rounds`):
+``decode`` on the raw batch, ``nms`` on the candidates that decode produced, ``total``
+end to end. Every stage of every pipeline of one (source, batch, threshold, device) is
+timed together in rotated rounds, under the host gauge and the noise rule, like the
+sweep's implementations of one box set.
+
+A stage is part of its total, so a stage timed above its total beyond the noise is an
+impossible measurement (:func:`impossible`); the case group is re-timed once, and where
+it persists both rows are flagged noisy and say why. A candidate-buffer overflow, or any
+exception, is an error row with the message; an unavailable pipeline a skipped row.
 
 Sources: ``real`` replays the recorded YOLOv3-tiny raw rows (``nmsbench.datasets.real``;
 images cycle through the recordings that keep raw rows); ``synthetic`` is a YOLOv5-shaped
@@ -28,24 +35,94 @@ import numpy as np
 import torch
 
 from . import datasets
-from .pipeline import (REFERENCE_PIPELINE, STAGES, Pipeline, PipelineConfig, compare_detections, pipelines,
+from .engine.axes import Axis, GridError, check_axes, floats, ints, names, parse_devices
+from .engine.plugins import Benchmark, register_benchmark
+from .engine.rounds import (SETTINGS_AXES, Contender, Outcome, Settings, check_case_timeout, error_rows, error_text,
+                            is_real, is_whole, prepare, row_emitter, time_in_rounds, use_threads)
+from .pipeline import (REFERENCE_PIPELINE, STAGES, Pipeline, PipelineConfig, compare_detections, pipelines, run_pipeline,
                        validate_raw)
 from .results import case_key
-from .runner import _error_text, activity_columns, case_deadline, check_case_timeout, error_rows, row_emitter, use_threads
-from .gpu_activity import NoGpuActivity
-from .timing import time_device, time_events, time_wall
+from .timers import TIMERS, Callables
+from .timing import DEFAULT_ROUNDS, HostGauge, Timing
 
 SOURCES = ("real", "synthetic")
 DEFAULT_BATCHES = (1, 8, 32)
+DEFAULT_TIMERS = ("wall", "device")
+
+
+def pipeline_timers() -> list[str]:
+    """The registered timers a pipeline stage can be timed with: every one that does not
+    need a ``graph_safe`` backend (a pipeline has no padded form to capture)."""
+    return [name for name, timer in TIMERS.items() if not timer.needs_graph_safe]
+
+
+def _check(ok: Callable[[object], bool], message: str) -> Callable[[object], str]:
+    return lambda value: "" if ok(value) else f"{message}, got {value!r}"
+
+
+def _every(ok: Callable[[object], bool], message: str) -> Callable[[list], str]:
+    return lambda values: "" if all(ok(v) for v in values) else f"{message}, got {values!r}"
+
+
+def _among(what: str, choices: Callable[[], object]) -> Callable[[list], str]:
+    def check(values: list) -> str:
+        known = list(choices())
+        bad = [v for v in values if v not in known]
+        return f"unknown {what} {', '.join(map(str, bad))}; choose from {', '.join(map(str, known))}" if bad else ""
+    return check
+
+
+def _one(parse: Callable[[str], list]) -> Callable[[str], list]:
+    def one(text: str) -> list:
+        values = parse(text)
+        if len(values) != 1:
+            raise ValueError(f"one value, got {text!r}")
+        return values
+    return one
+
+
+# the pipeline benchmark's axes: the command line's options and PipelineGrid.validate's per-axis checks (the
+# measurement settings, engine.rounds.SETTINGS_AXES, are every benchmark's shared options, checked too)
+AXES = (
+    Axis("batches", "--batch", ints("batch sizes"), list(DEFAULT_BATCHES), help="Batch sizes (comma-separated).",
+         check=_every(lambda b: is_whole(b) and b >= 1, "batch sizes must be positive whole numbers")),
+    Axis("devices", "--device", parse_devices, ["cpu"], help="cpu and/or cuda (repeat or comma-separate).",
+         check=_among("device", lambda: ("cpu", "cuda"))),
+    Axis("sources", "--source", names("sources"), list(SOURCES), check=_among("source", lambda: SOURCES),
+         help="real: the recorded YOLOv3-tiny raw rows (images cycle through the recordings that keep them); "
+              "synthetic: a YOLOv5-shaped [B, 25200, 85] tensor."),
+    Axis("pipelines", "--pipeline", names("pipelines"), check=_among("pipeline", lambda: pipelines()),
+         help="Pipelines to run (repeat or comma-separate). Default: all; see --list."),
+    Axis("confs", "--conf", floats("confidence thresholds"), [0.25], help="Confidence thresholds (repeat or comma-separate).",
+         check=_every(lambda c: is_real(c) and 0.0 <= c <= 1.0, "confidence thresholds must lie in [0, 1]")),
+    Axis("iou", "--iou", _one(floats("the IoU threshold")), 0.45, many=False, help="IoU threshold of the class-aware NMS.",
+         check=_check(lambda v: is_real(v) and 0.0 <= v <= 1.0, "the IoU threshold must lie in [0, 1]")),
+    Axis("max_det", "--max-det", ints("--max-det"), 300, many=False, help="Detections kept per image.",
+         check=_check(lambda v: is_whole(v) and v >= 1, "max_det must be a whole number >= 1")),
+    Axis("max_candidates", "--max-candidates", ints("--max-candidates"), 4096, many=False,
+         check=_check(lambda v: is_whole(v) and v >= 1, "max_candidates must be a whole number >= 1"),
+         help="The torch front end's fixed candidate buffer per image (the seed's MAX_FILTERED); more candidates is an "
+              "error row, never a silent drop."),
+    Axis("seed", "--seed", ints("the seed", 0), 0, many=False, help="Seed of the synthetic source.",
+         check=_check(lambda v: is_whole(v) and v >= 0, "seed must be a whole number >= 0")),
+    Axis("recordings", "--recording", names("recordings"),
+         help="Real source: recordings with raw rows to cycle through (default: all of them)."),
+    Axis("stages", "--stage", names("stages"), list(STAGES), check=_among("stage", lambda: STAGES),
+         help="Stages to time: decode, nms, total."),
+    Axis("timers", "--timer", names("timers"), list(DEFAULT_TIMERS), check=_among("timer", pipeline_timers),
+         help="Timers of the stages (every registered timer but those needing a graph-safe backend; those of the GPU "
+              "give cuda rows only; api times the public run_pipeline, for the total stage)."),
+)
 
 
 @dataclass
 class PipelineGrid:
-    """The pipeline benchmark's axes; their product (times stages and timers) is the set of rows."""
+    """The pipeline benchmark's axes; their product (times stages and timers) is the set of
+    rows. It checks itself when made (:meth:`validate`): a bad value is a GridError."""
 
-    pipelines: list[str]
-    devices: list[str]
-    sources: list[str]
+    pipelines: Optional[list[str]] = None  # None: every pipeline
+    devices: list[str] = field(default_factory=lambda: ["cpu"])
+    sources: list[str] = field(default_factory=lambda: list(SOURCES))
     batches: list[int] = field(default_factory=lambda: list(DEFAULT_BATCHES))
     confs: list[float] = field(default_factory=lambda: [0.25])
     iou: float = 0.45
@@ -54,13 +131,34 @@ class PipelineGrid:
     seed: int = 0  # of the synthetic source
     recordings: Optional[list[str]] = None  # of the real source; None: every recording with raw rows
     stages: list[str] = field(default_factory=lambda: list(STAGES))
-    timers: list[str] = field(default_factory=lambda: ["wall", "device"])
+    timers: list[str] = field(default_factory=lambda: list(DEFAULT_TIMERS))
+    rounds: int = DEFAULT_ROUNDS  # the measurement settings (nmsbench.engine.rounds.Settings)
     min_run_time: float = 0.2
     threads: int = 1
-    case_timeout: Optional[float] = None  # seconds a pipeline case may take (None: no limit)
+    repeat_noisy: int = 0
+    case_timeout: Optional[float] = None  # seconds a stage may take, its pipeline's build and warm-up included
+    host_wait: float = 0.0
+
+    def __post_init__(self):
+        if self.pipelines is None:
+            self.pipelines = list(pipelines())
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise GridError for anything that cannot be run: each axis's checks (:data:`AXES`),
+        then those across axes."""
+        check_axes(self, AXES + SETTINGS_AXES)
+        idle = [d for d in self.devices if not self.timers_for(d)]
+        if idle:
+            raise GridError("timers", f"{', '.join(self.timers)} give{'s' if len(self.timers) == 1 else ''} no "
+                            f"{' or '.join(idle)} rows; add wall")
+
+    @property
+    def settings(self) -> Settings:
+        return Settings.of(self)
 
     def timers_for(self, device: str) -> list[str]:
-        return [t for t in self.timers if t == "wall" or device == "cuda"]
+        return [t for t in self.timers if t in TIMERS and device in TIMERS[t].devices]
 
     def count(self) -> int:
         per_case = sum(len(self.timers_for(d)) for d in self.devices) * len(self.pipelines) * len(self.stages)
@@ -85,24 +183,40 @@ def _images_column(source: str, images: list[str], seed: int) -> str:
 
 
 def run_pipeline_bench(grid: PipelineGrid, write: Callable[[dict], None],
-                       on_case: Callable[[dict], None] = lambda row: None, done: frozenset | set = frozenset()) -> dict:
+                       on_case: Callable[[dict], None] = lambda row: None, done: frozenset | set = frozenset(),
+                       between_turns: Callable[[], None] = lambda: None, gauge: Optional[HostGauge] = None) -> dict:
     """Run every case of ``grid``; ``write`` gets each row as soon as it exists. Rows whose
-    :func:`~nmsbench.results.case_key` is in ``done`` (already written) are not run again;
-    a case past ``grid.case_timeout`` becomes error rows."""
+    :func:`~nmsbench.results.case_key` is in ``done`` (already written) are not run again.
+    ``between_turns()`` runs after each contender's turn; ``gauge`` reads the host's speed
+    (default: a new ``HostGauge``); the counts returned carry its summary under ``host``."""
+    gauge = gauge or HostGauge()
+    grid.validate()  # again: its fields may have changed since it was made
     check_case_timeout(grid.case_timeout)
     use_threads(grid.threads)
     emit, counts = row_emitter(write, on_case)
-    # the device timer's rows last: once a process has profiled, CUPTI stays attached and
-    # every later CUDA call costs the host more (nmsbench.runner.sweep_passes)
-    others = [t for t in grid.timers if t != "device"]
-    for timers in ([others] if others else []) + ([["device"]] if "device" in grid.timers else []):
-        _pipeline_pass(dataclasses.replace(grid, timers=timers), emit, done)
-    return counts
+    for part in pipeline_passes(grid):
+        _pipeline_pass(part, emit, done, between_turns, gauge)
+    return counts | {"host": gauge.summary()}
 
 
-def _pipeline_pass(grid: PipelineGrid, emit: Callable[[dict], None], done) -> None:
+def pipeline_passes(grid: PipelineGrid) -> list[PipelineGrid]:
+    """Every timer but those of a pass of their own first, then each of those (``device``):
+    once a process has profiled, CUPTI stays attached and every later CUDA call costs the
+    host more (nmsbench.runner.sweep_passes)."""
+    others = [t for t in grid.timers if not TIMERS[t].separate_pass]
+    passes = [dataclasses.replace(grid, timers=others)] if others else []
+    for timer in (t for t in grid.timers if TIMERS[t].separate_pass):
+        devices = [d for d in grid.devices if d in TIMERS[timer].devices]
+        if devices:
+            passes.append(dataclasses.replace(grid, timers=[timer], devices=devices))
+    return passes
+
+
+def _pipeline_pass(grid: PipelineGrid, emit: Callable[[dict], None], done, between_turns: Callable[[], None] = lambda: None,
+                   gauge: Optional[HostGauge] = None) -> None:
     """Every case of ``grid`` (one pass of :func:`run_pipeline_bench`), its rows to ``emit``."""
     known = pipelines()
+    gauge = gauge or HostGauge()
 
     def rows_of(base: dict, name: str, device: str) -> list[dict]:
         pipeline = known.get(name)
@@ -117,7 +231,7 @@ def _pipeline_pass(grid: PipelineGrid, emit: Callable[[dict], None], done) -> No
             validate_raw(raw_all)
             failure = None
         except Exception as exc:
-            raw_all, images, size, failure = None, [], "", f"loading source {source}: {_error_text(exc)}"
+            raw_all, images, size, failure = None, [], "", f"loading source {source}: {error_text(exc)}"
         for batch in grid.batches:
             for conf in grid.confs:
                 base = {"benchmark": "pipeline", "scenario": source, "overlap": conf, "iou_threshold": grid.iou,
@@ -137,83 +251,237 @@ def _pipeline_pass(grid: PipelineGrid, emit: Callable[[dict], None], done) -> No
                 try:
                     config = PipelineConfig(conf, grid.iou, grid.max_det, grid.max_candidates, (size, size))
                     reference_pipeline = known[REFERENCE_PIPELINE].build(raw, config, "cpu")
-                    candidates = reference_pipeline.decode()
-                    reference = reference_pipeline.nms(candidates)
+                    reference = reference_pipeline.nms(candidates := reference_pipeline.decode())
                     base["candidates"] = sum(len(c.rows) for c in candidates)
                     failure_case = None
                 except Exception as exc:
-                    config, reference, failure_case = None, None, f"reference pipeline: {_error_text(exc)}"
-                for device, name in cases:
-                    rows = rows_of(base, name, device)  # base now holds the candidate count
+                    config, reference, failure_case = None, None, f"reference pipeline: {error_text(exc)}"
+                for device in dict.fromkeys(device for device, _ in cases):  # one case group per device
+                    members = [(name, rows_of(base, name, device)) for d, name in cases if d == device]
                     if failure_case:
-                        for row in rows:
-                            emit(row | {"status": "error", "error": failure_case})
+                        for _, rows in members:
+                            for row in rows:
+                                emit(row | {"status": "error", "error": failure_case})
                         continue
-                    for row in _run_case(known.get(name), name, device, raw, config, reference, rows, grid):
+                    for row in _run_group(known, members, device, raw, config, reference, grid, between_turns, gauge):
                         emit(row)
 
 
-def _run_case(pipeline: Optional[Pipeline], name: str, device: str, raw: np.ndarray, config: PipelineConfig,
-              reference, rows: list[dict], grid: PipelineGrid):
-    if pipeline is None:
-        skip = f"no pipeline named {name}"
-    else:
-        available, skip = pipeline.availability(device)
-        skip = None if available else skip
-    if skip:
-        for row in rows:
-            yield row | {"status": "skipped", "error": skip}
-        return
-    try:
-        with case_deadline(grid.case_timeout):  # past it: CaseTimeout, error rows like any exception
-            peak = ""
-            if device == "cuda":
-                torch.cuda.synchronize()
-                torch.cuda.reset_peak_memory_stats()
-                before = torch.cuda.memory_allocated()
-            prepared = pipeline.build(raw, config, device)
-            detections = prepared.run()  # warm-up, and the output that is checked
-            if device == "cuda":
-                torch.cuda.synchronize()
-                peak = torch.cuda.max_memory_allocated() - before
-            agreement = compare_detections(detections, reference)
-            candidates = prepared.decode()
-            calls = {"decode": prepared.decode, "nms": lambda: prepared.nms(candidates), "total": prepared.run}
-            timings = {}
-            for row in rows:
-                call, timer = calls[row["stage"]], row["timer"]
-                try:
-                    timings[row["stage"], timer] = _time(timer, call, grid)
-                except NoGpuActivity as exc:  # the device timer has nothing to time: a skipped row
-                    timings[row["stage"], timer] = exc
-    except Exception as exc:
-        yield from error_rows(rows, exc)
-        return
-    for row in rows:
-        t = timings[row["stage"], row["timer"]]
-        if isinstance(t, NoGpuActivity):
-            yield row | {"status": "skipped", "error": str(t)}
+@dataclass(eq=False)
+class _Stage(Contender):
+    """One stage of one pipeline in a case group: its rows, and the pipeline's warm-up results."""
+
+    name: str = ""
+    stage: str = ""
+    rows: list = field(default_factory=list)
+    built: dict = field(default_factory=dict)  # the pipeline's: agreement, peak, its first error
+
+
+def _run_group(known: dict, members: list, device: str, raw: np.ndarray, config: PipelineConfig, reference,
+               grid: PipelineGrid, between_turns: Callable[[], None], gauge: HostGauge):
+    """The rows of every pipeline of one case group (a source, batch, threshold and device):
+    each pipeline built and checked, then all its stages timed together in rotated rounds."""
+    settings = grid.settings
+    contenders: list[_Stage] = []
+    for name, rows in members:
+        pipeline = known.get(name)
+        skip = f"no pipeline named {name}" if pipeline is None else None
+        if pipeline is not None:
+            available, reason = pipeline.availability(device)
+            skip = None if available else reason
+        if skip:
+            yield from (row | {"status": "skipped", "error": skip} for row in rows)
             continue
-        yield row | agreement | {
-            "status": "ok", "error": "", "median_us": t.median_us, "iqr_us": t.iqr_us, "runs": t.runs,
-            "rel_spread": t.rel_spread, "noisy": t.noisy, "peak_mem_bytes": peak, "blocks": t.blocks, "rounds": t.rounds,
-            "noise": t.noise, "host_sync": device == "cuda" and name != REFERENCE_PIPELINE, **activity_columns(t),
-        }
+        stages = [_Stage(label=f"{name}:{stage}", cpu=device == "cpu", name=name, stage=stage,
+                         rows=[row for row in rows if row["stage"] == stage]) for stage in grid.stages]
+        stages = [s for s in stages if s.rows]
+        built: dict = {}
+        try:
+            prepare(stages[0], settings, lambda: _build(pipeline, name, device, raw, config, reference, stages, built))
+        except Exception as exc:
+            yield from error_rows(rows, exc)
+            continue
+        for stage in stages:
+            stage.built = built
+            for timer, why in stage.built.get("skipped", {}).get(stage.stage, {}).items():
+                yield from (row | {"status": "skipped", "error": why} for row in stage.rows if row["timer"] == timer)
+            if stage.calls:
+                contenders.append(stage)
+    if not contenders:
+        return
+    outcomes = time_in_rounds(contenders, settings, gauge, between_turns)
+    retimed = bool(_impossible_pairs(contenders, outcomes))
+    if retimed:  # a stage above its total beyond the noise: once more, all of the group
+        outcomes = time_in_rounds(contenders, settings, gauge, between_turns)
+    flags = _impossible_pairs(contenders, outcomes)
+    for contender, outcome in zip(contenders, outcomes):
+        yield from _rows(contender, outcome, device, retimed, flags)
 
 
-def _time(timer: str, call, grid: PipelineGrid):
-    """One stage's timing by one timer (see nmsbench.timing)."""
-    if timer == "wall":
-        return time_wall(call, min_run_time=grid.min_run_time, threads=grid.threads)
-    if timer == "events":
-        return time_events(call, min_run_time=grid.min_run_time)
-    return time_device(call, min_run_time=grid.min_run_time)
+def _build(pipeline: Pipeline, name: str, device: str, raw: np.ndarray, config: PipelineConfig, reference,
+           stages: list[_Stage], built: dict) -> None:
+    """The pipeline built on the batch, its warm-up call (its output checked against the
+    reference), its peak memory, and each stage's call for each of its timers."""
+    peak = ""
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+    prepared = pipeline.build(raw, config, device)
+    detections = prepared.run()  # warm-up, and the output that is checked
+    if device == "cuda":
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - before
+    built |= {"agreement": compare_detections(detections, reference), "peak": peak, "skipped": {}}
+    candidates = prepared.decode()
+    ops = {"decode": prepared.decode, "nms": lambda: prepared.nms(candidates), "total": prepared.run}
+
+    def same_detections(timer: str, output) -> None:
+        agreement = compare_detections(output, detections)
+        if agreement["jaccard"] != 1.0 or agreement["mismatched"]:
+            raise RuntimeError(f"the {timer} timer's call gives other detections than the pipeline's")
+
+    for stage in stages:
+        public = (lambda: run_pipeline(name, raw, config, device)) if stage.stage == "total" else None
+        offered = Callables(op=ops[stage.stage], public=public, check=same_detections)
+        for timer in dict.fromkeys(row["timer"] for row in stage.rows):
+            try:
+                stage.calls[timer] = TIMERS[timer].build(offered)
+            except ValueError as exc:  # this timer cannot time this stage (api: no public call of a stage alone)
+                why = f"the {timer} timer does not time the {stage.stage} stage: {exc}"
+                built["skipped"].setdefault(stage.stage, {})[timer] = why
 
 
-def per_image_table(frame) -> "pandas.DataFrame":
+def impossible(stage: Timing, total: Timing) -> bool:
+    """Whether a stage's timing lies above its total's beyond the noise: its median less half
+    its IQR above the total's median plus half the total's IQR. With ``median ± IQR / 2``
+    standing for each row's middle half of blocks, the stage's middle half lies wholly
+    above the total's, which the spread of neither explains; a stage is part of its total."""
+    return stage.median_us - stage.iqr_us / 2 > total.median_us + total.iqr_us / 2
+
+
+def _impossible_pairs(contenders: list[_Stage], outcomes: list[Outcome]) -> dict:
+    """{(pipeline, timer): [stages timed above its total beyond the noise]}."""
+    measured = {(c.name, c.stage): o.measured for c, o in zip(contenders, outcomes) if o.error is None}
+    found: dict = {}
+    for (name, stage), by_timer in measured.items():
+        totals = measured.get((name, "total"), {}) if stage != "total" else {}
+        for timer, m in by_timer.items():
+            if timer in totals and impossible(m.timing, totals[timer].timing):
+                found.setdefault((name, timer), []).append(stage)
+    return found
+
+
+def _rows(contender: _Stage, outcome: Outcome, device: str, retimed: bool, flags: dict):
+    if outcome.error is not None:
+        yield from error_rows(contender.rows, outcome.error)
+        return
+    for row in contender.rows:
+        timer = row["timer"]
+        if timer in outcome.skipped:
+            yield row | {"status": "skipped", "error": outcome.skipped[timer]}
+            continue
+        if timer not in outcome.measured:  # skipped when its call was built
+            continue
+        columns = outcome.measured[timer].columns()
+        columns["attempts"] += retimed
+        above = flags.get((contender.name, timer), [])
+        why = ""
+        if contender.stage in above:
+            why = (f"the {contender.stage} stage timed above its total beyond both IQRs (impossible: a stage is part of "
+                   "the total), again when its case was re-timed")
+        elif contender.stage == "total" and above:
+            why = f"the {' and '.join(above)} stage timed above this total beyond both IQRs, again when re-timed"
+        if why:
+            columns |= {"noisy": True, "noise": "; ".join(filter(None, [columns["noise"], why]))}
+        yield row | contender.built["agreement"] | columns | {
+            "status": "ok", "error": "", "peak_mem_bytes": contender.built["peak"],
+            "host_sync": device == "cuda" and contender.name != REFERENCE_PIPELINE}
+
+
+def per_image_table(frame):
     """Pipeline rows of a results frame as time per image: one row per (source, device, pipeline,
     batch, stage, timer, conf) with ``us_per_image`` = median_us / batch (ok rows only)."""
     rows = frame[(frame["benchmark"] == "pipeline") & (frame["status"] == "ok")].copy()
     rows["us_per_image"] = rows["median_us"] / rows["batch"].astype(float)
     keys = ["scenario", "device", "impl", "batch", "stage", "timer", "overlap"]
     return rows[keys + ["us_per_image", "median_us", "candidates", "kept", "ref_kept", "jaccard"]].sort_values(keys)
+
+
+# --- the command line's part: checks before a run, --list
+
+
+def check_inputs(grid: PipelineGrid) -> PipelineGrid:
+    """What the command checks before anything runs: the largest batch fits in memory, the
+    recordings have raw rows and share one input size."""
+    from .datasets import available_memory, synthetic_raw
+
+    batch = max(grid.batches)
+    # raw float32 rows, held about four times (generated, host copy, tensor, decode temporaries),
+    # plus the candidate buffer (box, score, label, row: ~64 bytes per slot, again with copies)
+    need = batch * (synthetic_raw.ROWS * (5 + synthetic_raw.NUM_CLASSES) * 4 * 4 + grid.max_candidates * 64)
+    have = available_memory()
+    if have is not None and need > have:
+        raise GridError("batches", f"a batch of {batch:,} images with {grid.max_candidates:,} candidate slots each needs "
+                        f"about {need / 2**30:,.1f} GiB; this machine has {have / 2**30:,.1f} GiB available")
+    if grid.recordings:
+        real = datasets.real.load_real()
+        bad = [r for r in grid.recordings if r not in real.recordings or not real.recordings[r].has_raw]
+        if bad:
+            with_raw = [k for k, r in real.recordings.items() if r.has_raw]
+            raise GridError("recordings", f"{', '.join(bad)}: recordings with raw rows are {', '.join(with_raw)}")
+        if len({real.recordings[r].input_size for r in grid.recordings}) > 1:
+            raise GridError("recordings", "recordings of one batch must share an input size")
+    return grid
+
+
+def _list_pipelines(ctx, param, value):
+    """``--list``: the pipelines and whether they run here, then exit."""
+    if not value or ctx.resilient_parsing:
+        return
+    from rich.table import Table
+
+    from .progress import make_console
+
+    table = Table(title="nmsbench pipelines")
+    for column in ("name", "nms family", "device", "available", "summary"):
+        table.add_column(column, overflow="fold")
+    for name, p in pipelines().items():
+        for device in p.devices:
+            available, reason = p.availability(device)
+            table.add_row(name, p.nms_family, device, "[green]yes[/]" if available else f"[red]no[/]: {reason}", p.summary)
+    make_console().print(table)
+    ctx.exit()
+
+
+HELP = """Time post-processing from raw detector output to final detections, stage by stage.
+
+    \b
+    nmsbench pipeline                                   batches 1, 8, 32 on the CPU, real and synthetic input
+    nmsbench pipeline --device cpu,cuda --conf 0.25,0.001
+    nmsbench pipeline --source synthetic --pipeline numpy,torch_batched_nms --batch 32
+
+    Each pipeline decodes (score = objectness x best class >= --conf, boxes clipped to the
+    input), runs class-aware NMS at --iou and keeps --max-det per image. Pipelines: numpy
+    (the CPU reference), torch_batched_nms, and torch+<impl> for each registered hard or
+    all-pairs NMS. Rows (stage decode, nms, total) go to the sweep's CSV schema with
+    benchmark=pipeline, batch, stage, candidates, and agreement with the numpy reference.
+    The stages of one source, batch, threshold and device are timed together in rotated
+    rounds (--rounds); a stage timed above its total beyond the noise is re-timed once,
+    then flagged noisy.
+    """
+
+
+def _options() -> tuple:
+    import click
+
+    return (click.option("--list", "show_list", is_flag=True, expose_value=False, is_eager=True, callback=_list_pipelines,
+                         help="List the pipelines and whether they run here, then exit."),)
+
+
+register_benchmark(Benchmark(
+    name="pipeline", command="pipeline", grid=PipelineGrid, axes=AXES, run=run_pipeline_bench, total=PipelineGrid.count,
+    help=HELP, prepare=check_inputs, options=_options(),
+    describe=lambda row: f"{row['scenario']:>9} B={row['batch']:<3} {row['impl']:<24} {row['device']}",
+    label=lambda row: (f"{row['impl']} {row['device']} {row['timer']} {row['stage']} {row['scenario']} "
+                       f"B={row['batch']} conf={row['overlap']} iou={row['iou_threshold']}")))

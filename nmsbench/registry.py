@@ -1,11 +1,14 @@
 """The registry: every NMS variant is a plain function registered with its capabilities.
 
     @register(name="allpairs", family="allpairs", devices=("cpu",), requires=("numba",),
-              summary="numba prange: each box checks every higher-ranked box")
+              summary="numba prange: each box checks every higher-ranked box",
+              style=("#009E73", "triangle-up"))
     def allpairs_cpu(boxes, scores, *, iou_threshold, labels=None) -> NMSResult: ...
 
 One name may be registered several times (one function per device); the entries merge
-into one :class:`Implementation`. Availability is computed from guarded look-ups, never
+into one :class:`Implementation`. ``style`` (a colour and a plotly marker symbol) is how
+its curves look in every figure; given once per name, on any of its registrations (the
+colour-distance test holds every registered pair apart). Availability is computed from guarded look-ups, never
 by crashing discovery: a backend whose module or device is missing is listed as
 unavailable, with the reason.
 """
@@ -16,6 +19,7 @@ import functools
 import importlib
 import importlib.util
 import pkgutil
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -25,6 +29,7 @@ from .families import FAMILIES, ParamSpec
 
 DEVICES = ("cpu", "cuda")
 DEFAULT_DTYPES = (torch.float32, torch.float64)
+_HEX_COLOR = re.compile(r"#[0-9A-Fa-f]{6}")
 RESOLVED_KEPT = 256  # resolved parameter sets an implementation keeps
 _PLAIN_VALUES = frozenset((int, float, str, bool, type(None)))  # immutable, and equal only to equals of their type
 
@@ -44,7 +49,7 @@ class Backend:
     graph_safe: bool = False
     # checks the value rules in its own pass over the data: fn also takes
     # check_values=True and then raises the reference ValueError itself
-    # (nmsbench.validation.report_bad_values), so run_nms runs no pass of its own
+    # (nmsbench.inputs.report_bad_values), so run_nms runs no pass of its own
     checks_values: bool = False
     # the largest N a sweep of every implementation times it at (a plain loop whose calls
     # take seconds beyond); None: no limit. Naming it in `sweep --impl` lifts it.
@@ -92,6 +97,7 @@ class Implementation:
     summary: str
     params: tuple[ParamSpec, ...] = ()
     backends: dict[str, Backend] = field(default_factory=dict)
+    style: Optional[tuple[str, str]] = None  # (colour "#RRGGBB", plotly marker symbol) in figures
     # the given parameters' (name, value) pairs -> (their values' types, the resolved
     # parameters): a call site passes the same values call after call (bounded; only plain
     # Python values are kept)
@@ -166,8 +172,10 @@ def register(
     graph_safe: bool = False,
     checks_values: bool = False,
     sweep_max_n: Optional[int] = None,
+    style: Optional[tuple[str, str]] = None,
 ):
     """Decorator that registers ``fn`` as ``name``'s backend on each of ``devices``."""
+    style = _checked_style(name, style)
     if family not in FAMILIES:
         raise ValueError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
     bad = [d for d in devices if d not in DEVICES]
@@ -180,15 +188,29 @@ def register(
             impl = _REGISTRY[name] = Implementation(name, family, exact, summary, tuple(params))
         elif (impl.family, impl.exact, impl.params) != (family, exact, tuple(params)):
             raise ValueError(f"{name} is already registered with another family, exactness or parameters")
+        if style is not None and impl.style not in (None, style):
+            raise ValueError(f"{name} is already registered with the style {impl.style}, not {style}")
         for device in devices:
             if device in impl.backends:
                 raise ValueError(f"{name} already has a {device} backend")
             impl.backends[device] = Backend(device, fn, tuple(requires), tuple(dtypes), summary, host_sync, graph_safe,
                                              checks_values, sweep_max_n)
+        if style is not None:
+            impl.style = style
         ROUTES.clear()
         return fn
 
     return decorator
+
+
+def _checked_style(name: str, style) -> Optional[tuple[str, str]]:
+    """``style`` as a (colour, symbol) tuple, or a ValueError saying what it should be."""
+    if style is None:
+        return None
+    if (not isinstance(style, (tuple, list)) or len(style) != 2 or not isinstance(style[0], str)
+            or not _HEX_COLOR.fullmatch(style[0]) or not isinstance(style[1], str) or not style[1]):
+        raise ValueError(f"{name}: style must be (colour '#RRGGBB', marker symbol), got {style!r}")
+    return style[0], style[1]
 
 
 def unregister(name: str) -> None:
@@ -242,6 +264,18 @@ def available_backend(name: str, device: str) -> tuple[Implementation, Backend]:
         raise BackendUnavailable(f"{name} on {device} is unavailable: {reason}")
     ROUTES[name, device] = impl, backend
     return impl, backend
+
+
+def style_of(name: str) -> Optional[tuple[str, str]]:
+    """The (colour, marker symbol) ``name`` registered, or None (unknown name, or none given)."""
+    _load_builtin()
+    impl = _REGISTRY.get(name)
+    return impl.style if impl is not None else None
+
+
+def styles() -> dict[str, tuple[str, str]]:
+    """Every registered implementation's style, for those that gave one."""
+    return {name: impl.style for name, impl in implementations().items() if impl.style is not None}
 
 
 def describe() -> list[dict[str, Any]]:

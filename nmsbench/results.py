@@ -33,6 +33,10 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas
 
 from .results_lock import ResultsFileBusy, ResultsLock, describe_holder, lock_path  # noqa: F401  (this module's API too)
 
@@ -81,16 +85,12 @@ MEASURE_COLUMNS = [
     # and the source's parameters (JSON: the noise model's, or the files of a COCO source)
     "ap", "ap50", "ap75", "ar100", "ar100_crowded", "images", "detections", "source_params",
 ]
-# columns a schema-1 file lacks, and their value for its rows (all of which are sweeps)
+# columns older files lack (read_results gives them blank, or SCHEMA_1_DEFAULTS' value)
 ADDED_IN_SCHEMA_2 = ("benchmark", "image", "input_size", "n_cap", "batch", "stage", "candidates", "mismatched")
-SCHEMA_1_DEFAULTS = {"benchmark": "nms"}
-ADDED_IN_SCHEMA_3 = ("attempts",)
-ADDED_IN_SCHEMA_4 = ("blocks", "rounds", "round_spread", "noise")
-ADDED_IN_SCHEMA_5 = ("span_us", "span_iqr_us", "launches", "copies", "syncs")
+SCHEMA_1_DEFAULTS = {"benchmark": "nms"}  # a schema-1 file's rows are all sweeps
 ADDED_IN_SCHEMA_6 = ("canvas",)
 # the synthetic scenarios that schema-5 files can hold (a constant: reading results needs no torch)
 SYNTHETIC_BEFORE_SCHEMA_6 = ("uniform", "clustered", "crowd", "chain", "degenerate")
-ADDED_IN_SCHEMA_7 = ("family_ref", "family_jaccard", "family_max_diff")  # read as "" and NaN before
 ADDED_IN_SCHEMA_8 = ("ap", "ap50", "ap75", "ar100", "ar100_crowded", "images", "detections", "source_params")
 TEXT_ADDED = ("family_ref", "source_params")  # added columns an older file's rows read as "" (the others as NaN)
 EVENT_TIMER_RENAMED_IN = 5  # rows of older schemas with timer "device" timed CUDA events: read as "events"
@@ -263,6 +263,7 @@ class ResultWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.env = env
         self.rows_written = 0
+        self._samples = None
         command = command or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
         if lock is not None and not (lock.held and lock.lock_file == lock_path(self.path)):
             raise ValueError(f"{self.path}: the lock given is not held, or not this file's")
@@ -270,7 +271,12 @@ class ResultWriter:
         try:
             # unbuffered: each row reaches the file in the one write() that carries it
             self._file = open(self.path, "ab" if append else "wb", buffering=0)
+            from .engine.samples import SamplesWriter  # here: the engine's samples module reads this one
+
+            self._samples = SamplesWriter(self.path, env, append)
         except BaseException:
+            if getattr(self, "_file", None) is not None:
+                self._file.close()
             self._release()
             raise
         if append:
@@ -307,10 +313,16 @@ class ResultWriter:
             data = data[self._file.write(data):]
 
     def write(self, row: dict) -> None:
+        """Write ``row``; its raw samples (``row["_samples"]``, a ``Samples``) go first, as
+        one line of the samples file beside the CSV (:mod:`nmsbench.engine.samples`)."""
+        row = dict(row)
+        samples = row.pop("_samples", None)
         unknown = set(row) - set(COLUMNS)
         if unknown:
             raise ValueError(f"row has columns outside the schema: {sorted(unknown)}")
         full = {"schema_version": SCHEMA_VERSION, **self.env, **row}
+        if samples is not None:
+            self._samples.write(samples, full)
         values = [full.get(k, "") for k in COLUMNS]
         # one row, one line: a partial last line is then the only damage a kill can do
         values = [" ".join(v.splitlines()) if isinstance(v, str) else v for v in values]
@@ -320,6 +332,7 @@ class ResultWriter:
     def close(self) -> None:
         try:
             self._file.close()
+            self._samples.close()
         finally:
             self._release()
 

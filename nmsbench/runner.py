@@ -1,34 +1,21 @@
-"""The sweep: every case of the grid, timed and compared, one row each.
+"""The sweep: every case of the grid, timed and compared, one row each (the ``nms``
+benchmark's plug-in of the engine).
 
 For each box set (scenario x overlap x n, generated once on the CPU) the runner computes
 the realized overlap once, and the reference greedy NMS once per dtype and IoU threshold.
 Then, for each device x dtype x IoU threshold, it moves and validates the box set once
 and prepares every implementation: calls the op once (warm-up: numba/NVRTC compilation;
-its output is the one checked against the reference), builds each timer's callable (the
-same call; ``api``: ``nmsbench.run_nms`` on the same tensors, checked to give the same
-output; ``graph``: the padded call captured once) and times them in interleaved rounds:
+its output is the one checked against the reference), and has each timer of the registry
+(:mod:`nmsbench.timers`) build its call from what the sweep offers (the op; ``api``:
+``nmsbench.run_nms`` on the same tensors; ``graph``: the padded op to capture), each
+checked to give the op's output. The implementations are then timed together in rotated
+rounds, under the host gauge and the noise rule (:mod:`nmsbench.engine.rounds`), and
+every ok row carries its raw samples (``_samples``) for the results writer.
 
-- ``Grid.rounds`` = K rounds; round r starts at implementation r mod M and goes through
-  all M in order, each implementation timing each of its T timers in its turn (starting
-  at timer r mod T) for ``min_run_time / K`` seconds (the rounds share the budget of one
-  measurement; a wall timer's block size is fixed once, before the first round). A ratio
-  between two implementations, or two timers of one (api - wall), then does not depend on
-  which of them ran while the host was busy.
-- A measurement with fewer than ``timing.MIN_BLOCKS`` blocks is re-timed (at most that many
-  more times) before it is summarized; ``--repeat-noisy`` re-times a noisy one.
-- The host's speed is read (``timing.HostGauge``) before and after every measurement; one
-  timed while the host ran slow is marked so and left out of its row's median where at
-  least half the rounds remain, else the row keeps all its rounds and is flagged. No
-  measurement is repeated for it: extra turns until the host recovered made sweeps much
-  longer without making two runs agree better (results/PERFLOG.md). ``Grid.host_wait``
-  (``--host-wait``) instead lets each turn wait that long for the usual speed first; a
-  wait that runs out ends the waiting for the rest of the case (a long slow stretch
-  costs a case one wait).
-
-The ``device`` timer's rows come in a second pass over the grid, after every other
-timer's (:func:`sweep_passes`): it profiles, and once a process has profiled, CUPTI stays
-attached and slows the host side of every later CUDA call. Its measurements are GPU
-durations, so the host gauge does not judge them.
+Timers that profile (``device``) come in a pass of their own over the grid, after every
+other timer's (:func:`sweep_passes`): once a process has profiled, CUPTI stays attached
+and slows the host side of every later CUDA call. Their GPU durations are not judged by
+the host gauge.
 
 Any exception becomes an error row, an unsupported cell a skipped row (the device timer's
 too, when the profiler sees no GPU work in a call); the sweep goes on.
@@ -36,15 +23,9 @@ too, when the profiler sees no GPU work in a call); the sweep goes on.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
 import json
-import math
-import numbers
-import signal
-import threading
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional
 
@@ -52,13 +33,17 @@ import torch
 
 from . import api, datasets
 from .agreement import FAMILY_REFERENCES, NO_FAMILY_REFERENCE, compare_family, compare_keep
-from .boxes import BoxSet, validate_nms_inputs
-from .gpu_activity import NoGpuActivity
+from .boxes import BoxSet
+from .engine.axes import Axis, GridError, check_axes, floats, ints, names, parse_devices, parse_param, parse_sizes
+from .engine.plugins import Benchmark, register_benchmark
+from .engine.rounds import (CaseTimeout, Contender, Settings, case_deadline, check_case_timeout, check_settings,  # noqa: F401
+                            error_rows, error_text, is_real, is_whole, prepare, row_emitter, time_in_rounds, use_threads)
+from .inputs import validate_nms_inputs
 from .overlap import realized_overlap
 from .registry import Implementation, get, implementations
 from .results import case_key
-from .timing import (BLOCKS_PER_MEASUREMENT, CPU_TIMERS, DEFAULT_ROUNDS, DEFAULT_TIMERS, MIN_BLOCKS, TIMERS, Blocks,
-                     CpuMeter, HostGauge, Timing, WallTimer, capture_graph, device_blocks, event_blocks, summarize)
+from .timers import DEFAULT_TIMERS, TIMERS, Callables, timers_for
+from .timing import DEFAULT_ROUNDS, HostGauge
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16}
 REFERENCE = "torchvision"
@@ -68,16 +53,76 @@ REFERENCE = "torchvision"
 LARGE_REFERENCE, LARGE_REFERENCE_MIN_N = "hard_graph", 32769
 
 
-class GridError(ValueError):
-    """A grid that cannot be swept; ``field`` names the Grid field at fault (the CLI
-    turns it into the option's name)."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(message)
-        self.field = field
-
-
 DEVICES = ("cpu", "cuda")
+
+
+def _unknown(what: str, choices: Callable[[], object], unknown: str = "unknown") -> Callable[[list], str]:
+    def check(values: list) -> str:
+        known = list(choices())
+        bad = [v for v in values if v not in known]
+        return f"{unknown} {', '.join(map(str, bad))}; {what}: {', '.join(map(str, known))}" if bad else ""
+    return check
+
+
+def _every(ok: Callable[[object], bool], message: str) -> Callable[[list], str]:
+    """A check that every value passes ``ok`` (``message`` formatted with the bad ones)."""
+    def check(values: list) -> str:
+        bad = [v for v in values if not ok(v)]
+        return message.format(", ".join(map(repr, bad))) if bad else ""
+    return check
+
+
+def _timers_help() -> str:
+    listed = "; ".join(f"{t.name} ({t.help}{'' if 'cpu' in t.devices else ', cuda rows only'})" for t in TIMERS.values())
+    return f"Timers: {listed}."
+
+
+# the sweep's axes: the command line's options, and the per-axis checks of Grid.validate (the measurement
+# settings, --rounds and the like, are the engine's: rounds.SETTINGS_AXES)
+AXES = (
+    Axis("ns", "--n", parse_sizes, parse_sizes("64..1024"), check=_every(
+        lambda n: is_whole(n) and n >= 1, "box counts must be positive whole numbers, got {}"),
+        help="Box counts (positive): 64..8192 doubles from 64 and always ends at the upper bound (100..1000 is "
+             "100, 200, 400, 800, 1000); or a list 100,1000; or both."),
+    Axis("impls", "--impl", names("implementations"), check=_unknown("known", lambda: sorted(implementations())),
+         help="Implementations to run (repeat or comma-separate). Default: all, each up to its sweep limit (the plain "
+              "Soft-NMS loop soft_torch to N = 1024: its calls take a second or more beyond; naming it here lifts that); "
+              "see `nmsbench list`."),
+    Axis("devices", "--device", parse_devices, ["cpu"], help="cpu and/or cuda (repeat or comma-separate).",
+         check=lambda values: "" if set(values) <= set(DEVICES) else
+         f"{', '.join(map(str, (d for d in values if d not in DEVICES)))}: choose cpu and/or cuda"),
+    Axis("scenarios", "--scenario", names("scenarios"), list(datasets.SYNTHETIC), check=_unknown("known", lambda: datasets.SCENARIOS),
+         help="Box-set scenarios (repeat or comma-separate). Default: the synthetic ones; see `nmsbench scenarios`."),
+    Axis("overlaps", "--overlap", floats("--overlap values"), check=_every(is_real, "overlap values must be numbers, got {}"),
+         help="Values of each scenario's overlap knob to sweep. Default: each scenario's own default."),
+    Axis("ious", "--iou", floats("--iou values"), [0.5], check=_every(
+        lambda v: is_real(v) and 0.0 <= v <= 1.0, "IoU thresholds must lie in [0, 1], got {}"),
+        help="IoU thresholds (repeat or comma-separate)."),
+    Axis("dtypes", "--dtype", names("dtypes"), ["float32"], check=lambda values: "" if set(values) <= set(DTYPES) else
+         f"unknown {', '.join(map(str, (d for d in values if d not in DTYPES)))}; choose from {', '.join(DTYPES)}",
+         help="Box dtypes: float32, float64, float16."),
+    Axis("seed", "--seed", ints("the seed", 0), 0, many=False,
+         check=lambda v: "" if is_whole(v) and v >= 0 else f"seed must be a whole number >= 0, got {v!r}",
+         help="Seed of the generated box sets."),
+    Axis("classes", "--classes", ints("classes", 1), 1, many=False,
+         check=lambda v: "" if is_whole(v) and v >= 1 else f"classes must be a whole number >= 1, got {v!r}",
+         help="Number of labels; above 1 the NMS is class-aware."),
+    Axis("params", "--param", parse_param, {}, combine=dict, metavar="KEY=VALUE",
+         check=lambda v: "" if isinstance(v, dict) else f"params must be a dict, got {v!r}",
+         help="Implementation parameter, given to those that take it (e.g. sigma=0.5, kernel=linear, score_threshold=0.1)."),
+    Axis("file", "--file", lambda text: [text], None, many=False,
+         help="Boxes file (.npz, .pt, .csv) for the `file` scenario (refused without --scenario file)."),
+    Axis("canvases", "--canvas", names("canvases"), ["fixed"], check=_unknown(
+        "choose from", lambda: datasets.synthetic.CANVASES, "unknown canvas"),
+        help="Canvas of the synthetic scenarios: fixed (1024 px at every N) and/or density (its side grows as sqrt(N), "
+             "1024 px at N = 1024, so each box keeps as many neighbours at any N). Rows record it in the canvas column."),
+    Axis("recordings", "--recording", names("recordings"), None,
+         help="For the `real` scenario: recordings photo@size to replay (repeat or comma-separate; `all`). Its knob "
+              "(--overlap) is the confidence threshold, which sets N; --n caps N at the n best candidates by score."),
+    Axis("timers", "--timer", names("timers", lambda: TIMERS), list(DEFAULT_TIMERS), help=_timers_help(),
+         check=lambda values: "" if set(values) <= set(TIMERS) else
+         f"choose from {', '.join(TIMERS)}, got {', '.join(map(str, values))}"),
+)
 
 
 @dataclass
@@ -85,12 +130,12 @@ class Grid:
     """The sweep axes; their product is the set of cases. A Grid checks itself when it is
     made (:meth:`validate`): a bad value is a :class:`GridError` (a ValueError)."""
 
-    impls: list[str]
-    devices: list[str]
-    dtypes: list[str]
-    scenarios: list[str]
-    ns: list[int]
-    ious: list[float]
+    impls: Optional[list[str]] = None  # None: every implementation, each up to its sweep limit (cap_slow)
+    devices: list[str] = field(default_factory=lambda: ["cpu"])
+    dtypes: list[str] = field(default_factory=lambda: ["float32"])
+    scenarios: list[str] = field(default_factory=lambda: list(datasets.SYNTHETIC))
+    ns: list[int] = field(default_factory=lambda: parse_sizes("64..1024"))
+    ious: list[float] = field(default_factory=lambda: [0.5])
     overlaps: Optional[list[float]] = None  # None: each scenario's default knob value
     seed: int = 0
     classes: int = 1
@@ -102,7 +147,7 @@ class Grid:
     recordings: Optional[list[str]] = None  # for the real scenario; None: its default recording
     case_timeout: Optional[float] = None  # seconds per case (see case_deadline); None: no limit
     repeat_noisy: int = 0  # re-time a noisy measurement up to this many times, keep the least noisy
-    rounds: int = DEFAULT_ROUNDS  # interleaved rounds per measurement (see the module docstring)
+    rounds: int = DEFAULT_ROUNDS  # interleaved rounds per measurement (nmsbench.engine.rounds)
     host_wait: float = 0.0  # seconds a turn may wait for the host's usual speed (0: never waits)
     canvases: list[str] = field(default_factory=lambda: ["fixed"])  # synthetic scenarios' canvas (datasets.synthetic)
     # leave a backend out above its sweep_max_n (the CLI's sweep of every implementation,
@@ -110,67 +155,36 @@ class Grid:
     cap_slow: bool = False
 
     def __post_init__(self):
+        if self.impls is None:
+            self.impls, self.cap_slow = sorted(implementations()), True
         self.validate()
 
     def validate(self) -> None:
-        """Raise :class:`GridError` for anything that cannot be swept."""
+        """Raise :class:`GridError` for anything that cannot be swept: each axis's own checks
+        (:data:`AXES`), then those across axes."""
         def need(ok: bool, name: str, message: str) -> None:
             if not ok:
                 raise GridError(name, message)
 
-        def names(value, name: str) -> list:
-            need(isinstance(value, (list, tuple)) and len(value) > 0, name, f"{name} must be a non-empty list, got {value!r}")
-            return list(value)
-
-        known = implementations()
-        unknown = [i for i in names(self.impls, "impls") if i not in known]
-        need(not unknown, "impls", f"unknown {', '.join(map(str, unknown))}; known: {', '.join(sorted(known))}")
-        bad = [d for d in names(self.devices, "devices") if d not in DEVICES]
-        need(not bad, "devices", f"{', '.join(map(str, bad))}: choose cpu and/or cuda")
-        bad = [d for d in names(self.dtypes, "dtypes") if d not in DTYPES]
-        need(not bad, "dtypes", f"unknown {', '.join(map(str, bad))}; choose from {', '.join(DTYPES)}")
-        bad = [s for s in names(self.scenarios, "scenarios") if s not in datasets.SCENARIOS]
-        need(not bad, "scenarios", f"unknown {', '.join(map(str, bad))}; known: {', '.join(datasets.SCENARIOS)}")
-        bad = [t for t in names(self.timers, "timers") if t not in TIMERS]
-        need(not bad, "timers", f"choose from {', '.join(TIMERS)}, got {', '.join(map(str, self.timers))}")
+        check_axes(self, AXES)
+        check_settings(self)  # the measurement settings' fields
+        for name in ("impls", "devices", "dtypes", "scenarios", "ns", "ious", "timers", "canvases"):
+            need(getattr(self, name) is not None, name, f"{name} must be a non-empty list, got None")
         idle = [d for d in self.devices if not self.timers_for(d)]
+        cpu = [t.name for t in TIMERS.values() if "cpu" in t.devices]
         need(not idle, "timers", f"{', '.join(self.timers)} time{'s' if len(self.timers) == 1 else ''} the GPU only, so "
-             f"{' and '.join(idle)} would give no rows; add wall and/or api ({', '.join(CPU_TIMERS)} time CPU rows too)")
-        bad = [n for n in names(self.ns, "ns") if not _whole(n) or n < 1]
-        need(not bad, "ns", f"box counts must be positive whole numbers, got {', '.join(map(repr, bad))}")
-        bad = [v for v in names(self.ious, "ious") if not _real(v) or not 0.0 <= v <= 1.0]
-        need(not bad, "ious", f"IoU thresholds must lie in [0, 1], got {', '.join(map(repr, bad))}")
-        if self.overlaps is not None:
-            overlaps = names(self.overlaps, "overlaps")
-            need(all(_real(v) for v in overlaps), "overlaps", f"overlap values must be numbers, got {overlaps!r}")
-            for name in self.scenarios:
-                lo, hi = datasets.SCENARIOS[name].knob_range
-                outside = [v for v in overlaps if not lo <= v <= hi]
-                need(not outside, "overlaps", f"{outside} outside {name}'s knob range [{lo}, {hi}]")
+             f"{' and '.join(idle)} would give no rows; add {' and/or '.join(cpu)} ({', '.join(cpu)} time CPU rows too)")
+        for name in self.scenarios if self.overlaps is not None else ():
+            lo, hi = datasets.SCENARIOS[name].knob_range
+            outside = [v for v in self.overlaps if not lo <= v <= hi]
+            need(not outside, "overlaps", f"{outside} outside {name}'s knob range [{lo}, {hi}]")
         need("file" not in self.scenarios or bool(self.file), "file", "the file scenario needs a boxes file (--file PATH)")
         need(not self.file or "file" in self.scenarios, "file",
              f"a boxes file ({self.file}) is only read by the file scenario; add it (--scenario file) or leave the file out")
-        bad = [c for c in names(self.canvases, "canvases") if c not in datasets.synthetic.CANVASES]
-        need(not bad, "canvases", f"unknown canvas {', '.join(map(str, bad))}; choose {' and/or '.join(datasets.synthetic.CANVASES)}")
         need(self.canvases == ["fixed"] or any(s in datasets.SYNTHETIC for s in self.scenarios), "canvases",
              f"a canvas is for the synthetic scenarios ({', '.join(datasets.SYNTHETIC)}); add one or leave --canvas out")
-        if self.recordings is not None:
-            names(self.recordings, "recordings")
-            need(any(datasets.SCENARIOS[s].recordings for s in self.scenarios), "recordings",
-                 "--recording is for the real scenario (add --scenario real; Grid.recordings)")
-        need(_whole(self.seed) and self.seed >= 0, "seed", f"seed must be a whole number >= 0, got {self.seed!r}")
-        need(_whole(self.classes) and self.classes >= 1, "classes", f"classes must be a whole number >= 1, got {self.classes!r}")
-        need(_whole(self.threads) and self.threads >= 1, "threads", f"threads must be a whole number >= 1, got {self.threads!r}")
-        need(_whole(self.rounds) and self.rounds >= 1, "rounds", f"rounds must be a whole number >= 1, got {self.rounds!r}")
-        need(_real(self.host_wait) and 0 <= self.host_wait < math.inf, "host_wait",
-             f"host_wait must be a number of seconds >= 0, got {self.host_wait!r}")
-        need(_whole(self.repeat_noisy) and self.repeat_noisy >= 0, "repeat_noisy",
-             f"repeat_noisy must be a whole number >= 0, got {self.repeat_noisy!r}")
-        need(_real(self.min_run_time) and self.min_run_time > 0, "min_run_time",
-             f"min_run_time must be a positive number of seconds, got {self.min_run_time!r}")
-        need(isinstance(self.params, dict), "params", f"params must be a dict, got {self.params!r}")
-        need(self.case_timeout is None or (_real(self.case_timeout) and self.case_timeout > 0), "case_timeout",
-             f"the case timeout must be a positive number of seconds, got {self.case_timeout!r}")
+        need(self.recordings is None or any(datasets.SCENARIOS[s].recordings for s in self.scenarios), "recordings",
+             "--recording is for the real scenario (add --scenario real; Grid.recordings)")
 
     def overlaps_for(self, scenario: str) -> list[float]:
         return list(self.overlaps) if self.overlaps else [datasets.SCENARIOS[scenario].default_overlap]
@@ -186,7 +200,7 @@ class Grid:
         return list(self.canvases) if scenario in datasets.SYNTHETIC else [""]
 
     def timers_for(self, device: str) -> list[str]:
-        return [t for t in self.timers if t in CPU_TIMERS or device == "cuda"]
+        return timers_for(device, self.timers)
 
     def count(self) -> int:
         """Number of rows the sweep will write (graph rows of backends that are not
@@ -196,86 +210,13 @@ class Grid:
                    for s in self.scenarios) * len(self.ns) * per_set
 
 
-def _real(value) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _whole(value) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
 def _resolve_params(impl: Implementation, given: dict) -> tuple[dict, Optional[str]]:
     """(the parameters its rows record, the error that makes its cases fail, or None)."""
     taken = impl.accepted_params(given)
     try:
         return impl.resolve_params(taken), None
     except ValueError as exc:
-        return taken, _error_text(exc)
-
-
-class CaseTimeout(Exception):
-    """A case ran past ``Grid.case_timeout``."""
-
-
-@contextlib.contextmanager
-def case_deadline(seconds: Optional[float], limit: Optional[float] = None):
-    """Raise :class:`CaseTimeout` in the body once ``seconds`` have passed (None: no limit).
-    ``limit``: the whole case's timeout, when ``seconds`` is what its earlier timers left
-    of it (the message names both).
-
-    SIGALRM (``signal.setitimer``) in the main thread: the exception is raised the next
-    time the interpreter runs Python bytecode, which stops a case that hangs or loops in
-    Python (and between native calls: torch ops, timer loops). A single native call that
-    never returns (a numba ``nopython`` loop, a deadlocked CUDA kernel waited on) does not
-    see the signal and cannot be stopped this way; one that returns late is stopped when it
-    returns. Ctrl-C or SIGTERM stop such a sweep within two seconds all the same
-    (:mod:`nmsbench.stopping`); ``--resume`` it without the implementation that hangs.
-    After a stopped CUDA case, kernels it queued may still run. POSIX only, main thread only.
-    """
-    if not seconds:
-        yield
-        return
-
-    def alarm(signum, frame):
-        if limit is None or limit <= seconds:
-            raise CaseTimeout(f"stopped after the case timeout of {seconds:g} s (--case-timeout)")
-        raise CaseTimeout(f"stopped after the case timeout of {limit:g} s (--case-timeout): the case's earlier "
-                          f"timers took {limit - seconds:.1f} s of it, this one the remaining {seconds:.3g} s")
-
-    previous = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def check_case_timeout(seconds: Optional[float]) -> None:
-    """A ValueError where ``case_deadline`` cannot work (checked before a sweep starts)."""
-    if seconds is None:
-        return
-    if not seconds > 0:
-        raise ValueError(f"the case timeout must be a positive number of seconds, got {seconds!r}")
-    if not hasattr(signal, "setitimer"):
-        raise ValueError("a case timeout needs SIGALRM (POSIX); this platform has none")
-    if threading.current_thread() is not threading.main_thread():
-        raise ValueError("a case timeout works in the main thread only (it uses SIGALRM)")
-
-
-def _error_text(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    return text if len(text) <= 500 else text[:497] + "..."
-
-
-def error_rows(rows: list[dict], exc: BaseException):
-    """The case's rows as error rows carrying ``exc``. After a CUDA out-of-memory error the
-    allocator's cache is emptied first, so that the next cases still run on that GPU."""
-    if isinstance(exc, torch.cuda.OutOfMemoryError):
-        torch.cuda.empty_cache()
-    message = _error_text(exc)
-    for row in rows:
-        yield row | {"status": "error", "error": message}
+        return taken, error_text(exc)
 
 
 def _family_result(name: str, box_set: BoxSet, dtype_name: str, iou: float, params: dict):
@@ -308,177 +249,12 @@ def _reference(data: BoxSet, iou: float) -> torch.Tensor:
     return backend.fn(data.boxes, data.scores, iou_threshold=iou, labels=data.labels).keep
 
 
-def _captured_graph(backend, data: BoxSet, iou: float, params: dict, eager):
-    """The padded op captured once in a CUDA graph, after checking that a replay gives the
-    eager call's output (the graph timer times exactly this graph's replays)."""
-    graph, padded = capture_graph(
-        lambda: backend.fn(data.boxes, data.scores, iou_threshold=iou, labels=data.labels, padded=True, **params))
-    graph.replay()
-    replayed = padded.trimmed()
-    if not _same_output(replayed, eager):
-        raise RuntimeError("the CUDA graph replay's output differs from the eager call's")
-    return graph
-
-
 def _same_output(result, eager) -> bool:
     def same(a, b) -> bool:
         return b is None or (a is not None and torch.equal(a, b))
 
     return torch.equal(result.keep, eager.keep) and same(result.scores, eager.scores) and \
         same(getattr(result, "boxes", None), eager.boxes)
-
-
-def _api_call(impl, data: BoxSet, iou: float, params: dict, eager) -> Callable[[], object]:
-    """``nmsbench.run_nms`` exactly as a user calls it on the case's tensors (validation
-    included), after checking that it gives the backend call's output."""
-    run_nms, name, boxes, scores, labels = api.run_nms, impl.name, data.boxes, data.scores, data.labels
-
-    def call():
-        return run_nms(name, boxes, scores, iou_threshold=iou, labels=labels, **params)
-
-    if not _same_output(call(), eager):
-        raise RuntimeError("nmsbench.run_nms's output differs from the backend call's")
-    return call
-
-
-@dataclass
-class _Contender:
-    """One implementation of a case while its rounds are timed."""
-
-    impl: Implementation
-    rows: list[dict]
-    calls: dict  # timer -> the callable (the graph timer: the captured graph's replay)
-    agreement: dict
-    peak: object
-    measure: dict = field(default_factory=dict)  # timer -> seconds -> Blocks
-    rounds: dict = field(default_factory=dict)  # timer -> [Blocks of each round]
-    spent: float = 0.0  # seconds of this case so far (the case timeout's budget)
-    meter: Optional[CpuMeter] = None
-    skipped: dict = field(default_factory=dict)  # timer -> why it has nothing to time (its row is skipped)
-
-
-def _measurer(timer: str, call, grid: Grid) -> Callable[[float], Blocks]:
-    """``seconds -> Blocks`` for one timer of a case: the device timer's profile, the events
-    timer's CUDA events, or a :class:`WallTimer` whose block size is fixed here, once for
-    all rounds."""
-    min_runs = max(2, math.ceil(10 / grid.rounds))  # at least 10 calls a row, all rounds together
-    if timer == "device":
-        return lambda seconds: device_blocks(call, min_run_time=seconds, min_runs=min_runs)
-    if timer == "events":
-        return lambda seconds: event_blocks(call, min_run_time=seconds, min_runs=min_runs)
-    block = grid.min_run_time / grid.rounds / BLOCKS_PER_MEASUREMENT
-    return WallTimer(call, threads=grid.threads, block_seconds=block).blocks
-
-
-def _within_budget(contender: _Contender, grid: Grid, work: Callable[[], None]) -> None:
-    """Run ``work`` against what is left of the contender's case timeout (if any), with
-    its CPU meter running."""
-    remaining = None
-    if grid.case_timeout:
-        remaining = grid.case_timeout - contender.spent
-        if remaining <= 0:
-            raise CaseTimeout(f"stopped after the case timeout of {grid.case_timeout:g} s (--case-timeout)")
-    start = time.perf_counter()
-    try:
-        with case_deadline(remaining, grid.case_timeout), (contender.meter or contextlib.nullcontext()):
-            work()
-    finally:
-        contender.spent += time.perf_counter() - start
-
-
-def _gauged(gauge: HostGauge, measure: Callable[[float], Blocks], seconds: float, before: float) -> tuple[Blocks, float]:
-    """(blocks, the gauge's reading after them): ``measure(seconds)`` marked ``host_slow``
-    where the host ran slow at ``before`` (the reading just before) or after it. GPU
-    durations (``host_bound`` False: the device timer) are not judged."""
-    blocks = measure(seconds)
-    after = gauge.read()
-    if not blocks.host_bound:
-        return blocks, after
-    return dataclasses.replace(blocks, host_slow=gauge.judge(before, after)), after
-
-
-def _timing(contender: _Contender, timer: str, grid: Grid, gauge: HostGauge) -> tuple[Timing, int]:
-    """(timing, attempts) of one row: its rounds summarized, after re-timing (at most
-    MIN_BLOCKS more turns) while it has fewer than MIN_BLOCKS blocks. While the timing is
-    noisy it is re-timed, up to ``grid.repeat_noisy`` times, in ``grid.rounds`` turns of
-    this implementation alone, with a CPU meter of its own; the measurement kept is the
-    first clean one, else the one with the lowest relative spread."""
-    rounds = contender.rounds[timer]
-    share = grid.min_run_time / grid.rounds
-    measure = contender.measure[timer]
-    for _ in range(MIN_BLOCKS):  # each re-timing adds at least one block
-        if sum(len(r.times_us) for r in rounds) >= MIN_BLOCKS:
-            break
-        _within_budget(contender, grid, lambda: rounds.append(_gauged(gauge, measure, share, gauge.read())[0]))
-    planned = grid.rounds
-    best, attempts = summarize(rounds, contender.meter.contention() if contender.meter else "", planned), 1
-    while best.noisy and attempts <= grid.repeat_noisy:
-        again: list[Blocks] = []
-        meter = CpuMeter(grid.threads) if contender.meter else None
-
-        def retime():
-            with meter or contextlib.nullcontext():
-                reading = gauge.read()
-                for _ in range(grid.rounds):
-                    blocks, reading = _gauged(gauge, measure, share, reading)
-                    again.append(blocks)
-
-        _within_budget(contender, grid, retime)
-        timing, attempts = summarize(again, meter.contention() if meter else "", planned), attempts + 1
-        if (timing.noisy, timing.rel_spread) < (best.noisy, best.rel_spread):
-            best = timing
-    return best, attempts
-
-
-def _timed_rows(contender: _Contender, grid: Grid, n: int, gauge: HostGauge) -> Iterator[dict]:
-    suppressed = {"greedy_suppressed_frac": 1 - contender.agreement["ref_kept"] / n if n else 0.0}
-    timings = {}
-    for timer in contender.calls:
-        timings[timer] = _timing(contender, timer, grid, gauge)
-    for row in contender.rows:
-        if row["timer"] in contender.skipped:
-            yield row | {"status": "skipped", "error": contender.skipped[row["timer"]]}
-            continue
-        t, attempts = timings[row["timer"]]
-        yield row | contender.agreement | suppressed | {
-            "status": "ok", "error": "", "median_us": t.median_us, "iqr_us": t.iqr_us, "runs": t.runs,
-            "rel_spread": t.rel_spread, "noisy": t.noisy, "peak_mem_bytes": contender.peak, "attempts": attempts,
-            "blocks": t.blocks, "rounds": t.rounds, "round_spread": "" if t.round_spread is None else t.round_spread,
-            "noise": t.noise, **activity_columns(t),
-        }
-
-
-def activity_columns(t: Timing) -> dict:
-    """The device timer's columns of a row (busy span, launches, copies, syncs per call;
-    blank for other timers)."""
-    values = {"span_us": t.span_us, "span_iqr_us": t.span_iqr_us, "launches": t.launches, "copies": t.copies,
-              "syncs": t.syncs}
-    return {k: "" if v is None else v for k, v in values.items()}
-
-
-def use_threads(threads: int) -> None:
-    """Fix the CPU threads torch and numba use for the rest of a run."""
-    torch.set_num_threads(threads)
-    try:
-        import numba
-
-        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-    except ImportError:
-        pass
-
-
-def row_emitter(write: Callable[[dict], None], on_case: Callable[[dict], None]):
-    """(emit, counts): ``emit(row)`` writes the row, counts it by status (and noisy) and
-    reports it to ``on_case``; ``counts`` is what a run returns."""
-    counts = {"ok": 0, "error": 0, "skipped": 0, "noisy": 0}
-
-    def emit(row: dict) -> None:
-        write(row)
-        counts[row["status"]] += 1
-        counts["noisy"] += bool(row.get("noisy"))
-        on_case(row)
-
-    return emit, counts
 
 
 def run_sweep(grid: Grid, write: Callable[[dict], None], on_case: Callable[[dict], None] = lambda row: None,
@@ -505,10 +281,12 @@ def sweep_passes(grid: Grid) -> list[Grid]:
     ``device`` timer's cuda cases. Once a process has profiled, CUPTI stays attached and
     every later CUDA call costs the host more (results/PERFLOG.md), so nothing is timed
     by another timer after the first profile."""
-    others = [t for t in grid.timers if t != "device"]
+    others = [t for t in grid.timers if not TIMERS[t].separate_pass]
     passes = [dataclasses.replace(grid, timers=others)] if others else []
-    if "device" in grid.timers and "cuda" in grid.devices:
-        passes.append(dataclasses.replace(grid, timers=["device"], devices=["cuda"]))
+    for timer in (t for t in grid.timers if TIMERS[t].separate_pass):
+        devices = [d for d in grid.devices if d in TIMERS[timer].devices]
+        if devices:
+            passes.append(dataclasses.replace(grid, timers=[timer], devices=devices))
     return passes
 
 
@@ -547,7 +325,7 @@ def _sweep_pass(grid: Grid, emit: Callable[[dict], None], done, between_turns: C
                     for row in itertools.chain.from_iterable(case[-1] for case in cases):
                         row["mean_max_iou"] = mean_max_iou
             except Exception as exc:  # e.g. a file with fewer than n boxes: this set's cases become error rows
-                message = f"generating {scenario}: {_error_text(exc)}"
+                message = f"generating {scenario}: {error_text(exc)}"
                 for device, dtype_name, iou, impl in itertools.product(grid.devices, grid.dtypes, grid.ious, impls):
                     for row in pending(_case_rows(impl, device, dtype_name, iou, grid, base, params_by_impl[impl.name][0])):
                         emit(row | {"status": "error", "error": message})
@@ -635,9 +413,9 @@ def _run_group(members, device: str, dtype_name: str, iou: float, grid: Grid, bo
             continue
         if not impl.backends[device].graph_safe:  # no padded, sync-free form to capture
             for row in rows:
-                if row["timer"] == "graph":
+                if TIMERS[row["timer"]].needs_graph_safe:
                     yield row | {"status": "skipped", "error": f"{impl.name} on {device} is not graph-safe"}
-            rows = [row for row in rows if row["timer"] != "graph"]
+            rows = [row for row in rows if not TIMERS[row["timer"]].needs_graph_safe]
         if rows:
             runnable.append((impl, rows, params))
     if not runnable:
@@ -650,80 +428,53 @@ def _run_group(members, device: str, dtype_name: str, iou: float, grid: Grid, bo
         for _, rows, _ in runnable:
             yield from error_rows(rows, exc)
         return
-    contenders: list[_Contender] = []
+    settings = Settings.of(grid)
+    contenders, prepared = [], []
     for impl, rows, params in runnable:
-        contender = _Contender(impl, rows, {}, {}, "", meter=CpuMeter(grid.threads) if device == "cpu" else None)
+        contender, checked = Contender(impl.name, cpu=device == "cpu"), {}
         try:
-            _within_budget(contender, grid, lambda: _prepare(contender, data, iou, params, ref_keep, grid,
-                                                             family_reference, dtype_name))
+            prepare(contender, settings, lambda: checked.update(_prepare(
+                impl, [row["timer"] for row in rows], contender.calls, data, iou, params, ref_keep, family_reference,
+                dtype_name)))
         except Exception as exc:
             yield from error_rows(rows, exc)
             continue
-        contender.rounds = {timer: [] for timer in contender.calls}
         contenders.append(contender)
-    gauge = gauge or HostGauge()
-    share = grid.min_run_time / grid.rounds
-    failed: dict[int, BaseException] = {}
-
-    def turn(contender: _Contender, r: int) -> None:
-        timers = list(contender.measure)
-        if not timers:  # every timer of it was skipped
-            return
-        first = r % len(timers)
-        reading = gauge.read()
-        for timer in timers[first:] + timers[:first]:  # rotated too: no timer always runs first
-            try:
-                blocks, reading = _gauged(gauge, contender.measure[timer], share, reading)
-            except NoGpuActivity as exc:  # nothing for the device timer to time: a skipped row, the rest go on
-                contender.skipped[timer] = str(exc)
-                del contender.measure[timer], contender.calls[timer], contender.rounds[timer]
-                continue
-            contender.rounds[timer].append(blocks)
-
-    waiting = grid.host_wait > 0
-
-    def take_turn(contender: _Contender, r: int) -> None:
-        nonlocal waiting
-        if waiting and not gauge.wait_for_usual_speed(grid.host_wait):
-            waiting = False  # still slow: a long stretch; this case waits no more
-        try:
-            _within_budget(contender, grid, lambda: turn(contender, r))
-        except Exception as exc:
-            failed[id(contender)] = exc
-        between_turns()
-
-    for r in range(grid.rounds):
-        live = [c for c in contenders if id(c) not in failed]
-        if not live:
-            break
-        start = r % len(live)
-        for contender in live[start:] + live[:start]:
-            take_turn(contender, r)
+        prepared.append((rows, checked))
+    outcomes = time_in_rounds(contenders, settings, gauge or HostGauge(), between_turns)
     n = len(box_set)
-    for contender in contenders:
-        if id(contender) in failed:
-            yield from error_rows(contender.rows, failed[id(contender)])
+    for (rows, checked), outcome in zip(prepared, outcomes):
+        if outcome.error is not None:
+            yield from error_rows(rows, outcome.error)
             continue
-        try:
-            rows = list(_timed_rows(contender, grid, n, gauge))
-        except Exception as exc:
-            yield from error_rows(contender.rows, exc)
-            continue
-        yield from rows
+        agreement = checked["agreement"] | {"greedy_suppressed_frac": 1 - checked["agreement"]["ref_kept"] / n if n else 0.0}
+        for row in rows:
+            if row["timer"] in outcome.skipped:
+                yield row | {"status": "skipped", "error": outcome.skipped[row["timer"]]}
+                continue
+            yield row | agreement | {"status": "ok", "error": "", "peak_mem_bytes": checked["peak"]} | \
+                outcome.measured[row["timer"]].columns()
 
 
-def _prepare(contender: _Contender, data: BoxSet, iou: float, params: dict, ref_keep, grid: Grid,
-             family_reference: Optional[Callable] = None, dtype_name: str = "") -> None:
+# what a timer's built call is checked against, in an error's words
+_DIFFERS = {"api": "nmsbench.run_nms's output differs from the backend call's",
+            "graph": "the CUDA graph replay's output differs from the eager call's"}
+
+
+def _prepare(impl: Implementation, timers: list[str], calls: dict, data: BoxSet, iou: float, params: dict, ref_keep,
+             family_reference: Optional[Callable] = None, dtype_name: str = "") -> dict:
     """The warm-up call (its output is checked against the references: greedy NMS, and the
     family's exact CPU implementation where it has one), its peak memory, and each timer's
-    callable."""
-    impl = contender.impl
+    call in ``calls`` (built by the timer from what the sweep offers, each checked to give
+    the warm-up's output). Returns the agreement columns and the peak memory."""
     backend = impl.backends[data.boxes.device.type]
     device = data.boxes.device
+    boxes, scores, labels = data.boxes, data.scores, data.labels
 
     def op():
-        return backend.fn(data.boxes, data.scores, iou_threshold=iou, labels=data.labels, **params)
+        return backend.fn(boxes, scores, iou_threshold=iou, labels=labels, **params)
 
+    peak = ""
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats(device)
@@ -731,20 +482,101 @@ def _prepare(contender: _Contender, data: BoxSet, iou: float, params: dict, ref_
     result = op()
     if device.type == "cuda":
         torch.cuda.synchronize()
-        contender.peak = torch.cuda.max_memory_allocated(device) - before
-    contender.agreement = compare_keep(result.keep.cpu(), ref_keep) | NO_FAMILY_REFERENCE
+        peak = torch.cuda.max_memory_allocated(device) - before
+    agreement = compare_keep(result.keep.cpu(), ref_keep) | NO_FAMILY_REFERENCE
     # the reference itself on the CPU, on the values it would be given (float16 takes a float32 copy)
     itself = impl.name == FAMILY_REFERENCES.get(impl.family) and device.type == "cpu" and dtype_name != "float16"
     found = (family_reference(impl.family, dtype_name, iou, params, known=result if itself else None)
              if family_reference is not None else None)
     if found is not None:
-        contender.agreement |= compare_family(result, found[1], found[0])
-    for row in contender.rows:
-        timer = row["timer"]
-        if timer == "graph":
-            contender.calls[timer] = _captured_graph(backend, data, iou, params, result).replay
-        elif timer == "api":
-            contender.calls[timer] = _api_call(impl, data, iou, params, result)
-        else:
-            contender.calls[timer] = op
-    contender.measure = {timer: _measurer(timer, call, grid) for timer, call in contender.calls.items()}
+        agreement |= compare_family(result, found[1], found[0])
+
+    def check(timer: str, output) -> None:
+        output = output.trimmed() if hasattr(output, "trimmed") else output  # a padded call's result
+        if not _same_output(output, result):
+            raise RuntimeError(_DIFFERS.get(timer, f"the {timer} timer's call's output differs from the backend call's"))
+
+    run_nms, name = api.run_nms, impl.name
+    offered = Callables(
+        op, public=lambda: run_nms(name, boxes, scores, iou_threshold=iou, labels=labels, **params),
+        capture=lambda: backend.fn(boxes, scores, iou_threshold=iou, labels=labels, padded=True, **params), check=check)
+    for timer in timers:
+        calls[timer] = TIMERS[timer].build(offered)
+    return {"agreement": agreement, "peak": peak}
+
+
+def check_inputs(grid: Grid) -> Grid:
+    """What a sweep checks before it starts, beyond the grid's own checks: the boxes file
+    holds enough boxes, the largest box set fits in memory, the recordings exist (``all``
+    spelled out), and every parameter given is taken, and valid, for some implementation."""
+    if "file" in grid.scenarios:
+        try:
+            recorded = len(datasets.load_boxes_file(grid.file, rows=max(grid.ns)))  # a CSV: its first rows only
+        except ValueError as e:
+            raise GridError("file", str(e)) from None
+        if max(grid.ns) > recorded:
+            raise GridError("ns", f"{grid.file} holds {recorded} boxes; --n asks for up to {max(grid.ns)}")
+    if any(s in datasets.SYNTHETIC for s in grid.scenarios):
+        try:
+            datasets.check_fits(max(grid.ns))
+        except ValueError as e:
+            raise GridError("ns", str(e)) from None
+    if grid.recordings:
+        try:
+            known = datasets.real.recording_keys()
+        except ValueError as e:
+            raise GridError("recordings", str(e)) from None
+        chosen = known if "all" in grid.recordings else grid.recordings
+        bad = [r for r in chosen if r not in known]
+        if bad:
+            raise GridError("recordings", f"unknown {', '.join(bad)}; known: {', '.join(known)}")
+        grid = dataclasses.replace(grid, recordings=list(chosen))
+    known_impls = implementations()
+    for name in grid.impls:  # check values now, not once per case
+        try:
+            known_impls[name].resolve_params(known_impls[name].accepted_params(grid.params))
+        except ValueError as e:
+            raise GridError("params", str(e)) from None
+    unused = set(grid.params) - {p.name for name in grid.impls for p in known_impls[name].params}
+    if unused:
+        raise GridError("params", f"no selected implementation takes {', '.join(sorted(unused))}")
+    return grid
+
+
+def case_label(row: dict) -> str:
+    """The whole case of a sweep row, for warnings: impl, device, dtype, timer, scenario,
+    recording, overlap, n (and its cap), IoU, classes, and the parameters when given."""
+    parts = [str(row[k]) for k in ("impl", "device", "dtype", "timer", "scenario")]
+    if row.get("image"):
+        parts.append(f"{row['image']}@{row.get('input_size', '')}")
+    cap = row.get("n_cap")
+    parts += [f"overlap={float(row['overlap']):g}",
+              f"n={row['n']}" + (f" (cap {cap})" if cap not in (None, "") and str(cap) != str(row["n"]) else ""),
+              f"iou={float(row['iou_threshold']):g}"]
+    if int(row.get("classes") or 1) > 1:
+        parts.append(f"classes={row['classes']}")
+    if row.get("params") not in (None, "", "{}"):
+        parts.append(f"params={row['params']}")
+    return " ".join(parts)
+
+
+SWEEP_HELP = """Time implementations over the grid impl x device x dtype x scenario x overlap x n x IoU.
+
+    \b
+    nmsbench sweep --n 64..8192 --device cuda
+    nmsbench sweep --n 100,1000 --impl torchvision,allpairs --scenario chain --iou 0.5,0.7
+    nmsbench sweep --scenario clustered --overlap 0.3,0.6,0.9 --classes 3
+    nmsbench sweep --scenario file --file boxes.npz --n 500 --param score_threshold=0.1
+    nmsbench sweep --scenario real --overlap 0.25,0.01,0.001 --n 8192 --recording all
+
+    Every case becomes one CSV row per timer (and its raw samples a line of the .samples.jsonl
+    beside it). The implementations of one box set, device, dtype and IoU are timed together
+    (--rounds). A variant that raises, runs out of memory or passes --case-timeout gives a row
+    with status=error; a cell it cannot run a status=skipped row. Ctrl-C (or SIGTERM) stops
+    with what was written and the command that resumes it.
+    """
+
+register_benchmark(Benchmark(
+    name="nms", command="sweep", grid=Grid, axes=AXES, run=run_sweep, total=Grid.count, help=SWEEP_HELP,
+    prepare=check_inputs, label=case_label,
+    describe=lambda row: f"{row['scenario']:>10} n={row['n']:<6} {row['impl']:<18} {row['device']}"))

@@ -72,9 +72,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 
-TIMERS = ("wall", "api", "device", "events", "graph")
-DEFAULT_TIMERS = ("wall", "device")
-CPU_TIMERS = ("wall", "api")  # the timers that give cpu rows too
+DEFAULT_TIMERS = ("wall", "device")  # the registry of timers is nmsbench.timers (which re-exports this)
 DEFAULT_ROUNDS = 5
 MIN_BLOCKS = 5
 NOISY_SPREAD = 0.10
@@ -171,20 +169,23 @@ def enough_usual(rounds: int) -> int:
     return -(-rounds // 2)
 
 
-def summarize(rounds: Sequence[Blocks], contention: str = "", planned: Optional[int] = None) -> Timing:
-    """One row's timing from its rounds (see the module docstring for what each field is):
-    the rounds timed while the host ran slow are left out where enough others remain
-    (:func:`enough_usual` of the ``planned`` rounds, default all of them); else all count
-    and ``slow_rounds`` says how many were slow."""
+def kept_rounds(rounds: Sequence[Blocks], planned: Optional[int] = None) -> tuple[list[Blocks], int]:
+    """(the rounds a row's median comes from, how many of them ran on a slow host): those
+    timed while the host ran slow are left out where enough others remain
+    (:func:`enough_usual` of the ``planned`` rounds, default all of them); else all count."""
     rounds = [r for r in rounds if len(r.times_us)]
+    usual = [r for r in rounds if not r.host_slow]
+    if len(usual) >= enough_usual(planned or len(rounds)):
+        return usual, 0
+    return rounds, len(rounds) - len(usual)
+
+
+def summarize(rounds: Sequence[Blocks], contention: str = "", planned: Optional[int] = None) -> Timing:
+    """One row's timing from its rounds (see the module docstring for what each field is),
+    over :func:`kept_rounds`; ``slow_rounds`` says how many of those ran on a slow host."""
+    rounds, slow_rounds = kept_rounds(rounds, planned)
     if not rounds:
         raise ValueError("no timing blocks to summarize")
-    usual = [r for r in rounds if not r.host_slow]
-    slow_rounds = 0
-    if len(usual) >= enough_usual(planned or len(rounds)):
-        rounds = usual
-    else:
-        slow_rounds = len(rounds) - len(usual)
     pooled = np.concatenate([r.times_us for r in rounds])
     medians = np.array([np.median(r.times_us) for r in rounds])
     median = float(np.median(medians))
@@ -409,11 +410,6 @@ def capture_graph(fn: Callable[[], object]):
     with torch.cuda.graph(graph):
         output = fn()
     return graph, output
-
-
-def time_graph(graph, *, min_run_time: float, threads: int) -> Timing:
-    """Median and IQR of ``graph.replay()`` plus the synchronization (wall clock)."""
-    return time_wall(graph.replay, min_run_time=min_run_time, threads=threads)
 
 
 # --------------------------------------------------------------------------- CPU load

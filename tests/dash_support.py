@@ -81,7 +81,7 @@ DIFF_IMPLS = ["torchvision", "allpairs", "bitmask_two_phase", "matrix_naive"]
 def diff_results(tmp_path_factory) -> Path:
     """`nmsbench diff` on chain boxes (N = 256, where greedy and all-pairs differ) with a
     Matrix NMS variant among the implementations, on the CPU."""
-    from nmsbench.diff_cli import diff_command
+    from nmsbench.cli import diff_command
 
     out = tmp_path_factory.mktemp("diff-run") / "diff-chain-256.json"
     result = CliRunner().invoke(diff_command, ["--scenario", "chain", "--n", "256", "--overlap", "0.6", "--impl",

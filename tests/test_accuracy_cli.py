@@ -128,7 +128,7 @@ def test_synthetic_run_rows_resume_errors_and_skips(tmp_path):
         assert set(ok[ok["impl"] == "soft_nms"]["params"].map(lambda p: json.loads(p)["kernel"])) == {"linear", "gaussian"}
         for source, rows in ok.groupby("scenario"):
             expected = synthetic_source(source, images=5, seed=0)
-            assert (rows["n"] == expected.n).all() and (rows["images"] == 5).all() and (rows["runs"] == 5).all()
+            assert (rows["n"] == expected.n).all() and (rows["images"] == 5).all() and (rows["runs"] % 5 == 0).all()
             assert (rows["source_params"] == expected.source_params).all() and (rows["seed"] == 0).all()
         for column in ACCURACY_COLUMNS[:4]:
             assert ok[column].between(0, 1).all() and ok[column].gt(0).all(), column

@@ -277,7 +277,7 @@ import os, sys
 from streamlit.testing.v1 import AppTest
 at = AppTest.from_file(sys.argv[1], default_timeout=120)
 at.run()
-for view in ("Pipeline", "Suppression differences", "Environment & data", "Curves"):
+for view in ("Pipeline", "Suppression differences", "Compare runs", "Environment & data", "Curves"):
     at.session_state["view"] = view
     at.run()
     assert not at.exception, (view, at.exception)
@@ -335,7 +335,7 @@ def test_a_good_upload_adds_its_rows(tmp_path, monkeypatch):
 
 def test_pipeline_rows_are_a_benchmark_filter_set_to_sweeps(tmp_path, monkeypatch, cpu_results, pipeline_results):
     shutil.copy(cpu_results, tmp_path / "sweep.csv")
-    shutil.copy(pipeline_results, tmp_path / "pipeline.csv")
+    shutil.copy(PIPELINE_CSV, tmp_path / "pipeline.csv")
     at = start(tmp_path, monkeypatch)
     assert at.multiselect(key="filter_benchmark").value == ["nms"]
     assert line_names(figures(at)["time_vs_n"]) == {"torchvision", "allpairs", "matrix_naive"}
@@ -501,3 +501,53 @@ def test_the_first_view_imports_no_torch():
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "torch imported: False" in done.stdout
+
+
+# --- Compare runs: the verdicts of `nmsbench compare` ---------------------------------------
+
+@pytest.fixture
+def two_runs(tmp_path):
+    """A base run at the top of the folder and a newer one under runs/ (made-up rows with raw
+    samples: 256 the same, 512 slower, 1024 changed, 2048 only in base)."""
+    from compare_support import ENV_A, ENV_B, timed, write_run
+
+    write_run(tmp_path / "base.csv", [timed(100, 1, n=256), timed(100, 3, n=512), timed(100, 5, n=1024),
+                                      timed(100, 7, n=2048)], ENV_A)
+    (tmp_path / "runs").mkdir()
+    write_run(tmp_path / "runs" / "new.csv", [timed(100, 2, n=256), timed(130, 4, n=512),
+                                              timed(100, 6, n=1024, kept=9, missing=1, jaccard=0.9)], ENV_B)
+    return tmp_path
+
+
+def test_compare_runs_gives_the_cli_verdicts(two_runs, monkeypatch):
+    from nmsbench import compare
+
+    at = show(start(two_runs, monkeypatch), "Compare runs")
+    assert at.selectbox(key="cmp_base").value == "base.csv" and at.selectbox(key="cmp_new").value == "runs/new.csv"
+    expected = compare.compare_files(two_runs / "base.csv", two_runs / "runs" / "new.csv")
+    table = at.dataframe[0].value
+    assert table["verdict"].tolist() == ["changed", "slower", "only in base", "same"]  # rows to look at first
+    assert sorted(table["verdict"]) == sorted(expected["verdict"])
+    assert {m.label: m.value for m in at.metric} == {"changed": "1", "slower": "1", "only in base": "1", "same": "1"}
+    at.multiselect(key="cmp_verdicts").set_value(["slower", "same"]).run()
+    assert at.dataframe[0].value["verdict"].tolist() == ["slower", "same"]
+    at.number_input(key="cmp_threshold").set_value(50.0).run()  # +30 % is within ±50 %
+    assert not at.exception and at.dataframe[0].value["verdict"].tolist() == ["same", "same"]
+
+
+def test_compare_runs_names_what_cannot_be_compared(two_runs, monkeypatch):
+    at = show(start(two_runs, monkeypatch), "Compare runs")
+    at.selectbox(key="cmp_new").set_value("base.csv").run()
+    assert any("same file" in i.value for i in at.info)
+    (two_runs / "runs" / "new.csv").unlink()
+    at = show(start(two_runs, monkeypatch), "Compare runs")
+    assert any("needs two results files" in i.value for i in at.info)
+
+
+def test_compare_runs_of_different_benchmarks_is_an_error(tmp_path, monkeypatch):
+    from compare_support import timed, write_run
+
+    write_run(tmp_path / "sweep.csv", [timed(100, 1)])
+    shutil.copy(PIPELINE_CSV, tmp_path / "pipeline.csv")
+    at = show(start(tmp_path, monkeypatch), "Compare runs")
+    assert any("different benchmarks do not compare" in e.value for e in at.error), [e.value for e in at.error]

@@ -424,7 +424,7 @@ def test_the_cuda_launches_pack_their_kernels_signatures_on_every_path(monkeypat
     launch packs its kernel's C signature, with the sizes the plan promises."""
     from test_kernel_layout import c_signatures
 
-    from nmsbench.variants import _cuda
+    import nmsbench.cuda as _cuda
     from nmsbench.variants import batched_nms as backend
 
     records, zeroed = [], []

@@ -50,17 +50,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _serve(tmp_path, shelf_files):
+def _serve(tmp_path, shelf_files, runs=None):
     """The dashboard on a free localhost port, serving ``shelf_files`` of the committed
     reference shelf plus, as a user's own run under runs/, the frozen pipeline run of
-    tests/data (the shelf may hold no pipeline rows); yields its URL."""
+    tests/data (the shelf may hold no pipeline rows), or what ``runs(folder)`` writes
+    instead; yields its URL."""
     port = _free_port()
     log = open(tmp_path / "streamlit.log", "w")
     folder = tmp_path / "results"
     (folder / "runs").mkdir(parents=True)
     for path in shelf_files:
         shutil.copy(path, folder)
-    shutil.copy(PIPELINE_CSV, folder / "runs")
+    if runs is None:
+        shutil.copy(PIPELINE_CSV, folder / "runs")
+    else:
+        runs(folder)
     env = {**os.environ, "NMSBENCH_RESULTS_DIR": str(folder)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", str(REPO / "app.py"), "--server.headless", "true",
@@ -320,3 +324,38 @@ def test_the_committed_accuracy_run_renders_in_chromium(server, tmp_path):
         shot = page.screenshot(full_page=True)
         (shots / "dashboard-accuracy-committed.png").write_bytes(shot)
         assert _not_blank(shot) > 50, "the screenshot is (nearly) blank"
+
+
+def _two_runs(folder):
+    """A made-up base run and a newer one under runs/, with raw samples (see compare_support)."""
+    from compare_support import ENV_A, ENV_B, timed, write_run
+
+    scenarios = ("uniform", "clustered")
+    write_run(folder / "base.csv", [timed(100 * n / 256, 10 * n + i, n=n, scenario=s)
+                                    for i, s in enumerate(scenarios) for n in (256, 512, 1024, 2048)], ENV_A)
+    write_run(folder / "runs" / "new.csv", [timed(100 * n / 256 * (1.3 if n == 512 else 0.7 if n == 2048 else 1),
+                                                  10 * n + i + 5, n=n, scenario=s, **({"kept": 9} if n == 1024 and i else {}))
+                                            for i, s in enumerate(scenarios) for n in (256, 512, 1024, 2048)], ENV_B)
+
+
+@pytest.fixture
+def server_with_two_runs(tmp_path):
+    """The dashboard serving two made-up runs only."""
+    yield from _serve(tmp_path, [], runs=_two_runs)
+
+
+def test_compare_runs_renders_in_chromium(server_with_two_runs, tmp_path):
+    """The Compare runs view: the verdict counts, then the table, rows to look at first."""
+    with _browser_page(tmp_path, 1400) as (page, errors, shots):
+        page.goto(server_with_two_runs, wait_until="commit")
+        page.wait_for_function(CHARTS_READY, arg={"figure": "time_vs_n", "lines": 1}, timeout=90_000, polling=50)
+        page.get_by_role("tab", name="Compare runs").click()
+        page.wait_for_function(TABLE_READY, arg="Two runs, case by case", timeout=90_000, polling=50)
+        panel = page.locator('[role="tabpanel"]:visible')
+        metrics = dict(zip(panel.locator('[data-testid="stMetricLabel"]').all_inner_texts(),
+                           panel.locator('[data-testid="stMetricValue"]').all_inner_texts()))
+        assert metrics == {"changed": "1", "slower": "2", "faster": "2", "same": "3"}, metrics
+        shot = page.screenshot(full_page=True)
+        (shots / "dashboard-compare.png").write_bytes(shot)
+        assert _not_blank(shot) > 50, "the compare screenshot is (nearly) blank"
+        assert not errors, errors

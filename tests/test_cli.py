@@ -189,7 +189,7 @@ def test_class_aware_sweep(tmp_path):
         (["--impl", "matrix_fused", "--param", "sigma=-1"], "sigma must be a positive number"),
         (["--impl", "matrix_fused", "--param", "colour=red"], "no selected implementation takes colour"),
         (["--param", "sigma"], "is not KEY=VALUE"),
-        (["--classes", "0"], "0 is not in the range"),
+        (["--classes", "0"], "classes must be whole numbers >= 1"),
         (["--timer", "stopwatch"], "choose from wall, api, device, events, graph"),
     ],
 )
@@ -282,21 +282,21 @@ def test_the_summary_shows_one_block_per_varying_dimension_and_never_pools(tmp_p
 
 
 def summary_of(rows: list[dict], tmp_path) -> str:
-    from nmsbench import cli
+    """The summary of a run that wrote ``rows`` (made from the rows, never read back from a file)."""
+    from nmsbench import summary
 
-    path = tmp_path / "r.csv"
     base = {"schema_version": 4, "benchmark": "nms", "family": "hard", "device": "cpu", "dtype": "float32", "timer": "wall",
             "overlap": 0.25, "classes": 1, "iou_threshold": 0.5, "seed": 0, "params": "{}", "status": "ok"}
-    pd.DataFrame([base | row for row in rows]).reindex(columns=COLUMNS).to_csv(path, index=False)
-    with cli.console.capture() as captured:
-        cli._print_summary(path, {"ok": len(rows), "error": 0, "skipped": 0, "noisy": 0})
+    with summary.console.capture() as captured:
+        summary.show("nms", [base | row for row in rows], {"ok": len(rows), "error": 0, "skipped": 0, "noisy": 0},
+                     tmp_path / "r.csv")
     return captured.get()
 
 
 def test_the_summary_splits_many_box_counts_into_tables_without_cutting_them(tmp_path):
-    from nmsbench import cli
+    from nmsbench import summary
 
-    sizes = [2 ** k for k in range(2, 2 + cli.SUMMARY_COLUMNS + 3)]
+    sizes = [2 ** k for k in range(2, 2 + summary.SUMMARY_COLUMNS + 3)]
     text = summary_of([{"impl": "torchvision", "scenario": "uniform", "n": n, "median_us": 1000.0 + n} for n in sizes], tmp_path)
     assert text.count("median µs (wall timer) · uniform · cpu") == 2  # two tables
     for n in sizes:
@@ -317,7 +317,7 @@ def test_the_summary_of_recordings_has_a_row_per_recording_and_a_column_per_cap(
 
 
 def test_interrupt_during_start_up_exits_130_without_a_traceback(tmp_path, monkeypatch):
-    import nmsbench.cli_options as options
+    import nmsbench.progress as options
 
     def interrupted():
         raise KeyboardInterrupt
@@ -347,7 +347,7 @@ def test_interrupt_before_the_first_row_exits_130_with_the_resume_command(tmp_pa
 
 
 def test_sigterm_during_start_up_exits_143(tmp_path, monkeypatch):
-    import nmsbench.cli_options as options
+    import nmsbench.progress as options
 
     def terminated():
         raise options.Terminated
@@ -370,7 +370,7 @@ def test_interrupt_in_any_command_exits_130(monkeypatch):
 
 
 def test_the_start_warns_when_the_load_leaves_fewer_cores_than_threads(tmp_path, monkeypatch):
-    import nmsbench.cli_options as options
+    import nmsbench.progress as options
     from nmsbench import timing
 
     monkeypatch.setattr(timing, "usable_cpus", lambda: [0, 1])

@@ -5,17 +5,32 @@ from __future__ import annotations
 import itertools
 import math
 
+import pandas as pd
 import pytest
 
 pytest.importorskip("plotly", reason="figures need plotly")
 
-from nmsbench import plots  # noqa: E402
+from nmsbench import plots, registry, tables  # noqa: E402
 
 # The smallest CIEDE2000 difference allowed between two implementations' colours: about
 # where two thin lines stop being told apart at a glance (2.3 is "just noticeable").
 MIN_DELTA_E = 20.0
 # A later name may share a marker shape with no built-in one, so its colour may sit closer.
 MIN_DELTA_E_EXTRA = 15.0
+
+
+@pytest.fixture
+def toy():
+    """Registers toy implementations (``toy(name, style=...)``) for one test, removed after it."""
+    names = []
+
+    def register(name: str, style=None):
+        names.append(name)
+        return registry.register(name=name, family="hard", devices=("cpu",), style=style)(lambda boxes, scores, **kw: None)
+
+    yield register
+    for name in names:
+        registry.unregister(name)
 
 
 def _lab(hex_color: str) -> tuple[float, float, float]:
@@ -64,19 +79,34 @@ def test_delta_e_matches_the_published_test_pairs():
     assert delta_e_2000("#FF0000", "#0000FF") == pytest.approx(52.88, abs=0.05)
 
 
-def test_builtin_implementations_have_distinct_colours_and_markers():
-    names = list(plots.IMPL_STYLES)
-    assert {"torchvision", "hard_fused", "matrix_recompute", "allpairs"} <= set(names)
-    for a, b in itertools.combinations(names, 2):
-        d = delta_e_2000(plots.PINNED_COLORS[a], plots.PINNED_COLORS[b])
-        assert d >= MIN_DELTA_E, f"{a} and {b} are too alike (CIEDE2000 {d:.1f})"
-    assert len(set(plots.PINNED_SYMBOLS.values())) == len(names)
+def clashes(styles: dict[str, tuple[str, str]]) -> list[str]:
+    """Every pair of ``styles`` too alike to tell apart: colours closer than MIN_DELTA_E, or one marker."""
+    found = []
+    for (a, (color_a, symbol_a)), (b, (color_b, symbol_b)) in itertools.combinations(styles.items(), 2):
+        d = delta_e_2000(color_a, color_b)
+        if d < MIN_DELTA_E:
+            found.append(f"{a} and {b} are too alike (CIEDE2000 {d:.1f})")
+        if symbol_a == symbol_b:
+            found.append(f"{a} and {b} share the marker {symbol_a}")
+    return found
 
 
-def test_every_registered_implementation_is_pinned():
-    from nmsbench.registry import implementations
+def test_registered_implementations_have_distinct_colours_and_markers():
+    styles = registry.styles()
+    assert {"torchvision", "hard_fused", "matrix_recompute", "allpairs"} <= set(styles)
+    assert clashes(styles) == []
 
-    assert set(implementations()) <= set(plots.IMPL_STYLES)
+
+def test_every_registered_implementation_carries_a_style():
+    unstyled = sorted(name for name, impl in registry.implementations().items() if impl.style is None)
+    assert unstyled == [], "give each a register(..., style=(colour, marker)) far from the others"
+
+
+def test_a_variant_registered_with_a_style_too_like_anothers_fails_the_check(toy):
+    toy("too_like_hard_fused", style=("#D65F02", "star-open"))
+    assert clashes(registry.styles()) == ["hard_fused and too_like_hard_fused are too alike (CIEDE2000 0.3)"]
+    toy("same_marker_as_torchvision", style=("#FFFFFF", "circle"))
+    assert "same_marker_as_torchvision" in " ".join(clashes(registry.styles()))
 
 
 def test_later_names_get_a_fixed_style_unlike_any_builtin():
@@ -89,3 +119,33 @@ def test_later_names_get_a_fixed_style_unlike_any_builtin():
     assert not set(plots.EXTRA_SYMBOLS) & set(plots.PINNED_SYMBOLS.values())
     styles = {plots.impl_style(f"impl_{i}") for i in range(40)}
     assert len(styles) > 20  # the hash spreads names over the colour x marker pairs
+
+
+def test_a_new_variant_needs_only_its_module_to_get_its_look(toy):
+    """A variant's registration alone gives its lines their colour and marker; one without
+    a style gets a fixed one of its own, unlike every registered implementation's."""
+    toy("toy_styled", style=("#6A3D9A", "star-open"))
+    toy("toy_plain")
+    rows = pd.DataFrame({"impl": ["toy_styled", "toy_plain", "torchvision"] * 2, "n": [64] * 3 + [128] * 3,
+                         "median_us": [1.0, 2.0, 3.0, 2.0, 4.0, 6.0], "iqr_us": 0.1, "status": "ok", "scenario": "uniform",
+                         "family": "hard", "device": "cpu", "timer": "wall"})
+    fig = plots.time_vs_n(tables.prepare(rows))
+    looks = {t.meta["impl"]: (t.line.color, t.marker.symbol) for t in fig.data if t.meta["role"] == "line"}
+    assert looks["toy_styled"] == ("#6A3D9A", "star-open")
+    assert looks["torchvision"] == registry.style_of("torchvision")
+    plain = looks["toy_plain"]
+    assert plain == plots.impl_style("toy_plain") and registry.style_of("toy_plain") is None
+    assert plain[0] in plots.EXTRA_COLORS and plain[1] in plots.EXTRA_SYMBOLS
+    assert all(plain[1] != symbol for symbol in plots.PINNED_SYMBOLS.values() if symbol)
+    assert all(delta_e_2000(plain[0], color) >= MIN_DELTA_E_EXTRA
+               for name, color in plots.PINNED_COLORS.items() if name != "toy_styled")
+
+
+def test_a_style_is_checked_and_given_once_per_name(toy):
+    with pytest.raises(ValueError, match="style must be"):
+        toy("toy_bad", style=("red", "circle"))
+    toy("toy_twice", style=("#6A3D9A", "star-open"))
+    with pytest.raises(ValueError, match="already registered with the style"):
+        registry.register(name="toy_twice", family="hard", devices=("cuda",), style=("#000001", "circle"))(lambda: None)
+    registry.register(name="toy_twice", family="hard", devices=("cuda",))(lambda: None)  # the style given once is kept
+    assert registry.style_of("toy_twice") == ("#6A3D9A", "star-open")

@@ -11,13 +11,17 @@ import pytest
 import torch
 
 import nmsbench
+import nmsbench.cuda as _cuda
+from nmsbench.cuda import compile as cuda_compile
+from nmsbench.cuda import launch as cuda_launch
+from nmsbench.cuda import memory as cuda_memory
+from nmsbench.cuda import rank as cuda_rank
+from nmsbench.cuda.kernels import cuda_modules
 from nmsbench.variants import (
-    _cuda, allpairs, bitmask_classic, bitmask_two_phase, hard_fused, matrix_fused, matrix_recompute, yolo_postprocess,
+    allpairs, bitmask_classic, bitmask_two_phase, hard_fused, matrix_fused, matrix_recompute, yolo_postprocess,
 )
 
-from nmsbench.variants._kernels import cuda_modules
-
-MODULES = cuda_modules()  # every CudaModule in the variants' modules (a new .cu is tested without a list)
+MODULES = cuda_modules()  # the bridge's CudaModules and every variant module's (a new .cu is tested without a list)
 
 
 def test_discovery_finds_the_shared_rank_and_the_packages_modules():
@@ -27,9 +31,9 @@ def test_discovery_finds_the_shared_rank_and_the_packages_modules():
 
 
 def test_kernel_sources_ship_beside_their_wrappers():
-    assert (_cuda.HERE / "_common.cuh").is_file()
+    assert cuda_compile.COMMON_HEADER.is_file()
     for module in MODULES:
-        source = (_cuda.HERE / module.cu_file).read_text()
+        source = module.path.read_text()
         for expression in module.expressions:
             assert expression.split("<")[0] in source, f"{expression} not defined in {module.cu_file}"
 
@@ -66,9 +70,9 @@ def test_kernels_compile_with_nvrtc_without_a_gpu(module):
 def probe_module(monkeypatch):
     """A module with a probe's variant (a tunable) that its kernels do not read, declared
     for this test only."""
-    monkeypatch.setattr(_cuda, "DECLARED_TUNABLES", {})
+    monkeypatch.setattr(cuda_compile, "DECLARED_TUNABLES", {})
     return _cuda.CudaModule(MODULES[0].cu_file, templates=MODULES[0].templates, plain=MODULES[0].plain,
-                            defines=MODULES[0].defines, tunables={"PROBE_VARIANT": 0})
+                            defines=MODULES[0].defines, tunables={"PROBE_VARIANT": 0}, directory=MODULES[0].directory)
 
 
 def test_a_tunable_variant_reaches_nvrtc_and_compiles(monkeypatch):
@@ -114,7 +118,7 @@ def test_kernel_arguments_pack_as_the_kernel_reads_them():
     assert codes == "QQiidQqfIi"
     assert values[:4] == [t.data_ptr(), 0, 1, 7]
     # every value lands at its C-aligned offset, where the pointer array points
-    buffer = _cuda._LaunchBuffer()
+    buffer = cuda_launch._LaunchBuffer()
     pointers = (ctypes.c_void_p * len(codes)).from_address(buffer.pointer_array(codes))
     assert [p - buffer.address for p in pointers] == [0, 8, 16, 20, 24, 32, 40, 48, 52, 56]
     struct.pack_into("@" + codes, buffer.values, 0, *values)
@@ -138,7 +142,7 @@ def test_kernel_arguments_that_cannot_be_passed_are_refused():
     with pytest.raises(TypeError, match="unsupported kernel argument type float"):
         _cuda.pack_arguments((0.5,))
     with pytest.raises(ValueError, match="above 4096"):
-        _cuda._LaunchBuffer().pointer_array("Q" * 513)
+        cuda_launch._LaunchBuffer().pointer_array("Q" * 513)
 
 
 def test_blocks():
@@ -159,7 +163,7 @@ def test_scratch_buffers_are_aligned_disjoint_and_in_one_allocation():
 
 def test_cuda_backends_are_listed_with_a_reason_when_unavailable():
     rows = {(r["name"], r["device"]): r for r in nmsbench.registry.describe()}
-    from nmsbench.variants._kernels import kernel_implementations
+    from nmsbench.cuda.kernels import kernel_implementations
 
     for name in kernel_implementations():  # every backend of ours, found in the registry
         row = rows[(name, "cuda")]
@@ -219,8 +223,8 @@ def test_host_count_is_one_per_thread_and_device(monkeypatch):
     """The kernel-written count is reused within a thread and device, never shared across them."""
     import threading
 
-    monkeypatch.setattr(_cuda, "HostCount", lambda: object())  # pinned memory needs CUDA
-    monkeypatch.setattr(_cuda, "_host_counts", threading.local())
+    monkeypatch.setattr(cuda_memory, "HostCount", lambda: object())  # pinned memory needs CUDA
+    monkeypatch.setattr(cuda_memory, "_host_counts", threading.local())
     first = _cuda.host_count(torch.device("cuda", 0))
     assert _cuda.host_count(torch.device("cuda", 0)) is first
     assert _cuda.host_count(torch.device("cuda", 1)) is not first
@@ -248,7 +252,7 @@ def test_host_count_wait_synchronizes_whatever_it_read_and_unsets_the_count(monk
     if written:
         count.value[0] = 42
     monkeypatch.setattr(runtime, "streamSynchronize", synchronize)
-    monkeypatch.setattr(_cuda, "_current_stream", lambda device: (0, 1234))
+    monkeypatch.setattr(cuda_memory, "_current_stream", lambda device: (0, 1234))
     monkeypatch.setattr(_cuda.HostCount, "SPIN_READS", 50)
     assert count.wait(torch.device("cuda", 0)) == 42
     assert synchronized == [1234] and count.value[0] == -1
@@ -282,9 +286,9 @@ def test_rank_path_is_counting_below_the_merge_size_and_refuses_unknown_names():
     ValueError naming the paths, before any launch."""
     n = _cuda.MERGE_RANK_MIN
     assert _cuda.choose_rank_path(n - 1) == "counting" and _cuda.choose_rank_path(n) == "merge"
-    assert _cuda.RANK_PATHS == ("counting", "merge")
+    assert tuple(_cuda.RANK_PATHS) == ("counting", "merge")
     plain = _cuda.rank_scratch_words(n, torch.float32, False, path="counting")
-    slots = -(-n // _cuda.MERGE_CHUNK) * _cuda.MERGE_CHUNK
+    slots = -(-n // cuda_rank.MERGE_CHUNK) * cuda_rank.MERGE_CHUNK
     assert _cuda.rank_scratch_words(n, torch.float32, False) == plain + 2 * slots
     with pytest.raises(ValueError, match="no path 'bitonic'; the paths are counting, merge"):
         _cuda.rank_by_score(None, torch.zeros((3, 4)), torch.zeros(3), None, path="bitonic")
@@ -303,7 +307,7 @@ def test_rank_layout_fits_the_words_a_caller_gives_it(n, dtype, labels):
     assert boxes_at == 8 * n and all(offset % 8 == 0 for offset in (boxes_at, chunk_at, group_at))
     assert labels_at == (-(-(boxes_at + box_bytes) // 8) * 8 if labels else -1)
     assert chunk_at == (labels_at + 8 * n if labels else -(-(boxes_at + box_bytes) // 8) * 8)
-    slots = -(-n // _cuda.MERGE_CHUNK) * _cuda.MERGE_CHUNK
+    slots = -(-n // cuda_rank.MERGE_CHUNK) * cuda_rank.MERGE_CHUNK
     key_bytes = slots * (16 if dtype == torch.float64 else 8)
     assert group_at == chunk_at + key_bytes
     words = _cuda.rank_scratch_words(n, dtype, labels)

@@ -1,4 +1,4 @@
-"""`nmsbench diff` (nmsbench.diff_cli.diff_command): one regenerated box set, every
+"""`nmsbench diff` (nmsbench.cli.diff_command): one regenerated box set, every
 implementation's keep and final scores, written to a JSON file the dashboard reads."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from click.testing import CliRunner
 
 from dash_support import DIFF_IMPLS, diff_results  # noqa: F401  (fixture)
 from nmsbench import datasets, differences, run_nms
-from nmsbench.diff_cli import default_diff_path, diff_command
+from nmsbench.cli import diff_command
+from nmsbench.differences import default_diff_path
 
 
 def test_the_file_holds_the_sweeps_box_set_and_each_keep(diff_results):

@@ -15,7 +15,7 @@ import nmsbench
 from nmsbench import datasets
 from nmsbench.boxes import BoxSet
 from nmsbench.runner import Grid, run_sweep
-from nmsbench.variants._kernels import kernel_implementations
+from nmsbench.cuda.kernels import kernel_implementations
 from test_properties import Case, check_allpairs, check_diou, check_hard, check_matrix, check_soft, check_weighted
 
 pytestmark = [
@@ -334,7 +334,7 @@ def test_rank_by_score_equals_a_stable_descending_sort(n, dtype, path):
     """rank.cu, which every kernel backend ranks with, against torch.sort, both paths
     (one counting launch; sorted chunks of 256 merged): NaN first, ties by lower index,
     -0.0 equal to 0.0, labels carried along, input dtype kept; sizes at chunk edges."""
-    from nmsbench.variants._cuda import on_torch_stream, rank_by_score
+    from nmsbench.cuda import on_torch_stream, rank_by_score
 
     boxes, scores, labels = rank_inputs(n, dtype)
     with on_torch_stream(boxes.device) as launch:
@@ -353,7 +353,7 @@ def test_rank_by_score_into_a_callers_allocation(n, path):
     """``into=``: the order, ranked boxes and labels (and the merge's chunks) land in the
     caller's ``rank_scratch_words`` words, nothing past them is written, and 20 repeats
     give the same order."""
-    from nmsbench.variants._cuda import on_torch_stream, rank_by_score, rank_scratch_words
+    from nmsbench.cuda import on_torch_stream, rank_by_score, rank_scratch_words
 
     boxes, scores, labels = rank_inputs(n, torch.float32)
     words = rank_scratch_words(n, torch.float32, True, path=path)

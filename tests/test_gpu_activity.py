@@ -17,6 +17,7 @@ import nmsbench.runner as runner
 from nmsbench import tables
 from nmsbench.gpu_activity import MARK, NoGpuActivity, ProfileError, Record, records_of, split_calls
 from nmsbench.results import read_results
+from nmsbench import timing
 from nmsbench.timing import Blocks, summarize
 
 from keep_all import keep_every_box
@@ -140,7 +141,7 @@ def steady_host(monkeypatch):
 def _group_rows(monkeypatch, device_blocks):
     """A CPU case of one test implementation with wall and device rows, the device timer's
     profile replaced by ``device_blocks`` (the sweep makes device rows on cuda only)."""
-    monkeypatch.setattr(runner, "device_blocks", device_blocks)
+    monkeypatch.setattr(timing, "device_blocks", device_blocks)
     with keep_every_box(["test_activity"]):
         grid = runner.Grid(impls=["test_activity"], devices=["cpu"], dtypes=["float32"], scenarios=["uniform"], ns=[8],
                            ious=[0.5], min_run_time=0.01, threads=1, rounds=2)
@@ -244,7 +245,7 @@ def test_the_pipeline_benchmark_times_device_rows_last(monkeypatch):
     import nmsbench.pipeline_bench as bench
 
     passes = []
-    monkeypatch.setattr(bench, "_pipeline_pass", lambda grid, emit, done: passes.append(list(grid.timers)))
+    monkeypatch.setattr(bench, "_pipeline_pass", lambda grid, *rest: passes.append(list(grid.timers)))
     grid = bench.PipelineGrid(pipelines=["numpy"], devices=["cpu", "cuda"], sources=["synthetic"],
                               timers=["device", "events", "wall"])
     bench.run_pipeline_bench(grid, [].append)

@@ -149,8 +149,8 @@ def _sweep_with_slow_turns(monkeypatch, two_impls, slow_turns_of_b):
             SlowWhile.slow_now = name == NAMES[1] and turns.count(NAMES[1]) in slow_turns_of_b
             return Blocks(np.full(5, 200.0 if SlowWhile.slow_now else 100.0 if name == NAMES[1] else 50.0), 5)
 
-    monkeypatch.setattr(runner, "WallTimer", Timer)
-    monkeypatch.setattr(runner.CpuMeter, "contention", lambda self: "")
+    monkeypatch.setattr(timing, "WallTimer", Timer)
+    monkeypatch.setattr(timing.CpuMeter, "contention", lambda self: "")
     rows = []
     counts = runner.run_sweep(grid(), rows.append, gauge=SlowWhile())
     return {r["impl"]: r for r in rows}, turns, counts
@@ -216,8 +216,8 @@ def _sweep_waiting(monkeypatch, two_impls, host_wait, recovers):
             self.fn()
             return Blocks(np.full(5, 100.0), 5)
 
-    monkeypatch.setattr(runner, "WallTimer", Timer)
-    monkeypatch.setattr(runner.CpuMeter, "contention", lambda self: "")
+    monkeypatch.setattr(timing, "WallTimer", Timer)
+    monkeypatch.setattr(timing.CpuMeter, "contention", lambda self: "")
     Counted.recovers = recovers
     gauge = Counted()
     runner.run_sweep(grid(ns=[8, 16], host_wait=host_wait), [].append, gauge=gauge)

@@ -13,7 +13,10 @@ import ctypes
 import pytest
 import torch
 
-from nmsbench.variants import _cuda, weighted_nms
+import nmsbench.cuda as _cuda
+from nmsbench.cuda import launch as cuda_launch
+from nmsbench.cuda import memory as cuda_memory
+from nmsbench.variants import weighted_nms
 from nmsbench.variants.hard_fused import cuda as hf  # the host sides, where the stubs go
 from nmsbench.variants.matrix_recompute import cuda as mr
 
@@ -35,7 +38,7 @@ class FakeDriver:
         self.launches = []
 
     def _record(self, call, pointers):
-        buffer = _cuda._launch_buffer
+        buffer = cuda_launch._launch_buffer
         self.launches.append((call, (pointers, buffer.address, ctypes.string_at(buffer.address, _cuda.PARAM_BYTES))))
 
     def launchKernel(self, ptr, gx, gy, gz, bx, by, bz, shared, stream, pointers, extra):  # noqa: N802 (cupy's name)
@@ -75,7 +78,7 @@ def stubbed(monkeypatch):
     kernels = {}
     monkeypatch.setattr(_cuda.CudaModule, "get", lambda self, name, dtype, device: kernels.setdefault(
         (name, dtype), FakeKernel(name)))
-    monkeypatch.setattr(_cuda, "_driver", driver)
+    monkeypatch.setattr(cuda_launch, "_driver", driver)
     monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: type("P", (), {"multi_processor_count": 132}))
@@ -330,7 +333,7 @@ def test_hard_fused_choose_path_without_a_device():
 ])
 def test_matrix_recompute_path_override_launches_that_paths_kernels(stubbed, monkeypatch, path, n, padded, kernels):
     driver, _, known, _ = stubbed
-    monkeypatch.setattr(_cuda, "_current_stream", lambda device: (0, 5))  # on_torch_stream's (the multi-launch paths)
+    monkeypatch.setattr(cuda_launch, "_current_stream", lambda device: (0, 5))  # on_torch_stream's (the multi-launch paths)
     mr.matrix_recompute_cuda(torch.rand(n, 4), torch.rand(n), iou_threshold=0.5, kernel="gaussian", sigma=2.0,
                              score_threshold=0.05, padded=padded, path=path)
     assert launched(driver, known) == kernels
@@ -372,7 +375,7 @@ class FakeVerdict:
 
 @pytest.fixture
 def with_verdict(stubbed, monkeypatch):
-    """The pinned input verdict (``_cuda.input_verdict``) of every CUDA backend that
+    """The pinned input verdict (``nmsbench.cuda.input_verdict``) of every CUDA backend that
     checks the values in its own launch. A launch that gets the verdict's address
     "writes" ``verdict.written`` there (None: nothing, as a kernel does for good input)."""
     driver, count, known, _ = stubbed
@@ -392,8 +395,8 @@ def with_verdict(stubbed, monkeypatch):
 
     monkeypatch.setattr(_cuda.CudaModule, "get", get)
     monkeypatch.setattr(driver, "_record", write_on_launch)
-    monkeypatch.setattr(_cuda, "host_count", lambda device, slot="kept": verdict if slot == "input verdict" else count)
-    monkeypatch.setattr(_cuda, "_current_stream", lambda device: (0, 5))  # on_torch_stream's
+    monkeypatch.setattr(cuda_memory, "host_count", lambda device, slot="kept": verdict if slot == "input verdict" else count)
+    monkeypatch.setattr(cuda_launch, "_current_stream", lambda device: (0, 5))  # on_torch_stream's
     return driver, count, known, verdict
 
 
@@ -510,7 +513,7 @@ def test_diou_takes_hard_fuseds_paths_leaving_one_block_sooner():
     stops at DIOU_ONE_BLOCK_MAX_N (DIoU's test costs one SM more), for every beta."""
     from nmsbench.variants import diou_nms
 
-    assert diou_nms.PATHS is hf.PATHS
+    assert list(diou_nms.PATHS.items()) == list(hf.PATHS.items())  # the same KernelPaths, asked of its kernels
     assert hf.DIOU_ONE_BLOCK_MAX_N < hf.ONE_BLOCK_MAX_N
     for n in (1, hf.DIOU_ONE_BLOCK_MAX_N, hf.DIOU_ONE_BLOCK_MAX_N + 1, hf.ONE_BLOCK_MAX_N, hf.ONE_BLOCK_MAX_N + 1,
               1024, 1025, hf.STREAMED_MAX_N + 1):
@@ -520,5 +523,5 @@ def test_diou_takes_hard_fuseds_paths_leaving_one_block_sooner():
                 assert chosen == hf.choose_path(hf.ONE_BLOCK_MAX_N + 1, torch.float32, padded) != "one_block"
             else:
                 assert chosen == hf.choose_path(n, torch.float32, padded)
-            assert hf.choose_module_path(n, torch.float32, padded, None, diou_nms.diou_module(0.6)) == chosen
+            assert hf.PATHS.choose(n, torch.float32, padded, None, module=diou_nms.diou_module(0.6)) == chosen
             diou_nms.check_path(chosen, n, torch.float32, padded, None)

@@ -17,8 +17,11 @@ import pytest
 import numpy as np
 import torch
 
-from nmsbench.variants import _cuda
-from nmsbench.variants._kernels import cuda_modules, kernel_implementations, variant_modules
+import nmsbench.cuda as _cuda
+from nmsbench.cuda import compile as cuda_compile
+from nmsbench.cuda import launch as cuda_launch
+from nmsbench.cuda import memory as cuda_memory
+from nmsbench.cuda.kernels import cuda_modules, kernel_implementations, variant_modules
 
 MODULES = cuda_modules()
 
@@ -79,9 +82,10 @@ def test_the_signature_parser_reads_templates_launch_bounds_and_extern_c():
 
 
 def test_discovery_finds_every_cu_file_in_the_tree():
-    """Every .cu file under implementations/ belongs to a discovered CudaModule."""
-    files = {str(path.relative_to(_cuda.HERE)) for path in _cuda.HERE.rglob("*.cu")}
-    assert files == {module.cu_file for module in MODULES}
+    """Every .cu file under implementations/ and the bridge's (nmsbench/cuda/) belongs to a
+    discovered CudaModule."""
+    files = {path.resolve() for root in (cuda_compile.variants_directory(), cuda_compile.HERE) for path in root.rglob("*.cu")}
+    assert files == {module.path.resolve() for module in MODULES}
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.cu_file)
@@ -142,7 +146,7 @@ def recorded(monkeypatch):
         records.append((self.function.module, self.function.name, self.codes))
 
     monkeypatch.setattr(_cuda.CudaModule, "get", get)
-    monkeypatch.setattr(_cuda, "_launch", launch)
+    monkeypatch.setattr(cuda_launch, "_launch", launch)
     monkeypatch.setattr(_cuda.CompiledLaunch, "__call__", compiled)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0)
@@ -155,7 +159,7 @@ def recorded(monkeypatch):
         "staged_resolve_fits": lambda n, device: n <= 1024, "cooperative_grid": lambda n, dtype, device, labels=False: 8,
         "_resident_blocks": lambda dtype, device, threads, shared: 132,
     }
-    for module in [*variant_modules(), _cuda]:
+    for module in [*variant_modules(), cuda_launch, cuda_memory]:
         for name, stub in stubs.items():
             if hasattr(module, name):
                 monkeypatch.setattr(module, name, stub)

@@ -14,7 +14,7 @@ from nmsbench import datasets
 from nmsbench.boxes import PaddedNMSResult
 from nmsbench.variants.matrix_recompute import cuda as mr  # the CUDA host side
 from nmsbench.variants.matrix_recompute import matrix_recompute_cpu
-from nmsbench.variants._cuda import MAX_SHARED_BYTES
+from nmsbench.cuda import MAX_SHARED_BYTES
 
 BORDER = 1e-5
 

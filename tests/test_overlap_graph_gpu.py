@@ -80,7 +80,7 @@ def test_rows_equal_the_cpu_grid_rows_both_ways(monkeypatch):
     """graph_rows_kernel's rows (boxes in rank order, labels) are the CPU grid's, both ways,
     with one lane a box and groups of 2 to 16."""
     from nmsbench.variants import overlap_graph
-    from nmsbench.variants._cuda import on_torch_stream
+    from nmsbench.cuda import on_torch_stream
 
     boxes = datasets.generate("clustered", 4000, seed=1, classes=2, canvas="density")
     cuda = boxes.to("cuda")

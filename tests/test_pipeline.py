@@ -209,7 +209,7 @@ def test_overflow_becomes_error_rows_in_the_benchmark():
     grid = PipelineGrid(pipelines=["numpy", "torch_batched_nms"], devices=["cpu"], sources=["synthetic"], batches=[2],
                         confs=[0.001], max_candidates=64, stages=["total"], timers=["wall"], min_run_time=0.001)
     counts = run_pipeline_bench(grid, rows.append)
-    assert counts == {"ok": 1, "error": 1, "skipped": 0, "noisy": counts["noisy"]}
+    assert counts == {"ok": 1, "error": 1, "skipped": 0, "noisy": counts["noisy"], "host": counts["host"]}
     by_impl = {r["impl"]: r for r in rows}
     assert by_impl["numpy"]["status"] == "ok"
     assert by_impl["torch_batched_nms"]["status"] == "error"
@@ -406,7 +406,7 @@ def test_the_pipeline_command_module_imports_first():
 
 
 def test_seed_kernel_pipeline_is_listed_for_cuda_only():
-    from nmsbench.variants import _cuda, yolo_postprocess
+    from nmsbench.variants import yolo_postprocess
 
     pipeline = pipelines()["cupy_seed_kernels"]
     assert pipeline.devices == ("cuda",) and pipeline.nms_family == "allpairs"
@@ -414,7 +414,7 @@ def test_seed_kernel_pipeline_is_listed_for_cuda_only():
     assert not available and "no cpu path" in reason
     if not torch.cuda.is_available():
         assert pipeline.availability("cuda") in ((False, "no CUDA device"), (False, "cupy not installed"))
-    source = (_cuda.HERE / yolo_postprocess.CUDA_MODULE.cu_file).read_text()
+    source = yolo_postprocess.CUDA_MODULE.path.read_text()
     for kernel in yolo_postprocess.CUDA_MODULE.expressions:
         assert f"void {kernel}(" in source
 
@@ -447,13 +447,13 @@ def test_a_cut_pipeline_run_resumes_with_only_the_missing_rows(tmp_path, monkeyp
     lines = out.read_bytes().splitlines(keepends=True)
     out.write_bytes(b"".join(lines[:4]))  # header + 3 rows: the second case has one of its two stage rows
     ran = []
-    real_run_case = pipeline_bench._run_case
+    real_run_group = pipeline_bench._run_group
 
-    def recording_run_case(pipeline, name, device, raw, config, reference, rows, grid):
-        ran.extend((row["batch"], row["impl"], row["stage"]) for row in rows)
-        return real_run_case(pipeline, name, device, raw, config, reference, rows, grid)
+    def recording_run_group(known, members, *args):
+        ran.extend((row["batch"], row["impl"], row["stage"]) for _, rows in members for row in rows)
+        return real_run_group(known, members, *args)
 
-    monkeypatch.setattr(pipeline_bench, "_run_case", recording_run_case)
+    monkeypatch.setattr(pipeline_bench, "_run_group", recording_run_group)
     result = run(*PIPE_GRID, "--resume", str(out))
     assert result.exit_code == 0, result.output
     assert "(3 already there)" in result.output

@@ -10,6 +10,7 @@ import torch
 from click.testing import CliRunner
 
 import nmsbench.runner as runner
+from nmsbench import timing
 from nmsbench import NMSResult
 from nmsbench.cli import main
 from nmsbench.results import case_key, read_results
@@ -54,9 +55,9 @@ def test_rounds_rotate_the_order_and_share_the_time_budget(monkeypatch, three_im
     class Turns(FakeTimer):
         def blocks(self, seconds):
             order.append((run_and_name(self.fn, three_impls), seconds))
-            return runner.Blocks(np.full(5, 100.0), 5)
+            return timing.Blocks(np.full(5, 100.0), 5)
 
-    monkeypatch.setattr(runner, "WallTimer", Turns)
+    monkeypatch.setattr(timing, "WallTimer", Turns)
     rows = []
     runner.run_sweep(grid(), rows.append)
     a, b, c = NAMES
@@ -71,10 +72,10 @@ def test_a_row_reports_the_median_of_its_round_medians_and_their_spread(monkeypa
 
     class Scripted(FakeTimer):
         def blocks(self, seconds):
-            return runner.Blocks(np.full(5, next(values[run_and_name(self.fn, three_impls)])), 5)
+            return timing.Blocks(np.full(5, next(values[run_and_name(self.fn, three_impls)])), 5)
 
-    monkeypatch.setattr(runner, "WallTimer", Scripted)
-    monkeypatch.setattr(runner.CpuMeter, "contention", lambda self: "")
+    monkeypatch.setattr(timing, "WallTimer", Scripted)
+    monkeypatch.setattr(timing.CpuMeter, "contention", lambda self: "")
     rows = {r["impl"]: r for r in (lambda out: (runner.run_sweep(grid(), out.append), out)[1])([])}
     a, b, c = (rows[name] for name in NAMES)
     assert a["median_us"] == 110.0 and a["round_spread"] == pytest.approx((300 - 100) / 110)
@@ -90,13 +91,13 @@ def test_few_blocks_are_retimed_up_to_min_blocks(monkeypatch, three_impls):
         def blocks(self, seconds):
             self.fn()
             turns.append(seconds)
-            return runner.Blocks(np.array([100.0]), 1)  # a call longer than the turn: one block
+            return timing.Blocks(np.array([100.0]), 1)  # a call longer than the turn: one block
 
-    monkeypatch.setattr(runner, "WallTimer", OneBlock)
-    monkeypatch.setattr(runner.CpuMeter, "contention", lambda self: "")
+    monkeypatch.setattr(timing, "WallTimer", OneBlock)
+    monkeypatch.setattr(timing.CpuMeter, "contention", lambda self: "")
     rows = []
     runner.run_sweep(grid(impls=[NAMES[0]], rounds=2), rows.append)
-    assert len(turns) == runner.MIN_BLOCKS and rows[0]["blocks"] == runner.MIN_BLOCKS and not rows[0]["noisy"]
+    assert len(turns) == timing.MIN_BLOCKS and rows[0]["blocks"] == timing.MIN_BLOCKS and not rows[0]["noisy"]
 
 
 def test_resume_times_a_box_sets_pending_implementations_together(three_impls):
@@ -212,7 +213,7 @@ def test_a_turn_rotates_its_timers_too(monkeypatch, three_impls):
     class Turns(FakeTimer):
         def blocks(self, seconds):
             order.append((run_and_name(self.fn, three_impls), self.timer))
-            return runner.Blocks(np.full(5, 100.0), 5)
+            return timing.Blocks(np.full(5, 100.0), 5)
 
     made = iter(("wall", "api") * 3)  # _prepare builds each implementation's timers in --timer order
 
@@ -221,7 +222,7 @@ def test_a_turn_rotates_its_timers_too(monkeypatch, three_impls):
         timer.timer = next(made)
         return timer
 
-    monkeypatch.setattr(runner, "WallTimer", timer_for)
+    monkeypatch.setattr(timing, "WallTimer", timer_for)
     runner.run_sweep(grid(timers=["wall", "api"]), lambda row: None)
     first = [(name, timer) for name, timer in order if name == NAMES[0]]
     assert [timer for _, timer in first] == ["wall", "api", "api", "wall", "wall", "api"]  # rounds 0, 1, 2
@@ -235,8 +236,8 @@ def test_the_display_may_redraw_between_turns_only(monkeypatch, three_impls):
             log.append("time")
             self.fn()
             log.append("timed")
-            return runner.Blocks(np.full(5, 100.0), 5)
+            return timing.Blocks(np.full(5, 100.0), 5)
 
-    monkeypatch.setattr(runner, "WallTimer", Logged)
+    monkeypatch.setattr(timing, "WallTimer", Logged)
     runner.run_sweep(grid(), lambda row: None, between_turns=lambda: log.append("redraw"))
     assert log == ["time", "timed", "redraw"] * 9  # 3 rounds x 3 implementations, one timer each

@@ -197,12 +197,11 @@ def test_mixed_devices(name):
         nmsbench.run_nms(name, B, S, iou_threshold=0.5, labels=cl)
 
 
-# --- the fused value check (nmsbench.validation) against the reference checks ---------
+# --- the fused value check (nmsbench.inputs) against the reference checks ---------
 
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-from nmsbench.boxes import check_input_values  # noqa: E402
-from nmsbench.validation import start_value_check  # noqa: E402
+from nmsbench.inputs import check_input_values, start_value_check  # noqa: E402
 
 CORRUPTIONS = {
     "nan-coordinate": lambda b, s, i, c: b.__setitem__((i, c), math.nan),

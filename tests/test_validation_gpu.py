@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import nmsbench
-from nmsbench.boxes import validate_nms_inputs
+from nmsbench.inputs import validate_nms_inputs
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 

@@ -1,4 +1,4 @@
-"""The host side of the CUDA input check (implementations/_validate.py) without a GPU:
+"""The host side of the CUDA input check (nmsbench/cuda/validate.py) without a GPU:
 the launch it packs for eager and padded calls (grid, arguments in the kernel's layout,
 scratch only with several blocks, the thread's verdict memory), and how the verdict is read
 after the op. The driver, the stream and the pinned memory are stubbed."""
@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from nmsbench.variants import _cuda, _validate
+from nmsbench.cuda import launch
+from nmsbench.cuda import validate as _validate
 
 
 class FakeHost:
@@ -52,7 +53,7 @@ def launches(monkeypatch):
     class Kernel:
         ptr = 0x1234
 
-    monkeypatch.setattr(_cuda, "_driver", RecordingDriver)
+    monkeypatch.setattr(launch, "_driver", RecordingDriver)
     monkeypatch.setattr(_validate.MODULE, "get", lambda name, dtype, device: Kernel)
     hosts = {}
     monkeypatch.setattr(_validate, "host_count", lambda device, slot: hosts.setdefault((device, slot), FakeHost()))

@@ -12,9 +12,8 @@ import torch
 from numba import njit, prange
 
 from nmsbench.boxes import NMSResult
+from nmsbench.inputs import report_bad_values, row_ok
 from nmsbench.registry import register
-from nmsbench.validation import report_bad_values
-from nmsbench.value_pass import row_ok
 
 from .._cpu import JIT, sorted_inputs
 
@@ -47,7 +46,7 @@ def _suppressed_by_kept(x1, y1, x2, y2, area, label, start, stop, kept, kept_lab
 
 @njit(**JIT)
 def _values_ok(x1, y1, x2, y2, scores):
-    """run_nms's value rules (value_pass.row_ok) over the columns, in any row order."""
+    """run_nms's value rules (inputs.row_ok) over the columns, in any row order."""
     ok = True
     for i in range(x1.shape[0]):
         ok &= row_ok(x1[i], y1[i], x2[i], y2[i], scores[i])
@@ -92,7 +91,7 @@ def _greedy_blocks(b, label, threshold, block, scores, check_values):
 
 
 @register(name="hard_fused", family="hard", devices=("cpu",), exact=True, requires=("numba",), summary=SUMMARY_CPU,
-          checks_values=True)
+          checks_values=True, style=("#D55E00", "diamond"))
 def hard_fused_cpu(boxes, scores, *, iou_threshold, labels=None, check_values=False):
     """``check_values``: run_nms's value rules in the op's own pass (``checks_values``)."""
     order, sorted_boxes, sorted_labels = sorted_inputs(boxes, scores, labels)

@@ -21,18 +21,18 @@ are what they are: implementations/DESIGN.md; their measurements: results/PERFLO
 from __future__ import annotations
 
 import functools
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import torch
 
 from nmsbench.boxes import NMSResult, PaddedNMSResult
+from nmsbench.cuda import (CUDA_DTYPES, MAX_SHARED_BYTES, CompiledLaunch, CudaModule, HostCount, KernelPath, PathTable,
+                           _current_stream, _ranked_offsets, blocks, cached_plan, device_index, grid_barrier_address,
+                           host_count, input_verdict, kept_count, opted_in_shared_limit, rank_launches,
+                           rank_scratch_words, stream_counters)
+from nmsbench.inputs import raise_if_bad_input
 from nmsbench.memory_guard import CHECK_FROM_BYTES, check_fits
 from nmsbench.registry import register
-
-from .._cuda import (CUDA_DTYPES, MAX_SHARED_BYTES, CompiledLaunch, CudaModule, HostCount, _current_stream,
-                     _ranked_offsets, blocks, cached_plan, device_index, grid_barrier_address, host_count,
-                     input_verdict, kept_count, opted_in_shared_limit, raise_if_bad_input, rank_launches,
-                     rank_scratch_words, stream_counters)
 
 SUMMARY_CUDA = ("CUDA: one launch for N <= 160 (one block) and for eager calls to 1024 (cooperative); else rank, "
                 "a mask of 32 x 32 tiles, and a resolve from shared memory (N <= 1024) "
@@ -136,11 +136,19 @@ def mid_grid(n: int, dtype: torch.dtype, device: torch.device, module: CudaModul
 
 # ------------------------------------------------------------------ the paths
 
-def _refuses_one_block(n, dtype, padded, device, module=None):
+# The table's questions take (n, dtype, padded, device, labels, module=): ``module`` is
+# hard_fused.cu compiled with a suppression test (CUDA_MODULE's, or diou_nms's).
+
+def _refuses_one_block(n, dtype, padded, device, labels, module=None):
     return None if n <= ONE_BLOCK_CAPACITY else f"it takes at most {ONE_BLOCK_CAPACITY} boxes"
 
 
-def _refuses_cooperative(n, dtype, padded, device, module=None):
+def _passes_over_one_block(n, dtype, padded, device, labels, module=None):
+    limit = DIOU_ONE_BLOCK_MAX_N if module is not None and "DIOU_BETA" in module.defines else ONE_BLOCK_MAX_N
+    return None if n <= limit else f"above {limit} boxes the grid-wide paths are faster"
+
+
+def _refuses_cooperative(n, dtype, padded, device, labels, module=None):
     if padded:
         return "it runs eager calls only (padded calls may be captured in a CUDA graph)"
     if n > COOPERATIVE_MAX_N:
@@ -150,7 +158,11 @@ def _refuses_cooperative(n, dtype, padded, device, module=None):
     return None
 
 
-def _refuses_staged(n, dtype, padded, device, module=None):
+def _passes_over_without_device(n, dtype, padded, device, labels, module=None):
+    return "without a device the chooser does not ask whether the GPU holds its grid" if device is None else None
+
+
+def _refuses_staged(n, dtype, padded, device, labels, module=None):
     if n > STAGED_MAX_N:
         return f"it takes at most {STAGED_MAX_N} boxes"
     if device is not None and not staged_resolve_fits(n, device):
@@ -158,64 +170,27 @@ def _refuses_staged(n, dtype, padded, device, module=None):
     return None
 
 
-def _refuses_streamed(n, dtype, padded, device, module=None):
+def _refuses_streamed(n, dtype, padded, device, labels, module=None):
     # past the staged resolve's sizes only (where it was built and tested for)
     return None if n > STAGED_MAX_N else f"it takes more than {STAGED_MAX_N} boxes"
 
 
-def _refuses_nothing(n, dtype, padded, device, module=None):
-    return None
-
-
-class Path(NamedTuple):
-    """One way of running hard_fused: why it cannot take an input (None: it can), the
-    launches after the rank that a ``_Plan`` prepares, and the call that runs them."""
-
-    refuses: Callable
-    prepare: Callable
-    run: Callable
+def _passes_over_streamed(n, dtype, padded, device, labels, module=None):
+    return None if n <= STREAMED_MAX_N else f"above {STREAMED_MAX_N} boxes the block resolve is faster"
 
 
 def choose_path(n: int, dtype: torch.dtype = torch.float32, padded: bool = False,
                 device: torch.device | None = None, labels: bool = False) -> str:
-    """The path a call with ``n`` boxes takes (see the module docstring). Without a
-    ``device`` nothing is asked of a GPU: "cooperative" is not considered and the staged
-    resolve's shared memory is taken to fit. ``labels`` changes nothing here (it is taken
-    for the same signature as matrix_recompute's)."""
-    return choose_module_path(n, dtype, padded, device, CUDA_MODULE)
-
-
-def choose_module_path(n: int, dtype: torch.dtype, padded: bool, device: torch.device | None,
-                       module: CudaModule) -> str:
-    """choose_path for ``module``: hard_fused.cu compiled with a suppression test (CUDA_MODULE's
-    or diou_nms's; the cooperative kernel's occupancy is the module's)."""
-    if n <= (DIOU_ONE_BLOCK_MAX_N if "DIOU_BETA" in module.defines else ONE_BLOCK_MAX_N):
-        return "one_block"
-    if device is not None and _refuses_cooperative(n, dtype, padded, device, module) is None:
-        return "cooperative"
-    if _refuses_staged(n, dtype, padded, device) is None:
-        return "mask_then_staged_resolve"
-    if _refuses_streamed(n, dtype, padded, device) is None and n <= STREAMED_MAX_N:
-        return "streamed"
-    return "mask_then_block_resolve"
+    """The path a call with ``n`` boxes takes (``PATHS.choose``; see the module docstring).
+    Without a ``device`` nothing is asked of a GPU: "cooperative" is not considered and the
+    staged resolve's shared memory is taken to fit. ``labels`` changes nothing here."""
+    return PATHS.choose(n, dtype, padded, device, labels)
 
 
 def check_path(path: str, n: int, dtype: torch.dtype, padded: bool, device: torch.device | None,
                labels: bool = False) -> None:
     """A ValueError where ``path`` is no path or cannot take this input, naming those that can."""
-    check_module_path(path, n, dtype, padded, device, CUDA_MODULE, "hard_fused")
-
-
-def check_module_path(path: str, n: int, dtype: torch.dtype, padded: bool, device: torch.device | None,
-                      module: CudaModule, op: str) -> None:
-    """check_path for ``module`` (see choose_module_path); ``op`` names the caller in the error."""
-    if path not in PATHS:
-        raise ValueError(f"{op}: no path {path!r}; the paths are {', '.join(PATHS)}")
-    reason = PATHS[path].refuses(n, dtype, padded, device, module)
-    if reason is not None:
-        valid = [name for name, p in PATHS.items() if p.refuses(n, dtype, padded, device, module) is None]
-        raise ValueError(f"{op}: path {path!r} cannot take this call: {reason}; "
-                         f"for N = {n} (padded={padded}) the valid paths are {', '.join(valid)}")
+    PATHS.check(path, n, dtype, padded, device, labels)
 
 
 def _tile_mask(n, words, dtype, device, index, module) -> CompiledLaunch:
@@ -291,14 +266,15 @@ def _run_mask_then_resolve(plan, stream, index, boxes, scores, labels_at, ranked
     resolve(stream, base + plan.mask_at, base + plan.scratch_at, plan.n, plan.words, keep, count, host_at)
 
 
-PATHS: dict[str, Path] = {
-    "one_block": Path(_refuses_one_block, _prepare_one_block, _run_one_block),
-    "cooperative": Path(_refuses_cooperative, _prepare_cooperative, _run_cooperative),
-    "mask_then_staged_resolve": Path(_refuses_staged, _prepare_staged, _run_mask_then_resolve),
-    "streamed": Path(_refuses_streamed, _prepare_streamed, _run_streamed),
-    "mask_then_block_resolve": Path(_refuses_nothing, _prepare_block_resolve, _run_mask_then_resolve),
-}
-RANKED_FIRST = ("mask_then_staged_resolve", "streamed", "mask_then_block_resolve")  # rank_by_score's launches first
+PATHS = PathTable("hard_fused", (  # in the chooser's order
+    KernelPath("one_block", _refuses_one_block, _passes_over_one_block, _prepare_one_block, _run_one_block,
+               one_launch=True),
+    KernelPath("cooperative", _refuses_cooperative, _passes_over_without_device, _prepare_cooperative,
+               _run_cooperative, one_launch=True),
+    KernelPath("mask_then_staged_resolve", _refuses_staged, prepare=_prepare_staged, run=_run_mask_then_resolve),
+    KernelPath("streamed", _refuses_streamed, _passes_over_streamed, _prepare_streamed, _run_streamed),
+    KernelPath("mask_then_block_resolve", prepare=_prepare_block_resolve, run=_run_mask_then_resolve),
+), module=CUDA_MODULE)
 
 
 class _Plan:
@@ -318,9 +294,9 @@ class _Plan:
             raise ValueError(f"{op} on cuda resolves in one block with N/8 bytes of shared memory (and its "
                              f"N x N/8-byte mask in GPU memory); N = {n} is above its limit of {MAX_WORDS * 32}")
         if path is None:
-            path = choose_module_path(n, dtype, padded, device, module)
+            path = PATHS.choose(n, dtype, padded, device, labels, module=module)
         else:
-            check_module_path(path, n, dtype, padded, device, module, op)
+            PATHS.check(path, n, dtype, padded, device, labels, op=op, module=module)
         index = device_index(device)
         self.path, self.n, self.words, self.run = path, n, words, PATHS[path].run
         mask_words = 0 if path == "one_block" else (n * words + 1) // 2
@@ -373,7 +349,7 @@ def run_paths(boxes, scores, iou_threshold, labels, padded, path, check_values, 
     n, device = boxes.shape[0], boxes.device
     if n == 0:
         if path is not None and path not in PATHS:
-            check_module_path(path, n, boxes.dtype, padded, None, module, op)
+            PATHS.check(path, n, boxes.dtype, padded, None, op=op, module=module)
         out = torch.zeros(1, dtype=torch.int64, device=device)
         return PaddedNMSResult(out[:0], out[0]) if padded else NMSResult(out[:0])
     launched = launch_paths(boxes, scores, iou_threshold, labels, padded, path, check_values, module, op)

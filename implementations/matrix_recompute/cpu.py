@@ -27,6 +27,7 @@ def _padded(keep: torch.Tensor, scores: torch.Tensor, n: int) -> PaddedNMSResult
 @register(
     name="matrix_recompute", family="matrix", devices=("cpu",), requires=("numba",), params=MATRIX_PARAMS,
     summary="numba prange: pass 1 max IoU with parents, pass 2 recomputes IoUs for the min decay; O(N) memory",
+    style=("#0072B2", "square"),
 )
 def matrix_recompute_cpu(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold, padded=False):
     order, sorted_boxes, sorted_labels = sorted_inputs(boxes, scores, labels)

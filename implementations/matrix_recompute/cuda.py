@@ -22,19 +22,18 @@ implementations/DESIGN.md; their measurements: results/PERFLOG.md.
 from __future__ import annotations
 
 import functools
-from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
 
 from nmsbench.boxes import NMSResult, PaddedNMSResult
+from nmsbench.cuda import (COUNT_BOXES, CUDA_DTYPES, MAX_SHARED_BYTES, RANK_WARPS, Address, CompiledLaunch, CudaModule,
+                           KernelPath, PathTable, Scratch, _current_stream, blocks, cached_plan, device_index, grid_barrier_address,
+                           host_count, input_verdict, kept_count, on_torch_stream, opted_in_shared_limit,
+                           rank_by_score)
 from nmsbench.families import MATRIX_PARAMS
+from nmsbench.inputs import raise_if_bad_input
 from nmsbench.registry import register
-
-from .._cuda import (COUNT_BOXES, CUDA_DTYPES, MAX_SHARED_BYTES, RANK_WARPS, Address, CompiledLaunch, CudaModule,
-                     Scratch, _current_stream, blocks, cached_plan, device_index, grid_barrier_address, host_count,
-                     input_verdict, kept_count, on_torch_stream, opted_in_shared_limit, raise_if_bad_input,
-                     rank_by_score)
 
 # The kernels' compile-time constants (NVRTC -D): children per block of the pass kernels
 # (one a thread), parents per shared-memory tile, warps of select_kernel, and the most
@@ -376,9 +375,16 @@ def _run_passes(path: str, boxes, scores, labels, linear: bool, sigma: float, sc
 
 # ------------------------------------------------------------------ the paths
 
+# The table's questions take (n, dtype, padded, device, labels).
+
 def _refuses_one_block(n, dtype, padded, device, labels):
     capacity = one_block_capacity(dtype)
     return None if n <= capacity else f"it takes at most {capacity} boxes of {dtype}"
+
+
+def _passes_over_one_block(n, dtype, padded, device, labels):
+    limit = PADDED_ONE_BLOCK_MAX_N if padded else ONE_BLOCK_MAX_N
+    return None if n <= limit else f"above {limit} boxes (padded={padded}) the other paths are faster"
 
 
 def _refuses_cooperative(n, dtype, padded, device, labels):
@@ -387,47 +393,36 @@ def _refuses_cooperative(n, dtype, padded, device, labels):
     return None if cooperative_grid(n, dtype, device, labels) > 0 else "this GPU cannot hold its grid at once"
 
 
-def _refuses_nothing(n, dtype, padded, device, labels):
-    return None
+def _passes_over_cooperative(n, dtype, padded, device, labels):
+    if padded:
+        return "the chooser keeps it for eager calls"
+    return None if n <= COOPERATIVE_MAX_N else f"above {COOPERATIVE_MAX_N} boxes the passes are faster"
 
 
-class Path(NamedTuple):
-    """One way of running matrix_recompute: why it cannot take an input (None: it can),
-    and whether it is one launch (prepared once per call shape as a ``_OneLaunch``)."""
-
-    refuses: Callable
-    one_launch: bool
+def _passes_over_counting(n, dtype, padded, device, labels):
+    return None if n <= COUNTING_MAX_N else f"above {COUNTING_MAX_N} boxes the merge rank is faster"
 
 
-PATHS: dict[str, Path] = {
-    "one_block": Path(_refuses_one_block, True),
-    "cooperative": Path(_refuses_cooperative, True),
-    "counting_passes": Path(_refuses_nothing, False),
-    "merge_sort_passes": Path(_refuses_nothing, False),
-}
+# one_launch: prepared once per call shape as a ``_OneLaunch``; the others run ``_run_passes``
+PATHS = PathTable("matrix_recompute", (  # in the chooser's order
+    KernelPath("one_block", _refuses_one_block, _passes_over_one_block, one_launch=True),
+    KernelPath("cooperative", _refuses_cooperative, _passes_over_cooperative, one_launch=True),
+    KernelPath("counting_passes", passes_over=_passes_over_counting),
+    KernelPath("merge_sort_passes"),
+))
 
 
 def choose_path(n: int, dtype: torch.dtype = torch.float32, padded: bool = False,
                 device: torch.device | None = None, labels: bool = False) -> str:
-    """The path a call with ``n`` boxes takes (see the module docstring). Without a
-    ``device`` nothing is asked of a GPU and "cooperative" is not considered."""
-    if n <= min(PADDED_ONE_BLOCK_MAX_N if padded else ONE_BLOCK_MAX_N, one_block_capacity(dtype)):
-        return "one_block"
-    if not padded and n <= COOPERATIVE_MAX_N and device is not None and cooperative_grid(n, dtype, device, labels) > 0:
-        return "cooperative"
-    return "counting_passes" if n <= COUNTING_MAX_N else "merge_sort_passes"
+    """The path a call with ``n`` boxes takes (``PATHS.choose``; see the module docstring).
+    Without a ``device`` nothing is asked of a GPU and "cooperative" is not considered."""
+    return PATHS.choose(n, dtype, padded, device, labels)
 
 
 def check_path(path: str, n: int, dtype: torch.dtype, padded: bool, device: torch.device | None,
                labels: bool = False) -> None:
     """A ValueError where ``path`` is no path or cannot take this input, naming those that can."""
-    if path not in PATHS:
-        raise ValueError(f"matrix_recompute: no path {path!r}; the paths are {', '.join(PATHS)}")
-    reason = PATHS[path].refuses(n, dtype, padded, device, labels)
-    if reason is not None:
-        valid = [name for name, p in PATHS.items() if p.refuses(n, dtype, padded, device, labels) is None]
-        raise ValueError(f"matrix_recompute: path {path!r} cannot take this call: {reason}; "
-                         f"for N = {n} (padded={padded}) the valid paths are {', '.join(valid)}")
+    PATHS.check(path, n, dtype, padded, device, labels)
 
 
 # (n, dtype, labels, padded, device, path or None) -> (path, its _OneLaunch or None for the multi-launch paths)

@@ -1,7 +1,8 @@
 """Discovery of our CUDA kernels, so that the kernel tests and the GPU check cover every
-variant without a list to keep: the ``CudaModule``-s of every module under
-``nmsbench.variants`` (packages' submodules and private modules included), and the
-registered implementations whose CUDA backend launches one of them.
+variant without a list to keep: the ``CudaModule``-s of the bridge and of every module
+under ``nmsbench.variants`` (packages' submodules and private modules included), and
+the registered implementations whose CUDA backend launches one of them. Like the
+registry's discovery, it imports the variants by name only.
 """
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from ._cuda import CudaModule
+from .compile import CudaModule
+from .rank import RANK_MODULE
+from .validate import MODULE as VALIDATE_MODULE
 
-PACKAGE = "nmsbench.variants"
+PACKAGE = "nmsbench.variants"  # imported by name, as the registry's discovery does
 
 
 def variant_modules() -> list:
@@ -22,13 +25,14 @@ def variant_modules() -> list:
 
 
 def cuda_modules() -> list[CudaModule]:
-    """Every ``CudaModule`` a variant module holds at its top level, each once (by .cu file
-    and defines: diou_nms's compilation of hard_fused.cu is a module of its own)."""
+    """Every ``CudaModule`` a variant module holds at its top level, and the bridge's own
+    (rank.cu, _validate.cu), each once (by .cu file and defines: diou_nms's compilation
+    of hard_fused.cu is a module of its own)."""
     found: dict[tuple, CudaModule] = {}
-    for module in variant_modules():
-        for value in vars(module).values():
-            if isinstance(value, CudaModule):
-                found.setdefault((value.cu_file, tuple(sorted(value.defines.items()))), value)
+    values = [RANK_MODULE, VALIDATE_MODULE, *(value for module in variant_modules() for value in vars(module).values())]
+    for value in values:
+        if isinstance(value, CudaModule):
+            found.setdefault((value.cu_file, tuple(sorted(value.defines.items()))), value)
     return [found[key] for key in sorted(found)]
 
 

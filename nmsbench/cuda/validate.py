@@ -1,4 +1,5 @@
-"""The input check of ``nmsbench.run_nms`` on a CUDA device: one kernel (``_validate.cu``).
+"""The input check of ``nmsbench.run_nms`` on a CUDA device: one kernel (``_validate.cu``),
+and its verdict's encoding (``VERDICT_REASONS``, which the kernel is compiled with).
 
 It reads boxes and scores once, on torch's current stream ahead of the op, and writes the
 verdict (0, or the first bad row and its reason) into pinned host memory that the device
@@ -14,13 +15,30 @@ import threading
 
 import torch
 
-from nmsbench.boxes import VERDICT_REASONS
+from .compile import HERE, CudaModule
+from .launch import CompiledLaunch
+from .memory import _zeroed_per_stream, host_count
 
-from ._cuda import CompiledLaunch, CudaModule, _zeroed_per_stream, host_count
+# The verdict: 0 for valid input, else (1 + first bad row) * 8 + the reason's code (the
+# kernel is compiled with these codes as VALIDATE_<NAME>).
+VERDICT_REASONS = {
+    "BOX_NOT_FINITE": (1, "a box coordinate is NaN or Inf"),
+    "SCORE_NOT_FINITE": (2, "its score is NaN or Inf"),
+    "X_REVERSED": (3, "x2 < x1"),
+    "Y_REVERSED": (4, "y2 < y1"),
+    "AREA_OVERFLOW": (5, "its area (x2 - x1) * (y2 - y1) overflows the dtype"),
+}
+_REASON_TEXT = {code: text for code, text in VERDICT_REASONS.values()}
+
+
+def describe_verdict(verdict: int) -> tuple[int, str]:
+    """(first bad row, what is wrong with it) of a nonzero input-check verdict."""
+    return verdict // 8 - 1, _REASON_TEXT.get(verdict % 8, "it breaks the input contract")
+
 
 _CODES = "QQiQQQ"  # boxes, scores, n, scratch, verdict_host, verdict_device
 MODULE = CudaModule("_validate.cu", templates={"validate_kernel": _CODES},
-                    defines={f"VALIDATE_{name}": code for name, (code, _) in VERDICT_REASONS.items()})
+                    defines={f"VALIDATE_{name}": code for name, (code, _) in VERDICT_REASONS.items()}, directory=HERE)
 THREADS = 256  # one row a thread
 MAX_ROWS = (1 << 28) - 1  # the verdict's encoding: (n - row) * 8 + reason in 31 bits
 _DTYPES = frozenset((torch.float32, torch.float64, torch.float16))
