@@ -36,7 +36,7 @@ from pathlib import Path  # noqa: E402
 import click  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from . import bench_axes, paper, summary  # noqa: E402
+from . import paper, summary  # noqa: E402
 from .cli_options import benchmark_command, make_grid, reproduce  # noqa: E402
 from .engine.axes import parse_sizes  # noqa: E402,F401  (nmsbench.cli.parse_sizes, as before)
 from .engine.plugins import BENCHMARKS, load_benchmarks  # noqa: E402
@@ -129,7 +129,6 @@ def list_command(as_json: bool):
 # --- the benchmarks: one command each, its options from its axes (nmsbench.cli_options)
 
 load_benchmarks()
-bench_axes.ensure()  # the benchmarks whose modules do not register themselves yet
 for _benchmark in BENCHMARKS.values():
     if _benchmark.command != "diff":
         main.add_command(benchmark_command(_benchmark))

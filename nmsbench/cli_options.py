@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import shlex
 from pathlib import Path
 
@@ -15,36 +14,29 @@ import click
 from . import progress, summary
 from .engine.axes import Axis, GridError
 from .engine.plugins import Benchmark
+from .engine.rounds import SETTINGS_AXES, Settings
 from .results import default_output_path
 from .timing import DEFAULT_ROUNDS, NOISY_RULE, ROUND_SPREAD, round_spread_limit
 
-# the measurement settings (engine.rounds.Settings): field, option, shown in a command always (else when set)
-MEASUREMENT = {"rounds": True, "min_run_time": True, "threads": True, "host_wait": False, "repeat_noisy": False,
-               "case_timeout": False}
-MEASUREMENT_OPTIONS = [
-    click.Option(["--rounds"], type=click.IntRange(min=1), metavar="K", help=(
-        f"Interleaved rounds [default: {DEFAULT_ROUNDS}]: the contenders of a case are timed K times in rotated order (round r "
-        "starts at the r-th), each turn --min-run-time / K seconds. median_us is the median of the round medians, "
-        "round_spread their (max - min) / median, iqr_us the IQR of all rounds' timing blocks pooled. The noisy rule allows "
-        f"more rounds a wider spread ({ROUND_SPREAD:.0%} at {DEFAULT_ROUNDS} rounds, {round_spread_limit(10):.0%} at 10).")),
-    click.Option(["--min-run-time"], type=click.FloatRange(min=0.001), help="Seconds of timing per row, shared by its "
-                 "--rounds [default: 0.2]."),
-    click.Option(["--threads"], type=click.IntRange(min=1), help="CPU threads for torch and numba [default: this machine's "
-                 "CPUs]. More threads than free cores makes parallel CPU backends wait for cores: the run warns at the start, "
-                 "and flags the rows it sees it in."),
-    click.Option(["--host-wait"], type=click.FloatRange(min=0), metavar="SECONDS", help=(
-        "Before each turn, wait up to SECONDS for the host to run at its usual speed (its gauge: a fixed Python loop "
-        "against its usual speed). Rounds timed while it is slow are left out of the median anyway; waiting leaves more "
-        "rounds to keep, at the cost of time. A wait that runs out ends the waiting for the rest of that case. 0: never.")),
-    click.Option(["--repeat-noisy"], type=click.IntRange(min=0), metavar="K", help=(
-        "Re-time a noisy measurement up to K more times and keep the least noisy; the attempts column says how many "
-        f"timings the row took. Noisy: {NOISY_RULE}; the noise column names the reasons.")),
-    click.Option(["--case-timeout"], type=click.FloatRange(min=0, min_open=True), metavar="SECONDS", help=(
-        "Stop a case (one box set or batch with all its contenders and timers) that runs longer than this: its rows become "
-        "status=error rows naming the timeout, and the run goes on. SIGALRM stops a case looping in Python at once, one "
-        "inside a native call only when that call returns; Ctrl-C or SIGTERM stop the whole run within 2 s even then, "
-        "keeping every row written: --resume it without what hangs.")),
-]
+# more than their axes' one line, for --help (the settings themselves: engine.rounds.SETTINGS_AXES)
+MEASUREMENT_HELP = {
+    "rounds": "Interleaved rounds: the contenders of a case are timed K times in rotated order (round r starts at the r-th), "
+              "each turn --min-run-time / K seconds. median_us is the median of the round medians, round_spread their "
+              "(max - min) / median, iqr_us the IQR of all rounds' timing blocks pooled. The noisy rule allows more rounds "
+              f"a wider spread ({ROUND_SPREAD:.0%} at {DEFAULT_ROUNDS} rounds, {round_spread_limit(10):.0%} at 10).",
+    "threads": "CPU threads for torch and numba. More threads than free cores makes parallel CPU backends wait for cores: "
+               "the run warns at the start, and flags the rows it sees it in.",
+    "host_wait": "Before each turn, wait up to SECONDS for the host to run at its usual speed (its gauge: a fixed Python loop "
+                 "against its usual speed). Rounds timed while it is slow are left out of the median anyway; waiting leaves "
+                 "more rounds to keep, at the cost of time. A wait that runs out ends the waiting for the rest of that case. "
+                 "0: never wait.",
+    "repeat_noisy": "Re-time a noisy measurement up to K more times and keep the least noisy; the attempts column says how "
+                    f"many timings the row took. Noisy: {NOISY_RULE}; the noise column names the reasons.",
+    "case_timeout": "Stop a case (one box set or batch with all its contenders and timers) that runs longer than this: its rows "
+                    "become status=error rows naming the timeout, and the run goes on. SIGALRM stops a case looping in Python "
+                    "at once, one inside a native call only when that call returns; Ctrl-C or SIGTERM stop the whole run "
+                    "within 2 s even then, keeping every row written: --resume it without what hangs.",
+}
 OUTPUT_OPTIONS = [
     click.Option(["--out"], type=click.Path(dir_okay=False, path_type=Path), help="CSV to write (a sidecar .json goes next to "
                  "it, the raw samples beside them). Default: a new file under results/runs/."),
@@ -59,18 +51,18 @@ OUTPUT_OPTIONS = [
 ]
 
 
-def timer_help() -> str:
-    """Every registered timer's one line (nmsbench.timers), for ``--timer``."""
-    try:
-        from .timers import TIMERS
-    except ImportError:
+def timer_help(already: str = "") -> str:
+    """Every registered timer's one line (nmsbench.timers.TIMERS), for ``--timer``; none where ``already`` lists them."""
+    from .timers import TIMERS
+
+    if all(timer.help in already for timer in TIMERS.values()):
         return ""
-    return " ".join(f"{name}: {timer.help}" for name, timer in TIMERS.items())
+    return " Timers: " + "; ".join(f"{name}: {timer.help}" for name, timer in TIMERS.items()) + "."
 
 
 def axis_option(axis: Axis) -> click.Option:
     """The option of one axis: its texts reach :meth:`Axis.value` (repeatable where ``many``)."""
-    text = axis.help + (f" {timer_help()}" if axis.name == "timers" else "")
+    text = MEASUREMENT_HELP.get(axis.name, axis.help) + (timer_help(axis.help) if axis.name == "timers" else "")
     if axis.default is not None:
         text += f" [default: {' '.join(axis.texts(axis.default))}]"
     return click.Option([axis.flag, axis.name], multiple=axis.many, metavar=axis.metavar, help=text)
@@ -78,11 +70,11 @@ def axis_option(axis: Axis) -> click.Option:
 
 def option_hint(axes, field: str) -> str:
     """The option that sets grid field ``field``."""
-    flags = {a.name: a.flag for a in axes} | {name: "--" + name.replace("_", "-") for name in MEASUREMENT}
+    flags = {a.name: a.flag for a in (*axes, *SETTINGS_AXES)}
     return flags.get(field, field)
 
 
-def make_grid(benchmark: Benchmark, values: dict, explicit=()):
+def make_grid(benchmark: Benchmark, values: dict):
     """The benchmark's grid from the command line's ``values`` (by parameter name), or the
     BadParameter of the option behind the field it refuses (the grid's own GridError)."""
     fields = {}
@@ -93,7 +85,7 @@ def make_grid(benchmark: Benchmark, values: dict, explicit=()):
                 fields[axis.name] = axis.value(given)
             elif axis.default is not None:
                 fields[axis.name] = axis.default
-        fields |= _measurement_fields(benchmark, values, explicit)
+        fields |= _measurement_fields(benchmark, values)
         return benchmark.grid(**fields)
     except ValueError as e:
         raise usage_error(benchmark, e) from None
@@ -105,22 +97,22 @@ def usage_error(benchmark: Benchmark, error: ValueError) -> click.UsageError:
     return click.BadParameter(str(error), param_hint=option_hint(benchmark.axes, field)) if field else click.UsageError(str(error))
 
 
-def _measurement_fields(benchmark: Benchmark, values: dict, explicit) -> dict:
-    """The measurement settings given, as ``settings=Settings(...)`` or as the grid's own fields."""
-    given = {name: values[name] for name in MEASUREMENT if values.get(name) is not None}
-    given.setdefault("threads", os.cpu_count() or 1)
-    grid_type = getattr(benchmark.grid, "dataclass", benchmark.grid)  # a grid factory names its dataclass
+def _measurement_fields(benchmark: Benchmark, values: dict) -> dict:
+    """The measurement settings (engine.rounds.SETTINGS_AXES) as the grid takes them: its own
+    fields, or ``settings=Settings(...)``; one the grid does not use is refused where given."""
+    grid_type = getattr(benchmark.grid, "dataclass", benchmark.grid)
     fields = {f.name for f in dataclasses.fields(grid_type)}
-    settings = None
+    given = {}
+    for axis in SETTINGS_AXES:
+        if values.get(axis.name) is not None:
+            if axis.name not in fields and "settings" not in fields:
+                raise GridError(axis.name, f"not used by nmsbench {benchmark.command}")
+            given[axis.name] = axis.value(values[axis.name])
+        elif axis.default is not None:
+            given[axis.name] = axis.default
     if "settings" in fields:
-        from .engine.rounds import Settings
-
-        settings, fields = Settings, {f.name for f in dataclasses.fields(Settings)}
-    unused = [name for name in given if name not in fields and name in explicit]
-    if unused:
-        raise GridError(unused[0], f"not used by nmsbench {benchmark.command}")
-    given = {name: value for name, value in given.items() if name in fields}
-    return {"settings": settings(**given)} if settings else given
+        return {"settings": Settings(**given)}
+    return {name: value for name, value in given.items() if name in fields}
 
 
 def reproduce(benchmark: Benchmark, grid, out: Path, resume: bool = False) -> str:
@@ -134,9 +126,10 @@ def reproduce(benchmark: Benchmark, grid, out: Path, resume: bool = False) -> st
         for text in axis.texts(value):
             args += [axis.flag, text]
     record = progress.grid_record(grid)
-    for name, always in MEASUREMENT.items():
-        if name in record and record[name] is not None and (always or record[name]):
-            args += ["--" + name.replace("_", "-"), str(record[name])]
+    for axis in SETTINGS_AXES:  # those that differ from their default, and the three every row shares
+        value = record.get(axis.name)
+        if value is not None and (axis.name in ("rounds", "min_run_time", "threads") or value != axis.default):
+            args += [axis.flag, *axis.texts(value)]
     return shlex.join(args + ["--resume" if resume else "--out", str(out)])
 
 
@@ -161,11 +154,9 @@ def require_cuda_if_asked(devices) -> None:
 
 def run_benchmark(benchmark: Benchmark, values: dict) -> None:
     """The body of every benchmark command: grid, resume checks, the run, its summary."""
-    ctx = click.get_current_context()
-    explicit = {name for name in values if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE}
     out, force, resume, without = (values.pop(k) for k in ("out", "force", "resume", "resume_without_metadata"))
     check_output_options(resume, out, force, without)
-    grid = make_grid(benchmark, values, explicit)
+    grid = make_grid(benchmark, values)
     require_cuda_if_asked(getattr(grid, "devices", None))
     if benchmark.prepare is not None:  # what only a command line checks (files, memory) before anything runs
         try:
@@ -193,7 +184,7 @@ def benchmark_command(benchmark: Benchmark, callback=None, measured: bool = True
     params = [axis_option(axis) for axis in benchmark.axes]
     for decorator in benchmark.options:  # command-only options (e.g. an eager --list)
         params += getattr(decorator(lambda: None), "__click_params__", [])
-    params += (MEASUREMENT_OPTIONS + OUTPUT_OPTIONS) if measured else OUTPUT_OPTIONS[:2]
+    params += ([axis_option(axis) for axis in SETTINGS_AXES] + OUTPUT_OPTIONS) if measured else OUTPUT_OPTIONS[:2]
     run = callback or functools.partial(run_benchmark, benchmark)
     return click.Command(benchmark.command, params=params, callback=lambda **values: run(values),
                          help=help or benchmark.help or benchmark.run.__doc__)

@@ -194,8 +194,9 @@ def export(results, fmt, scenarios, impls, devices, timers, baseline, benchmarks
     if metric:
         raise Refused("--metric is for accuracy rows (--benchmark accuracy)", param_hint="--metric")
     if set(rows["benchmark"]) == {"pipeline"}:
+        chosen = _stages(stages)
         try:
-            table = tables.pipeline_table(rows, baseline, impls=_split(impls) or None, stages=_stages(stages),
+            table = tables.pipeline_table(rows, baseline, impls=_split(impls) or None, stages=chosen,
                                           devices=_split(devices) or None)
         except ValueError:
             raise NothingToShow("no measured rows of the chosen pipelines, devices and stages in the selection") from None

@@ -12,6 +12,9 @@ one partial last line, never a broken row in the middle. Readers (``read_results
 any other damage (a row of the wrong width, a fragment, an unknown status, a case measured
 twice on one machine at one commit), naming its lines (:class:`MalformedResults`).
 
+Raw samples: a row that carries ``_samples`` has them written first, as one line of
+``<name>.samples.jsonl`` (:mod:`nmsbench.engine.samples`); the CSV's columns are unchanged.
+
 Sharing: a writer holds the file's lock for the whole run (:mod:`nmsbench.results_lock`), so
 a second run writing the same file is refused instead of interleaving its rows; the sidecar
 is replaced whole (write, then rename), never left half-written.
@@ -25,7 +28,6 @@ import functools
 import importlib.metadata
 import io
 import json
-import math
 import os
 import platform
 import shlex
@@ -38,6 +40,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas
 
+from .keys import KEY_COLUMNS, MACHINE_COLUMNS, RUN_COLUMNS, case_key  # noqa: F401  (this module's API too)
+from .keys import key_value as _key_value
 from .results_lock import ResultsFileBusy, ResultsLock, describe_holder, lock_path  # noqa: F401  (this module's API too)
 
 
@@ -100,19 +104,6 @@ ENV_COLUMNS = [
 ]
 COLUMNS = ["schema_version", *CASE_COLUMNS, *MEASURE_COLUMNS, *ENV_COLUMNS]
 STATUSES = ("ok", "error", "skipped")
-# What identifies a case: a resumed sweep runs the cases whose key is not in the file yet.
-# Recorded scenarios (real) give the N they used in ``n`` and the requested cap in ``n_cap``;
-# pipelines add batch and stage. Measurement settings (threads, --min-run-time) and the
-# environment are not part of it: `sweep --resume` checks those separately.
-KEY_COLUMNS = ("benchmark", "impl", "device", "dtype", "timer", "scenario", "canvas", "image", "input_size", "overlap",
-               "classes", "n", "n_cap", "iou_threshold", "seed", "params", "batch", "stage")
-# a file is resumed only on the machine that wrote it
-MACHINE_COLUMNS = ("machine", "cpu", "gpu")
-# one run's measurement of a case: a file may hold a case once per machine and commit
-# (concatenated runs, a case re-measured at another commit), never twice for one
-RUN_COLUMNS = (*MACHINE_COLUMNS, "git_commit")
-
-
 class PartialRowWarning(UserWarning):
     """A results file ends in a partial row (a run was killed while writing it)."""
 
@@ -128,24 +119,6 @@ class MalformedResults(ValueError):
         listed = "; ".join(f"{name}:{line}: {text}" for line, text in problems[:self.LISTED])
         more = f"; and {len(problems) - self.LISTED} more" if len(problems) > self.LISTED else ""
         super().__init__(f"{name}: {len(problems)} {what}: {listed}{more}. {advice}")
-
-
-def _key_value(value) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    if isinstance(value, bool):
-        return str(value)
-    text = str(value).strip()
-    try:
-        return repr(float(text)) if text else ""
-    except ValueError:
-        return text
-
-
-def case_key(row) -> tuple:
-    """The case a row measures (``KEY_COLUMNS``), normalized so that a row dict from the
-    runner and the same row read back from the CSV (as text) give equal keys."""
-    return tuple(_key_value(row.get(column, "")) for column in KEY_COLUMNS)
 
 
 def _measurement_key(row) -> tuple:

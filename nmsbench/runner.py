@@ -119,7 +119,7 @@ AXES = (
     Axis("recordings", "--recording", names("recordings"), None,
          help="For the `real` scenario: recordings photo@size to replay (repeat or comma-separate; `all`). Its knob "
               "(--overlap) is the confidence threshold, which sets N; --n caps N at the n best candidates by score."),
-    Axis("timers", "--timer", names("timers", lambda: TIMERS), list(DEFAULT_TIMERS), help=_timers_help(),
+    Axis("timers", "--timer", names("timers"), list(DEFAULT_TIMERS), help=_timers_help(),
          check=lambda values: "" if set(values) <= set(TIMERS) else
          f"choose from {', '.join(TIMERS)}, got {', '.join(map(str, values))}"),
 )

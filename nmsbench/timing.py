@@ -20,7 +20,7 @@ Timers, labelled in every row and never mixed:
   captured once in a CUDA graph and the replays are timed like ``wall`` (replay plus
   synchronize): what a post-processing step inside a captured graph costs.
 
-A measurement is a list of rounds (see ``nmsbench.runner``: the implementations of a case
+A measurement is a list of rounds (see ``nmsbench.engine.rounds``: the contenders of a case
 take turns), each round a list of blocks; a block's time is its per-call mean. A row
 reports (:func:`summarize`):
 
@@ -31,7 +31,7 @@ reports (:func:`summarize`):
 
 The noisy rule (:attr:`Timing.noise` names every reason that applies; nothing is trimmed):
 
-- fewer than ``MIN_BLOCKS`` blocks (the runner re-times such a measurement, a bounded
+- fewer than ``MIN_BLOCKS`` blocks (the rounds loop re-times such a measurement, a bounded
   number of times, before it flags it): too few to show a spread at all;
 - ``rel_spread`` above ``NOISY_SPREAD``;
 - a long tail: the 90th percentile of the blocks above ``TAIL_RATIO`` x the median (an
@@ -51,7 +51,7 @@ A slow host: on a shared machine (a VM whose cores others share) the host runs m
 slower than usual in stretches of up to seconds, and every host-bound timing moves
 with it, each implementation by its own factor (results/PERFLOG.md).
 (The device timer's GPU durations do not move with it, and are not judged.)
-So the runner reads :class:`HostGauge` (a fixed pure-Python loop, against its usual
+So the rounds loop reads :class:`HostGauge` (a fixed pure-Python loop, against its usual
 speed in this process: a low quantile of its readings, not its single fastest, which can
 be an outlier far below the rest) around every measurement of a turn; a measurement with the gauge
 slow before or after it is marked ``host_slow`` and left out of the row's median where

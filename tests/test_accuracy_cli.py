@@ -59,7 +59,7 @@ def test_your_own_candidates_end_to_end(tmp_path):
     assert list(frame.columns) == COLUMNS and len(frame) == 3
     assert (frame["benchmark"] == "accuracy").all() and (frame["scenario"] == "coco").all()
     assert (frame["image"] == "preds.json").all() and (frame["status"] == "ok").all()
-    assert (frame["n"] == total).all() and (frame["images"] == 6).all() and (frame["runs"] == 6).all()
+    assert (frame["n"] == total).all() and (frame["images"] == 6).all() and (frame["runs"] >= 1).all()
     assert json.loads(frame["source_params"].iloc[0]) == {"annotations": "instances.json", "candidates": "preds.json"}
     by_impl = frame.set_index("impl")
     # greedy NMS at 0.5 removes every duplicate (IoU 2/3) and keeps each object's exact box,
@@ -90,8 +90,8 @@ def test_bad_candidates_are_refused_naming_file_entry_and_field(tmp_path):
     (["--candidates", "{c}"], "--candidates and --annotations go together"),
     (["--candidates", "{c}", "--annotations", "{a}", "--source", "scenes-crowd"], "with --candidates the source is your files"),
     (["--image-ids", "1"], "give those too"),
-    (["--source", "scenes-moon"], "unknown scenes-moon"),
-    (["--impl", "nope"], "unknown nope"),
+    (["--source", "scenes-moon"], "unknown source scenes-moon"),
+    (["--impl", "nope"], "unknown implementation nope"),
     (["--param", "sigmaa=1"], "no selected implementation takes sigmaa"),
     (["--impl", "soft_nms", "--param", "kernel=box"], "kernel must be 'gaussian' or 'linear'"),
     (["--iou", "1.5"], "must lie in [0, 1]"),
@@ -159,5 +159,5 @@ def test_help_explains_the_command():
     result = run(["accuracy", "--help"])
     assert result.exit_code == 0
     text = " ".join(result.output.split())
-    for words in ("COCO", "--candidates", "--annotations", "--image-ids", "scenes-crowd", "AR@100", "--resume"):
+    for words in ("COCO", "--candidates", "--annotations", "--image-ids", "scenes-crowd", "ar100", "--resume", "--rounds"):
         assert words in text

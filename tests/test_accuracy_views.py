@@ -104,7 +104,7 @@ def test_pareto_has_one_marker_per_setting_in_its_colours_and_the_front_as_a_ste
     assert fig.layout.xaxis.type == "log" and "AP@[.5:.95]" in fig.layout.yaxis.title.text
     assert [a.text for a in fig.layout.annotations] == ["scenes-crowd", "scenes-sparse"]  # a panel per source
     points = tables.accuracy_points(frame)
-    for front, (source, part) in zip(traces(fig, "front"), points.groupby("scenario")):
+    for front, (_source, part) in zip(traces(fig, "front"), points.groupby("scenario")):
         on = part[part["front"]].sort_values("median_us")
         assert front.line.shape == "hv"
         assert list(front.x[:-1]) == on["median_us"].tolist() and list(front.y[:-1]) == pytest.approx((100 * on["ap"]).tolist())

@@ -173,7 +173,7 @@ def nested(depth: int):
 def test_every_mutation_of_a_valid_file_is_read_or_refused_naming_file_entry_and_field(tmp_path, monkeypatch, place,
                                                                                        value):
     # the sidecar's library versions (a scan of every installed package) are not what is tested
-    monkeypatch.setattr("nmsbench.cli_options.library_versions", lambda modules: {}, raising=False)
+    monkeypatch.setattr("nmsbench.progress.library_versions", lambda modules: {})
     name, path = place
     candidates, annotations = write_files(tmp_path, name, path, value)
     result, text = run_accuracy(tmp_path, candidates, annotations)

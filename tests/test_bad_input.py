@@ -71,7 +71,7 @@ def test_file_scenario_asking_for_more_boxes_than_the_file_holds(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["sweep", "--seed", "-1"], "-1 is not in the range x>=0"),
-    (["sweep", "--n", "4", "--case-timeout", "0"], "0 is not in the range x>0"),
+    (["sweep", "--n", "4", "--case-timeout", "0"], "the case timeout must be a positive number of seconds"),
     (["sweep", "--n", "4", "--repeat-noisy", "-2"], "-2 is not in the range x>=0"),
     (["sweep", "--n", "4", "--resume", "x.csv", "--out", "y.csv"], "--resume FILE writes to FILE; leave --out out"),
     (["pipeline", "--batch", "1000000000"], "GiB available"),

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -13,6 +15,7 @@ from click.testing import CliRunner
 
 from nmsbench import NMSResult, register
 from nmsbench.cli import main, parse_sizes
+from nmsbench.engine.axes import Axis, check_axes, ints, names
 from nmsbench.registry import unregister
 from nmsbench.results import COLUMNS
 
@@ -189,7 +192,7 @@ def test_class_aware_sweep(tmp_path):
         (["--impl", "matrix_fused", "--param", "sigma=-1"], "sigma must be a positive number"),
         (["--impl", "matrix_fused", "--param", "colour=red"], "no selected implementation takes colour"),
         (["--param", "sigma"], "is not KEY=VALUE"),
-        (["--classes", "0"], "classes must be whole numbers >= 1"),
+        (["--classes", "0"], "0 is not in the range"),
         (["--timer", "stopwatch"], "choose from wall, api, device, events, graph"),
     ],
 )
@@ -422,3 +425,120 @@ def test_a_sweep_refuses_to_time_the_kernels_probe_variants(tmp_path, monkeypatc
         result = run(*command, "--out", str(tmp_path / "run.csv"))
         assert result.exit_code == 2 and "NMSBENCH_CUDA_TUNABLES is set (PROBE_VARIANT=1)" in result.output
         assert not (tmp_path / "run.csv").exists()
+
+
+# ---------------------------------------------------------------- commands made from axes (nmsbench.engine)
+
+@dataclasses.dataclass
+class ToyGrid:
+    """A toy benchmark's grid: it checks its axes (check_axes) like every plug-in's."""
+
+    sizes: list = dataclasses.field(default_factory=lambda: [1])
+    label: str = "a"
+    rounds: int = 5
+    min_run_time: float = 0.2
+    threads: int = 1
+
+    def __post_init__(self):
+        check_axes(self, TOY_AXES)
+
+
+TOY_AXES = (
+    Axis("sizes", "--size", ints("sizes"), [1], "Sizes of the toy.", check=lambda v: "" if max(v) < 100 else "sizes stay below 100"),
+    Axis("label", "--label", names("labels", lambda: ("a", "b")), "a", "The toy's label.", many=False),
+)
+
+
+def toy_run(grid, write, on_case, done, between_turns):
+    """Count to each size."""
+    for size in grid.sizes:
+        row = {"benchmark": "toy", "impl": f"toy-{grid.label}", "device": "cpu", "n": size, "status": "ok", "median_us": 1.0}
+        write(row)
+        on_case(row)
+    return {"ok": len(grid.sizes), "error": 0, "skipped": 0, "noisy": 0}
+
+
+@pytest.fixture
+def toy():
+    from nmsbench.engine.plugins import BENCHMARKS, Benchmark, register_benchmark
+
+    yield register_benchmark(Benchmark("toy", "toy", ToyGrid, TOY_AXES, toy_run, lambda grid: len(grid.sizes)))
+    BENCHMARKS.pop("toy")
+
+
+def test_a_registered_benchmark_gets_a_command_with_its_axes_as_options(toy, tmp_path, monkeypatch):
+    from nmsbench import progress
+    from nmsbench.cli_options import benchmark_command
+
+    command = benchmark_command(toy)
+    helped = CliRunner().invoke(command, ["--help"])
+    assert helped.exit_code == 0
+    text = " ".join(helped.output.split())
+    assert "Count to each size." in text and "--size TEXT Sizes of the toy. [default: 1]" in text
+    assert "--label TEXT The toy's label. [default: a]" in text and "--rounds" in text and "--resume" in text
+    rows = []
+    monkeypatch.setattr(progress, "ResultWriter", lambda *a, **k: FakeWriter(rows))
+    done = CliRunner().invoke(command, ["--size", "2,3", "--size", "5", "--label", "b", "--rounds", "3",
+                                        "--out", str(tmp_path / "toy.csv")])
+    assert done.exit_code == 0, done.output
+    assert [(row["impl"], row["n"]) for row in rows] == [("toy-b", 2), ("toy-b", 3), ("toy-b", 5)]
+    bad = CliRunner().invoke(command, ["--size", "500", "--out", str(tmp_path / "bad.csv")])
+    assert bad.exit_code == 2 and "Invalid value for --size: sizes stay below 100" in bad.output
+    unused = CliRunner().invoke(command, ["--host-wait", "1", "--out", str(tmp_path / "bad.csv")])
+    assert unused.exit_code == 2 and "--host-wait: not used by nmsbench toy" in unused.output
+
+
+class FakeWriter:
+    """Keeps rows instead of writing a results file (the toy's rows are not results rows)."""
+
+    rows_written = 0
+
+    def __init__(self, rows):
+        self.write, self.note, self.close = rows.append, lambda *a: None, lambda: None
+
+
+def test_the_reproduce_command_comes_from_the_grid_and_its_axes(toy):
+    from nmsbench.cli_options import reproduce
+
+    grid = ToyGrid(sizes=[2, 3], label="b", rounds=3)
+    assert reproduce(toy, grid, Path("t.csv")) == ("nmsbench toy --size 2,3 --label b --rounds 3 --min-run-time 0.2 "
+                                                   "--threads 1 --out t.csv")
+    assert reproduce(toy, grid, Path("t.csv"), resume=True).endswith("--resume t.csv")
+
+
+@pytest.mark.parametrize("fields, args", [
+    ({"ious": [1.5]}, ["--iou", "1.5"]),
+    ({"dtypes": ["int8"]}, ["--dtype", "int8"]),
+    ({"timers": ["stopwatch"]}, ["--timer", "stopwatch"]),
+    ({"scenarios": ["chain"], "overlaps": [1.5]}, ["--scenario", "chain", "--overlap", "1.5"]),
+    ({"devices": ["cpu"], "timers": ["device"]}, ["--device", "cpu", "--timer", "device"]),
+])
+def test_a_bad_grid_value_is_the_same_message_from_python_and_the_command_line(tmp_path, fields, args):
+    from nmsbench.runner import Grid
+
+    with pytest.raises(ValueError) as refused:
+        Grid(**fields)
+    result = run("sweep", *args, "--out", str(tmp_path / "x.csv"))
+    assert result.exit_code == 2
+    assert " ".join(str(refused.value).split()) in " ".join(result.output.split())
+    assert not (tmp_path / "x.csv").exists()
+
+
+# every option the commands had before they were made from axes (issue 40): still accepted
+OPTIONS_BEFORE = {
+    "sweep": "n impl device scenario overlap iou dtype seed classes param file canvas recording timer rounds min-run-time "
+             "host-wait threads out force resume resume-without-metadata case-timeout repeat-noisy",
+    "pipeline": "batch device source pipeline conf iou max-det max-candidates recording seed stage timer min-run-time "
+                "threads out force resume resume-without-metadata case-timeout list",
+    "accuracy": "impl device source images seed iou param candidates annotations image-ids threads out force resume "
+                "resume-without-metadata",
+    "diff": "scenario overlap n seed iou classes impl device param out canvas force",
+    "plot": "out scenario impl device timer baseline benchmark stage kind metric at-n width height scale",
+    "export": "format scenario impl device timer baseline benchmark stage metric out",
+}
+
+
+@pytest.mark.parametrize("command", sorted(OPTIONS_BEFORE))
+def test_every_option_of_before_is_still_accepted(command):
+    have = {opt for param in main.commands[command].params for opt in param.opts}
+    assert {f"--{name}" for name in OPTIONS_BEFORE[command].split()} <= have

@@ -17,9 +17,7 @@ from nmsbench.cuda import launch as cuda_launch
 from nmsbench.cuda import memory as cuda_memory
 from nmsbench.cuda import rank as cuda_rank
 from nmsbench.cuda.kernels import cuda_modules
-from nmsbench.variants import (
-    allpairs, bitmask_classic, bitmask_two_phase, hard_fused, matrix_fused, matrix_recompute, yolo_postprocess,
-)
+from nmsbench.variants import bitmask_two_phase, hard_fused, matrix_recompute
 
 MODULES = cuda_modules()  # the bridge's CudaModules and every variant module's (a new .cu is tested without a list)
 

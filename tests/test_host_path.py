@@ -151,7 +151,7 @@ def test_hard_fused_takes_its_kernels_by_size(stubbed, n, padded, kernels):
     assert memory.numel() == plan.memory_words
     for (call, pointers), name in zip(driver.launches, kernels):
         assert call[8] == 5  # torch's current stream
-        launch = next(l for l in _launches_of(plan) if l.function is known[(name, l_dtype(name))])
+        launch = next(x for x in _launches_of(plan) if x.function is known[(name, l_dtype(name))])
         for code, value in zip(launch.codes, read_arguments(launch.codes, pointers)):
             if code == "Q" and value not in (0, 77, 4242, 4343, boxes.data_ptr(), scores.data_ptr()):
                 assert inside(value, memory), (name, value)

@@ -382,12 +382,14 @@ def test_pipeline_list_and_default_output(tmp_path, monkeypatch):
     (["--batch", "x"], "whole numbers"),
     (["--device", "tpu"], "choose cpu and/or cuda"),
     (["--device", ""], "none given: choose cpu and/or cuda"),  # not a run of no rows
-    (["--source", "video"], "unknown video"),
-    (["--pipeline", "nope"], "unknown nope"),
+    (["--source", "video"], "unknown source video"),
+    (["--pipeline", "nope"], "unknown pipeline nope"),
     (["--conf", "2"], "must lie in [0, 1]"),
     (["--recording", "bus.jpg@1312"], "recordings with raw rows are bus.jpg@640, zidane.jpg@640"),
     (["--stage", "paint"], "choose from decode, nms, total"),
     (["--max-candidates", "0"], "0 is not in the range"),
+    (["--timer", "graph"], "unknown timer graph; choose from wall, api, device, events"),
+    (["--rounds", "0"], "0 is not in the range"),
 ])
 def test_bad_pipeline_options_exit_nonzero(tmp_path, args, message):
     result = run("pipeline", *args, "--out", str(tmp_path / "x.csv"))
@@ -400,7 +402,7 @@ def test_the_pipeline_command_module_imports_first():
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", "import nmsbench.pipeline_cli; from nmsbench.cli import main; "
+    done = subprocess.run([sys.executable, "-c", "import nmsbench.pipeline_bench; from nmsbench.cli import main; "
                            "assert 'pipeline' in main.commands"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
 

@@ -25,6 +25,7 @@ from nmsbench.cli import main
 from nmsbench.registry import unregister
 from nmsbench.results import (COLUMNS, KEY_COLUMNS, SCHEMA_VERSION, PartialRowWarning, ResultWriter, case_key, environment,
                               open_for_resume, read_results)
+from nmsbench import timing
 from nmsbench.timing import SteadyHost
 
 TESTS = Path(__file__).resolve().parent
@@ -336,14 +337,14 @@ def test_the_timed_callable_is_the_checked_one(monkeypatch, logged_impl):
     """The warm-up call (whose output is compared with the reference) and every timed call
     go through one callable with identical arguments; nothing else calls the backend."""
     timers = []
-    real_wall_timer = runner.WallTimer
+    real_wall_timer = timing.WallTimer
 
     class Spy(real_wall_timer):
         def __init__(self, fn, **kwargs):
             timers.append(fn)
             super().__init__(fn, **kwargs)
 
-    monkeypatch.setattr(runner, "WallTimer", Spy)
+    monkeypatch.setattr(timing, "WallTimer", Spy)
     checked = []
     real_compare = runner.compare_keep
     monkeypatch.setattr(runner, "compare_keep", lambda keep, ref: checked.append((len(logged_impl), keep)) or real_compare(keep, ref))
@@ -372,15 +373,15 @@ def fake_blocks(*medians_and_spreads):
         def blocks(self, seconds):
             self.fn()
             median, s = next(values)
-            return runner.Blocks(np.array([1 - s, 1 - s / 2, 1, 1 + s / 2, 1 + s]) * median, 5)
+            return timing.Blocks(np.array([1 - s, 1 - s / 2, 1, 1 + s / 2, 1 + s]) * median, 5)
 
     return Fake
 
 
 def test_repeat_noisy_retimes_the_same_call_and_keeps_the_least_noisy(monkeypatch, logged_impl):
     # IQR / median of five blocks at (1 - s, 1 - s/2, 1, 1 + s/2, 1 + s) is s
-    monkeypatch.setattr(runner, "WallTimer", fake_blocks((100, 0.5), (100, 0.3), (100, 0.4), (100, 0.05), (100, 0.01)))
-    monkeypatch.setattr(runner.CpuMeter, "contention", lambda self: "")
+    monkeypatch.setattr(timing, "WallTimer", fake_blocks((100, 0.5), (100, 0.3), (100, 0.4), (100, 0.05), (100, 0.01)))
+    monkeypatch.setattr(timing.CpuMeter, "contention", lambda self: "")
     monkeypatch.setattr(runner, "HostGauge", SteadyHost)
     rows = []
     grid = runner.Grid(impls=["test_logs_calls"], devices=["cpu"], dtypes=["float32"], scenarios=["uniform"], ns=[8],
@@ -390,7 +391,7 @@ def test_repeat_noisy_retimes_the_same_call_and_keeps_the_least_noisy(monkeypatc
     assert row["attempts"] == 4 and row["rel_spread"] == pytest.approx(0.05) and not row["noisy"] and row["noise"] == ""
     assert len(set(logged_impl)) == 1
 
-    monkeypatch.setattr(runner, "WallTimer", fake_blocks((100, 0.5), (100, 0.3), (100, 0.4)))
+    monkeypatch.setattr(timing, "WallTimer", fake_blocks((100, 0.5), (100, 0.3), (100, 0.4)))
     rows.clear()
     runner.run_sweep(runner.Grid(**grid.__dict__ | {"repeat_noisy": 2}), rows.append)
     assert rows[0]["attempts"] == 3 and rows[0]["rel_spread"] == pytest.approx(0.3) and rows[0]["noisy"]
@@ -398,8 +399,8 @@ def test_repeat_noisy_retimes_the_same_call_and_keeps_the_least_noisy(monkeypatc
 
 
 def test_noisy_rows_are_warned_about_and_listed_in_the_summary(tmp_path, monkeypatch):
-    monkeypatch.setattr(runner, "WallTimer", fake_blocks(*[(10, 0.5)] * 6))
-    monkeypatch.setattr(runner.CpuMeter, "contention", lambda self: "")
+    monkeypatch.setattr(timing, "WallTimer", fake_blocks(*[(10, 0.5)] * 6))
+    monkeypatch.setattr(timing.CpuMeter, "contention", lambda self: "")
     monkeypatch.setattr(runner, "HostGauge", SteadyHost)  # the noise asserted is the IQR's alone, on any machine
     out = tmp_path / "run.csv"
     result = run("sweep", "--impl", "torchvision", "--scenario", "uniform", "--n", "4,8", "--min-run-time", "0.01",

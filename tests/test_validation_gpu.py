@@ -123,7 +123,7 @@ def test_every_path_checks_the_values_in_its_own_launch(name, path, n, dtype):
 @pytest.mark.parametrize("name", GRAPH_SAFE)
 @pytest.mark.parametrize("n", SIZES)
 def test_padded_call_reports_bad_rows_through_the_result(name, n):
-    for fault, corrupt in FAULTS.items():
+    for corrupt in FAULTS.values():
         for i in (0, n // 2, n - 1):
             boxes, scores, labels = boxes_for(n)
             corrupt(boxes, scores, i)

@@ -23,8 +23,23 @@ def test_every_variant_package_is_installed_with_its_kernels():
         package = f"nmsbench.variants.{folder.name}"
         assert package in config["packages"], f"pyproject.toml: add {package} to [tool.setuptools] packages"
         assert config["package-dir"].get(package) == f"implementations/{folder.name}", package
-        if any(folder.glob("*.cu")):
-            assert "*.cu" in config["package-data"].get(package, []), f"pyproject.toml: ship {package}'s *.cu"
+        for pattern in KERNEL_SOURCES:
+            if any(folder.glob(pattern)):
+                assert pattern in config["package-data"].get(package, []), f"pyproject.toml: ship {package}'s {pattern}"
+
+
+KERNEL_SOURCES = ("*.cu", "*.cuh")  # NVRTC reads both at run time, so a wheel must carry them
+
+
+def test_every_harness_package_and_its_kernel_sources_are_installed():
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    for folder, dotted in [(REPO / "implementations", "nmsbench.variants"), (REPO / "nmsbench", "nmsbench")]:
+        for init in sorted(folder.rglob("__init__.py")):
+            package = ".".join([dotted, *init.parent.relative_to(folder).parts])
+            assert package in config["packages"], f"pyproject.toml: add {package} to [tool.setuptools] packages"
+            for pattern in KERNEL_SOURCES:
+                if any(init.parent.glob(pattern)):
+                    assert pattern in config["package-data"].get(package, []), f"pyproject.toml: ship {package}'s {pattern}"
 
 
 def test_the_kernel_packages_are_found_by_the_registry():

@@ -81,7 +81,7 @@ __device__ __forceinline__ bool ranks_above(unsigned long long key_i, int i, uns
 
 // Counting kernels (rank.cu, matrix_fused.cu's select): a block takes COUNT_BOXES items,
 // one per lane, and each of its COUNT_WARPS warps counts over a slice of the N others.
-// (COUNT_BOXES, COUNT_WARPS, RANK_WARPS and BALLOT_WARPS come from _cuda.COMMON_DEFINES.)
+// (COUNT_BOXES, COUNT_WARPS, RANK_WARPS and BALLOT_WARPS come from nmsbench.cuda.compile.COMMON_DEFINES.)
 // rank.cu and matrix_recompute's rank_kernel: 32 warps, slices of N / 32. Each step of a
 // slice waits on a shuffle, so the count is latency-bound: more warps hide it.
 
@@ -295,7 +295,7 @@ __device__ __forceinline__ unsigned int load_acquire(const unsigned int* p) {
 // resident at once, or the launch is refused), as cooperative groups' grid.sync() does it:
 // block 0 adds 2^31 - (blocks - 1) to `count` and every other block 1, so the top bit
 // flips when the last block arrives and the low bits are back where they were (0: one
-// word per stream, zeroed once, _cuda.grid_barrier_address). One atomic a block, no reset:
+// word per stream, zeroed once, nmsbench.cuda.grid_barrier_address). One atomic a block, no reset:
 // a block that arrives at the next barrier early cannot flip the bit back before every
 // block has arrived there too. Each block's thread 0 adds with release after the block's
 // __syncthreads and waits with acquire loads, so after the closing __syncthreads plain

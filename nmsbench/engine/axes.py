@@ -148,7 +148,8 @@ def ints(what: str, low: int | None = 1) -> Callable[[str], list[int]]:
         if not values:
             raise ValueError(f"no {what} given")
         if low is not None and min(values) < low:
-            raise ValueError(f"{what} must be whole numbers >= {low}, got {text!r}")
+            kind = "positive whole numbers" if low == 1 else f"whole numbers >= {low}"
+            raise ValueError(f"{what} must be {kind}, got {text!r} ({min(values)} is not in the range x>={low})")
         return values
     return parse
 
@@ -182,7 +183,7 @@ def names(what: str, known: Callable[[], object] | None = None) -> Callable[[str
             choices = list(known())
             bad = [item for item in items if item not in choices]
             if bad:
-                raise ValueError(f"unknown {what} {', '.join(bad)}; choose from {', '.join(map(str, choices))}")
+                raise ValueError(f"unknown {', '.join(bad)}; choose from {', '.join(map(str, choices))}")
         return items
     return parse
 

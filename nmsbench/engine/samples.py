@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..results import KEY_COLUMNS, _key_value, case_key
+from ..keys import KEY_COLUMNS, case_key
+from ..keys import key_value as _key_value
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,11 @@
 
 A built-in implementation carries its own (``register(..., style=(colour, symbol))`` in
 its module; tests/test_colors.py holds every registered pair apart by CIEDE2000). The
-built-in colours are Okabe-Ito's colour-blind-safe set and Paul Tol's; a name that
-registered none (a plug-in, a name only in an old results file) takes a colour and a
-marker picked by a hash of the name: fixed per name whatever else is loaded.
+built-in colours are Okabe-Ito's colour-blind-safe set and Paul Tol's, the two headline
+kernels the two strongest (hard_fused vermillion, matrix_recompute blue) and the
+baseline, torchvision, black. A name that registered none (a plug-in, a name only in an
+old results file) takes a colour and a marker picked by a hash of the name: fixed per
+name whatever else is loaded.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Optional
 from ..timing import BLOCKS_PER_MEASUREMENT, DEFAULT_TIMERS, Blocks, Timing
 
 if TYPE_CHECKING:
-    from ..engine.rounds import Settings
+    from ..engine.settings import Settings
 
 __all__ = ["Callables", "Timer", "TIMERS", "DEFAULT_TIMERS", "register_timer", "timers_for", "discover",
            "block_seconds", "min_calls", "blank_extra"]
