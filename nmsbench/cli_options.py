@@ -33,9 +33,11 @@ MEASUREMENT_HELP = {
     "repeat_noisy": "Re-time a noisy measurement up to K more times and keep the least noisy; the attempts column says how "
                     f"many timings the row took. Noisy: {NOISY_RULE}; the noise column names the reasons.",
     "case_timeout": "Stop a case (one box set or batch with all its contenders and timers) that runs longer than this: its rows "
-                    "become status=error rows naming the timeout, and the run goes on. SIGALRM stops a case looping in Python "
-                    "at once, one inside a native call only when that call returns; Ctrl-C or SIGTERM stop the whole run "
-                    "within 2 s even then, keeping every row written: --resume it without what hangs.",
+                    "become status=error rows naming the timeout, and the run goes on. Uses SIGALRM, which Python sees between "
+                    "bytecodes: it stops a case looping in Python at once, and one inside a long native call (a torch op, a "
+                    "numba kernel, a CUDA wait) only when that call returns; a native call that never returns is not stopped "
+                    "by it. Ctrl-C or SIGTERM stop the whole run within 2 s even then, keeping every row written: --resume "
+                    "it without what hangs.",
 }
 OUTPUT_OPTIONS = [
     click.Option(["--out"], type=click.Path(dir_okay=False, path_type=Path), help="CSV to write (a sidecar .json goes next to "

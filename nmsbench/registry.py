@@ -273,6 +273,11 @@ def style_of(name: str) -> Optional[tuple[str, str]]:
     return impl.style if impl is not None else None
 
 
+def registered_styles() -> dict[str, tuple[str, str]]:
+    """The styles of the implementations registered so far (loads no variant)."""
+    return {name: impl.style for name, impl in _REGISTRY.items() if impl.style is not None}
+
+
 def styles() -> dict[str, tuple[str, str]]:
     """Every registered implementation's style, for those that gave one."""
     return {name: impl.style for name, impl in implementations().items() if impl.style is not None}

@@ -70,7 +70,6 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 import numpy as np
-import torch
 
 DEFAULT_TIMERS = ("wall", "device")  # the registry of timers is nmsbench.timers (which re-exports this)
 DEFAULT_ROUNDS = 5
@@ -293,6 +292,7 @@ class SteadyHost(HostGauge):
 def wall_clock() -> float:
     """``time.perf_counter`` after waiting for the GPU when CUDA is in use (the clock
     ``torch.utils.benchmark`` times with), so a block's time includes its kernels."""
+    import torch  # here, not at the top: the dashboard reads timers and results without torch
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
     return time.perf_counter()
@@ -329,6 +329,7 @@ class WallTimer:
 
 @contextlib.contextmanager
 def _torch_threads(threads: int):
+    import torch
     previous = torch.get_num_threads()
     if previous != threads:
         torch.set_num_threads(threads)
@@ -366,6 +367,7 @@ def device_blocks(fn: Callable[[], object], *, min_run_time: float, min_runs: in
 def event_blocks(fn: Callable[[], object], *, min_run_time: float, min_runs: int = 10, max_runs: int = 10_000) -> Blocks:
     """CUDA events around each call of ``fn()`` (one call a block), one sync at the end:
     the ``events`` timer (the GPU's clock, the host's gaps inside a call included)."""
+    import torch
     fn()
     torch.cuda.synchronize()
     deadline = time.perf_counter() + min_run_time
@@ -400,6 +402,7 @@ def capture_graph(fn: Callable[[], object]):
     """Capture ``fn()`` in a CUDA graph, after a warm-up on a side stream as PyTorch's
     graph documentation asks. Returns ``(graph, output)``: ``output`` is the captured
     call's result, whose tensors every ``graph.replay()`` rewrites."""
+    import torch
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from nmsbench import NMSResult, register
+from nmsbench import register
 from nmsbench.accuracy import synthetic_source
 from nmsbench.cli import main
 from nmsbench.registry import unregister

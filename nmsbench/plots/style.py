@@ -12,9 +12,10 @@ name whatever else is loaded.
 from __future__ import annotations
 
 import hashlib
+import sys
 from typing import Iterator, Mapping, Sequence
 
-from .. import registry
+from ..styles import declared_styles
 
 # The hashed fallback: colours (yellow, green, sand, umber, from Tol's and Okabe-Ito's
 # sets) that stay apart from the registered ones, and marker shapes no registered name
@@ -27,24 +28,35 @@ DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
 SYMBOLS = ["circle", "square", "diamond", "triangle-up", "x", "star", "cross", "pentagon"]
 
 
+def registered_styles() -> dict[str, tuple[str, str]]:
+    """Every style known now: the built-ins' as their modules declare them (read without
+    importing torch), and those of implementations registered at run time (a plug-in, a
+    test's toy) where the registry is loaded already."""
+    found = dict(declared_styles())
+    registry = sys.modules.get("nmsbench.registry")
+    if registry is not None:
+        found |= registry.registered_styles()
+    return found
+
+
 class _RegisteredStyles(Mapping):
     """The registered implementations' colours (part 0) or marker symbols (part 1), read
-    from the registry at each look-up (a variant registered later is in it)."""
+    at each look-up (a variant registered later is in it)."""
 
     def __init__(self, part: int):
         self._part = part
 
     def __getitem__(self, name: str) -> str:
-        style = registry.style_of(name)
+        style = registered_styles().get(name)
         if style is None:
             raise KeyError(name)
         return style[self._part]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(registry.styles())
+        return iter(registered_styles())
 
     def __len__(self) -> int:
-        return len(registry.styles())
+        return len(registered_styles())
 
 
 PINNED_COLORS: Mapping[str, str] = _RegisteredStyles(0)
@@ -58,7 +70,7 @@ def _name_hash(name: str) -> int:
 def impl_style(name: str) -> tuple[str, str]:
     """(colour, marker symbol) of an implementation: the one it registered, else picked
     from the extra colours and shapes by a hash of the name (the same every time)."""
-    style = registry.style_of(name)
+    style = registered_styles().get(name)
     if style is not None:
         return style
     h = _name_hash(name)
