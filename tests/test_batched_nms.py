@@ -10,7 +10,7 @@ tests/test_batched_nms_gpu.py holds the CUDA kernels to the same reference on a 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -461,7 +461,7 @@ def test_the_cuda_launches_pack_their_kernels_signatures_on_every_path(monkeypat
             rows = layout == "yolov5" and not multi_label
             assert [r[0] for r in records] == ["decode_rows_kernel" if rows else "decode_kernel", "nms_kernel"]
             assert zeroed[-1] == 4 * 3
-            for name, codes, grid, block, shared, values in records:
+            for name, codes, *_ in records:
                 assert codes == signatures[name], name
             (_, _, decode_grid, decode_block, _, decode_values), (_, _, nms_grid, nms_block, shared, values) = records
             per_block = backend.DECODE_THREADS * (decode_values[4] if rows else 1)

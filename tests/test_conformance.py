@@ -120,8 +120,8 @@ def test_every_rule_has_a_hand_made_case():
 def test_each_rule_explains_its_hand_made_case(key):
     family, examples = HAND_MADE[key]
     shown = []
-    for c, given in examples:
-        observed = _observed(family, c, given)
+    for c, params in examples:
+        observed = _observed(family, c, params)
         expected = definition(family, c)
         assert isinstance(expected, Refusal) or expected != observed, "the case must show a difference"
         assert reproduces((key,), family, c, observed)

@@ -44,7 +44,8 @@ def test_export_csv_equals_the_results(tmp_path):
     raw = raw[raw["scenario"] == "crowd"]
     assert table["n"].tolist() == sorted(raw["n"].unique())
     impls = sorted(raw["impl"].unique())
-    assert [c for c in table.columns if c.endswith("median_us")] == [f"{i} median_us" for i in ["torchvision"] + [i for i in impls if i != "torchvision"]]
+    order = ["torchvision"] + [i for i in impls if i != "torchvision"]
+    assert [c for c in table.columns if c.endswith("median_us")] == [f"{i} median_us" for i in order]
     for _, row in raw.iterrows():
         base = raw[(raw["impl"] == "torchvision") & (raw["n"] == row["n"])]["median_us"].item()
         mine = table[table["n"] == row["n"]]

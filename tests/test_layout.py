@@ -16,7 +16,7 @@ PACKAGES = {HARNESS: "nmsbench", VARIANTS: "nmsbench.variants"}  # folder -> its
 VARIANT_PACKAGE = "nmsbench.variants"
 # harness modules that find the variants by name (importlib on a string, the folder's spec),
 # never by an import statement
-FINDS_VARIANTS_BY_NAME = {"nmsbench.registry", "nmsbench.cuda.kernels", "nmsbench.cuda.compile"}
+FINDS_VARIANTS_BY_NAME = {"nmsbench.registry", "nmsbench.cuda.kernels", "nmsbench.cuda.compile", "nmsbench.styles"}
 # the one import left, by name and why: the batched op (nmsbench.batched) runs its two
 # backends, which live beside their kernels (batched_nms.py, batched_cpu.py) and are not
 # registered variants; they are to be registered like the rest

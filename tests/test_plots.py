@@ -12,9 +12,9 @@ import pytest
 
 go = pytest.importorskip("plotly.graph_objects", reason="figures need plotly (a GPU box installed with --no-deps may lack it)")
 
-from dash_support import COMMITTED, CPU_CSV, CUDA_CSV, SAMPLES, cpu_results, pipeline_results  # noqa: F401  (fixtures)
-from nmsbench import differences, plots, tables
-from nmsbench.results import COLUMNS, SCHEMA_VERSION
+from dash_support import COMMITTED, CPU_CSV, CUDA_CSV, SAMPLES, cpu_results, pipeline_results  # noqa: E402,F401  (fixtures)
+from nmsbench import differences, plots, tables  # noqa: E402  (after the plotly skip)
+from nmsbench.results import COLUMNS, SCHEMA_VERSION  # noqa: E402
 
 
 @pytest.fixture(scope="module")

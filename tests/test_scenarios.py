@@ -13,7 +13,8 @@ import torchvision
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nmsbench.boxes import pairwise_iou, score_order, validate_nms_inputs
+from nmsbench.boxes import pairwise_iou, score_order
+from nmsbench.inputs import validate_nms_inputs
 from nmsbench.datasets import CANVAS, SCENARIOS, SYNTHETIC, generate, load_boxes_file
 from nmsbench.overlap import realized_overlap
 
