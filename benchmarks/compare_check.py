@@ -19,6 +19,7 @@ timer) under --out, and prints the shares against their targets.
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from pathlib import Path
 
@@ -26,7 +27,8 @@ import pandas as pd
 
 from nmsbench import compare, implementations
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tests/slowed.py: the slowed copy
+TESTS = Path(__file__).resolve().parent.parent / "tests"  # tests/slowed.py: the slowed copy
+sys.path.insert(0, str(TESTS))
 
 AA_TARGETS = {"device": 0.0, "wall": 0.02}  # largest share of faster or slower rows
 SLOWED_TARGET, SLOWED_FROM_N = 0.90, 1024
@@ -44,19 +46,23 @@ def implementations_on(device: str) -> list[str]:
     return names
 
 
-def sweep(out: Path, impls: list[str], args) -> Path:
-    from nmsbench.cli import main
-
+def sweep(out: Path, impls: list[str], args, slowed: str = "") -> Path:
+    """One `nmsbench sweep` in a process of its own: a device-timer pass leaves CUPTI attached
+    to its process, which slows every later CUDA call's host side, so a second sweep in the
+    same process would not be an A/A twin of the first. ``slowed``: that implementation
+    runs as its slowed copy (tests/slowed.py) in that process."""
     argv = ["sweep", "--device", args.device, "--impl", ",".join(impls), "--n", args.n, "--scenario", args.scenario,
             "--timer", args.timer, "--out", str(out), "--force"]
     if args.min_run_time:
         argv += ["--min-run-time", str(args.min_run_time)]
     print("nmsbench", " ".join(argv), flush=True)
-    try:
-        main.main(argv, standalone_mode=False)
-    except SystemExit as e:
-        if e.code not in (0, None):
-            raise
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from nmsbench.cli import main\n"
+            "if sys.argv[2]:\n    from slowed import slowed\n    held = slowed(sys.argv[2], float(sys.argv[3]))\n"
+            "    held.__enter__()  # held to the end: a dropped context manager would put the original back\n"
+            "main.main(sys.argv[4:], prog_name='nmsbench')")
+    done = subprocess.run([sys.executable, "-c", code, str(TESTS), slowed, str(args.fraction), *argv])
+    if done.returncode != 0:
+        raise SystemExit(f"the sweep into {out} failed (exit {done.returncode})")
     return out
 
 
@@ -97,11 +103,8 @@ def check_aa(args, out: Path) -> None:
 
 
 def check_slowed(args, out: Path) -> None:
-    from slowed import slowed
-
     base = sweep(out / "slowed-base.csv", [args.slowed], args)
-    with slowed(args.slowed, args.fraction):
-        new = sweep(out / "slowed-new.csv", [args.slowed], args)
+    new = sweep(out / "slowed-new.csv", [args.slowed], args, slowed=args.slowed)
     result = compare.compare_files(base, new, threshold=args.threshold, alpha=args.alpha)
     large = result[pd.to_numeric(result["n"], errors="coerce") >= SLOWED_FROM_N]
     summary = shares_table(large)

@@ -14,14 +14,17 @@ on another machine or at another commit pairs with the base), reads both runs' r
   effect threshold ``t`` symmetric in log (beyond: ratio > 1 + t or < 1 / (1 + t)):
   ``faster`` / ``slower`` when the Mann–Whitney U test on the pooled block times is
   significant (p < alpha), the ratio is beyond ``t``, and the interval lies on the same
-  side of 1; ``same`` when the interval sits inside ``±t``, or the ratio is within ``t``
-  (unless a run is flagged noisy and its interval reaches beyond ``±t``: ``uncertain``);
-  ``uncertain`` otherwise (large but not significant, or the rounds disagree).
+  side of 1 (beyond ``t`` itself where a run is flagged noisy); ``same`` when the
+  interval sits inside ``±t``, or the ratio is within ``t`` (unless a run is flagged noisy
+  and its interval reaches beyond ``±t``: ``uncertain``); ``uncertain`` otherwise (large
+  but not significant, or the rounds disagree).
 
 The ratio is the Hodges–Lehmann estimate of the shift of the log block times (the
 median of all pairwise differences: the statistic that goes with the U test); its
 interval is a bootstrap over rounds (resampling each run's round medians), so that
-rounds that disagree widen it where the pooled blocks alone would look certain.
+rounds that disagree widen it where the pooled blocks alone would look certain, widened
+again by the run-to-run noise of its timer (:func:`run_drift`: the robust spread of the
+log ratios of all pairs of that device and timer), which a run's own rounds cannot see.
 See DESIGN.md, "Comparing runs".
 """
 
@@ -38,6 +41,7 @@ from .results import KEY_COLUMNS, RUN_COLUMNS, case_key, read_results
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.01
 MIN_SAMPLES = 5  # pooled block times a run needs for a test
+DRIFT_MIN_PAIRS = 8  # pairs of one timer needed to estimate its run-to-run noise
 BOOTSTRAP = 2000  # resamples of the rounds for the interval
 MAX_PAIRS = 250_000  # pairwise differences for the Hodges–Lehmann estimate (beyond: quantiles of each side)
 VERDICTS = ("changed", "slower", "faster", "uncertain", "not measured", "only in base", "only in new", "same")
@@ -105,10 +109,37 @@ def _round_interval(base_rounds: np.ndarray, new_rounds: np.ndarray, confidence:
     return float(low), float(high)
 
 
-def judge(base, new, threshold: float = DEFAULT_THRESHOLD, alpha: float = DEFAULT_ALPHA, noisy: bool = False) -> dict:
+def pair_ratio(base, new) -> float:
+    """NEW / BASE of one pair's raw samples (the Hodges–Lehmann shift of the log block
+    times); NaN without enough samples."""
+    if base is None or new is None:
+        return math.nan
+    a, b = np.asarray(base.pooled(), dtype=float), np.asarray(new.pooled(), dtype=float)
+    a, b = a[np.isfinite(a) & (a > 0)], b[np.isfinite(b) & (b > 0)]
+    if min(len(a), len(b)) < MIN_SAMPLES:
+        return math.nan
+    return math.exp(_hodges_lehmann(np.log(a), np.log(b)))
+
+
+def run_drift(ratios) -> float:
+    """The run-to-run noise of one timer between two runs, as a log-ratio standard
+    deviation: the robust spread (1.4826 × MAD) of the log ratios of all its pairs. Two runs
+    on a shared host differ by more than either run's own rounds show (the host's state
+    moves between runs); most cases of a comparison did not change, so the spread of their
+    ratios around the common one measures it (an empirical null, as in Efron's large-scale
+    inference). 0 with fewer than DRIFT_MIN_PAIRS pairs."""
+    logs = np.log(np.asarray([r for r in ratios if np.isfinite(r) and r > 0], dtype=float))
+    if len(logs) < DRIFT_MIN_PAIRS:
+        return 0.0
+    return float(1.4826 * np.median(np.abs(logs - np.median(logs))))
+
+
+def judge(base, new, threshold: float = DEFAULT_THRESHOLD, alpha: float = DEFAULT_ALPHA, noisy: bool = False,
+          drift: float = 0.0) -> dict:
     """The timing verdict of one pair from its raw samples (``Samples`` or None): ratio,
-    ci_low, ci_high, p, verdict and why (the rule is in the module's docstring)."""
-    from scipy.stats import mannwhitneyu
+    ci_low, ci_high, p, verdict and why (the rule is in the module's docstring). ``drift``
+    (:func:`run_drift`) widens the rounds' interval by the run-to-run noise."""
+    from scipy.stats import mannwhitneyu, norm
 
     check_settings(threshold, alpha)
     out = {"ratio": math.nan, "ci_low": math.nan, "ci_high": math.nan, "p": math.nan}
@@ -124,6 +155,9 @@ def judge(base, new, threshold: float = DEFAULT_THRESHOLD, alpha: float = DEFAUL
     p = float(mannwhitneyu(b, a, alternative="two-sided").pvalue)
     low, high = _round_interval(np.asarray(base.round_medians_us, dtype=float), np.asarray(new.round_medians_us, dtype=float),
                                 1 - alpha)
+    if drift > 0 and not math.isnan(low):
+        widen = math.exp(float(norm.ppf(1 - alpha / 2)) * drift)
+        low, high = low / widen, high * widen
     out = {"ratio": ratio, "ci_low": low, "ci_high": high, "p": p}
     limit = 1 + threshold
     has_interval = not math.isnan(low)
@@ -132,7 +166,9 @@ def judge(base, new, threshold: float = DEFAULT_THRESHOLD, alpha: float = DEFAUL
     shown = f"{ratio - 1:+.1%}"
     if not inside and not within:
         side = "slower" if ratio > 1 else "faster"
-        apart = not has_interval or (low > 1 if side == "slower" else high < 1)
+        # the interval on that side of 1; beyond the threshold itself where a run is noisy
+        edge = (limit if noisy else 1.0)
+        apart = not has_interval or (low > edge if side == "slower" else high < 1 / edge)
         if p < alpha and apart:
             return {**out, "verdict": side, "why": f"{shown}, beyond ±{threshold:.0%}, p = {p:.2g}"}
         why = (f"{shown} but not significant (p = {p:.2g} ≥ {alpha:g})" if p >= alpha
@@ -173,6 +209,23 @@ def _noisy(row: pd.Series) -> bool:
     return _text(row.get("noisy")).lower() in ("true", "1", "1.0", "yes")
 
 
+def _timer_of(key: tuple) -> tuple:
+    """(benchmark, device, timer) of a case key: the pairs that share a run-to-run noise."""
+    row = dict(zip(KEY_COLUMNS, key))
+    return row["benchmark"], row["device"], row["timer"]
+
+
+def _drifts(base_rows: dict, new_rows: dict, base_samples: dict, new_samples: dict) -> dict[tuple, float]:
+    """:func:`run_drift` of each (benchmark, device, timer) over its ok pairs that agree."""
+    ratios: dict[tuple, list[float]] = {}
+    for key, a in base_rows.items():
+        b = new_rows.get(key)
+        if b is None or _text(a.get("status")).lower() != "ok" or agreement_changes(a, b):
+            continue
+        ratios.setdefault(_timer_of(key), []).append(pair_ratio(base_samples.get(key), new_samples.get(key)))
+    return {group: run_drift(values) for group, values in ratios.items()}
+
+
 def compare_frames(base: pd.DataFrame, new: pd.DataFrame, base_samples: dict | None = None, new_samples: dict | None = None,
                    threshold: float = DEFAULT_THRESHOLD, alpha: float = DEFAULT_ALPHA,
                    names: tuple[str, str] = ("BASE", "NEW")) -> pd.DataFrame:
@@ -181,6 +234,7 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, base_samples: dict | N
     check_settings(threshold, alpha)
     base_rows, new_rows = _keyed(base, names[0]), _keyed(new, names[1])
     base_samples, new_samples = base_samples or {}, new_samples or {}
+    drift = _drifts(base_rows, new_rows, base_samples, new_samples)
     out = []
     for key in [*base_rows, *(k for k in new_rows if k not in base_rows)]:
         a, b = base_rows.get(key), new_rows.get(key)
@@ -200,7 +254,7 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, base_samples: dict | N
                         "why": f"{_text(a.get('status')).lower()} in both" + (f": {reason}" if reason else "")})
         else:
             out.append({**row, **judge(base_samples.get(key), new_samples.get(key), threshold, alpha,
-                                       noisy=_noisy(a) or _noisy(b))})
+                                       noisy=_noisy(a) or _noisy(b), drift=drift.get(_timer_of(key), 0.0))})
     frame = pd.DataFrame(out, columns=OUT_COLUMNS)
     for column in NUMERIC_KEYS:  # keys are text ("1024.0"); numbers again for sorting and display
         frame[column] = _maybe_numeric(frame[column])
