@@ -249,7 +249,8 @@ def curves_view(rows: pd.DataFrame, all_timers: pd.DataFrame, without_impl: pd.D
     st.subheader("Median time vs N")
     st.plotly_chart(figure("time"), key="chart_time")
     st.caption("Log-log axes; the band is the median ± IQR/2 of the timed runs. Timer(s): "
-               f"{', '.join(tables.options(measured, 'timer'))}. Hover a point for its numbers; click a legend entry to hide a line.")
+               f"{', '.join(tables.options(measured, 'timer'))}. Hover a point for its numbers; click a legend entry to hide a line. "
+               "Hollow markers: noisy measurements (hover one for why; the sidebar's Hide noisy points leaves them out).")
 
     st.subheader(f"Speedup vs {baseline}")
     st.plotly_chart(figure("speedup"), key="chart_speedup")
@@ -583,6 +584,8 @@ def main() -> None:
                                  "On: every loaded run, one line per implementation and commit.")
         include_archive = st.toggle("Include archived runs", key="include_archive",
                                     help="Also load the older runs in results/archive/")
+        hide_noisy = st.toggle("Hide noisy points", key="hide_noisy",
+                               help="Off: noisy measurements are drawn hollow (hover one for why). On: they are left out.")
         frame, problems, commands, data_key, notes = load_all(uploads, include_archive)
         st.caption(f"{len(frame):,} rows from {len(data_key)} file(s) in `{results_dir()}` (the references at its top, "
                    "runs/" + (", archive/" if include_archive else "") + ") and uploads.")
@@ -600,7 +603,8 @@ def main() -> None:
     def pick(**chosen):
         rows = tables.select(frame, **chosen) if not frame.empty else frame
         # newest per case unless comparing; the commit then names no line (one run per case is left)
-        return rows if compare else tables.latest_runs(rows).assign(git_commit="")
+        rows = rows if compare else tables.latest_runs(rows).assign(git_commit="")
+        return tables.clean_rows(rows) if hide_noisy else rows  # the newest run's noisy rows, not an older clean one
 
     selected = tables.select(frame, **choices) if not frame.empty else frame
     shown = pick(**choices)
@@ -612,19 +616,22 @@ def main() -> None:
                    f"{len(frame):,}" + ("." if compare else ", each case's newest run per machine (the sidebar's "
                                                          "Every run draws them all)."))
     colors = plots.color_map(tables.options(frame, "impl"))
+    views_key = data_key + (("compare", compare), ("hide_noisy", hide_noisy))
+    newest = frame if compare else tables.latest_runs(frame)  # the pipeline and accuracy views' rows
+    newest = tables.clean_rows(newest) if hide_noisy else newest
 
     curves_tab, pipeline_tab, accuracy_tab, diff_tab, conformance_tab, compare_tab, env_tab = st.tabs(
         VIEWS, key="view", on_change="rerun")
     if curves_tab.open:
         with curves_tab:
-            choices_key = tuple(sorted((k, tuple(map(str, v))) for k, v in choices.items())) + (("compare", compare),)
+            choices_key = tuple(sorted((k, tuple(map(str, v))) for k, v in choices.items())) + views_key[len(data_key):]
             curves_view(shown, all_timers, without_impl, colors, data_key, choices_key)
     if pipeline_tab.open:
         with pipeline_tab:
-            pipeline_view(frame if compare else tables.latest_runs(frame), data_key + (("compare", compare),))
+            pipeline_view(newest, views_key)
     if accuracy_tab.open:
         with accuracy_tab:
-            accuracy_view(frame if compare else tables.latest_runs(frame), data_key + (("compare", compare),), colors)
+            accuracy_view(newest, views_key, colors)
     if diff_tab.open:
         with diff_tab:
             differences_view(include_archive)

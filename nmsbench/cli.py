@@ -37,7 +37,7 @@ import click  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from . import paper, summary  # noqa: E402
-from .cli_options import benchmark_command, make_grid, reproduce  # noqa: E402
+from .cli_options import benchmark_command, make_grid, reproduce, require_cuda_if_asked, usage_error  # noqa: E402
 from .engine.axes import parse_sizes  # noqa: E402,F401  (nmsbench.cli.parse_sizes, as before)
 from .engine.plugins import BENCHMARKS, load_benchmarks  # noqa: E402
 from .progress import Terminated, _sigterm_as_interrupt, console, make_console  # noqa: E402
@@ -141,6 +141,11 @@ def _diff(values: dict) -> None:
     benchmark = BENCHMARKS["diff"]
     out, force = values.pop("out"), values.pop("force")
     grid = make_grid(benchmark, values)
+    require_cuda_if_asked([grid.device])  # exit 2 with the message every command gives
+    try:
+        grid = benchmark.prepare(grid)  # the boxes file, the box count
+    except ValueError as e:
+        raise usage_error(benchmark, e) from None
     names = grid.names()
     if not names:
         raise click.ClickException(f"no implementation runs on {grid.device} here")
@@ -165,6 +170,7 @@ diff_command = benchmark_command(BENCHMARKS["diff"], callback=_diff, measured=Fa
     nmsbench diff                                            clustered, N = 512, every CPU implementation
     nmsbench diff --scenario chain --n 256 --impl torchvision,allpairs
     nmsbench diff --device cuda --impl hard_fused,matrix_recompute,torchvision
+    nmsbench diff --scenario file --file my-boxes.csv --impl torchvision,soft_nms
     """)
 main.add_command(diff_command)
 
@@ -226,7 +232,7 @@ def plot(**options):
     """Draw the dashboard's curves from RESULTS CSV(s) into a print-styled PDF, PNG or SVG.
 
     \b
-    nmsbench plot results/sweep-20261129-h200-host-cpu.csv -o fig.pdf
+    nmsbench plot results/h200-host-cpu.csv -o fig.pdf
     nmsbench plot run.csv -o clustered.png --scenario clustered --impl torchvision,allpairs
     nmsbench plot gpu.csv cpu.csv -o speed.svg --kind speedup --baseline torchvision
     nmsbench plot run.csv -o overlap.pdf --kind overlap --at-n 1024
@@ -245,7 +251,7 @@ def export(**options):
     """A compact table (N x implementation: median µs and speedup vs --baseline) from RESULTS CSV(s).
 
     \b
-    nmsbench export results/sweep-20261129-h200-host-cpu.csv --scenario clustered
+    nmsbench export results/h200-host-cpu.csv --scenario clustered
     nmsbench export run.csv --format latex --impl torchvision,allpairs -o table.tex
     nmsbench export pipeline.csv --benchmark pipeline --stage decode,nms,total
     nmsbench export accuracy.csv --benchmark accuracy --format latex --scenario scenes-crowd

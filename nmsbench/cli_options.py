@@ -51,6 +51,8 @@ OUTPUT_OPTIONS = [
     click.Option(["--resume-without-metadata"], is_flag=True, help="With --resume: resume even though FILE's sidecar is "
                  "missing or unreadable (it records how FILE's rows were timed, which this run's settings are checked against)."),
 ]
+VERBOSE_OPTION = click.Option(["--verbose"], is_flag=True, help="Print each noisy row as it comes, with its reasons "
+                              "(without it: a count beside the progress bar; the summary marks noisy cells † either way).")
 
 
 def timer_help(already: str = "") -> str:
@@ -157,6 +159,7 @@ def require_cuda_if_asked(devices) -> None:
 def run_benchmark(benchmark: Benchmark, values: dict) -> None:
     """The body of every benchmark command: grid, resume checks, the run, its summary."""
     out, force, resume, without = (values.pop(k) for k in ("out", "force", "resume", "resume_without_metadata"))
+    verbose = values.pop("verbose", False)
     check_output_options(resume, out, force, without)
     grid = make_grid(benchmark, values)
     require_cuda_if_asked(getattr(grid, "devices", None))
@@ -172,7 +175,7 @@ def run_benchmark(benchmark: Benchmark, values: dict) -> None:
         benchmark.command, out, force, total, progress.grid_record(grid), reproduce(benchmark, grid, out, resume=bool(resume)),
         lambda write, on_case, redraw: benchmark.run(grid, write, on_case=on_case, done=done, between_turns=redraw),
         describe=benchmark.describe or _describe, label=benchmark.label or _describe, append=bool(resume),
-        completed=min(len(done), total), resume_command=reproduce(benchmark, grid, out, resume=True))
+        completed=min(len(done), total), resume_command=reproduce(benchmark, grid, out, resume=True), verbose=verbose)
     summary.show(benchmark.name, counts["rows"], counts, out)
 
 
@@ -186,7 +189,7 @@ def benchmark_command(benchmark: Benchmark, callback=None, measured: bool = True
     params = [axis_option(axis) for axis in benchmark.axes]
     for decorator in benchmark.options:  # command-only options (e.g. an eager --list)
         params += getattr(decorator(lambda: None), "__click_params__", [])
-    params += ([axis_option(axis) for axis in SETTINGS_AXES] + OUTPUT_OPTIONS) if measured else OUTPUT_OPTIONS[:2]
+    params += ([axis_option(axis) for axis in SETTINGS_AXES] + OUTPUT_OPTIONS + [VERBOSE_OPTION]) if measured else OUTPUT_OPTIONS[:2]
     run = callback or functools.partial(run_benchmark, benchmark)
     return click.Command(benchmark.command, params=params, callback=lambda **values: run(values),
                          help=help or benchmark.help or benchmark.run.__doc__)

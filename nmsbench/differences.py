@@ -13,6 +13,7 @@ wrote (:func:`read_case`, :func:`diff_files`): it never runs an implementation i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -32,6 +33,7 @@ from .engine.plugins import Benchmark, register_benchmark
 from .registry import implementations
 
 # Codes of classify(): indices into nmsbench.plots.BOX_CLASSES.
+DEFAULT_N = 512  # boxes of a synthetic set when --n is not given
 SUPPRESSED_BY_BOTH, KEPT_BY_BOTH, ONLY_A, ONLY_B = range(4)
 CLASS_NAMES = ("suppressed by both", "kept by both", "only A", "only B")
 
@@ -60,6 +62,7 @@ class CaseRun:
     labels: np.ndarray | None = None
     meta: dict = field(default_factory=dict)                    # the command, the environment, the time written
     canvas: str = "fixed"                                       # the synthetic scenarios' canvas (datasets.synthetic)
+    file: str = ""                                              # the boxes file of the file scenario
 
 
 def default_diff_path(directory: Path = Path("results") / "runs") -> Path:
@@ -92,10 +95,11 @@ def run_case(scenario: str, n: int, overlap: float | None = None, seed: int = 0,
     once; ``params`` go to the implementations that take them (as ``sweep --param``)."""
     box_set = datasets.generate(scenario, n, overlap=overlap, seed=seed, classes=classes, path=path,
                                 canvas=canvas if scenario in datasets.SYNTHETIC else None)
-    run = CaseRun(scenario, len(box_set), box_set.meta["overlap"], seed, float(iou_threshold), classes, device,
+    run = CaseRun(scenario, len(box_set), box_set.meta["overlap"], seed, float(iou_threshold),
+                  int(box_set.meta.get("classes", classes)), device,  # the file scenario: the labels its boxes hold
                   box_set.boxes.numpy().astype(float), box_set.scores.numpy().astype(float),
                   labels=None if box_set.labels is None else box_set.labels.numpy().astype(np.int64),
-                  canvas=box_set.meta.get("canvas", ""))
+                  canvas=box_set.meta.get("canvas", ""), file="" if path is None else str(path))
     registry = implementations()
     names = list(impls) if impls is not None else sorted(implementations())
     ready = availability(device)
@@ -162,7 +166,7 @@ def case_to_dict(case: CaseRun) -> dict:
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "case": {"scenario": case.scenario, "overlap": case.overlap, "n": case.n, "seed": case.seed,
                  "iou_threshold": case.iou_threshold, "classes": case.classes, "device": case.device,
-                 "canvas": case.canvas},
+                 "canvas": case.canvas, **({"file": case.file} if case.file else {})},
         "boxes": case.boxes.tolist(), "scores": case.scores.tolist(),
         "labels": None if case.labels is None else case.labels.tolist(),
         "implementations": {
@@ -194,7 +198,7 @@ def case_from_dict(data: dict, name: str = "the file") -> CaseRun:
                       np.asarray(data["boxes"], dtype=float).reshape(-1, 4), np.asarray(data["scores"], dtype=float),
                       labels=None if data.get("labels") is None else np.asarray(data["labels"], dtype=np.int64),
                       unavailable=dict(data.get("unavailable") or {}), errors=dict(data.get("errors") or {}),
-                      canvas=str(c.get("canvas", "fixed")),
+                      canvas=str(c.get("canvas", "fixed")), file=str(c.get("file") or ""),
                       meta={k: v for k, v in data.items() if k not in ("case", "boxes", "scores", "labels", "implementations",
                                                                       "unavailable", "errors")})
         for impl, entry in data["implementations"].items():
@@ -299,11 +303,14 @@ def _knob(scenario: str) -> tuple[float, float]:
 
 
 AXES = (
-    Axis("scenario", "--scenario", names("scenarios", lambda: datasets.SYNTHETIC), "clustered",
-         "Box-set scenario (as in `nmsbench sweep --scenario`).", many=False),
+    Axis("scenario", "--scenario", names("scenarios", lambda: (*datasets.SYNTHETIC, "file")), "clustered",
+         "Box-set scenario (as in `nmsbench sweep --scenario`); file: your own boxes (--file PATH).", many=False),
+    Axis("file", "--file", lambda text: [text], None, "Boxes file (.npz, .pt, .csv: x1,y1,x2,y2,score[,label]) for "
+         "--scenario file (as `nmsbench sweep --file`).", many=False, metavar="PATH"),
     Axis("overlap", "--overlap", floats("the overlap knob"), None, "The scenario's overlap knob. Default: the scenario's own.",
          many=False),
-    Axis("n", "--n", ints("the number of boxes"), 512, "Number of boxes.", many=False),
+    Axis("n", "--n", ints("the number of boxes"), None, "Number of boxes. [default: 512; with --scenario file, every box "
+         "in the file]", many=False),
     Axis("seed", "--seed", ints("the seed", 0), 0, "Seed of the generated box set.", many=False),
     Axis("iou", "--iou", floats("the IoU threshold", 0, 1), 0.5, "IoU threshold.", many=False),
     Axis("classes", "--classes", ints("classes"), 1, "Number of labels; above 1 the NMS is class-aware.", many=False),
@@ -322,7 +329,7 @@ class DiffGrid:
     """One box set and the implementations to run on it; checks itself when made."""
 
     scenario: str = "clustered"
-    n: int = 512
+    n: int | None = None  # None: 512, or every box of the file scenario's file
     overlap: float | None = None
     seed: int = 0
     iou: float = 0.5
@@ -331,8 +338,11 @@ class DiffGrid:
     device: str = "cpu"
     params: dict = field(default_factory=dict)
     canvas: str = "fixed"
+    file: str | None = None  # the file scenario's boxes file
 
     def __post_init__(self):
+        if self.n is None and self.scenario != "file":
+            self.n = DEFAULT_N
         self.validate()
 
     def validate(self) -> None:
@@ -343,10 +353,18 @@ class DiffGrid:
             axis.value(str(getattr(self, name)))  # a known name
         for name, low in (("n", 1), ("seed", 0), ("classes", 1)):
             value = getattr(self, name)
+            if name == "n" and value is None and self.scenario == "file":
+                continue  # every box of the file
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise GridError(name, f"{name} must be a whole number >= {low}, got {value!r}")
         if not 0.0 <= float(self.iou) <= 1.0:
             raise GridError("iou", f"the IoU threshold must lie in [0, 1], got {self.iou!r}")
+        if (self.scenario == "file") != bool(self.file):
+            raise GridError("file", "the file scenario needs a boxes file (--file PATH)" if not self.file else
+                            f"a boxes file ({self.file}) is only read by the file scenario; add --scenario file or leave "
+                            "the file out")
+        if self.canvas != "fixed" and self.scenario not in datasets.SYNTHETIC:
+            raise GridError("canvas", f"a canvas is for the synthetic scenarios ({', '.join(datasets.SYNTHETIC)})")
         lo, hi = _knob(self.scenario)
         if self.overlap is not None and not lo <= self.overlap <= hi:
             raise GridError("overlap", f"{self.scenario}'s knob ({datasets.SCENARIOS[self.scenario].knob}) runs from "
@@ -369,10 +387,32 @@ class DiffGrid:
         return list(self.impls) if self.impls else [name for name, why in availability(self.device).items() if not why]
 
 
+def check_inputs(grid: DiffGrid) -> DiffGrid:
+    """What ``nmsbench diff`` checks before it runs, beyond the grid's own checks: the file
+    scenario's boxes file reads and holds --n boxes (no --n: all of them), a synthetic set fits
+    in memory. Returns the grid with its box count (a :class:`GridError` says what is wrong)."""
+    if grid.scenario == "file":
+        try:
+            recorded = len(datasets.load_boxes_file(grid.file, rows=grid.n))  # a CSV: its first rows only
+        except ValueError as e:
+            raise GridError("file", str(e)) from None
+        if grid.n is None:
+            return dataclasses.replace(grid, n=recorded)
+        if grid.n > recorded:
+            raise GridError("n", f"{grid.file} holds {recorded} boxes; --n asks for {grid.n}")
+    else:
+        try:
+            datasets.check_fits(grid.n)
+        except ValueError as e:
+            raise GridError("n", str(e)) from None
+    return grid
+
+
 def run_grid(grid: DiffGrid, write=None, **_) -> CaseRun:
     """Run the grid's one case (what ``nmsbench diff`` writes to its file)."""
+    grid = check_inputs(grid) if grid.n is None else grid
     return run_case(grid.scenario, grid.n, grid.overlap, grid.seed, grid.iou, classes=grid.classes, impls=grid.names(),
-                    device=grid.device, params=grid.params, canvas=grid.canvas)
+                    device=grid.device, path=grid.file, params=grid.params, canvas=grid.canvas)
 
 
-register_benchmark(Benchmark("diff", "diff", DiffGrid, AXES, run_grid, total=lambda grid: 1))
+register_benchmark(Benchmark("diff", "diff", DiffGrid, AXES, run_grid, total=lambda grid: 1, prepare=check_inputs))

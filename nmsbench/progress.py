@@ -170,10 +170,12 @@ def _required_modules(names, devices) -> list[str]:
 
 def run_with_progress(command: str, out: Path, force: bool, total: int, grid: dict, reproduce: str,
                       run: Callable, describe: Callable[[dict], str], label: Callable[[dict], str], *,
-                      append: bool = False, completed: int = 0, resume_command: str | None = None) -> dict:
+                      append: bool = False, completed: int = 0, resume_command: str | None = None,
+                      verbose: bool = False) -> dict:
     """Write a run's rows to ``out`` (refusing to overwrite without ``force``; ``append``
-    adds to it) behind a progress bar; error and noisy rows are printed as they come,
-    named by ``label(row)`` (the whole case); the machine's load goes into the sidecar at
+    adds to it) behind a progress bar; error rows are printed as they come, named by
+    ``label(row)`` (the whole case), noisy rows are a count beside the bar (``verbose``:
+    each printed as it comes, like an error row); the machine's load goes into the sidecar at
     the start and the end, with a warning at the start when it leaves fewer free CPUs
     than the run's threads (runs with CPU rows). Ctrl-C at any moment stops with a summary of what was written
     (and ``resume_command``) and exit status 130; SIGTERM likewise, with 143.
@@ -195,7 +197,7 @@ def run_with_progress(command: str, out: Path, force: bool, total: int, grid: di
         if out.exists() and not force and not append:
             raise click.UsageError(f"{out} exists; pass --force to overwrite it or choose another --out")
         return _run_locked(command, out, lock, total, grid, reproduce, run, describe, label, append=append,
-                           completed=completed, resume_command=resume_command)
+                           completed=completed, resume_command=resume_command, verbose=verbose)
     finally:
         if lock is not None:
             lock.release()
@@ -203,7 +205,7 @@ def run_with_progress(command: str, out: Path, force: bool, total: int, grid: di
 
 def _run_locked(command: str, out: Path, lock: ResultsLock, total: int, grid: dict, reproduce: str, run: Callable,
                 describe: Callable[[dict], str], label: Callable[[dict], str], *, append: bool, completed: int,
-                resume_command: str | None) -> dict:
+                resume_command: str | None, verbose: bool = False) -> dict:
     """:func:`run_with_progress` once ``out``'s lock is held."""
     tally = {"ok": 0, "error": 0, "skipped": 0}
     rows: list[dict] = []  # what the summary shows (never read back from the file)
@@ -224,9 +226,10 @@ def _run_locked(command: str, out: Path, lock: ResultsLock, total: int, grid: di
             stop.attach(out, _forced_stop_summary(out, total, completed if append else 0, resume_command))
             # redrawn between rows only: rich's refresh thread would take the interpreter from
             # the timing loops several times a second (host-bound CUDA calls time that too)
-            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                          TimeRemainingColumn(), console=console, transient=False, auto_refresh=False) as progress:
-                task = progress.add_task("starting", total=total, completed=completed)
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                          TextColumn("[yellow]{task.fields[noisy]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                          console=console, transient=False, auto_refresh=False) as progress:
+                task = progress.add_task("starting", total=total, completed=completed, noisy="")
                 progress.refresh()
 
                 def on_case(row):
@@ -242,7 +245,9 @@ def _run_locked(command: str, out: Path, lock: ResultsLock, total: int, grid: di
                         text = f"{label(row)}: {reason}" + (
                             f" (after {row['attempts']} timings)" if (row.get("attempts") or 1) > 1 else "")
                         noisy_rows.append(text)
-                        progress.console.print(f"[yellow]noisy[/] {text}")
+                        progress.update(task, noisy=f"{len(noisy_rows)} noisy", refresh=True)
+                        if verbose:
+                            progress.console.print(f"[yellow]noisy[/] {text}")
 
                 counts = run(stop.guard(writer.write), on_case, progress.refresh)
             writer.note("load", _load_note("end"))

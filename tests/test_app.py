@@ -335,7 +335,7 @@ def test_a_good_upload_adds_its_rows(tmp_path, monkeypatch):
 
 def test_pipeline_rows_are_a_benchmark_filter_set_to_sweeps(tmp_path, monkeypatch, cpu_results, pipeline_results):
     shutil.copy(cpu_results, tmp_path / "sweep.csv")
-    shutil.copy(PIPELINE_CSV, tmp_path / "pipeline.csv")
+    shutil.copy(pipeline_results, tmp_path / "pipeline.csv")
     at = start(tmp_path, monkeypatch)
     assert at.multiselect(key="filter_benchmark").value == ["nms"]
     assert line_names(figures(at)["time_vs_n"]) == {"torchvision", "allpairs", "matrix_naive"}

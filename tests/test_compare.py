@@ -244,3 +244,46 @@ def test_a_slowed_copy_is_slower_and_a_twin_run_not_faster_or_slower(tmp_path):
     # a host so busy that its rounds disagree may leave a row uncertain, never faster or same
     assert slow["verdict"].isin(["slower", "uncertain"]).all() and slow["verdict"].eq("slower").any(), shown
     assert (slow["ratio"] > 1 + compare.DEFAULT_THRESHOLD).all(), shown
+
+
+# --- the run-to-run noise: what two runs of one host differ by beyond their own rounds -------
+
+def test_run_drift_is_the_robust_spread_of_the_log_ratios():
+    assert compare.run_drift([1.0] * 20) == 0.0
+    assert compare.run_drift([1.1] * 3) == 0.0  # too few pairs to tell
+    spread = compare.run_drift([math.exp(v) for v in (-0.04, -0.02, 0.0, 0.0, 0.02, 0.04, 0.03, -0.03, 0.01, -0.01)])
+    assert 0.02 < spread < 0.05
+    # one changed case among many that did not leaves the estimate where the others put it
+    assert compare.run_drift([1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0, 1.01, 3.0]) < 0.03
+    assert compare.run_drift([float("nan"), 0.0, -1.0] + [1.0] * 8) == 0.0
+
+
+def test_drift_widens_the_interval_and_turns_a_small_shift_uncertain():
+    base, new = draws(100, 21), draws(107, 22)  # +7 %: beyond 5 %, tight rounds
+    assert compare.judge(base, new)["verdict"] == "slower"
+    widened = compare.judge(base, new, drift=0.03)  # two runs of this timer differ by ~3 % anyway
+    assert widened["verdict"] == "uncertain", widened
+    assert widened["ci_low"] < 1 < widened["ci_high"]
+    assert compare.judge(base, draws(130, 23), drift=0.03)["verdict"] == "slower"  # a real change still shows
+
+
+def test_a_shift_common_to_every_case_is_no_drift_but_a_scattered_one_is(tmp_path):
+    # every case 10 % slower (a slowed copy, a slower commit): the shared shift is the answer, not noise
+    base = [timed(100, 100 + i, n=64 * 2 ** i) for i in range(10)]
+    slower = [timed(110, 200 + i, n=64 * 2 ** i) for i in range(10)]
+    write_run(tmp_path / "a.csv", base, ENV_A)
+    write_run(tmp_path / "b.csv", slower, ENV_B)
+    result = compare.compare_files(tmp_path / "a.csv", tmp_path / "b.csv")
+    assert (result["verdict"] == "slower").all(), result[["n", "ratio", "ci_low", "why"]]
+    # A/A pairs scattered by ±6 % run to run: the drift keeps them from being called
+    scattered = [timed(100 * (1 + 0.06 * (-1) ** i), 300 + i, n=64 * 2 ** i) for i in range(10)]
+    write_run(tmp_path / "c.csv", scattered, ENV_B)
+    result = compare.compare_files(tmp_path / "a.csv", tmp_path / "c.csv")
+    assert not result["verdict"].isin(["faster", "slower"]).any(), result[["n", "ratio", "ci_low", "ci_high", "why"]]
+
+
+def test_a_noisy_run_needs_its_interval_beyond_the_threshold():
+    base, new = draws(100, 31), draws(107, 32, drift=0.02)
+    clean = compare.judge(base, new)
+    assert clean["verdict"] == "slower" and clean["ci_low"] < 1.05, clean
+    assert compare.judge(base, new, noisy=True)["verdict"] == "uncertain"

@@ -26,6 +26,8 @@ from .layout import (
     _slim,
     _styles,
     empty_figure,
+    hollow,
+    noisy_markers,
 )
 from .style import SYMBOLS
 
@@ -223,17 +225,20 @@ def time_vs_overlap(frame: pd.DataFrame, n: int | None = None, *, x: str = "mean
     for series in sorted(agg["series"].unique()):
         part = agg[agg["series"] == series].sort_values(x)
         color, dash, _ = styles[series]
+        _, text, noisy = noisy_markers(part, "")
+        symbols = [hollow(s) if n else s for s, n in zip(part["symbol"], tables.noisy_mask(part))]
         fig.add_trace(go.Scatter(
             x=part[x], y=part["median_us"], mode="lines", name=series, legendgroup=series, hoverinfo="skip",
             line=dict(color=color, dash=dash, width=1.5), meta={"role": "line", "series": series, "impl": str(part["impl"].iloc[0])},
         ))
         fig.add_trace(go.Scatter(  # the points, shaped by scenario, carry the hover text
             x=part[x], y=part["median_us"], mode="markers", name=series, legendgroup=series, showlegend=False,
-            marker=dict(size=9, color=color, symbol=part["symbol"].tolist()),
-            customdata=part[["scenario", "overlap", "iqr_us"]].to_numpy(),
+            marker=dict(size=9, color=color, symbol=symbols, line=dict(color=color, width=1.5)),
+            customdata=part[["scenario", "overlap", "iqr_us"]].to_numpy(), text=text,
             hovertemplate=(f"<b>{series}</b><br>%{{customdata[0]}} (knob %{{customdata[1]}})<br>overlap %{{x:.3f}}"
-                           "<br>median %{y:,.4g} µs<br>IQR %{customdata[2]:,.3g} µs<extra></extra>"),
-            meta={"role": "points", "series": series},
+                           "<br>median %{y:,.4g} µs<br>IQR %{customdata[2]:,.3g} µs"
+                           f"{'%{text}' if text else ''}<extra></extra>"),
+            meta={"role": "points", "series": series, "noisy": noisy},
         ))
     for scenario in scenarios:  # legend entries for the marker shapes
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=scenario, legendgroup="scenarios",

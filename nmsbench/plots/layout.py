@@ -37,7 +37,7 @@ def _rgba(hex_color: str, alpha: float) -> str:
 PLOT_COLUMNS = list(dict.fromkeys([
     *tables.CASE_KEYS, *tables.SERIES_DIMS, "impl", "family", "status", "median_us", "iqr_us", "runs", "peak_mem_bytes",
     "mean_max_iou", "greedy_suppressed_frac", "baseline_us", "speedup", "source", "machine", "gpu",
-    "span_us", "launches", "copies", "syncs",
+    "span_us", "launches", "copies", "syncs", "noisy", "noise",
 ]))
 
 
@@ -152,20 +152,50 @@ def _add_lines(fig, data: pd.DataFrame, *, x: str, y: str, row: int, col: int, s
                                          line=dict(width=0, color=color), hoverinfo="skip", fill="toself",
                                          fillcolor=_rgba(color, 0.18), showlegend=False, legendgroup=group,
                                          name=series + " IQR", meta={"role": "band", "series": series, "points": len(xs)}))
+        symbols, text, noisy = noisy_markers(part, symbol)
         traces.append(go.Scatter(
             x=xs, y=part[y].to_numpy(), mode=mode, name=series + name_suffix, legendgroup=group,
             showlegend=group not in shown, line=dict(color=color, dash=dash or series_dash, width=2),
-            marker=dict(size=7, color=color, symbol=symbol),
-            customdata=part[list(customdata)].to_numpy() if customdata else None,
-            hovertemplate=f"<b>{series}{name_suffix}</b><br>{hover}<extra></extra>",
-            meta={"role": "line", "series": series, "impl": str(part["impl"].iloc[0]), **(meta or {})},
+            marker=dict(size=7, color=color, symbol=symbols, line=dict(color=color, width=1.5)),
+            customdata=part[list(customdata)].to_numpy() if customdata else None, text=text,
+            hovertemplate=f"<b>{series}{name_suffix}</b><br>{hover}{'%{text}' if text else ''}<extra></extra>",
+            meta={"role": "line", "series": series, "impl": str(part["impl"].iloc[0]), "noisy": noisy, **(meta or {})},
         ))
         shown.add(group)
     if traces:
         fig.add_traces(traces, rows=[row] * len(traces), cols=[col] * len(traces))
 
 
+def noisy_markers(points: pd.DataFrame, symbol: str) -> tuple:
+    """(marker symbols, hover texts, how many are noisy) for the points of one trace: a
+    noisy point's marker hollow (``symbol-open``), its hover text saying it is noisy and
+    why; texts are None where no point is noisy (or the rows do not say)."""
+    noisy = tables.noisy_mask(points).to_numpy() if len(points) else np.zeros(0, dtype=bool)
+    if not noisy.any():
+        return symbol, None, 0
+    reasons = points["noise"] if "noise" in points.columns else pd.Series("", index=points.index)
+    text = [f"<br><b>noisy</b>: {r or 'reasons not recorded'}" if n else "" for n, r in
+            zip(noisy, reasons.astype(object).where(reasons.notna(), "").astype(str))]
+    return [hollow(symbol) if n else symbol for n in noisy], text, int(noisy.sum())
+
+
+def hollow(symbol: str) -> str:
+    """A noisy point's marker: ``symbol``'s open (hollow) form; a symbol drawn open already
+    (soft_rounds' hexagon-open) takes a dot in its middle instead."""
+    return f"{symbol}-dot" if symbol.endswith("-open") else f"{symbol}-open"
+
+
+def noisy_key(fig: go.Figure) -> None:
+    """Where a trace has noisy (hollow) points, a legend entry saying what hollow means."""
+    if not any((t.meta or {}).get("noisy") for t in fig.data if isinstance(t.meta, dict)):
+        return
+    fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=tables.HOLLOW_NOTE, legendgroup="noisy key", showlegend=True,
+                             marker=dict(size=9, color="#555", symbol="circle-open", line=dict(width=1.5)),
+                             hoverinfo="skip", meta={"role": "key", "noisy": 0}))
+
+
 def _finish(fig: go.Figure, rows: int, title: str | None, legend_title: str = "implementation") -> go.Figure:
+    noisy_key(fig)
     fig.update_layout(
         height=max(PANEL_HEIGHT * rows + 90, 300), title=title, legend_title_text=legend_title,
         hovermode="closest", margin=dict(l=60, r=20, t=80 if title else 50, b=50),

@@ -10,7 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from .. import tables
-from .layout import _finish, _grid, _group_panels, _log_ticks, empty_figure
+from .layout import _finish, _grid, _group_panels, _log_ticks, empty_figure, noisy_markers
 from .style import DASHES, EXTRA_COLORS, PINNED_COLORS
 
 STAGE_COLORS = {"decode": "#56B4E9", "nms": "#D55E00"}  # sky blue, vermillion (Okabe-Ito)
@@ -81,23 +81,24 @@ def pipeline_time_per_image(frame: pd.DataFrame, *, stage: str = "total", colors
     shown: set = set()
     for (_, part), (r, c) in zip(panels, positions):
         _log_ticks(fig, part["us_per_image"], row=r, col=c)
-        agg = (part.groupby(["series", "impl", "device", "batch"], sort=True)
+        agg = (tables.with_noise(part).groupby(["series", "impl", "device", "batch"], sort=True)
                .agg(us_per_image=("us_per_image", "median"), iqr_us_per_image=("iqr_us_per_image", "median"),
-                    median_us=("median_us", "median"), candidates=("candidates", "first"), noisy=("noisy", "first"),
-                    rows=("us_per_image", "size")).reset_index())
+                    median_us=("median_us", "median"), candidates=("candidates", "first"), noisy=("noisy", "max"),
+                    noise=("noise", tables.joined_reasons), rows=("us_per_image", "size")).reset_index())
         for series in sorted(agg["series"].unique(), key=lambda s: (pipeline_order(agg["impl"]).index(s.split(" · ")[0]), s)):
             line = agg[agg["series"] == series].sort_values("batch")
             color, dash, symbol = styles[series]
-            noisy = line["noisy"].astype(str).str.lower().eq("true").map({True: " (noisy)", False: ""})
+            symbols, text, noisy = noisy_markers(line, symbol)
             fig.add_trace(go.Scatter(
                 x=line["batch"], y=line["us_per_image"], mode="lines+markers", name=series, legendgroup=series,
                 showlegend=series not in shown, line=dict(color=color, dash=dash, width=2),
-                marker=dict(size=8, color=color, symbol=symbol),
-                customdata=np.column_stack([line["median_us"], line["iqr_us_per_image"], line["candidates"], noisy]),
-                hovertemplate=(f"<b>{series}</b><br>batch %{{x}}<br>%{{y:,.4g}} µs per image%{{customdata[3]}}"
+                marker=dict(size=8, color=color, symbol=symbols, line=dict(color=color, width=1.5)),
+                customdata=np.column_stack([line["median_us"], line["iqr_us_per_image"], line["candidates"]]), text=text,
+                hovertemplate=(f"<b>{series}</b><br>batch %{{x}}<br>%{{y:,.4g}} µs per image"
                                "<br>IQR %{customdata[1]:,.3g} µs per image<br>%{customdata[0]:,.4g} µs per call"
-                               "<br>%{customdata[2]:,.0f} candidates in the batch<extra></extra>"),
-                meta={"role": "line", "series": series, "impl": str(line["impl"].iloc[0]), "device": str(line["device"].iloc[0])},
+                               f"<br>%{{customdata[2]:,.0f}} candidates in the batch{'%{text}' if text else ''}<extra></extra>"),
+                meta={"role": "line", "series": series, "impl": str(line["impl"].iloc[0]), "device": str(line["device"].iloc[0]),
+                      "noisy": noisy},
             ), row=r, col=c)
             shown.add(series)
     _batch_axis(fig, rows["batch"])

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..results import ENV_COLUMNS, read_results
+from .noise import NOISY_MARK, joined_reasons, noisy_footnote, with_noise
 
 NUMERIC_COLUMNS = [
     "schema_version", "overlap", "classes", "n", "iou_threshold", "seed", "median_us", "iqr_us", "runs",
@@ -238,8 +239,18 @@ def aggregate(frame: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
                    "span_us", "launches", "copies", "syncs", *ACCURACY_METRICS):
         if column in frame.columns:
             agg[column] = "median"
+    noisy = "noisy" in frame.columns
+    if noisy:  # a point is noisy where any row folded into it is; its reasons are all of theirs
+        frame = with_noise(frame)
+        agg["noisy"] = "max"
+        agg.pop("noise", None)
     out = frame.groupby(keys, dropna=False, sort=True).agg(agg)
     out["rows"] = frame.groupby(keys, dropna=False, sort=True).size()
+    if noisy:
+        out["noisy"] = out["noisy"].astype(bool)
+        marked = frame[frame["noisy"]]
+        reasons = marked.groupby(keys, dropna=False, sort=True)["noise"].agg(joined_reasons) if not marked.empty else None
+        out["noise"] = "" if reasons is None else reasons.reindex(out.index).fillna("")
     return out.reset_index()
 
 
@@ -362,7 +373,8 @@ def speedup_table(frame: pd.DataFrame, baseline: str = DEFAULT_BASELINE, impls: 
     rows["impl"] = rows["impl"].astype(str)
     counted = "launches" in rows.columns and pd.to_numeric(rows["launches"], errors="coerce").notna().any()
     per_call = ["launches", "copies", "syncs"] if counted else []  # device-timer rows: what a call asks of the GPU
-    table = rows[[*groups, "n", "impl", "median_us", "iqr_us", "speedup", *per_call]].copy()
+    noise = ["noisy", "noise"] if "noisy" in rows.columns else []  # a cell is noisy where any row folded into it is
+    table = rows[[*groups, "n", "impl", "median_us", "iqr_us", "speedup", *per_call, *noise]].copy()
     table.attrs.update(groups=groups, baseline=baseline, impls=order)
     return table
 
@@ -376,13 +388,16 @@ def _impl_order(impls: Iterable[str], baseline: str) -> list[str]:
 
 def wide_table(table: pd.DataFrame) -> pd.DataFrame:
     """The long ``speedup_table`` as N x implementation: one row per group and N, for
-    each implementation the columns ``<impl> median_us`` and ``<impl> speedup`` (and
+    each implementation the columns ``<impl> median_us``, ``<impl> noisy`` (where the rows
+    say: True where the median is a noisy measurement's) and ``<impl> speedup`` (and
     ``<impl> launches`` where device-timer rows counted them)."""
     groups = table.attrs.get("groups", [])
     impls = table.attrs.get("impls") or _impl_order(table["impl"].unique(), table.attrs.get("baseline", ""))
     index = [*groups, "n"]
-    values = ["median_us", "speedup"] + (["launches"] if "launches" in table.columns else [])
-    wide = table.pivot_table(index=index, columns="impl", values=values, aggfunc="first", dropna=False)
+    values = ["median_us", *(["noisy"] if "noisy" in table.columns else []), "speedup",
+              *(["launches"] if "launches" in table.columns else [])]
+    wide = table.assign(**({"noisy": table["noisy"].astype(object)} if "noisy" in table.columns else {})).pivot_table(
+        index=index, columns="impl", values=values, aggfunc="first", dropna=False)
     columns, data = [], {}
     for impl in impls:
         for value in values:
@@ -432,17 +447,25 @@ def _cells(table: pd.DataFrame) -> tuple[list[str], list[list[str]], list[str]]:
             if pd.isna(median):
                 cells.append("")
                 continue
-            cell = format_us(median) if pd.isna(speed) else f"{format_us(median)} ({format_speedup(speed)}×)"
+            time = format_us(median) + (NOISY_MARK if _is_true(row.get(f"{impl} noisy")) else "")
+            cell = time if pd.isna(speed) else f"{time} ({format_speedup(speed)}×)"
             cells.append(cell if pd.isna(launches) else f"{cell} [{launches:g}]")
         body.append(cells)
     align = ["l"] * len(groups) + ["r"] * (1 + len(impls))
     return header, body, align
 
 
+def _is_true(value) -> bool:
+    """A wide table's ``<impl> noisy`` cell: True only for a true boolean (blank: no row)."""
+    return isinstance(value, (bool, np.bool_)) and bool(value)
+
+
 def caption(table: pd.DataFrame) -> str:
     baseline = table.attrs.get("baseline", DEFAULT_BASELINE)
     launches = " [k]: kernel launches per call (device timer)." if "launches" in table.columns else ""
-    return f"Median time in µs per call (speedup vs {baseline}; above 1 is faster).{launches}"
+    noisy = table[table["noisy"].astype(bool)]["noise"] if "noisy" in table.columns else []
+    footnote = " " + noisy_footnote(noisy) if len(noisy) else ""
+    return f"Median time in µs per call (speedup vs {baseline}; above 1 is faster).{launches}{footnote}"
 
 
 def render_table(table: pd.DataFrame, fmt: str) -> str:
@@ -464,7 +487,8 @@ def _render_cells(header: list[str], body: list[list[str]], align: list[str], ca
     if fmt == "latex":
         def tex(text: str) -> str:
             for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("$", r"\$"), ("#", r"\#"),
-                         ("_", r"\_"), ("{", r"\{"), ("}", r"\}"), ("×", r"$\times$"), ("µs", r"\textmu s")):
+                         ("_", r"\_"), ("{", r"\{"), ("}", r"\}"), ("×", r"$\times$"), ("µs", r"\textmu s"),
+                         (NOISY_MARK, r"\textsuperscript{\dag}")):
                 text = text.replace(a, b)
             return text
 

@@ -13,12 +13,19 @@ import importlib
 import math
 import pkgutil
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional, Protocol
 
 from ..timing import BLOCKS_PER_MEASUREMENT, DEFAULT_TIMERS, Blocks, Timing
 
-if TYPE_CHECKING:
-    from ..engine.settings import Settings
+
+class Settings(Protocol):
+    """What a timer reads of a case's measurement settings (``nmsbench.engine.settings.Settings``
+    has these and more; timers sit below the engine and never import it)."""
+
+    rounds: int
+    min_run_time: float
+    threads: int
+
 
 __all__ = ["Callables", "Timer", "TIMERS", "DEFAULT_TIMERS", "register_timer", "timers_for", "discover",
            "block_seconds", "min_calls", "blank_extra"]
@@ -52,7 +59,7 @@ class Timer:
     devices: tuple[str, ...]
     help: str
     build: Callable[[Callables], Callable[[], object]]
-    measurer: Callable[[Callable[[], object], "Settings"], Callable[[float], Blocks]]
+    measurer: Callable[[Callable[[], object], Settings], Callable[[float], Blocks]]
     extra: Callable[[Timing], dict] = blank_extra
     needs_graph_safe: bool = False
     host_bound: bool = True
@@ -92,12 +99,12 @@ def discover() -> dict[str, Timer]:
     return TIMERS
 
 
-def block_seconds(settings: "Settings") -> float:
+def block_seconds(settings: Settings) -> float:
     """A wall block's length: about a tenth of one round's share of the measurement."""
     return settings.min_run_time / settings.rounds / BLOCKS_PER_MEASUREMENT
 
 
-def min_calls(settings: "Settings") -> int:
+def min_calls(settings: Settings) -> int:
     """Calls a one-call-a-block timer takes per round: at least 10 a row, all rounds together."""
     return max(2, math.ceil(10 / settings.rounds))
 
