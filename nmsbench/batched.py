@@ -52,7 +52,7 @@ from typing import NamedTuple, Optional
 import torch
 from torch import Tensor
 
-from .registry import BackendUnavailable
+from .registry import BackendUnavailable, batched_backend
 
 BOX_FORMATS = ("xyxy", "cxcywh")
 HEAD_LAYOUTS = ("yolov5", "yolov8")
@@ -230,11 +230,7 @@ _backends: dict = {}  # device type -> its backend module, imported on its first
 
 
 def _backend(device: str):
-    if device == "cuda":
-        from nmsbench.variants import batched_nms as backend
-    else:
-        from nmsbench.variants import batched_cpu as backend
-    _backends[device] = backend
+    backend = _backends[device] = batched_backend(device)
     return backend
 
 

@@ -90,6 +90,7 @@ def make_grid(benchmark: Benchmark, values: dict):
             elif axis.default is not None:
                 fields[axis.name] = axis.default
         fields |= _measurement_fields(benchmark, values)
+        require_cuda_if_asked(fields.get("devices") or [fields.get("device")])  # before a grid picks what runs there
         return benchmark.grid(**fields)
     except ValueError as e:
         raise usage_error(benchmark, e) from None

@@ -20,7 +20,7 @@ FORMATS = ("table", "csv", "markdown")
 
 
 def _devices(values: tuple[str, ...]) -> tuple[list[str], list[str]]:
-    """(devices to run, notes on devices skipped): cuda without a CUDA device is skipped."""
+    """(devices to run, notes): cuda asked for without a CUDA device is a usage error (exit 2)."""
     import torch
 
     from .engine.axes import split_all as _split
@@ -29,15 +29,16 @@ def _devices(values: tuple[str, ...]) -> tuple[list[str], list[str]]:
     bad = [d for d in asked if d not in ("cpu", "cuda")]
     if bad:
         raise click.BadParameter(f"{', '.join(bad)}: choose cpu and/or cuda", param_hint="--device")
-    if "cuda" in asked and not torch.cuda.is_available():
-        return [d for d in asked if d != "cuda"], ["skipped cuda: no CUDA device here (torch.cuda.is_available() is False)"]
+    from .cli_options import require_cuda_if_asked
+
+    require_cuda_if_asked(asked)  # exit 2, as every command
     return asked, []
 
 
 @click.command("conformance")
 @click.option("--device", "devices", multiple=True,
               help="cpu and/or cuda (repeat or comma-separate). Default: every device here. cuda without a CUDA "
-                   "device is skipped with a message.")
+                   "device is refused (exit 2), as by every command.")
 @click.option("--impl", "impls", multiple=True,
               help="Implementations to judge (registered names, or batched_nms[float32], batched_nms[float16], "
                    "cv2.NMSBoxesBatched, onnx.NonMaxSuppression). Default: all that run here.")

@@ -230,6 +230,16 @@ def _load_builtin() -> None:
             importlib.import_module(f"{package.__name__}.{module.name}")
 
 
+# the batched op's (nmsbench.batched_nms) backend modules among the variants, by device
+BATCHED_BACKENDS = {"cuda": "batched_nms", "cpu": "batched_cpu"}
+
+
+def batched_backend(device: str):
+    """The batched op's backend module for ``device`` (its ``run``), imported by name like
+    every variant, alone (the op's first call loads no other variant)."""
+    return importlib.import_module(f"nmsbench.variants.{BATCHED_BACKENDS[device]}")
+
+
 def implementations() -> dict[str, Implementation]:
     """Every registered implementation by name (the built-in ones loaded on first use)."""
     _load_builtin()

@@ -43,17 +43,17 @@ def show(benchmark: str, rows: list[dict], counts: dict, out: Path, exact: Optio
     ok = frame[frame["status"] == "ok"]
     if benchmark not in ("pipeline", "accuracy"):
         for line in verdict_lines(frame, exact):
-            console.print(line, highlight=False)
+            console.print(line, highlight=False, markup=False)
     {"pipeline": _pipeline_tables, "accuracy": _accuracy_tables}.get(benchmark, _sweep_tables)(ok)
     for line in noise_footnote(ok):
-        console.print(line, highlight=False)
+        console.print(line, highlight=False, markup=False)
     noisy = len(counts.get("noisy_rows", [])) or int(_noisy(ok).sum())
     if noisy:
         console.print(f"[yellow]warning[/]: {noisy} noisy row(s), marked {NOISY_MARK} above; their times are less certain "
                       "(a busy machine? fewer --threads, --repeat-noisy K or a longer --min-run-time; --verbose lists each "
                       "as it comes, the noisy and noise columns mark them)")
     for line in skipped_lines(frame):
-        console.print(line, highlight=False)
+        console.print(line, highlight=False, markup=False)
     host = counts.get("host") or {}
     if host.get("slow"):
         waited = f"; {host['waited_s']:g} s went to waiting for its usual speed (--host-wait)" if host.get("waited_s") else ""
@@ -106,7 +106,7 @@ def verdict_lines(frame: pd.DataFrame, exact: Optional[Callable[[str], bool]] = 
     recorded = _present(ok["image"]) & _present(ok["n_cap"])
     ok = ok.assign(_recording=(ok["image"].astype(str) + "@" + ok["input_size"].astype(str)).where(recorded, ""))
     varying = {c for c in SUMMARY_BLOCKS if ok[c].nunique(dropna=False) > 1}
-    lines = [f"[bold]verdict[/] (clean rows only: ok and not noisy; speedup: {BASELINE}'s median / the implementation's "
+    lines = [f"verdict (clean rows only: ok and not noisy; speedup: {BASELINE}'s median / the implementation's "
              "at the same N)"]
     for values, group in ok.groupby([*SUMMARY_BLOCKS, "_recording"], sort=False, dropna=False):
         key = dict(zip([*SUMMARY_BLOCKS, "_recording"], values))
@@ -201,7 +201,7 @@ def _listed(texts: list[str], head: str, rest: str) -> None:
         return
     console.print(head.format(len(texts)))
     for text in texts[:LISTED]:
-        console.print(f"  {text}")
+        console.print(f"  {text}", markup=False)
     if len(texts) > LISTED:
         console.print(f"  ... and {len(texts) - LISTED} more ({rest})")
 

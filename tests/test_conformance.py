@@ -278,9 +278,9 @@ def test_bad_options_are_named():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without CUDA")
-def test_cuda_without_a_device_is_skipped_with_a_message():
+def test_cuda_without_a_device_is_refused_as_by_every_command():
     result = invoke("--device", "cuda", "--family", "empty_one", "--examples", "1")
-    assert result.exit_code == 0 and "skipped cuda: no CUDA device" in result.output
+    assert result.exit_code == 2 and "--device cuda was asked for, but no CUDA device is available here" in result.output
 
 
 @pytest.mark.gpu

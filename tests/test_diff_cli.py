@@ -122,10 +122,73 @@ def test_diff_files_are_found_at_the_top_and_under_runs(tmp_path):
 
 def test_nothing_that_runs_writes_no_file(tmp_path):
     out = tmp_path / "d.json"
-    # allpairs has no cuda backend, with or without a GPU
-    result = CliRunner().invoke(diff_command, ["--n", "16", "--impl", "allpairs", "--device", "cuda", "--out", str(out)])
-    assert result.exit_code == 1 and "no implementation ran on cuda" in result.output and "allpairs" in result.output
+    # soft_rounds has no cpu backend, with or without a GPU
+    result = CliRunner().invoke(diff_command, ["--n", "16", "--impl", "soft_rounds", "--device", "cpu", "--out", str(out)])
+    assert result.exit_code == 1 and "no implementation ran on cpu" in result.output and "soft_rounds" in result.output
     assert not out.exists()
+
+
+def test_cuda_without_a_gpu_is_the_usage_error_every_command_gives(tmp_path, monkeypatch):
+    from nmsbench.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    out = tmp_path / "d.json"
+    diff = CliRunner().invoke(diff_command, ["--n", "16", "--impl", "torchvision", "--device", "cuda", "--out", str(out)])
+    sweep = CliRunner().invoke(main, ["sweep", "--n", "16", "--impl", "torchvision", "--device", "cuda",
+                                      "--out", str(tmp_path / "s.csv")])
+    message = "--device cuda was asked for, but no CUDA device is available here"
+    assert diff.exit_code == sweep.exit_code == 2 and message in diff.output and message in sweep.output, diff.output
+    assert diff.output.splitlines()[-1] == sweep.output.splitlines()[-1]  # the same line
+    assert not out.exists()
+
+
+def _boxes_csv(path, rows):
+    path.write_text("x1,y1,x2,y2,score\n" + "".join(f"{x1},{y1},{x2},{y2},{s}\n" for x1, y1, x2, y2, s in rows))
+    return path
+
+
+# two overlapping pairs (IoU 0.68 and 0.82) and a lone box: greedy NMS at IoU 0.5 keeps rows 0, 2 and 4
+MY_BOXES = [(0, 0, 10, 10, 0.9), (1, 1, 11, 11, 0.8), (50, 50, 60, 60, 0.7), (50, 50, 60, 61, 0.95), (100, 0, 120, 5, 0.1)]
+
+
+def test_a_diff_on_my_own_boxes_file(tmp_path):
+    boxes = _boxes_csv(tmp_path / "mine.csv", MY_BOXES)
+    out = tmp_path / "diff-mine.json"
+    result = CliRunner().invoke(diff_command, ["--scenario", "file", "--file", str(boxes), "--impl", "torchvision,allpairs",
+                                               "--out", str(out)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["case"]["scenario"] == "file" and data["case"]["n"] == 5 and data["case"]["file"] == str(boxes)  # every box
+    assert np.allclose(data["boxes"], [row[:4] for row in MY_BOXES]) and np.allclose(data["scores"], [r[4] for r in MY_BOXES])
+    assert sorted(data["implementations"]["torchvision"]["keep"]) == [0, 3, 4]
+    assert f"--scenario file --file {boxes}" in data["command"] and "--n 5" in data["command"]
+    case = differences.read_case(out)
+    assert case.scenario == "file" and case.file == str(boxes) and case.n == 5
+    again = tmp_path / "again.json"  # the recorded command makes the same file
+    command = data["command"].split()
+    assert CliRunner().invoke(diff_command, command[2:command.index("--out")] + ["--out", str(again)]).exit_code == 0
+    assert json.loads(again.read_text())["boxes"] == data["boxes"]
+
+
+def test_n_takes_the_first_boxes_of_my_file(tmp_path):
+    boxes = _boxes_csv(tmp_path / "mine.csv", MY_BOXES)
+    case = differences.run_grid(differences.DiffGrid(scenario="file", file=str(boxes), n=3, impls=["torchvision"]))
+    assert case.n == 3 and np.allclose(case.boxes, [row[:4] for row in MY_BOXES[:3]])
+    assert differences.run_grid(differences.DiffGrid(scenario="file", file=str(boxes), impls=["torchvision"])).n == 5
+
+
+@pytest.mark.parametrize("args, option, message", [
+    (["--scenario", "file"], "--file", "needs a boxes file (--file PATH)"),
+    (["--file", "{csv}"], "--file", "only read by the file scenario"),
+    (["--scenario", "file", "--file", "{csv}", "--n", "6"], "--n", "holds 5 boxes; --n asks for 6"),
+    (["--scenario", "file", "--file", "{missing}"], "--file", "no such file"),
+    (["--scenario", "file", "--file", "{csv}", "--canvas", "density"], "--canvas", "synthetic scenarios"),
+])
+def test_a_bad_file_case_is_a_usage_error(tmp_path, args, option, message):
+    names = {"csv": str(_boxes_csv(tmp_path / "mine.csv", MY_BOXES)), "missing": str(tmp_path / "nowhere.csv")}
+    result = CliRunner().invoke(diff_command, [a.format(**names) for a in args] + ["--out", str(tmp_path / "d.json")])
+    assert result.exit_code == 2 and message in result.output and option in result.output, result.output
+    assert not (tmp_path / "d.json").exists()
 
 
 def test_moved_boxes_and_soft_scores_travel_through_the_file_and_onto_the_canvas(tmp_path):

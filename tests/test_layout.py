@@ -17,11 +17,9 @@ VARIANT_PACKAGE = "nmsbench.variants"
 # harness modules that find the variants by name (importlib on a string, the folder's spec),
 # never by an import statement
 FINDS_VARIANTS_BY_NAME = {"nmsbench.registry", "nmsbench.cuda.kernels", "nmsbench.cuda.compile", "nmsbench.styles"}
-# the one import left, by name and why: the batched op (nmsbench.batched) runs its two
-# backends, which live beside their kernels (batched_nms.py, batched_cpu.py) and are not
-# registered variants; they are to be registered like the rest
-KNOWN_VARIANT_IMPORTS = {"nmsbench.batched": {"nmsbench.variants", "nmsbench.variants.batched_nms",
-                                              "nmsbench.variants.batched_cpu"}}
+# harness modules allowed to import a variant by an import statement, and which (none: the
+# batched op's backends are found by the registry, by name, like every variant)
+KNOWN_VARIANT_IMPORTS: dict[str, set[str]] = {}
 
 
 def module_name(path: Path) -> str:

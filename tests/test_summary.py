@@ -1,0 +1,160 @@
+"""The end-of-run summary (nmsbench.summary): the verdict lines first, from clean rows only;
+noisy cells marked with a footnote naming the reasons; the skipped implementations listed
+with their reasons; AP in % in the accuracy summary. Synthetic rows, no timing, except one
+tiny CLI sweep that checks the order and that noisy rows are a count, not lines."""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+from click.testing import CliRunner
+
+from nmsbench import summary
+from nmsbench.cli import main
+
+BASE = {"schema_version": 8, "benchmark": "nms", "device": "cpu", "dtype": "float32", "timer": "wall", "overlap": 0.25,
+        "classes": 1, "iou_threshold": 0.5, "seed": 0, "params": "{}", "status": "ok", "noisy": False, "noise": ""}
+FAMILY = {"torchvision": "hard", "fast_exact": "hard", "slow_exact": "hard", "fast_inexact": "hard",
+          "matrix_a": "matrix", "matrix_b": "matrix", "lone_soft": "soft"}
+EXACT = {"torchvision", "fast_exact", "slow_exact"}
+
+
+def row(impl, n, us, scenario="uniform", **more) -> dict:
+    return BASE | {"impl": impl, "family": FAMILY.get(impl, "hard"), "scenario": scenario, "n": n, "median_us": us} | more
+
+
+def text_of(rows, benchmark="nms", counts=None) -> str:
+    counts = counts or {"ok": len(rows), "error": 0, "skipped": 0, "noisy": 0}
+    with summary.console.capture() as captured:
+        summary.show(benchmark, rows, counts, summary.Path("r.csv"), exact=EXACT.__contains__)
+    return " ".join(captured.get().split())
+
+
+def verdicts(rows) -> list[str]:
+    return [" ".join(line.split()) for line in summary.verdict_lines(summary.frame_of(rows), EXACT.__contains__)]
+
+
+def test_the_verdict_names_the_fastest_exact_hard_and_its_speedup_at_the_smallest_and_largest_n():
+    rows = [row("torchvision", 64, 100.0), row("fast_exact", 64, 50.0), row("slow_exact", 64, 80.0),
+            row("torchvision", 256, 400.0), row("fast_exact", 256, 200.0), row("slow_exact", 256, 100.0),
+            row("torchvision", 128, 1.0), row("fast_exact", 128, 0.5),  # between the ends: no verdict
+            row("fast_inexact", 64, 10.0), row("fast_inexact", 256, 10.0)]  # faster, but not exact
+    lines = verdicts(rows)
+    assert lines[1] == "uniform · cpu · wall timer:"
+    assert lines[2] == ("fastest exact hard: N=64 fast_exact 50.0 µs, 2.00x torchvision; "
+                        "N=256 slow_exact 100.0 µs, 4.00x torchvision")
+    # the hard family has an inexact entry: its own line says so
+    assert lines[3] == ("fastest hard (exact or not): N=64 fast_inexact (not exact) 10.0 µs, 10.00x torchvision; "
+                        "N=256 fast_inexact (not exact) 10.0 µs, 40.00x torchvision")
+
+
+def test_a_noisy_row_never_answers_and_no_clean_row_is_said():
+    rows = [row("torchvision", 64, 100.0), row("fast_exact", 64, 50.0, noisy=True, noise="IQR 40% of the median"),
+            row("slow_exact", 64, 80.0),
+            row("torchvision", 256, 400.0, noisy=True), row("fast_exact", 256, 200.0, noisy="True"),
+            row("slow_exact", 256, 300.0, noisy=True),
+            row("torchvision", 64, 9.0, scenario="crowd", noisy=True)]
+    lines = verdicts(rows)
+    uniform = lines.index("uniform · cpu · wall timer:")
+    assert lines[uniform + 1] == "fastest exact hard: N=64 slow_exact 80.0 µs, 1.25x torchvision; N=256 no clean row"
+    crowd = lines.index("crowd · cpu · wall timer:")
+    assert lines[crowd + 1] == "no clean row (1 ok row(s), all noisy)"
+
+
+def test_torchvision_noisy_or_absent_leaves_the_speedup_out_and_says_why():
+    rows = [row("torchvision", 64, 100.0, noisy=True), row("fast_exact", 64, 50.0), row("fast_exact", 256, 70.0)]
+    line = verdicts(rows)[2]
+    assert line == ("fastest exact hard: N=64 fast_exact 50.0 µs (torchvision: no clean row); "
+                    "N=256 fast_exact 70.0 µs (no torchvision row)")
+    itself = verdicts([row("torchvision", 64, 10.0), row("slow_exact", 64, 80.0)])[2]
+    assert itself == "fastest exact hard: N=64 torchvision 10.0 µs (torchvision itself)"
+
+
+def test_each_family_with_several_entries_gets_its_line_and_a_lone_one_none():
+    rows = [row("torchvision", 64, 100.0), row("torchvision", 256, 400.0),
+            row("matrix_a", 64, 300.0), row("matrix_b", 64, 200.0), row("matrix_a", 256, 500.0), row("matrix_b", 256, 800.0),
+            row("lone_soft", 64, 1.0), row("lone_soft", 256, 1.0)]
+    lines = verdicts(rows)
+    assert ("fastest matrix: N=64 matrix_b (not exact) 200.0 µs, 0.50x torchvision; "
+            "N=256 matrix_a (not exact) 500.0 µs, 0.80x torchvision") in lines
+    assert not any("soft" in line for line in lines)
+    # one implementation with two parameter sets is two entries, named by their parameters
+    rows = [row("torchvision", 64, 100.0), row("matrix_a", 64, 300.0, params='{"kernel": "linear"}'),
+            row("matrix_a", 64, 250.0, params='{"kernel": "gaussian"}')]
+    assert "fastest matrix: N=64 matrix_a kernel=gaussian (not exact) 250.0 µs, 0.40x torchvision" in verdicts(rows)
+
+
+def test_every_timer_and_device_gets_its_own_verdict_block():
+    rows = [row("torchvision", 64, 100.0), row("fast_exact", 64, 50.0),
+            row("torchvision", 64, 10.0, device="cuda", timer="device"), row("fast_exact", 64, 20.0, device="cuda", timer="device")]
+    lines = verdicts(rows)
+    assert "uniform · cpu · wall timer:" in lines and "uniform · cuda · device timer:" in lines
+    assert "fastest exact hard: N=64 torchvision 10.0 µs (torchvision itself)" in lines
+
+
+def test_the_summary_opens_with_the_verdict_then_marks_noisy_cells_with_a_footnote_and_lists_skipped():
+    rows = [row("torchvision", 64, 100.0), row("fast_exact", 64, 1234.5, noisy=True,
+                                                noise="IQR 40% of the median; the host ran slow in 3 of 5 rounds"),
+            row("slow_exact", 64, 80.0, noisy=True, noise="IQR 12% of the median"),
+            row("opencv", 64, float("nan"), status="skipped", error="opencv needs cv2: pip install '.[externals]'"),
+            row("opencv", 256, float("nan"), status="skipped", error="opencv needs cv2: pip install '.[externals]'"),
+            row("soft_rounds", 64, float("nan"), status="skipped", error="soft_rounds has no cpu backend")]
+    text = text_of(rows, counts={"ok": 3, "error": 0, "skipped": 3, "noisy": 2})
+    assert text.index("verdict") < text.index("median µs (wall timer)") < text.index("† noisy")
+    assert "1,234.5†" in text and "80.0†" in text and "100.0†" not in text
+    assert ("† noisy, its time less certain: IQR 12–40% of the median (2 rows); "
+            "the host ran slow in 3 of 5 rounds (1 row)") in text
+    assert "warning: 2 noisy row(s), marked † above" in text
+    assert "skipped: 2 implementation(s), 3 row(s):" in text
+    assert "opencv (cpu): opencv needs cv2: pip install '.[externals]' (2 rows)" in text
+    assert "soft_rounds (cpu): soft_rounds has no cpu backend (1 row)" in text
+
+
+def test_a_clean_run_has_neither_marks_nor_footnote():
+    text = text_of([row("torchvision", 64, 100.0), row("fast_exact", 64, 50.0)])
+    assert "†" not in text and "noisy row" not in text and "skipped:" not in text
+
+
+def test_recorded_cells_are_marked_too():
+    rows = [row("torchvision", 57, 100.0, scenario="real", image="bus.jpg", input_size=640, n_cap=64, noisy=True,
+                noise="IQR 30% of the median")]
+    assert "100.0 (N=57)†" in text_of(rows)
+
+
+def test_pipeline_and_accuracy_summaries_mark_noisy_cells_and_print_ap_in_percent(monkeypatch):
+    pipe = {"benchmark": "pipeline", "scenario": "real", "overlap": 0.25, "n": 6000}
+    rows = [row("numpy", 6000, 200.0, **pipe, batch=2, stage="nms", noisy=True, noise="IQR 30% of the median"),
+            row("numpy", 6000, 300.0, **pipe, batch=2, stage="total"),
+            row("numpy", 6000, 400.0, **pipe, batch=4, stage="nms")]
+    text = text_of(rows, "pipeline")
+    assert "100.0†" in text and "150.0 " in text and "100.0 │" not in text and "verdict" not in text
+    assert "† noisy, its time less certain: IQR 30% of the median (1 row)" in text
+
+    monkeypatch.setattr("nmsbench.accuracy.evaluator_name", lambda: "test evaluator")
+    acc = {"benchmark": "accuracy", "scenario": "coco", "images": 6, "ap50": 0.9, "ar100": 0.7, "ar100_crowded": 0.5}
+    rows = [row("torchvision", 600, 12.5, **acc, ap=0.4567), row("soft_nms", 600, 99.0, **acc, ap=0.5, noisy=True,
+                                                                       noise="IQR 20% of the median")]
+    text = text_of(rows, "accuracy")
+    assert "45.7" in text and "50.0" in text and "90.0" in text and "0.457" not in text
+    assert "99.0†" in text and "12.5†" not in text and "metrics in %" in text
+
+
+def test_a_sweep_prints_the_verdict_first_and_noisy_rows_as_a_count_unless_verbose(tmp_path, monkeypatch):
+    from nmsbench import timing
+
+    # every row noisy, whatever the machine: the noisy rule itself is test_noisy's
+    monkeypatch.setattr(timing.Timing, "noise", property(lambda self: "IQR 50% of the median"))
+    args = ["sweep", "--n", "8,16", "--impl", "torchvision,hard_fused", "--scenario", "uniform", "--device", "cpu",
+            "--min-run-time", "0.005", "--rounds", "1", "--threads", "1"]
+    quiet = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "a.csv")])
+    assert quiet.exit_code == 0, quiet.output
+    text = " ".join(quiet.output.split())
+    assert text.index("verdict (clean rows only") < text.index("median µs (wall timer) · uniform")
+    assert "uniform · overlap 0.05 · cpu · wall timer: no clean row (4 ok row(s), all noisy)" in text
+    assert not re.search(r"^noisy ", quiet.output, re.M) and "4 noisy" in text
+    assert len(re.findall(r"\d†", text)) == 4
+    loud = CliRunner().invoke(main, [*args, "--verbose", "--out", str(tmp_path / "b.csv")])
+    assert loud.exit_code == 0, loud.output
+    assert len(re.findall(r"^noisy torchvision cpu", loud.output, re.M)) == 2
+    assert set(pd.read_csv(tmp_path / "b.csv")["noisy"]) == {True}
