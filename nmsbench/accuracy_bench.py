@@ -360,7 +360,9 @@ HELP = """Score each NMS with COCO AP/AR on candidates with ground truth, and ti
     candidates (class-aware) through nmsbench.run_nms; each image keeps its 100 best
     detections by final score, and a COCO evaluator (faster-coco-eval, else pycocotools)
     scores them. One row per case (benchmark=accuracy): ap, ap50, ap75, ar100,
-    ar100_crowded, and median_us / iqr_us per image: the cases of one source and device
+    ar100_crowded (fractions 0..1 in the CSV, as the evaluator gives them; the summary,
+    export tables, plots and dashboard show them in %, one decimal), and median_us /
+    iqr_us per image: the cases of one source and device
     take turns timing a pass over the images in rotated rounds (--rounds), with the noisy
     flag of the sweep. README, Accuracy, says what the synthetic scenes stand for.
     """

@@ -41,7 +41,7 @@ def compare_command(base: str, new: str, threshold: float, alpha: float, fmt: st
     jaccard, ...), only in base / only in new. Rows pair by case key, on any machine or commit.
 
     \b
-    nmsbench compare results/runs/main.csv results/runs/mine.csv --fail-on slower,changed
+    nmsbench compare results/h200-host-cpu.csv run.csv --fail-on slower,changed
     """
     try:
         result = compare.compare_files(base, new, threshold=threshold, alpha=alpha)

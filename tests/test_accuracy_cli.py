@@ -161,3 +161,32 @@ def test_help_explains_the_command():
     text = " ".join(result.output.split())
     for words in ("COCO", "--candidates", "--annotations", "--image-ids", "scenes-crowd", "ar100", "--resume", "--rounds"):
         assert words in text
+
+
+def test_ap_is_in_percent_wherever_it_is_shown():
+    """One unit: the results CSV holds COCO's fractions; what a person reads (the export
+    tables, the Pareto plot, the help) gives AP and AR in % with one decimal."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from nmsbench import plots
+
+    committed = Path(__file__).resolve().parent.parent / "results" / "h200-accuracy.csv"
+    frame = read_results(committed)
+    rows = frame[(frame["scenario"] == "scenes-crowd") & (frame["device"] == "cpu") & (frame["status"] == "ok")
+                 & (frame["params"] == "{}") & (frame["iou_threshold"] == 0.5)].set_index("impl")
+    result = run(["export", str(committed), "--benchmark", "accuracy", "--scenario", "scenes-crowd", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert "crowded images (%)" in result.output
+    cells = {line.split("|")[1].strip(): line.split("|")[3].strip() for line in result.output.splitlines()
+             if line.startswith("| ") and not line.startswith("| implementation")}
+    assert cells["torchvision"] == f"{100 * rows.loc['torchvision', 'ap']:.1f}"
+    assert all(cells[name] == f"{100 * rows.loc[name, 'ap']:.1f}" for name in rows.index if name in cells)
+    fig = plots.pareto(frame[frame["scenario"] == "scenes-crowd"], "ap")
+    assert fig.layout.yaxis.title.text.endswith("(%)")
+    (torchvision,) = [t for t in fig.data if t.name == "torchvision" and (t.meta or {}).get("role") == "points"
+                      and len(t.y) == 1 and t.legendgroup == "torchvision" and t.x[0] == rows.loc["torchvision", "median_us"]]
+    assert torchvision.y[0] == pytest.approx(100 * rows.loc["torchvision", "ap"])
+    assert 0 < rows["ap"].max() <= 1 and not pd.isna(rows.loc["torchvision", "ap"])  # the CSV: fractions
+    assert "show them in %, one decimal" in " ".join(run(["accuracy", "--help"]).output.split())

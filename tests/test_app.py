@@ -93,7 +93,9 @@ def test_each_implementation_has_its_fixed_colour_and_marker(samples, monkeypatc
         if trace["meta"]["role"] == "line":
             impl = trace["meta"]["impl"]
             assert trace["line"]["color"] == plots.PINNED_COLORS[impl]
-            assert trace["marker"]["symbol"] == plots.PINNED_SYMBOLS[impl]
+            symbols = trace["marker"]["symbol"]  # a list where some points are noisy (hollow)
+            assert set([symbols] if isinstance(symbols, str) else symbols) <= {plots.PINNED_SYMBOLS[impl],
+                                                                             plots.hollow(plots.PINNED_SYMBOLS[impl])}
 
 
 def _run_of(frame, commit: str, stamp: str, factor: float):
@@ -383,10 +385,13 @@ def test_pipeline_view_filters_change_the_figures(pipeline_folder, monkeypatch):
     assert {tuple(t["y"][0]) for t in stages["data"]} <= {("torch+allpairs",) * 2 + ("numpy",) * 2}
     at.selectbox(key="pipe_conf").select(0.001).run()
     low = figures(at)["pipeline_time_per_image"]
-    assert max(max(values(t, "y")) for t in low["data"]) > 10 * max(max(values(t, "y")) for t in after["data"])
+    def drawn(spec):  # the lines, not the legend's key to hollow (noisy) markers
+        return [t for t in spec["data"] if t["meta"]["role"] == "line"]
+
+    assert max(max(values(t, "y")) for t in drawn(low)) > 10 * max(max(values(t, "y")) for t in drawn(after))
     at.multiselect(key="pipe_source").select("synthetic").run()
     one = figures(at)["pipeline_time_per_image"]
-    assert "xaxis2" not in one["layout"] and len(one["data"]) == 2
+    assert "xaxis2" not in one["layout"] and len(drawn(one)) == 2
     at.radio(key="pipe_stage").set_value("nms").run()
     assert figures(at)["pipeline_time_per_image"]["layout"]["meta"]["stage"] == "nms"
 
@@ -551,3 +556,27 @@ def test_compare_runs_of_different_benchmarks_is_an_error(tmp_path, monkeypatch)
     shutil.copy(PIPELINE_CSV, tmp_path / "pipeline.csv")
     at = show(start(tmp_path, monkeypatch), "Compare runs")
     assert any("different benchmarks do not compare" in e.value for e in at.error), [e.value for e in at.error]
+
+
+def _hollow_points(spec: dict) -> int:
+    """Noisy (hollow) points of a figure's lines."""
+    count = 0
+    for trace in spec["data"]:
+        if (trace.get("meta") or {}).get("role") == "line":
+            symbols = (trace.get("marker") or {}).get("symbol", [])
+            count += sum(str(s).endswith(("-open", "-open-dot")) for s in ([symbols] if isinstance(symbols, str) else symbols))
+    return count
+
+
+def test_noisy_points_are_hollow_until_hidden(samples, monkeypatch):
+    at = start(samples, monkeypatch)
+    time = figures(at)["time_vs_n"]
+    noisy = sum((t.get("meta") or {}).get("noisy", 0) for t in time["data"] if (t.get("meta") or {}).get("role") == "line")
+    assert noisy > 0 and _hollow_points(time) == noisy
+    assert tables.HOLLOW_NOTE in {t.get("name") for t in time["data"]}
+    assert not at.toggle(key="hide_noisy").value  # off by default
+    at.toggle(key="hide_noisy").set_value(True).run()
+    assert not at.exception, at.exception
+    time = figures(at)["time_vs_n"]
+    assert _hollow_points(time) == 0 and tables.HOLLOW_NOTE not in {t.get("name") for t in time["data"]}
+    assert line_names(time)  # the clean points are still drawn

@@ -255,7 +255,8 @@ def test_rendered_tables(sample):
     latex = tables.render_table(table, "latex")
     assert r"\begin{tabular}{rrr}" in latex and r"\toprule" in latex and r"$\times$" in latex and "µ" not in latex
     wide = pd.read_csv(io.StringIO(tables.render_table(table, "csv")))
-    assert list(wide.columns) == ["n", "torchvision median_us", "torchvision speedup", "allpairs median_us", "allpairs speedup"]
+    assert list(wide.columns) == ["n", "torchvision median_us", "torchvision noisy", "torchvision speedup",
+                                  "allpairs median_us", "allpairs noisy", "allpairs speedup"]
     assert wide.loc[wide["n"] == 8192, "allpairs median_us"].item() == ap
     with pytest.raises(ValueError, match="unknown table format"):
         tables.render_table(table, "html")
@@ -386,7 +387,8 @@ def test_runs_table_is_one_row_per_file_and_machine(sample):
 def test_lines_carry_their_implementations_marker(sample):
     fig = plots.time_vs_n(tables.select(sample, timer=["wall"]))
     for trace in lines(fig):
-        assert trace.marker.symbol == plots.PINNED_SYMBOLS[trace.meta["impl"]]
+        symbol = plots.PINNED_SYMBOLS[trace.meta["impl"]]
+        assert set(np.atleast_1d(trace.marker.symbol)) <= {symbol, plots.hollow(symbol)}  # hollow: a noisy point
         assert trace.line.color == plots.PINNED_COLORS[trace.meta["impl"]]
 
 
@@ -460,3 +462,51 @@ def test_a_line_names_only_the_parameters_that_tell_its_implementations_runs_apa
     series = tables.add_series(frame, ["params"])
     assert set(series["series"]) >= {"base · kernel=a", "base · kernel=b", "x · kernel=a", "x · kernel=b"}
     assert set(series[series["impl"] == "torchvision"]["series"]) == {"torchvision"}  # one parameter set: no suffix
+
+
+# --- noisy rows, marked ---------------------------------------------------------------
+
+def _with_noise(sample):
+    """The sample's wall rows of one scenario with every allpairs row at N = 1024 noisy (a slow host)."""
+    rows = tables.select(sample, timer=["wall"], device=["cpu"], scenario=["clustered"])
+    hit = rows["impl"].eq("allpairs") & rows["n"].eq(1024)
+    assert hit.sum() == 1
+    return rows.assign(noisy=hit.map({True: "True", False: "False"}),
+                       noise=hit.map({True: "the host ran slow in 5 of 5 rounds", False: ""})), hit
+
+
+def test_a_noisy_cell_carries_a_dagger_and_the_csv_a_noisy_column(sample):
+    rows, _ = _with_noise(sample)
+    table = tables.speedup_table(rows, "torchvision", impls=["torchvision", "allpairs"])
+    markdown = tables.render_table(table, "markdown")
+    ap = rows[rows["impl"].eq("allpairs") & rows["n"].eq(1024)]["median_us"].item()
+    assert f"| {tables.format_us(ap)}† (" in markdown and markdown.count("†") == 2  # the cell and its footnote
+    assert "† noisy: 1 cells (slow host 1)" in markdown
+    latex = tables.render_table(table, "latex")
+    assert latex.count(r"\textsuperscript{\dag}") == 2 and "†" not in latex
+    wide = pd.read_csv(io.StringIO(tables.render_table(table, "csv")))
+    assert wide["allpairs noisy"].tolist() == [n == 1024 for n in wide["n"]]
+    assert not wide["torchvision noisy"].any()
+    clean = tables.speedup_table(rows.assign(noisy="False"), "torchvision", impls=["torchvision", "allpairs"])
+    assert "†" not in tables.render_table(clean, "markdown")
+
+
+def test_noisy_points_are_hollow_and_say_why(sample):
+    rows, _ = _with_noise(sample)
+    for fig in (plots.time_vs_n(rows), plots.speedup_vs_n(rows, "torchvision")):
+        for trace in lines(fig):
+            symbols = np.broadcast_to(np.atleast_1d(trace.marker.symbol), len(trace.x))
+            hollow = [s.endswith("-open") or s.endswith("-open-dot") for s in symbols]
+            expected = [trace.meta["impl"] == "allpairs" and x == 1024 for x in trace.x]
+            assert hollow == expected, trace.name
+            if any(expected):
+                assert "noisy</b>: the host ran slow in 5 of 5 rounds" in trace.text[list(trace.x).index(1024)]
+                assert "%{text}" in trace.hovertemplate
+        keys = [t for t in fig.data if (t.meta or {}).get("role") == "key"]
+        assert [t.name for t in keys] == [tables.HOLLOW_NOTE]
+    plain = plots.time_vs_n(rows.assign(noisy="False"))
+    assert not [t for t in plain.data if (t.meta or {}).get("role") == "key"]
+    overlap = plots.time_vs_overlap(rows, 1024)
+    points = [t for t in overlap.data if (t.meta or {}).get("role") == "points"]
+    assert sum(t.meta["noisy"] for t in points) == 1
+    assert plots.hollow("hexagon-open") == "hexagon-open-dot" and plots.hollow("circle") == "circle-open"

@@ -404,9 +404,9 @@ def test_noisy_rows_are_warned_about_and_listed_in_the_summary(tmp_path, monkeyp
     monkeypatch.setattr(runner, "HostGauge", SteadyHost)  # the noise asserted is the IQR's alone, on any machine
     out = tmp_path / "run.csv"
     result = run("sweep", "--impl", "torchvision", "--scenario", "uniform", "--n", "4,8", "--min-run-time", "0.01",
-                 "--repeat-noisy", "2", "--rounds", "1", "--out", str(out))
+                 "--repeat-noisy", "2", "--rounds", "1", "--verbose", "--out", str(out))
     assert result.exit_code == 0, result.output
-    # the warning names the whole case
+    # the warning (--verbose) names the whole case
     assert result.output.count("noisy torchvision cpu float32 wall uniform overlap=") == 2
     assert "torchvision cpu float32 wall uniform overlap=0.05 n=8 iou=0.5: IQR 50% of the median (after 3 timings)" in result.output
     assert "warning: 2 noisy row(s)" in result.output and "2 noisy" in result.output

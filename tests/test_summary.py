@@ -69,6 +69,8 @@ def test_torchvision_noisy_or_absent_leaves_the_speedup_out_and_says_why():
                     "N=256 fast_exact 70.0 µs (no torchvision row)")
     itself = verdicts([row("torchvision", 64, 10.0), row("slow_exact", 64, 80.0)])[2]
     assert itself == "fastest exact hard: N=64 torchvision 10.0 µs (torchvision itself)"
+    # an inexact hard entry that is not the fastest: the hard family's line would repeat the exact one
+    assert len(verdicts([row("torchvision", 64, 10.0), row("fast_inexact", 64, 80.0)])) == 3
 
 
 def test_each_family_with_several_entries_gets_its_line_and_a_lone_one_none():
@@ -123,18 +125,18 @@ def test_recorded_cells_are_marked_too():
 
 
 def test_pipeline_and_accuracy_summaries_mark_noisy_cells_and_print_ap_in_percent(monkeypatch):
-    pipe = {"benchmark": "pipeline", "scenario": "real", "overlap": 0.25, "n": 6000}
-    rows = [row("numpy", 6000, 200.0, **pipe, batch=2, stage="nms", noisy=True, noise="IQR 30% of the median"),
-            row("numpy", 6000, 300.0, **pipe, batch=2, stage="total"),
-            row("numpy", 6000, 400.0, **pipe, batch=4, stage="nms")]
+    pipe = {"benchmark": "pipeline", "overlap": 0.25}
+    rows = [row("numpy", 6000, 200.0, "real", **pipe, batch=2, stage="nms", noisy=True, noise="IQR 30% of the median"),
+            row("numpy", 6000, 300.0, "real", **pipe, batch=2, stage="total"),
+            row("numpy", 6000, 800.0, "real", **pipe, batch=4, stage="nms")]
     text = text_of(rows, "pipeline")
-    assert "100.0†" in text and "150.0 " in text and "100.0 │" not in text and "verdict" not in text
+    assert "100.0†" in text and "150.0 │" in text and "200.0 │" in text and "verdict" not in text
     assert "† noisy, its time less certain: IQR 30% of the median (1 row)" in text
 
     monkeypatch.setattr("nmsbench.accuracy.evaluator_name", lambda: "test evaluator")
-    acc = {"benchmark": "accuracy", "scenario": "coco", "images": 6, "ap50": 0.9, "ar100": 0.7, "ar100_crowded": 0.5}
-    rows = [row("torchvision", 600, 12.5, **acc, ap=0.4567), row("soft_nms", 600, 99.0, **acc, ap=0.5, noisy=True,
-                                                                       noise="IQR 20% of the median")]
+    acc = {"benchmark": "accuracy", "images": 6, "ap50": 0.9, "ar100": 0.7, "ar100_crowded": 0.5}
+    rows = [row("torchvision", 600, 12.5, "coco", **acc, ap=0.4567),
+            row("soft_nms", 600, 99.0, "coco", **acc, ap=0.5, noisy=True, noise="IQR 20% of the median")]
     text = text_of(rows, "accuracy")
     assert "45.7" in text and "50.0" in text and "90.0" in text and "0.457" not in text
     assert "99.0†" in text and "12.5†" not in text and "metrics in %" in text
@@ -151,7 +153,7 @@ def test_a_sweep_prints_the_verdict_first_and_noisy_rows_as_a_count_unless_verbo
     assert quiet.exit_code == 0, quiet.output
     text = " ".join(quiet.output.split())
     assert text.index("verdict (clean rows only") < text.index("median µs (wall timer) · uniform")
-    assert "uniform · overlap 0.05 · cpu · wall timer: no clean row (4 ok row(s), all noisy)" in text
+    assert "uniform · cpu · wall timer: no clean row (4 ok row(s), all noisy)" in text
     assert not re.search(r"^noisy ", quiet.output, re.M) and "4 noisy" in text
     assert len(re.findall(r"\d†", text)) == 4
     loud = CliRunner().invoke(main, [*args, "--verbose", "--out", str(tmp_path / "b.csv")])

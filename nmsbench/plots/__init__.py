@@ -18,7 +18,7 @@ from .style import (  # noqa: F401 (re-exported)
     EXTRA_COLORS, EXTRA_SYMBOLS, DASHES, SYMBOLS, PINNED_COLORS, PINNED_SYMBOLS, impl_style, color_map, symbol_map,
 )
 from .layout import (  # noqa: F401 (re-exported)
-    N_AXIS, TIME_AXIS, PANEL_HEIGHT, empty_figure, PLOT_COLUMNS, log_tick_values,
+    N_AXIS, TIME_AXIS, PANEL_HEIGHT, empty_figure, PLOT_COLUMNS, log_tick_values, hollow, noisy_markers, noisy_key,
 )
 from .curves import (  # noqa: F401 (re-exported)
     time_vs_n, speedup_vs_n, gpu_timer_dashes, wall_vs_device, memory_vs_n, OVERLAP_AXES, time_vs_overlap, curves_for_print,
