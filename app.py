@@ -29,6 +29,7 @@ import streamlit as st
 
 from nmsbench import plots, tables
 from nmsbench.conformance_report import is_conformance_file
+from nmsbench.dashboard_defaults import default_filters, multi_point_scenarios
 from nmsbench.results import PartialRowWarning
 
 APP_DIR = Path(__file__).resolve().parent
@@ -195,13 +196,20 @@ def number_label(value) -> str:
 
 
 def sidebar_filters(frame: pd.DataFrame) -> dict:
-    """One multiselect per filter column; nothing chosen means every value."""
+    """One multiselect per filter column; nothing chosen means every value. Machine and
+    device start on one of each (:func:`default_filters`) until the user chooses."""
     choices = {}
+    defaults = default_filters(frame)
     for column, label in tables.FILTERS:
         values = tables.options(frame, column)
         key = f"filter_{column}"
+        fresh = column in defaults and set(defaults[column]) <= set(values)
+        if fresh and st.session_state.get(key) == st.session_state.get(f"auto_{key}") != defaults[column]:
+            st.session_state.pop(key, None)  # still on the old default (not the user's choice): new files, new default
         if key in st.session_state:  # a value whose file went away must not break the widget
             st.session_state[key] = [v for v in st.session_state[key] if v in values]
+        elif fresh:  # one machine and device at a time; the user widens them in the sidebar
+            st.session_state[key] = st.session_state[f"auto_{key}"] = list(defaults[column])
         elif column == "timer" and "wall" in values:
             st.session_state[key] = ["wall"]
         elif column == "benchmark" and "nms" in values and len(values) > 1:
@@ -236,6 +244,12 @@ def curves_view(rows: pd.DataFrame, all_timers: pd.DataFrame, without_impl: pd.D
     if layout == "one at a time":
         scenario = c2.selectbox("Scenario", scenarios, key="one_scenario")
         measured = tables.select(measured, scenario=[scenario])
+    several, single = [], []
+    if layout == "one panel each":  # a scenario measured at one N is a panel of dots: left to "one at a time"
+        several, single = multi_point_scenarios(measured)
+        if several and single:
+            measured = tables.select(measured, scenario=several)
+            rows, all_timers, without_impl = (tables.select(f, scenario=several) for f in (rows, all_timers, without_impl))
     baseline = c3.selectbox("Speedup baseline", impls, key="baseline",
                             index=impls.index(tables.DEFAULT_BASELINE) if tables.DEFAULT_BASELINE in impls else 0)
     sizes = [int(n) for n in tables.options(measured, "n")]
@@ -250,7 +264,9 @@ def curves_view(rows: pd.DataFrame, all_timers: pd.DataFrame, without_impl: pd.D
     st.plotly_chart(figure("time"), key="chart_time")
     st.caption("Log-log axes; the band is the median ± IQR/2 of the timed runs. Timer(s): "
                f"{', '.join(tables.options(measured, 'timer'))}. Hover a point for its numbers; click a legend entry to hide a line. "
-               "Hollow markers: noisy measurements (hover one for why; the sidebar's Hide noisy points leaves them out).")
+               "Hollow markers: noisy measurements (hover one for why; the sidebar's Hide noisy points leaves them out)."
+               + (f" Measured at one N only, so not drawn here: {', '.join(single)} (Scenarios: one at a time shows it)."
+                  if single and several else ""))
 
     st.subheader(f"Speedup vs {baseline}")
     st.plotly_chart(figure("speedup"), key="chart_speedup")

@@ -164,10 +164,10 @@ def test_export_csv_has_the_rows_numbers(run_csv, tmp_path):
         mine = table[(table["source"] == row["scenario"]) & (table["implementation"] == label)
                      & (table["iou_threshold"] == row["iou_threshold"])]
         assert len(mine) == 1
-        for metric in ("ap", "ap50", "ap75", "ar100"):
-            assert mine[metric].item() == row[metric]
+        for metric in ("ap", "ap50", "ap75", "ar100"):  # in percent, as markdown and LaTeX show them
+            assert mine[f"{metric}_pct"].item() == pytest.approx(100 * row[metric])
         assert mine["us_per_image"].item() == row["median_us"] and mine["images"].item() == row["images"]
-        assert mine["ar100_crowded"].isna().item() == math.isnan(row["ar100_crowded"])
+        assert mine["ar100_crowded_pct"].isna().item() == math.isnan(row["ar100_crowded"])
 
 
 def test_export_markdown_and_latex_show_the_metrics_in_percent(run_csv):
@@ -249,7 +249,7 @@ def test_the_views_of_a_measured_run(measured_csv, tmp_path):
     assert invoke("export", measured_csv, "--benchmark", "accuracy", "--format", "csv", "-o", out).exit_code == 0
     table = pd.read_csv(out).sort_values(["source", "implementation", "iou_threshold"])
     expected = ok.sort_values(["scenario", "impl", "iou_threshold"])
-    assert table["ap"].tolist() == pytest.approx(expected["ap"].tolist())
+    assert table["ap_pct"].tolist() == pytest.approx((100 * expected["ap"]).tolist())
     assert table["us_per_image"].tolist() == pytest.approx(expected["median_us"].tolist())
 
 

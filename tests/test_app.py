@@ -49,6 +49,14 @@ def line_names(spec: dict) -> set[str]:
     return {t["name"] for t in spec["data"] if (t.get("meta") or {}).get("role") == "line"}
 
 
+def widen(at: AppTest) -> AppTest:
+    """Every machine and device (the dashboard opens on one of each)."""
+    at.multiselect(key="filter_hardware").set_value([])
+    at.multiselect(key="filter_device").set_value([]).run()
+    assert not at.exception, at.exception
+    return at
+
+
 def show(at: AppTest, view: str) -> AppTest:
     at.session_state["view"] = view
     at.run()
@@ -67,7 +75,7 @@ def samples(tmp_path):
 
 
 def test_curves_on_the_committed_results(monkeypatch):
-    at = start(REPO / "results", monkeypatch)  # whatever results/ holds now (and a user's own runs/)
+    at = widen(start(REPO / "results", monkeypatch))  # whatever results/ holds now (and a user's own runs/)
     assert not at.error
     figs = figures(at)
     assert {"time_vs_n", "speedup_vs_n", "time_vs_overlap"} <= set(figs)
@@ -132,14 +140,15 @@ def test_archived_runs_load_only_when_asked(tmp_path, monkeypatch):
     at = start(tmp_path, monkeypatch)
     assert "rows from 1 file(s)" in " ".join(c.value for c in at.sidebar.caption)
     assert "older.csv" not in " ".join(at.multiselect(key="filter_source").options)
-    at.toggle(key="include_archive").set_value(True).run()
+    at.toggle(key="include_archive").set_value(True)
+    widen(at)
     assert not at.exception and "rows from 2 file(s)" in " ".join(c.value for c in at.sidebar.caption)
     assert "archive/older.csv" in at.multiselect(key="filter_source").options
     assert "torchvision · cuda" in line_names(figures(at)["time_vs_n"])
 
 
 def test_curves_and_filters_on_gpu_and_cpu_runs(samples, monkeypatch):
-    at = start(samples, monkeypatch)
+    at = widen(start(samples, monkeypatch))
     assert not at.error
     figs = figures(at)
     assert {"time_vs_n", "speedup_vs_n", "wall_vs_device", "memory_vs_n", "time_vs_overlap"} <= set(figs)
@@ -153,7 +162,7 @@ def test_curves_and_filters_on_gpu_and_cpu_runs(samples, monkeypatch):
 
 
 def test_changing_filters_changes_the_figures(samples, monkeypatch):
-    at = start(samples, monkeypatch)
+    at = widen(start(samples, monkeypatch))
     before = figures(at)["time_vs_n"]
     at.multiselect(key="filter_impl").select("allpairs").select("torchvision").run()
     after = figures(at)["time_vs_n"]
@@ -247,7 +256,7 @@ def test_a_broken_diff_file_is_named(samples, monkeypatch):
 
 
 def test_environment_view_and_download(samples, monkeypatch):
-    at = show(start(samples, monkeypatch), "Environment & data")
+    at = show(widen(start(samples, monkeypatch)), "Environment & data")
     runs = at.dataframe[0].value
     assert list(runs.columns[:4]) == ["file", "machine", "GPU / CPU", "devices"] and len(runs) == 2  # one row per run
     assert "NVIDIA H200" in runs.to_string() and "580.159.04" in runs.to_string()
@@ -580,3 +589,16 @@ def test_noisy_points_are_hollow_until_hidden(samples, monkeypatch):
     time = figures(at)["time_vs_n"]
     assert _hollow_points(time) == 0 and tables.HOLLOW_NOTE not in {t.get("name") for t in time["data"]}
     assert line_names(time)  # the clean points are still drawn
+
+
+def test_the_default_view_is_one_machine_and_device(tmp_path, monkeypatch):
+    for path in COMMITTED:  # the committed reference shelf, without a user's runs: the H200 CUDA reference
+        shutil.copy(path, tmp_path)
+    at = start(tmp_path, monkeypatch)
+    assert at.multiselect(key="filter_device").value == ["cuda"]
+    assert len(at.multiselect(key="filter_hardware").value) == 1
+    time = figures(at)["time_vs_n"]
+    legend = {t["name"] for t in time["data"] if t["meta"]["role"] == "line" and t.get("showlegend", True)}
+    # one machine's lines only (≤ 12 entries is not met yet: the H200 CUDA reference alone has 15 implementations)
+    assert legend and not any(":" in name for name in legend), legend
+    assert not any(name.endswith((" · cpu", " · cuda")) for name in legend), legend  # one device: none in a label

@@ -13,7 +13,8 @@ from click.testing import CliRunner
 
 pytest.importorskip("plotly", reason="figures need plotly (a GPU box installed with --no-deps may lack it)")
 
-from dash_support import CPU_CSV, CUDA_CSV, PIPELINE_CSV, cpu_results, pipeline_results, with_made_up_cuda_rows  # noqa: F401
+from dash_support import CPU_CSV, CUDA_CSV, PIPELINE_CSV, accuracy_csv, cpu_results, pipeline_results, small_run  # noqa: F401
+from dash_support import with_made_up_cuda_rows  # noqa: F401
 from nmsbench.cli import main
 
 HAVE_CHROMIUM = any(shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome"))
@@ -121,8 +122,8 @@ def test_export_pipeline_rows_as_time_per_image(tmp_path):
     assert result.exit_code == 0, result.output
     assert "4 pipelines x 2 batch sizes" in result.output
     table = pd.read_csv(out)
-    assert list(table.columns) == ["source", "conf", "pipeline", "B=1 us_per_image", "B=1 speedup", "B=8 us_per_image",
-                                   "B=8 speedup"]
+    assert list(table.columns) == ["source", "conf", "pipeline", "B=1 us_per_image", "B=1 noisy", "B=1 speedup",
+                                   "B=8 us_per_image", "B=8 noisy", "B=8 speedup"]
     raw = pd.read_csv(PIPELINE_CSV)
     raw = raw[(raw.stage == "total") & (raw.timer == "wall")]
     for _, row in table.iterrows():
@@ -151,6 +152,63 @@ def test_export_compares_cuda_rows_with_the_cpu_reference(tmp_path):
     cuda = export(both, "--scenario", "real", "--device", "cuda", "--format", "csv")
     cpu, cuda = (pd.read_csv(io.StringIO(t)).set_index(["conf", "pipeline"]) for t in (cpu, cuda))
     assert np.allclose(cuda["B=8 speedup"], 4 * cpu.loc[cuda.index, "B=8 speedup"])
+
+
+def _noisy_pipeline_csv(tmp_path):
+    """PIPELINE_CSV with its rows clean but for one pipeline's wall-timer totals on one case, marked noisy."""
+    raw = pd.read_csv(PIPELINE_CSV)
+    raw["noisy"], raw["noise"] = False, ""
+    case = (raw.stage == "total") & (raw.timer == "wall") & (raw.scenario == "real") & np.isclose(raw.overlap, 0.25)
+    marked = raw.index[case & (raw.impl == "torch+allpairs")]  # B=1 and B=8 of one pipeline
+    raw.loc[marked, "noisy"] = True
+    raw.loc[marked, "noise"] = "the host ran slow in 5 of 5 rounds"
+    path = tmp_path / "pipeline.csv"
+    raw.to_csv(path, index=False)
+    return path, len(marked)
+
+
+def test_export_pipeline_marks_the_noisy_cells(tmp_path):
+    path, marked = _noisy_pipeline_csv(tmp_path)
+    markdown = export(path)
+    noisy = [line for line in markdown.splitlines() if "†" in line and line.startswith("| ")]
+    assert len(noisy) == 1 and noisy[0].startswith("| real | 0.25 | torch+allpairs |") and noisy[0].count("†") == marked
+    assert f"† noisy: {marked} cells (slow host {marked})" in markdown
+    latex = export(path, "--format", "latex")
+    assert "†" not in latex and latex.count(r"\textsuperscript{\dag}") == marked + 1  # the cells and the footnote
+    assert rf"\textsuperscript{{\dag}} noisy: {marked} cells" in latex.split(r"\caption{")[1]
+    table = pd.read_csv(io.StringIO(export(path, "--format", "csv")))
+    flags = table.set_index(["source", "conf", "pipeline"])[["B=1 noisy", "B=8 noisy"]]
+    assert flags.loc[("real", 0.25, "torch+allpairs")].tolist() == [True, True] and flags.to_numpy().sum() == marked
+
+
+def _noisy_accuracy_csv(tmp_path):
+    """A small accuracy run whose torchvision rows on scenes-crowd are noisy, the others clean."""
+    rows = small_run()
+    for row in rows:
+        noisy = row["impl"] == "torchvision" and row["scenario"] == "scenes-crowd"
+        row.update(noisy=noisy, noise="IQR 12% of the median" if noisy else "")
+    path = tmp_path / "accuracy.csv"
+    path.write_bytes(accuracy_csv(rows))
+    return path, sum(1 for r in rows if r["noisy"] and r["status"] == "ok")
+
+
+def test_export_accuracy_marks_the_noisy_times_and_names_the_ap_unit(tmp_path):
+    path, marked = _noisy_accuracy_csv(tmp_path)
+    markdown = export(path, "--benchmark", "accuracy")
+    noisy = [line for line in markdown.splitlines() if "†" in line and line.startswith("| ")]
+    assert marked and len(noisy) == marked and all(line.startswith("| scenes-crowd | torchvision |") for line in noisy)
+    assert f"† noisy: {marked} settings (wide IQR {marked})" in markdown
+    latex = export(path, "--benchmark", "accuracy", "--format", "latex")
+    assert "†" not in latex and latex.count(r"\textsuperscript{\dag}") == marked + 1  # the cells and the footnote
+    table = pd.read_csv(io.StringIO(export(path, "--benchmark", "accuracy", "--format", "csv")))
+    assert {"ap_pct", "ap50_pct", "ap75_pct", "ar100_pct", "ar100_crowded_pct"} <= set(table.columns)
+    assert "ap" not in table.columns and table["ap_pct"].max() > 1  # percent, the unit markdown and LaTeX show
+    shown = {tuple(c.strip() for c in line.split("|")[1:4]): line.split("|")[4].strip()
+             for line in markdown.splitlines() if line.startswith("| scenes-")}
+    for _, row in table.iterrows():  # the same number markdown shows, to one decimal
+        assert shown[(row["source"], row["implementation"], f"{row['iou_threshold']:g}")] == f"{row['ap_pct']:.1f}"
+    noisy_rows = table[table["noisy"]]
+    assert len(noisy_rows) == marked and set(noisy_rows["implementation"]) == {"torchvision"}
 
 
 @pytest.mark.parametrize("args, message", [

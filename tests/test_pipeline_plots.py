@@ -99,7 +99,8 @@ def test_rendered_pipeline_tables(frame):
     latex = tables.render_pipeline_table(table, "latex")
     assert latex.startswith(r"\begin{table}") and r"torch+bitmask\_two\_phase" in latex and r"\textmu s" in latex
     csv = pd.read_csv(__import__("io").StringIO(tables.render_pipeline_table(table, "csv")))
-    assert list(csv.columns) == ["source", "pipeline", "B=1 us_per_image", "B=1 speedup", "B=8 us_per_image", "B=8 speedup"]
+    assert list(csv.columns) == ["source", "pipeline", "B=1 us_per_image", "B=1 noisy", "B=1 speedup", "B=8 us_per_image",
+                                 "B=8 noisy", "B=8 speedup"]
     assert csv["pipeline"].iloc[0] == "numpy" and len(csv) == 8
 
 

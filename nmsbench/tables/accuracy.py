@@ -12,6 +12,7 @@ from .core import (
     DEFAULT_BASELINE,
     _group_label,
     _impl_order,
+    _is_true,
     _render_cells,
     aggregate,
     format_us,
@@ -20,6 +21,7 @@ from .core import (
     options,
     variant_labels,
 )
+from .noise import NOISY_MARK, noisy_footnote
 
 ACCURACY_LONG_NAMES = {"ap": "AP@[.5:.95]", "ap50": "AP50", "ap75": "AP75", "ar100": "AR@100",
                        "ar100_crowded": "AR@100 on crowded images"}
@@ -91,7 +93,15 @@ def accuracy_caption(points: pd.DataFrame) -> str:
     return (f"COCO {ACCURACY_LONG_NAMES['ap']}, AP50, AP75, AR@100 and AR@100 over crowded images (%), and the median "
             f"NMS time per image in µs ({timers} timer). front: on the Pareto front of {ACCURACY_METRICS[metric]} against "
             "time per image (no other setting of its group has more of it in less time). A blank metric: the rows have "
-            "none (AR100-crowded: no crowded image in the source).")
+            f"none (AR100-crowded: no crowded image in the source).{_noisy_note(points)}")
+
+
+def _noisy_note(points: pd.DataFrame) -> str:
+    """The caption's footnote on the noisy times (a dagger after the µs), "" when none is."""
+    if "noisy" not in points.columns:
+        return ""
+    noise = points[points["noisy"].astype(bool)]["noise"]
+    return " " + noisy_footnote(noise, "settings") if len(noise) else ""
 
 
 def accuracy_table(points: pd.DataFrame) -> pd.DataFrame:
@@ -110,22 +120,27 @@ def accuracy_table(points: pd.DataFrame) -> pd.DataFrame:
 
 def render_accuracy_table(points: pd.DataFrame, fmt: str) -> str:
     """``accuracy_points`` as ``markdown``, ``latex`` or ``csv``: one row per group and
-    setting. Markdown and LaTeX give the metrics in % with one decimal; csv the rows'
-    fractions and times at full precision."""
+    setting. Markdown and LaTeX give the metrics in % with one decimal and mark a noisy
+    time with a dagger (its reasons in the caption); csv the same percentages at full
+    precision in columns named for the unit (``ap_pct``, ...), the times, and ``noisy``
+    and ``noise`` where the rows say."""
     groups = points.attrs.get("groups", [])
     table = accuracy_table(points)
     labels = list(table.columns[:len(groups)])
     if fmt == "csv":
+        noise = {"noisy": "noisy", "noise": "noise"} if "noisy" in points.columns else {}
         columns = {**dict(zip(groups, labels)), "variant": "implementation", "params": "params", "iou_threshold": "iou_threshold",
-                   **{m: m for m in ACCURACY_METRICS}, "median_us": "us_per_image", "iqr_us": "iqr_us_per_image",
-                   "images": "images", "detections": "detections", "front": "front"}
-        return points[list(columns)].rename(columns=columns).to_csv(index=False)
+                   **{m: f"{m}_pct" for m in ACCURACY_METRICS}, "median_us": "us_per_image", "iqr_us": "iqr_us_per_image",
+                   **noise, "images": "images", "detections": "detections", "front": "front"}
+        percent = points.assign(**{m: 100 * points[m] for m in ACCURACY_METRICS})
+        return percent[list(columns)].rename(columns=columns).to_csv(index=False)
+    noisy = points["noisy"] if "noisy" in points.columns else pd.Series(False, index=points.index)
     shown = [*labels, "implementation", "IoU", *ACCURACY_METRICS.values(), "µs/image", "front"]
     body = []
-    for _, row in table[shown].iterrows():
+    for (_, row), marked in zip(table[shown].iterrows(), noisy):
         cells = [f"{row[c]:g}" if isinstance(row[c], float) else str(row[c]) for c in [*labels, "implementation", "IoU"]]
         cells += ["" if pd.isna(row[m]) else f"{row[m]:.1f}" for m in ACCURACY_METRICS.values()]
-        cells += [format_us(row["µs/image"]), "yes" if row["front"] else ""]
+        cells += [format_us(row["µs/image"]) + (NOISY_MARK if _is_true(marked) else ""), "yes" if row["front"] else ""]
         body.append(cells)
     align = ["l"] * (len(groups) + 1) + ["r"] * (len(ACCURACY_METRICS) + 2) + ["l"]
     return _render_cells(shown, body, align, accuracy_caption(points), fmt)

@@ -7,7 +7,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .core import _impl_order, _render_cells, format_speedup, format_us, group_dims, ok_rows, options
+from .core import _impl_order, _is_true, _render_cells, format_speedup, format_us, group_dims, ok_rows, options
+from .noise import NOISY_MARK, joined_reasons, noisy_footnote, with_noise
 
 PIPELINE_BASELINE = "numpy"  # the CPU reference pipeline (nmsbench.pipeline.REFERENCE_PIPELINE)
 PIPELINE_STAGES = ("decode", "nms", "total")
@@ -78,10 +79,15 @@ def pipeline_table(frame: pd.DataFrame, baseline: str = PIPELINE_BASELINE, impls
         raise ValueError("no measured (status ok) pipeline rows in the selection")
     groups = group_dims(rows, PIPELINE_DIMS)
     keys = [*groups, "impl", "batch"]
+    noisy = "noisy" in rows.columns  # a cell is noisy where any row folded into it is; its reasons are all of theirs
+    rows = with_noise(rows) if noisy else rows
     grouped = rows.groupby(keys, dropna=False, sort=True)
     table = grouped.agg(us_per_image=("us_per_image", "median"), iqr_us_per_image=("iqr_us_per_image", "median"),
                         speedup=("speedup", "median"), baseline_device=("baseline_device", "first"),
-                        rows=("us_per_image", "size")).reset_index()
+                        rows=("us_per_image", "size"),
+                        **({"noisy": ("noisy", "max"), "noise": ("noise", joined_reasons)} if noisy else {})).reset_index()
+    if noisy:
+        table["noisy"] = table["noisy"].astype(bool)
     order = _impl_order(table["impl"].unique(), baseline)
     if "stage" in groups:
         table = table.assign(_stage=table["stage"].map(lambda v: PIPELINE_STAGES.index(v) if v in PIPELINE_STAGES else 9))
@@ -98,15 +104,18 @@ def pipeline_table(frame: pd.DataFrame, baseline: str = PIPELINE_BASELINE, impls
 
 def wide_pipeline_table(table: pd.DataFrame) -> pd.DataFrame:
     """``pipeline_table`` as pipeline x batch: one row per group and pipeline, for each
-    batch the columns ``B=<b> us_per_image`` and ``B=<b> speedup``."""
+    batch the columns ``B=<b> us_per_image``, ``B=<b> noisy`` (where the rows say: True
+    where the time is a noisy measurement's) and ``B=<b> speedup``."""
     groups = table.attrs.get("groups", [])
     impls = table.attrs.get("impls") or sorted(table["impl"].unique())
     batches = table.attrs.get("batches") or sorted(table["batch"].unique())
     index = [*groups, "impl"]
-    wide = table.pivot_table(index=index, columns="batch", values=["us_per_image", "speedup"], aggfunc="first", dropna=False)
+    values = ["us_per_image", *(["noisy"] if "noisy" in table.columns else []), "speedup"]
+    wide = table.assign(**({"noisy": table["noisy"].astype(object)} if "noisy" in table.columns else {})).pivot_table(
+        index=index, columns="batch", values=values, aggfunc="first", dropna=False)
     data = {}
     for b in batches:
-        for value in ("us_per_image", "speedup"):
+        for value in values:
             data[f"B={b} {value}"] = wide[(value, b)] if (value, b) in wide.columns else float("nan")
     out = pd.DataFrame(data, index=wide.index).reset_index()
     out = out[out[[f"B={b} us_per_image" for b in batches]].notna().any(axis=1)]
@@ -131,13 +140,17 @@ def pipeline_caption(table: pd.DataFrame) -> str:
     stages = table.attrs.get("stages", [])
     what = f"stage {stages[0]}" if len(stages) == 1 else "by stage"
     cross = ("; cuda rows compare with it on the CPU" if baseline == PIPELINE_BASELINE else "")
+    noisy = table[table["noisy"].astype(bool)]["noise"] if "noisy" in table.columns else []
+    footnote = " " + noisy_footnote(noisy) if len(noisy) else ""
     return (f"Median time per image in µs ({what}, {timers} timer; one call on the whole batch divided by the batch size), "
-            f"in brackets the speedup vs {baseline} on the same machine, input and batch (above 1 is faster{cross}).")
+            f"in brackets the speedup vs {baseline} on the same machine, input and batch (above 1 is faster{cross})."
+            f"{footnote}")
 
 
 def render_pipeline_table(table: pd.DataFrame, fmt: str) -> str:
     """``pipeline_table`` as ``markdown``, ``latex`` or ``csv`` (pipeline x batch; csv has
-    full-precision numbers, one µs-per-image and one speedup column per batch)."""
+    full-precision numbers, one µs-per-image, one noisy and one speedup column per batch;
+    markdown and LaTeX mark a noisy cell with a dagger, its reasons in the caption)."""
     wide = wide_pipeline_table(table)
     if fmt == "csv":
         return wide.rename(columns=PIPELINE_GROUP_LABELS).to_csv(index=False)
@@ -149,7 +162,8 @@ def render_pipeline_table(table: pd.DataFrame, fmt: str) -> str:
         cells = [f"{row[g]:g}" if isinstance(row[g], float) else str(row[g]) for g in groups] + [str(row["pipeline"])]
         for b in batches:
             us, speed = row[f"B={b} us_per_image"], row[f"B={b} speedup"]
-            cells.append("" if pd.isna(us) else format_us(us) if pd.isna(speed) else f"{format_us(us)} ({format_speedup(speed)}×)")
+            time = format_us(us) + (NOISY_MARK if _is_true(row.get(f"B={b} noisy")) else "")
+            cells.append("" if pd.isna(us) else time if pd.isna(speed) else f"{time} ({format_speedup(speed)}×)")
         body.append(cells)
     align = ["l"] * (len(groups) + 1) + ["r"] * len(batches)
     return _render_cells(header, body, align, pipeline_caption(table), fmt)
