@@ -26,7 +26,6 @@ images cycle through the recordings that keep raw rows); ``synthetic`` is a YOLO
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -42,7 +41,7 @@ from .engine.rounds import (SETTINGS_AXES, Contender, Outcome, Settings, check_c
 from .pipeline import (REFERENCE_PIPELINE, STAGES, Pipeline, PipelineConfig, compare_detections, pipelines, run_pipeline,
                        validate_raw)
 from .results import case_key
-from .timers import TIMERS, Callables
+from .timers import TIMERS, Callables, timer_passes
 from .timing import DEFAULT_ROUNDS, HostGauge, Timing
 
 SOURCES = ("real", "synthetic")
@@ -199,17 +198,7 @@ def run_pipeline_bench(grid: PipelineGrid, write: Callable[[dict], None],
     return counts | {"host": gauge.summary()}
 
 
-def pipeline_passes(grid: PipelineGrid) -> list[PipelineGrid]:
-    """Every timer but those of a pass of their own first, then each of those (``device``):
-    once a process has profiled, CUPTI stays attached and every later CUDA call costs the
-    host more (nmsbench.runner.sweep_passes)."""
-    others = [t for t in grid.timers if not TIMERS[t].separate_pass]
-    passes = [dataclasses.replace(grid, timers=others)] if others else []
-    for timer in (t for t in grid.timers if TIMERS[t].separate_pass):
-        devices = [d for d in grid.devices if d in TIMERS[timer].devices]
-        if devices:
-            passes.append(dataclasses.replace(grid, timers=[timer], devices=devices))
-    return passes
+pipeline_passes = timer_passes  # the grid as the passes that time it (nmsbench.timers.timer_passes)
 
 
 def _pipeline_pass(grid: PipelineGrid, emit: Callable[[dict], None], done, between_turns: Callable[[], None] = lambda: None,

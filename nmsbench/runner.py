@@ -42,7 +42,7 @@ from .inputs import validate_nms_inputs
 from .overlap import realized_overlap
 from .registry import Implementation, get, implementations
 from .results import case_key
-from .timers import DEFAULT_TIMERS, TIMERS, Callables, timers_for
+from .timers import DEFAULT_TIMERS, TIMERS, Callables, timer_passes, timers_for
 from .timing import DEFAULT_ROUNDS, HostGauge
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16}
@@ -276,18 +276,7 @@ def run_sweep(grid: Grid, write: Callable[[dict], None], on_case: Callable[[dict
     return counts | {"host": gauge.summary()}
 
 
-def sweep_passes(grid: Grid) -> list[Grid]:
-    """The grid as the passes that time it: every timer but ``device`` first, then the
-    ``device`` timer's cuda cases. Once a process has profiled, CUPTI stays attached and
-    every later CUDA call costs the host more (results/PERFLOG.md), so nothing is timed
-    by another timer after the first profile."""
-    others = [t for t in grid.timers if not TIMERS[t].separate_pass]
-    passes = [dataclasses.replace(grid, timers=others)] if others else []
-    for timer in (t for t in grid.timers if TIMERS[t].separate_pass):
-        devices = [d for d in grid.devices if d in TIMERS[timer].devices]
-        if devices:
-            passes.append(dataclasses.replace(grid, timers=[timer], devices=devices))
-    return passes
+sweep_passes = timer_passes  # the grid as the passes that time it (nmsbench.timers.timer_passes)
 
 
 def _sweep_pass(grid: Grid, emit: Callable[[dict], None], done, between_turns: Callable[[], None],

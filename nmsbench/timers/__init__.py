@@ -110,3 +110,19 @@ def min_calls(settings: Settings) -> int:
 
 
 discover()
+
+
+def timer_passes(grid) -> list:
+    """A grid (a dataclass with ``timers`` and ``devices``) as the passes that time it: every
+    timer but those of a pass of their own first, then each of those on its devices. Once a
+    process has profiled (``device``), CUPTI stays attached and every later CUDA call costs
+    the host more, so nothing is timed by another timer after the first profile."""
+    import dataclasses
+
+    others = [t for t in grid.timers if not TIMERS[t].separate_pass]
+    passes = [dataclasses.replace(grid, timers=others)] if others else []
+    for timer in (t for t in grid.timers if TIMERS[t].separate_pass):
+        devices = [d for d in grid.devices if d in TIMERS[timer].devices]
+        if devices:
+            passes.append(dataclasses.replace(grid, timers=[timer], devices=devices))
+    return passes
