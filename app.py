@@ -29,7 +29,8 @@ import streamlit as st
 
 from nmsbench import plots, tables
 from nmsbench.conformance_report import is_conformance_file
-from nmsbench.dashboard_defaults import default_filters, multi_point_scenarios
+from nmsbench.dashboard_curves import curves_view
+from nmsbench.dashboard_defaults import default_families, default_filters, family_caption, hidden_families
 from nmsbench.results import PartialRowWarning
 
 APP_DIR = Path(__file__).resolve().parent
@@ -139,28 +140,6 @@ def load_all(uploads, include_archive: bool = False) -> tuple[pd.DataFrame, list
     return tables.concat(frames), problems, commands, tuple(sources), notes
 
 
-@st.cache_data(show_spinner="Drawing…", max_entries=64)
-def curve_figure(kind: str, data_key: tuple, choices_key: tuple, scenario: str | None, baseline: str, at_n: int,
-                 _rows: pd.DataFrame, _all_timers: pd.DataFrame, _without_impl: pd.DataFrame, _colors: dict):
-    """One figure of the curves view (built one at a time, so the first is on the page
-    while the rest are drawn); the arguments without ``_`` say which data and choices it
-    shows (the frames themselves are not hashed: tens of thousands of rows)."""
-    facet = None if scenario else "scenario"
-    rows, all_timers, without_impl = _rows, _all_timers, _without_impl
-    if scenario:
-        rows, all_timers, without_impl = (tables.select(f, scenario=[scenario]) for f in (rows, all_timers, without_impl))
-    if kind == "time":
-        return plots.time_vs_n(rows, facet=facet, colors=_colors)
-    if kind == "speedup":
-        shown = tables.options(tables.ok_rows(rows), "impl")
-        return plots.speedup_vs_n(without_impl, baseline, show=shown, facet=facet, colors=_colors)
-    if kind == "timers":
-        return plots.wall_vs_device(all_timers, facet=facet, colors=_colors)
-    if kind == "memory":
-        return plots.memory_vs_n(rows, facet=facet, colors=_colors)
-    return plots.time_vs_overlap(rows, at_n, colors=_colors)
-
-
 @st.cache_data(show_spinner="Drawing…", max_entries=32)
 def pipeline_figures(data_key: tuple, choices_key: tuple, stage: str, devices: tuple, impls: tuple, _rows: pd.DataFrame,
                      _all_devices: pd.DataFrame) -> dict:
@@ -197,12 +176,15 @@ def number_label(value) -> str:
 
 def sidebar_filters(frame: pd.DataFrame) -> dict:
     """One multiselect per filter column; nothing chosen means every value. Machine and
-    device start on one of each (:func:`default_filters`) until the user chooses."""
+    device start on one of each (:func:`default_filters`), family on the exact greedy one
+    where the lines would not fit a legend (:func:`default_families`), until the user chooses."""
     choices = {}
     defaults = default_filters(frame)
     for column, label in tables.FILTERS:
         values = tables.options(frame, column)
         key = f"filter_{column}"
+        if column == "family":  # from the choices above it: a machine's implementations, not all of them
+            defaults[column] = default_families(frame, {**choices, "timer": st.session_state.get("filter_timer")})
         fresh = column in defaults and set(defaults[column]) <= set(values)
         if fresh and st.session_state.get(key) == st.session_state.get(f"auto_{key}") != defaults[column]:
             st.session_state.pop(key, None)  # still on the old default (not the user's choice): new files, new default
@@ -218,88 +200,6 @@ def sidebar_filters(frame: pd.DataFrame) -> dict:
             continue
         choices[column] = st.multiselect(label, values, key=key, placeholder="all", format_func=number_label)
     return choices
-
-
-def curves_view(rows: pd.DataFrame, all_timers: pd.DataFrame, without_impl: pd.DataFrame, colors: dict,
-                data_key: tuple, choices_key: tuple) -> None:
-    measured = tables.ok_rows(rows)
-    if measured.empty:
-        st.info("No measured (status ok) rows in this selection: widen the filters in the sidebar, "
-                "or run `nmsbench sweep --n 64..1024 --device cpu` to make results.")
-        skipped = tables.not_measured(rows)
-        if not skipped.empty:
-            st.dataframe(skipped, hide_index=True, width="stretch")
-        return
-    if set(measured["benchmark"]) == {"accuracy"}:
-        st.info("These are `nmsbench accuracy` rows: the Accuracy tab draws them, AP or AR against time per image.")
-        return
-    if set(measured["benchmark"]) == {"pipeline"}:
-        st.info("These are `nmsbench pipeline` rows, drawn here against N (raw rows per image): the Pipeline tab "
-                "shows them as time per image vs batch size and by stage.")
-    scenarios = tables.options(measured, "scenario")
-    impls = tables.options(tables.ok_rows(without_impl), "impl")
-    c1, c2, c3, c4 = st.columns([1.3, 1, 1, 1])
-    layout = c1.radio("Scenarios", ["one panel each", "one at a time"], horizontal=True, key="layout")
-    scenario = None
-    if layout == "one at a time":
-        scenario = c2.selectbox("Scenario", scenarios, key="one_scenario")
-        measured = tables.select(measured, scenario=[scenario])
-    several, single = [], []
-    if layout == "one panel each":  # a scenario measured at one N is a panel of dots: left to "one at a time"
-        several, single = multi_point_scenarios(measured)
-        if several and single:
-            measured = tables.select(measured, scenario=several)
-            rows, all_timers, without_impl = (tables.select(f, scenario=several) for f in (rows, all_timers, without_impl))
-    baseline = c3.selectbox("Speedup baseline", impls, key="baseline",
-                            index=impls.index(tables.DEFAULT_BASELINE) if tables.DEFAULT_BASELINE in impls else 0)
-    sizes = [int(n) for n in tables.options(measured, "n")]
-    widest = tables.widest_n(measured)
-    at_n = c4.selectbox("N for time vs overlap", sizes, index=sizes.index(widest) if widest in sizes else len(sizes) - 1,
-                        key="overlap_n", help="Default: the largest N at which every implementation of the selection has rows")
-
-    def figure(kind: str):
-        return curve_figure(kind, data_key, choices_key, scenario, baseline, at_n, rows, all_timers, without_impl, colors)
-
-    st.subheader("Median time vs N")
-    st.plotly_chart(figure("time"), key="chart_time")
-    st.caption("Log-log axes; the band is the median ± IQR/2 of the timed runs. Timer(s): "
-               f"{', '.join(tables.options(measured, 'timer'))}. Hover a point for its numbers; click a legend entry to hide a line. "
-               "Hollow markers: noisy measurements (hover one for why; the sidebar's Hide noisy points leaves them out)."
-               + (f" Measured at one N only, so not drawn here: {', '.join(single)} (Scenarios: one at a time shows it)."
-                  if single and several else ""))
-
-    st.subheader(f"Speedup vs {baseline}")
-    st.plotly_chart(figure("speedup"), key="chart_speedup")
-    st.caption(f"{baseline}'s median divided by each implementation's median on the same case (hardware, device, "
-               "dtype, timer, scenario, knob, N, IoU, and parameters where it ran several); above 1 is faster. A "
-               "baseline that never runs on CUDA is compared there on the same machine's CPU.")
-
-    timers = figure("timers")
-    st.subheader("Wall vs GPU time")
-    if timers is None:
-        st.info("No GPU-timer rows in this selection: device and events times are recorded for CUDA runs only.")
-    else:
-        st.plotly_chart(timers, key="chart_timers")
-        st.caption("Solid: wall time (what a caller waits for, launch and host work included); dashed: device time "
-                   "(what the GPU did: the call's kernels, copies and sets, from CUPTI; its hover gives the busy span "
-                   "and the launches, copies and host syncs per call; the legend, launches per call); dotted: events "
-                   "(CUDA events around each call, the host's gaps included; older files' device rows). A legend "
-                   "entry shows or hides all lines of an implementation.")
-
-    memory = figure("memory")
-    st.subheader("Peak memory vs N")
-    if memory is None:
-        st.info("No peak-memory values in this selection: peak device memory is recorded for CUDA rows only.")
-    else:
-        st.plotly_chart(memory, key="chart_memory")
-
-    st.subheader(f"Time vs realized overlap at N = {at_n}")
-    st.plotly_chart(figure("overlap"), key="chart_overlap")
-
-    skipped = tables.not_measured(rows)
-    if not skipped.empty:
-        with st.expander(f"{int(skipped['rows'].sum())} rows of this selection are not plotted (error or skipped)"):
-            st.dataframe(skipped, hide_index=True, width="stretch")
 
 
 def pipeline_view(frame: pd.DataFrame, data_key: tuple) -> None:
@@ -625,7 +525,7 @@ def main() -> None:
     selected = tables.select(frame, **choices) if not frame.empty else frame
     shown = pick(**choices)
     all_timers = pick(**{k: v for k, v in choices.items() if k != "timer"})
-    without_impl = pick(**{k: v for k, v in choices.items() if k != "impl"})
+    without_impl = pick(**{k: v for k, v in choices.items() if k not in ("impl", "family")})  # the baseline's rows too
     if not frame.empty:
         status = shown["status"].value_counts()
         st.caption(f"Drawn: {len(shown):,} rows ({', '.join(f'{v:,} {k}' for k, v in status.items()) or 'none'}) of "
@@ -641,7 +541,8 @@ def main() -> None:
     if curves_tab.open:
         with curves_tab:
             choices_key = tuple(sorted((k, tuple(map(str, v))) for k, v in choices.items())) + views_key[len(data_key):]
-            curves_view(shown, all_timers, without_impl, colors, data_key, choices_key)
+            note = family_caption(choices.get("family", []), hidden_families(frame, choices)) if not frame.empty else ""
+            curves_view(shown, all_timers, without_impl, colors, data_key, choices_key, note)
     if pipeline_tab.open:
         with pipeline_tab:
             pipeline_view(newest, views_key)

@@ -24,9 +24,10 @@ from nmsbench.registry import register
 
 from ._cpu import DENSE_FRACTION, GRAPH_MAX_PAIRS, JIT, box_iou, overlap_graph
 
-# soft_torch pays launches and a host synchronization per pick, a second or more a call beyond
-# this N: a sweep of every implementation leaves it out there (naming it in --impl times it anyway)
-SOFT_TORCH_SWEEP_MAX_N = 1024
+# soft_torch pays launches and a host synchronization per pick: a sweep of every implementation
+# leaves it out beyond these N (on CUDA every pick waits for the GPU: 140 ms a call at N = 256 and
+# 415 ms at 1024 on the H200, results/h200-cuda.csv); naming it in --impl times it anyway
+SOFT_TORCH_SWEEP_MAX_N = {"cpu": 1024, "cuda": 256}
 
 
 @njit(inline="always", **JIT)
@@ -162,7 +163,7 @@ def soft_nms_cpu(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, sc
     name="soft_torch", family="soft", devices=("cpu", "cuda"), exact=False, params=SOFT_PARAMS, host_sync=True,
     sweep_max_n=SOFT_TORCH_SWEEP_MAX_N,
     summary="plain PyTorch loop: argmax, an IoU row and the decay per pick (the baseline users write; sweeps of "
-            "every implementation leave it out above N = 1024)",
+            "every implementation leave it out above N = 1024 on the CPU, 256 on CUDA)",
     style=("#BBBBBB", "circle-x"),
 )
 def soft_torch(boxes, scores, *, iou_threshold, labels=None, kernel, sigma, score_threshold):

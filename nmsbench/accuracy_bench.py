@@ -34,6 +34,7 @@ from .accuracy import MAX_DETECTIONS, AccuracySource, coco_metrics, coco_source,
 from .engine.axes import (Axis, GridError, check_axes, floats, ints, merge_param_lists, names, parse_devices,
                           parse_param_list)
 from .engine.plugins import Benchmark, register_benchmark
+from .engine.settings import DEFAULT_RUN_TIME
 from .engine.rounds import (SETTINGS_AXES, Contender, Measured, Settings, check_case_timeout, error_rows, error_text,
                             is_real, is_whole, prepare, row_emitter, time_in_rounds, use_threads)
 from .engine.samples import Samples
@@ -125,7 +126,7 @@ class AccuracyGrid:
     image_ids: Optional[list[int]] = None
     max_det: int = MAX_DETECTIONS
     rounds: int = DEFAULT_ROUNDS  # the measurement settings (nmsbench.engine.rounds.Settings)
-    min_run_time: float = 0.2
+    min_run_time: float = DEFAULT_RUN_TIME
     threads: int = 1
     repeat_noisy: int = 0
     case_timeout: Optional[float] = None  # seconds a case may take, its detections and scoring included

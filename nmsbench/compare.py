@@ -24,7 +24,8 @@ median of all pairwise differences: the statistic that goes with the U test); it
 interval is a bootstrap over rounds (resampling each run's round medians), so that
 rounds that disagree widen it where the pooled blocks alone would look certain, widened
 again by the run-to-run noise of its timer (:func:`run_drift`: the robust spread of the
-log ratios of all pairs of that device and timer), which a run's own rounds cannot see.
+log ratios of the pairs of that device and timer that stayed within the threshold), which a
+run's own rounds cannot see.
 See DESIGN.md, "Comparing runs".
 """
 
@@ -121,14 +122,19 @@ def pair_ratio(base, new) -> float:
     return math.exp(_hodges_lehmann(np.log(a), np.log(b)))
 
 
-def run_drift(ratios) -> float:
+def run_drift(ratios, threshold: float = DEFAULT_THRESHOLD) -> float:
     """The run-to-run noise of one timer between two runs, as a log-ratio standard
-    deviation: the robust spread (1.4826 × MAD) of the log ratios of all its pairs. Two runs
-    on a shared host differ by more than either run's own rounds show (the host's state
-    moves between runs); most cases of a comparison did not change, so the spread of their
-    ratios around the common one measures it (an empirical null, as in Efron's large-scale
-    inference). 0 with fewer than DRIFT_MIN_PAIRS pairs."""
+    deviation: the robust spread (1.4826 × MAD) of the log ratios of its pairs that stayed
+    within ``threshold``. Two runs on a shared host differ by more than either run's own
+    rounds show (the host's state moves between runs); the pairs that did not move beyond
+    the threshold, which no verdict could call faster or slower anyway, measure how far
+    unchanged cases wander (an empirical null, as in Efron's large-scale inference), while
+    the pairs that did change, however many, stay out of it. 0 with fewer than
+    DRIFT_MIN_PAIRS such pairs (a comparison where nearly everything changed: its
+    intervals are the rounds' alone)."""
+    limit = math.log1p(threshold)
     logs = np.log(np.asarray([r for r in ratios if np.isfinite(r) and r > 0], dtype=float))
+    logs = logs[np.abs(logs) <= limit]
     if len(logs) < DRIFT_MIN_PAIRS:
         return 0.0
     return float(1.4826 * np.median(np.abs(logs - np.median(logs))))
@@ -215,7 +221,8 @@ def _timer_of(key: tuple) -> tuple:
     return row["benchmark"], row["device"], row["timer"]
 
 
-def _drifts(base_rows: dict, new_rows: dict, base_samples: dict, new_samples: dict) -> dict[tuple, float]:
+def _drifts(base_rows: dict, new_rows: dict, base_samples: dict, new_samples: dict,
+            threshold: float = DEFAULT_THRESHOLD) -> dict[tuple, float]:
     """:func:`run_drift` of each (benchmark, device, timer) over its ok pairs that agree."""
     ratios: dict[tuple, list[float]] = {}
     for key, a in base_rows.items():
@@ -223,7 +230,7 @@ def _drifts(base_rows: dict, new_rows: dict, base_samples: dict, new_samples: di
         if b is None or _text(a.get("status")).lower() != "ok" or agreement_changes(a, b):
             continue
         ratios.setdefault(_timer_of(key), []).append(pair_ratio(base_samples.get(key), new_samples.get(key)))
-    return {group: run_drift(values) for group, values in ratios.items()}
+    return {group: run_drift(values, threshold) for group, values in ratios.items()}
 
 
 def compare_frames(base: pd.DataFrame, new: pd.DataFrame, base_samples: dict | None = None, new_samples: dict | None = None,
@@ -234,7 +241,7 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, base_samples: dict | N
     check_settings(threshold, alpha)
     base_rows, new_rows = _keyed(base, names[0]), _keyed(new, names[1])
     base_samples, new_samples = base_samples or {}, new_samples or {}
-    drift = _drifts(base_rows, new_rows, base_samples, new_samples)
+    drift = _drifts(base_rows, new_rows, base_samples, new_samples, threshold)
     out = []
     for key in [*base_rows, *(k for k in new_rows if k not in base_rows)]:
         a, b = base_rows.get(key), new_rows.get(key)

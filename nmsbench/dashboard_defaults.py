@@ -1,14 +1,20 @@
-"""The dashboard's default selection: one machine and one device at a time.
+"""The dashboard's default selection: one machine and one device at a time, and few lines.
 
 Pure functions of a prepared results frame (:func:`nmsbench.tables.prepare`), so they are
 tested without Streamlit. The sidebar's "machine / GPU" and "device" filters start on
-:func:`default_filters`'s values; the user can widen them.
+:func:`default_filters`'s values, its "family" filter on :func:`default_families`' (the
+exact greedy family where the selection holds more implementations than a legend reads
+well); the user can widen them.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
+from . import tables
+
+LEGEND_MAX = 12  # legend entries a chart of the default view holds at most
+DEFAULT_FAMILY = "hard"  # exact greedy NMS, torchvision's family: what the other families are measured against
 RUNS_PREFIX = "runs/"  # a user's own sweeps, under results/runs/ (sources are paths relative to results/)
 UPLOADED = "(uploaded)"
 
@@ -69,3 +75,47 @@ def multi_point_scenarios(frame: pd.DataFrame) -> tuple[list[str], list[str]]:
     keep = sorted(str(s) for s, c in counts.items() if c >= 2)
     dropped = sorted(str(s) for s in frame["scenario"].unique() if str(s) not in keep)
     return keep, dropped
+
+
+def _sweep_rows(frame: pd.DataFrame, choices: dict) -> pd.DataFrame:
+    """The measured NMS sweep rows (the curves view's) of ``choices`` (column -> values;
+    the wall timer where none is chosen and the rows have it)."""
+    choices = {k: v for k, v in choices.items() if k in frame.columns and v}
+    rows = tables.ok_rows(tables.select(frame, **choices))
+    if "benchmark" in rows.columns and "benchmark" not in choices:
+        rows = rows[rows["benchmark"].isin(["nms", ""])]
+    if "timer" not in choices and "timer" in rows.columns and rows["timer"].eq("wall").any():
+        rows = rows[rows["timer"].eq("wall")]
+    return rows
+
+
+def default_families(frame: pd.DataFrame, choices: dict) -> list[str]:
+    """The sidebar's starting "family" values: ``[DEFAULT_FAMILY]`` where the rows that the
+    other filters' ``choices`` select hold more than :data:`LEGEND_MAX` implementations
+    (one legend entry each) and some of that family; else ``[]`` (every family). A choice
+    of implementations by name leaves the families alone."""
+    if frame.empty or "family" not in frame.columns or choices.get("impl"):
+        return []
+    rows = _sweep_rows(frame, {k: v for k, v in choices.items() if k != "family"})
+    if rows["impl"].nunique() <= LEGEND_MAX or DEFAULT_FAMILY not in set(rows["family"]):
+        return []
+    return [DEFAULT_FAMILY]
+
+
+def hidden_families(frame: pd.DataFrame, choices: dict) -> list[str]:
+    """The families the "family" choice leaves out of the rows the other ``choices`` select."""
+    chosen = choices.get("family") or []
+    if not chosen or frame.empty or "family" not in frame.columns:
+        return []
+    rows = _sweep_rows(frame, {k: v for k, v in choices.items() if k != "family"})
+    return [f for f in tables.options(rows, "family") if f not in chosen]
+
+
+def family_caption(chosen: list[str], hidden: list[str]) -> str:
+    """One line saying which families the view shows, which it hides and how to add them."""
+    if not hidden:
+        return ""
+    shown = ", ".join(chosen)
+    what = " (exact greedy NMS, torchvision's family)" if chosen == [DEFAULT_FAMILY] else ""
+    return (f"Family: {shown}{what}. Hidden: {', '.join(hidden)}; add them in the sidebar's family filter "
+            "(empty: every family).")

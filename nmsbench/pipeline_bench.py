@@ -36,6 +36,7 @@ import torch
 from . import datasets
 from .engine.axes import Axis, GridError, check_axes, floats, ints, names, parse_devices
 from .engine.plugins import Benchmark, register_benchmark
+from .engine.settings import DEFAULT_RUN_TIME
 from .engine.rounds import (SETTINGS_AXES, Contender, Outcome, Settings, check_case_timeout, error_rows, error_text,
                             is_real, is_whole, prepare, row_emitter, time_in_rounds, use_threads)
 from .pipeline import (REFERENCE_PIPELINE, STAGES, Pipeline, PipelineConfig, compare_detections, pipelines, run_pipeline,
@@ -132,7 +133,7 @@ class PipelineGrid:
     stages: list[str] = field(default_factory=lambda: list(STAGES))
     timers: list[str] = field(default_factory=lambda: list(DEFAULT_TIMERS))
     rounds: int = DEFAULT_ROUNDS  # the measurement settings (nmsbench.engine.rounds.Settings)
-    min_run_time: float = 0.2
+    min_run_time: float = DEFAULT_RUN_TIME
     threads: int = 1
     repeat_noisy: int = 0
     case_timeout: Optional[float] = None  # seconds a stage may take, its pipeline's build and warm-up included

@@ -171,10 +171,11 @@ def register(
     host_sync: bool = False,
     graph_safe: bool = False,
     checks_values: bool = False,
-    sweep_max_n: Optional[int] = None,
+    sweep_max_n: Optional[int | dict[str, int]] = None,
     style: Optional[tuple[str, str]] = None,
 ):
-    """Decorator that registers ``fn`` as ``name``'s backend on each of ``devices``."""
+    """Decorator that registers ``fn`` as ``name``'s backend on each of ``devices``
+    (``sweep_max_n``: one limit for every device, or a limit per device)."""
     style = _checked_style(name, style)
     if family not in FAMILIES:
         raise ValueError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
@@ -193,8 +194,9 @@ def register(
         for device in devices:
             if device in impl.backends:
                 raise ValueError(f"{name} already has a {device} backend")
+            cap = sweep_max_n.get(device) if isinstance(sweep_max_n, dict) else sweep_max_n
             impl.backends[device] = Backend(device, fn, tuple(requires), tuple(dtypes), summary, host_sync, graph_safe,
-                                             checks_values, sweep_max_n)
+                                             checks_values, cap)
         if style is not None:
             impl.style = style
         ROUTES.clear()

@@ -542,3 +542,24 @@ OPTIONS_BEFORE = {
 def test_every_option_of_before_is_still_accepted(command):
     have = {opt for param in main.commands[command].params for opt in param.opts}
     assert {f"--{name}" for name in OPTIONS_BEFORE[command].split()} <= have
+
+
+def test_min_run_time_defaults_to_less_time_on_a_sweep_of_cuda_alone():
+    from nmsbench import runner
+
+    assert runner.default_run_time(["cuda"]) == 0.1
+    assert runner.default_run_time(["cpu", "cuda"]) == runner.default_run_time(["cpu"]) == 0.2
+    assert runner.Grid(impls=["torchvision"], devices=["cuda"], ns=[64]).min_run_time == 0.1
+    assert runner.Grid(impls=["torchvision"], devices=["cpu", "cuda"], ns=[64]).min_run_time == 0.2
+    assert runner.Grid(impls=["torchvision"], devices=["cuda"], ns=[64], min_run_time=0.3).min_run_time == 0.3
+    help_text = CliRunner().invoke(main, ["sweep", "--help"]).output
+    assert "Default: 0.2; a sweep on cuda alone 0.1" in " ".join(help_text.split())
+
+
+def test_a_cli_sweep_records_the_run_time_its_grid_chose(tmp_path):
+    out = tmp_path / "s.csv"
+    result = CliRunner().invoke(main, ["sweep", "--impl", "torchvision", "--n", "16", "--scenario", "uniform",
+                                       "--timer", "wall", "--rounds", "1", "--threads", "1", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    sidecar = json.loads(out.with_suffix(".json").read_text())
+    assert sidecar["grid"]["min_run_time"] == 0.2 and "--min-run-time 0.2" in sidecar["command"]

@@ -256,6 +256,9 @@ def test_run_drift_is_the_robust_spread_of_the_log_ratios():
     # one changed case among many that did not leaves the estimate where the others put it
     assert compare.run_drift([1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0, 1.01, 3.0]) < 0.03
     assert compare.run_drift([float("nan"), 0.0, -1.0] + [1.0] * 8) == 0.0
+    # pairs beyond the threshold changed (or wandered far): they are not the null, however many
+    assert compare.run_drift([1.1, 1.3, 1.7, 2.4, 4.2, 1.12, 1.2, 1.9, 1.0, 1.01]) == 0.0
+    assert compare.run_drift([1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0, 1.01] + [1.2, 1.7, 2.4] * 5) < 0.03
 
 
 def test_drift_widens_the_interval_and_turns_a_small_shift_uncertain():
@@ -275,11 +278,26 @@ def test_a_shift_common_to_every_case_is_no_drift_but_a_scattered_one_is(tmp_pat
     write_run(tmp_path / "b.csv", slower, ENV_B)
     result = compare.compare_files(tmp_path / "a.csv", tmp_path / "b.csv")
     assert (result["verdict"] == "slower").all(), result[["n", "ratio", "ci_low", "why"]]
-    # A/A pairs scattered by ±6 % run to run: the drift keeps them from being called
-    scattered = [timed(100 * (1 + 0.06 * (-1) ** i), 300 + i, n=64 * 2 ** i) for i in range(10)]
+    # A/A pairs scattered run to run (within ±2 %, three by ±6 %): the drift of those that stayed keeps the far ones uncalled
+    shifts = [0.06, -0.02, 0.01, -0.01, 0.02, 0.0, -0.06, 0.015, -0.015, 0.005, -0.005, 0.06]
+    scattered = [timed(100 * (1 + shift), 300 + i, n=64 * 2 ** i) for i, shift in enumerate(shifts)]
+    base = [timed(100, 100 + i, n=64 * 2 ** i) for i in range(12)]
+    write_run(tmp_path / "a12.csv", base, ENV_A)
     write_run(tmp_path / "c.csv", scattered, ENV_B)
-    result = compare.compare_files(tmp_path / "a.csv", tmp_path / "c.csv")
+    result = compare.compare_files(tmp_path / "a12.csv", tmp_path / "c.csv")
     assert not result["verdict"].isin(["faster", "slower"]).any(), result[["n", "ratio", "ci_low", "ci_high", "why"]]
+
+
+def test_a_slow_down_that_varies_across_cases_is_slower_in_every_case(tmp_path):
+    # a copy slowed by a fixed extra kernel: +300 % at small N, +11 % at large (the H200's slowed check);
+    # the spread of these changed ratios is no run-to-run noise and must not widen their intervals
+    factors = [4.2, 2.4, 3.1, 1.9, 1.66, 1.38, 1.28, 1.18, 1.11, 1.13, 1.12, 1.11]
+    base = [timed(100, 400 + i, n=64 * 2 ** i) for i in range(len(factors))]
+    slower = [timed(100 * f, 500 + i, n=64 * 2 ** i) for i, f in enumerate(factors)]
+    write_run(tmp_path / "a.csv", base, ENV_A)
+    write_run(tmp_path / "b.csv", slower, ENV_B)
+    result = compare.compare_files(tmp_path / "a.csv", tmp_path / "b.csv")
+    assert (result["verdict"] == "slower").all(), result[["n", "ratio", "ci_low", "ci_high", "why"]]
 
 
 def test_a_noisy_run_needs_its_interval_beyond_the_threshold():

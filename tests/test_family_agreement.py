@@ -101,7 +101,7 @@ def test_a_sweep_of_every_implementation_leaves_the_plain_loop_out_above_its_lim
     from nmsbench.variants import soft_nms
 
     impl = registry.implementations()["soft_torch"]
-    assert impl.backends["cpu"].sweep_max_n == soft_nms.SOFT_TORCH_SWEEP_MAX_N
+    assert {d: b.sweep_max_n for d, b in impl.backends.items()} == soft_nms.SOFT_TORCH_SWEEP_MAX_N
     monkeypatch.setitem(impl.backends, "cpu", dataclasses.replace(impl.backends["cpu"], sweep_max_n=32))
 
     def rows(cap_slow):

@@ -22,6 +22,12 @@ GRAPH_SAFE = sorted(name for name in CUDA_IMPLS if IMPLS[name].backends["cuda"].
 HOST_SYNC = sorted(name for name in CUDA_IMPLS if IMPLS[name].backends["cuda"].host_sync)
 SIZES = (100, 500, 3000)  # one block of the check and several; the backends that check the values in their
 # own first launch: one_block, cooperative and counting-rank paths (every path: test_every_path_checks_the_values)
+# soft_torch, the plain per-pick loop, waits for the GPU at every pick (minutes a test beyond this N)
+LOOP_MAX_N = {"soft_torch": 1000}
+
+
+def sizes_for(name: str, sizes) -> list[int]:
+    return [n for n in sizes if n <= LOOP_MAX_N.get(name, n)]
 
 
 def boxes_for(n: int, dtype=torch.float32, seed: int = 0):
@@ -52,6 +58,8 @@ def _runs(name: str, dtype=torch.float32) -> bool:
 def test_bad_row_anywhere_raises_the_reference_error(name, n, with_labels):
     if not _runs(name):
         pytest.skip(f"{name} does not run here")
+    if not sizes_for(name, [n]):
+        pytest.skip(f"{name} loops per pick: N = {n} takes minutes (the check is run_nms's, tested at the smaller N)")
     for fault, corrupt in FAULTS.items():
         for i in (0, n // 2, n - 1):
             boxes, scores, labels = boxes_for(n)
@@ -145,7 +153,7 @@ def test_good_input_gives_what_the_backend_gives(name, dtype):
     if not _runs(name, dtype):
         pytest.skip(f"{name} does not run {dtype} here")
     backend = IMPLS[name].backends["cuda"]
-    for n in (1, 64, 1000, 5000):
+    for n in sizes_for(name, (1, 64, 1000, 5000)):
         for labels in (None, boxes_for(n)[2]):
             boxes, scores, _ = boxes_for(n, dtype, seed=n)
             expected = backend.fn(boxes, scores, iou_threshold=0.5, labels=labels, **_defaults(name))
@@ -175,7 +183,7 @@ def _synchronizations(fn) -> int:
 def test_run_nms_synchronizes_as_often_as_the_backend_alone(name):
     if not _runs(name):
         pytest.skip(f"{name} does not run here")
-    boxes, scores, _ = boxes_for(2000)
+    boxes, scores, _ = boxes_for(sizes_for(name, [2000, 1000])[0])
     backend, params = IMPLS[name].backends["cuda"], _defaults(name)
     alone = _synchronizations(lambda: backend.fn(boxes, scores, iou_threshold=0.5, labels=None, **params))
     public = _synchronizations(lambda: nmsbench.run_nms(name, boxes, scores, iou_threshold=0.5))

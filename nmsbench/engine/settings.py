@@ -24,6 +24,10 @@ def is_whole(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+DEFAULT_RUN_TIME = 0.2  # seconds of timing per row: --min-run-time's default
+CUDA_RUN_TIME = 0.1  # its default for a sweep on CUDA alone (runner.default_run_time)
+
+
 def _need(ok: Callable[[object], bool], message: str) -> Callable[[object], str]:
     return lambda value: "" if ok(value) else f"{message}, got {value!r}"
 
@@ -34,9 +38,12 @@ SETTINGS_AXES = (
          check=_need(lambda v: is_whole(v) and v >= 1, "rounds must be a whole number >= 1"),
          help="Interleaved rounds: the contenders of a case are timed K times in rotated order (round r starts at "
               "the r-th), each turn --min-run-time / K seconds; median_us is the median of the round medians."),
-    Axis("min_run_time", "--min-run-time", floats("--min-run-time", low=0.001), 0.2, many=False,
+    # no default here: the benchmark's grid gives it (a sweep's depends on its devices)
+    Axis("min_run_time", "--min-run-time", floats("--min-run-time", low=0.001), None, many=False,
          check=_need(lambda v: is_real(v) and v > 0, "min_run_time must be a positive number of seconds"),
-         help="Seconds of timing per row, shared by its --rounds."),
+         help=f"Seconds of timing per row, shared by its --rounds. Default: {DEFAULT_RUN_TIME:g}; a sweep on cuda alone "
+              f"{CUDA_RUN_TIME:g} (GPU rows repeat within a few %, and README's GPU sweep of every implementation then "
+              "fits in 4 minutes on an H200)."),
     Axis("host_wait", "--host-wait", floats("--host-wait", low=0), 0.0, many=False, metavar="SECONDS",
          check=_need(lambda v: is_real(v) and v >= 0, "host_wait must be a number of seconds >= 0"),
          help="Before each turn, wait up to SECONDS for the host to run at its usual speed (0: never wait)."),
@@ -63,7 +70,7 @@ class Settings:
     --case-timeout, --host-wait)."""
 
     rounds: int = DEFAULT_ROUNDS
-    min_run_time: float = 0.2  # seconds of timing per measurement, shared by its rounds
+    min_run_time: float = DEFAULT_RUN_TIME  # seconds of timing per measurement, shared by its rounds
     threads: int = 1
     repeat_noisy: int = 0  # re-time a noisy measurement up to this many times, keep the least noisy
     case_timeout: Optional[float] = None  # seconds per case (see case_deadline); None: no limit

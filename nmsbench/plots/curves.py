@@ -25,6 +25,8 @@ from .layout import (
     _series,
     _slim,
     _styles,
+    context_title,
+    drop_lone_points,
     empty_figure,
     hollow,
     noisy_markers,
@@ -33,16 +35,20 @@ from .style import SYMBOLS
 
 
 def time_vs_n(frame: pd.DataFrame, *, facet: str | None = "scenario", colors=None, title: str | None = None,
-              max_cols: int = 3) -> go.Figure:
+              max_cols: int = 3, min_points: int = 1) -> go.Figure:
     """Median time vs N on log-log axes, one line per implementation (per series when the
     selection mixes devices, timers, ...), the IQR as a band (median ± IQR/2), one panel
-    per ``facet`` value. A point's hover names the results file it came from."""
+    per ``facet`` value. A point's hover names the results file it came from. Lines of
+    fewer than ``min_points`` N are left out (named in ``layout.meta["single_point"]``)."""
     ok = ok_rows(_slim(frame))
     if ok.empty:
         return empty_figure("No measured rows in this selection.")
     if "source" not in ok.columns:
         ok = ok.assign(source="")
-    ok = _series(ok, facet)
+    context = context_title(ok, facet)
+    ok, left_out = drop_lone_points(_series(ok, facet), [facet or "", "series"], ["n"], min_points)
+    if ok.empty:
+        return empty_figure(f"Every line of this selection has one N only: {', '.join(left_out)}.")
     styles = _styles(ok, colors)
     panels = _panels(ok, facet)
     fig, positions, rows = _grid([p[0] for p in panels], max_cols=max_cols)
@@ -57,11 +63,12 @@ def time_vs_n(frame: pd.DataFrame, *, facet: str | None = "scenario", colors=Non
     _n_ticks(fig, ok["n"])
     _log_ticks(fig, pd.concat([ok["median_us"], ok["median_us"] + ok["iqr_us"].fillna(0) / 2]))
     fig.update_layout(meta={"figure": "time_vs_n", "band": "median ± IQR/2"})
-    return _finish(fig, rows, title)
+    return _finish(fig, rows, title, context=context, left_out=left_out)
 
 
 def speedup_vs_n(frame: pd.DataFrame, baseline: str = DEFAULT_BASELINE, *, show: Sequence[str] | None = None,
-                 facet: str | None = "scenario", colors=None, title: str | None = None, max_cols: int = 3) -> go.Figure:
+                 facet: str | None = "scenario", colors=None, title: str | None = None, max_cols: int = 3,
+                 min_points: int = 1) -> go.Figure:
     """Speedup vs ``baseline`` (its median / each median on the same case; > 1 is faster)
     against N, log-log, one line per implementation; the baseline itself is the line at 1.
     ``frame`` must hold the baseline's rows; ``show`` (default: all) picks the lines drawn."""
@@ -75,7 +82,10 @@ def speedup_vs_n(frame: pd.DataFrame, baseline: str = DEFAULT_BASELINE, *, show:
     if speed.empty:
         have = ", ".join(tables.options(ok_rows(frame), "impl")) or "none"
         return empty_figure(f"No measured {baseline} rows to compare with in this selection (implementations: {have}).")
-    speed = _series(speed, facet)
+    context = context_title(speed, facet)
+    speed, left_out = drop_lone_points(_series(speed, facet), [facet or "", "series"], ["n"], min_points)
+    if speed.empty:
+        return empty_figure(f"Every line of this selection has one N compared with {baseline}: {', '.join(left_out)}.")
     styles = _styles(speed, colors)
     panels = _panels(speed, facet)
     fig, positions, rows = _grid([p[0] for p in panels], max_cols=max_cols)
@@ -92,7 +102,7 @@ def speedup_vs_n(frame: pd.DataFrame, baseline: str = DEFAULT_BASELINE, *, show:
     _n_ticks(fig, speed["n"])
     _log_ticks(fig, speed["speedup"])
     fig.update_layout(meta={"figure": "speedup_vs_n", "baseline": baseline})
-    return _finish(fig, rows, title)
+    return _finish(fig, rows, title, context=context, left_out=left_out)
 
 
 def gpu_timer_dashes() -> dict[str, str]:
@@ -102,7 +112,7 @@ def gpu_timer_dashes() -> dict[str, str]:
 
 
 def wall_vs_device(frame: pd.DataFrame, *, facet: str | None = "scenario", colors=None, title: str | None = None,
-                   max_cols: int = 3) -> go.Figure | None:
+                   max_cols: int = 3, min_points: int = 1) -> go.Figure | None:
     """Wall (solid) against GPU time vs N for the implementations that have rows of a GPU
     timer: device (dashed: what the GPU did, its hover giving the busy span and the kernel
     launches, copies and host syncs per call) and events (dotted: CUDA events around each
@@ -117,6 +127,11 @@ def wall_vs_device(frame: pd.DataFrame, *, facet: str | None = "scenario", color
     impls = set(gpu["impl"])
     ok = ok[ok["impl"].isin(impls) & ok["timer"].isin(["wall", *dashes]) & ok["device"].isin(set(gpu["device"]))]
     ok = _series(ok, facet, exclude=["timer"])
+    ok = ok[ok["series"].isin(set(ok.loc[ok["timer"].isin(list(dashes)), "series"]))]  # lines with a GPU time beside them
+    context = context_title(ok, facet, exclude=["timer"])
+    ok, left_out = drop_lone_points(_series(ok, facet, exclude=["timer"]), [facet or "", "series", "timer"], ["n"], min_points)
+    if ok.empty:
+        return None
     styles = _styles(ok, colors)
     panels = _panels(ok, facet)
     fig, positions, rows = _grid([p[0] for p in panels], max_cols=max_cols)
@@ -142,7 +157,7 @@ def wall_vs_device(frame: pd.DataFrame, *, facet: str | None = "scenario", color
     _n_ticks(fig, ok["n"])
     _log_ticks(fig, ok["median_us"])
     fig.update_layout(meta={"figure": "wall_vs_device"})
-    return _finish(fig, rows, title)
+    return _finish(fig, rows, title, context=context, left_out=left_out)
 
 
 def _launch_labels(ok: pd.DataFrame) -> dict[str, str]:
@@ -174,13 +189,17 @@ def _per_call_text(row) -> str:
 
 
 def memory_vs_n(frame: pd.DataFrame, *, facet: str | None = "scenario", colors=None, title: str | None = None,
-                max_cols: int = 3) -> go.Figure | None:
+                max_cols: int = 3, min_points: int = 1) -> go.Figure | None:
     """Peak device memory (MiB) vs N, log-log; None when no row has a peak (CPU rows don't)."""
     ok = ok_rows(_slim(frame))
     ok = ok[ok["peak_mem_bytes"].gt(0)] if "peak_mem_bytes" in ok.columns else ok.iloc[0:0]
     if ok.empty:
         return None
-    ok = _series(ok, facet, exclude=["timer"]).assign(peak_mib=lambda d: d["peak_mem_bytes"] / 2**20)
+    context = context_title(ok, facet, exclude=["timer"])
+    ok, left_out = drop_lone_points(_series(ok, facet, exclude=["timer"]), [facet or "", "series"], ["n"], min_points)
+    if ok.empty:
+        return None
+    ok = ok.assign(peak_mib=lambda d: d["peak_mem_bytes"] / 2**20)
     styles = _styles(ok, colors)
     panels = _panels(ok, facet)
     fig, positions, rows = _grid([p[0] for p in panels], max_cols=max_cols)
@@ -195,7 +214,7 @@ def memory_vs_n(frame: pd.DataFrame, *, facet: str | None = "scenario", colors=N
     _n_ticks(fig, ok["n"])
     _log_ticks(fig, ok["peak_mib"])
     fig.update_layout(meta={"figure": "memory_vs_n"})
-    return _finish(fig, rows, title)
+    return _finish(fig, rows, title, context=context, left_out=left_out)
 
 
 OVERLAP_AXES = {
@@ -205,9 +224,10 @@ OVERLAP_AXES = {
 
 
 def time_vs_overlap(frame: pd.DataFrame, n: int | None = None, *, x: str = "mean_max_iou", colors=None,
-                    title: str | None = None) -> go.Figure:
+                    title: str | None = None, min_points: int = 1) -> go.Figure:
     """Median time vs the box sets' realized overlap at one N (default: the largest), one
-    line per implementation through its scenarios and knob values (marker = scenario)."""
+    line per implementation through its scenarios and knob values (marker = scenario);
+    lines of fewer than ``min_points`` box sets are left out (``layout.meta["single_point"]``)."""
     ok = ok_rows(_slim(frame))
     ok = ok[ok[x].notna()] if x in ok.columns else ok.iloc[0:0]
     if ok.empty:
@@ -216,7 +236,11 @@ def time_vs_overlap(frame: pd.DataFrame, n: int | None = None, *, x: str = "mean
     ok = ok[ok["n"] == n]
     if ok.empty:
         return empty_figure(f"No measured rows at N = {n} in this selection.")
-    ok = _series(ok, None, exclude=["scenario", "overlap"])
+    context = context_title(ok, None, exclude=["scenario", "overlap"])
+    ok, left_out = drop_lone_points(_series(ok, None, exclude=["scenario", "overlap"]), ["series"], ["scenario", "overlap"],
+                                    min_points)
+    if ok.empty:
+        return empty_figure(f"At N = {n}, every line of this selection has one box set only: {', '.join(left_out)}.")
     styles = _styles(ok, colors)
     agg = aggregate(ok, ["series", "impl", "scenario", "overlap"])
     scenarios = tables.options(agg, "scenario")
@@ -248,7 +272,7 @@ def time_vs_overlap(frame: pd.DataFrame, n: int | None = None, *, x: str = "mean
     fig.update_yaxes(type="log", title_text=TIME_AXIS)
     _log_ticks(fig, agg["median_us"])
     fig.update_layout(meta={"figure": "time_vs_overlap", "n": n})
-    fig = _finish(fig, 1, title)
+    fig = _finish(fig, 1, title, context=context, left_out=left_out)
     fig.update_layout(height=max(520, 24 * (agg["series"].nunique() + len(scenarios)) + 260))  # legend without scrolling
     return fig
 
@@ -288,5 +312,6 @@ def curves_for_print(frame: pd.DataFrame, baseline: str = DEFAULT_BASELINE, *, s
     for row, part in ((1, top), (2, bottom)):
         y = part.layout.yaxis
         fig.update_yaxes(tickvals=y.tickvals, ticktext=y.ticktext, row=row)
-    fig.update_layout(height=640, legend_title_text="implementation", meta={"figure": "curves", "baseline": baseline})
+    fig.update_layout(height=640, legend_title_text="implementation", meta={"figure": "curves", "baseline": baseline},
+                      title=top.layout.title, margin=dict(t=70 if top.layout.title.subtitle.text else 50))
     return fig

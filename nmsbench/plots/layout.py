@@ -46,10 +46,83 @@ def _slim(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[[c for c in PLOT_COLUMNS if c in frame.columns]]
 
 
-def _series(ok: pd.DataFrame, facet: str | None, exclude: Sequence[str] = ()) -> pd.DataFrame:
-    """``ok`` with ``series`` labels that tell apart everything not shown by the facet or axes."""
+# What a line was measured on: named once in the figure's title when every line shares it;
+# where lines differ, a line's label names only where it differs from the figure's most
+# common value ("hard_fused · density canvas" beside "hard_fused", the fixed canvas).
+SETUP_DIMS = ["device", "hardware", "threads", "canvas", "dtype"]
+
+
+def _fmt(dim: str, value) -> str:
+    if dim == "canvas":
+        return f"{value} canvas"
+    if dim == "git_commit" and value:
+        return f"@{str(value)[:7]}"  # a short hash, as git prints it
+    return _fmt_dim(dim, value)
+
+
+def _label_plan(ok: pd.DataFrame, facet: str | None, exclude: Sequence[str] = ()) -> tuple[list[str], dict]:
+    """(the dimensions a line's label may name, {setup dimension: its most common value}):
+    the dimensions that tell one implementation's lines apart (in ``LABEL_ORDER``, leaving
+    out those the ones before determine, and what the facet shows)."""
     dims = [d for d in tables.SERIES_DIMS + ["scenario"] if d != facet and d not in exclude]
-    return tables.add_series(ok, tables.varying(ok, dims), shown_by=[facet] if facet else [])
+    dims = sorted(tables.varying(ok, dims), key=lambda d: tables.LABEL_ORDER.index(d) if d in tables.LABEL_ORDER else 99)
+    known = [facet] if facet and facet in ok.columns else []
+    kept: list[str] = []
+    for dim in dims:
+        if not ok.empty and ok.groupby(["impl", *known, *kept], dropna=False)[dim].nunique(dropna=False).max() > 1:
+            kept.append(dim)
+    lines = ok.drop_duplicates(["impl", *known, *kept])
+    modes = {}
+    for dim in (d for d in kept if d in SETUP_DIMS):
+        counts = lines[dim].astype(str).value_counts()
+        modes[dim] = sorted(counts.index, key=lambda v: (-counts[v], v))[0]
+    return kept, modes
+
+
+def _series(ok: pd.DataFrame, facet: str | None, exclude: Sequence[str] = ()) -> pd.DataFrame:
+    """``ok`` with ``series`` labels: the implementation's name, and what tells its lines
+    apart where the figure's lines differ (:data:`SETUP_DIMS` only where a line differs
+    from the most common value; :func:`context_title` names that value)."""
+    kept, modes = _label_plan(ok, facet, exclude)
+    label = ok["impl"].astype(str)
+    variants = tables.variant_labels(ok) if "params" in kept else None
+    for dim in kept:
+        if dim == "params":  # only where an implementation has several: the parameters that differ
+            suffix = [v[len(i):].strip() for v, i in zip(variants, ok["impl"].astype(str))]
+            part = pd.Series([" · " + text if text else "" for text in suffix], index=ok.index)
+        else:
+            part = " · " + ok[dim].map(lambda v, d=dim: _fmt(d, v))
+            if dim in modes:
+                part = part.where(ok[dim].astype(str).ne(modes[dim]), "")
+        if dim == "threads" and "device" in ok.columns:  # host threads say nothing about a GPU kernel's line
+            part = part.where(ok["device"].ne("cuda"), "")
+        label = label + part
+    return ok.assign(series=label)
+
+
+def context_title(ok: pd.DataFrame, facet: str | None, exclude: Sequence[str] = ()) -> str:
+    """What every line of the figure shares ("cuda · vm: NVIDIA H200 · 16 threads · fixed
+    canvas"; the scenario too where there is one panel), and the most common value of what
+    lines differ in ("fixed canvas unless labelled")."""
+    if ok.empty:
+        return ""
+    kept, modes = _label_plan(ok, facet, exclude)
+    shared, usual = [], []
+    dims = (["scenario"] if facet != "scenario" and "scenario" not in exclude else []) + SETUP_DIMS[:4]
+    for dim in dims:
+        if dim not in ok.columns:
+            continue
+        values = ok[dim].dropna().unique()
+        if dim in modes:
+            usual.append(_fmt(dim, _typed(ok[dim], modes[dim])))
+        elif len(values) == 1 and values[0] != "" and not (dim == "threads" and values[0] <= 0):
+            shared.append(_fmt(dim, values[0]))
+    return " · ".join(shared + ([", ".join(usual) + " unless labelled"] if usual else []))
+
+
+def _typed(column: pd.Series, text: str):
+    """The value of ``column`` whose text is ``text`` (a mode is kept as text)."""
+    return next((v for v in column.unique() if str(v) == text), text)
 
 
 def _styles(data: pd.DataFrame, colors: Mapping[str, str] | None) -> dict[str, tuple[str, str, str]]:
@@ -92,10 +165,35 @@ def _panels(frame: pd.DataFrame, facet: str | None) -> list[tuple[str, pd.DataFr
     return [(str(v), frame[frame[facet] == v]) for v in tables.options(frame, facet)]
 
 
+N_TICKS_MAX = 8  # labels on an N axis: more pile up in a panel a third of the page wide
+
+
+def n_tick_values(values, most: int = N_TICKS_MAX) -> list[int]:
+    """The swept N values to label on a log N axis: all of them where they fit, else every
+    other one (or fewer), evenly spread on the log scale, the smallest always labelled."""
+    values = sorted({int(v) for v in values if pd.notna(v) and v > 0})
+    if len(values) <= most:
+        return values
+    gap = 0.9 * math.log10(values[-1] / values[0]) / (most - 1)
+    chosen = [values[0]]
+    for v in values[1:]:
+        if math.log10(v / chosen[-1]) >= gap:
+            chosen.append(v)
+    return chosen
+
+
+def n_label(value: int) -> str:
+    """A short N tick label: 512, 1k (1024 or 1000), 64k, 128k, 1M (2**20 or 10**6)."""
+    for size, unit in ((2**20, "M"), (10**6, "M"), (1024, "k"), (1000, "k")):
+        if value >= size and value % size == 0:
+            return f"{value // size}{unit}"
+    return f"{value / 1000:g}k" if value >= 1000 and value % 100 == 0 else str(value)
+
+
 def _n_ticks(fig: go.Figure, values) -> None:
-    values = sorted({int(v) for v in values if pd.notna(v)})
-    if 1 < len(values) <= 12:
-        fig.update_xaxes(tickvals=values, ticktext=[str(v) for v in values])
+    ticks = n_tick_values(values)
+    if len(ticks) > 1:
+        fig.update_xaxes(tickvals=ticks, ticktext=[n_label(v) for v in ticks], tickangle=0)
 
 
 def _tick_label(value: float) -> str:
@@ -107,17 +205,19 @@ def _tick_label(value: float) -> str:
 
 
 def log_tick_values(values) -> list[float]:
-    """Tick positions for a log axis over ``values``: decades over a wide range, 1-2-5
-    steps over a narrow one (1-1.5-2-3-5-7 where that leaves fewer than two inside),
-    always labelled in full (plotly's own minor labels read "5" for 0.05)."""
+    """Tick positions for a log axis over ``values``: one per decade where at least two
+    decades fall inside, 1-2-5 steps over a narrower range (1-1.5-2-3-5-7 where that leaves
+    fewer than two inside), always labelled in full (plotly's own minor labels read "5"
+    for 0.05 and pile up)."""
     values = np.asarray([v for v in values if pd.notna(v) and v > 0], dtype=float)
     if not len(values):
         return []
     lo, hi = math.floor(math.log10(values.min())), math.ceil(math.log10(values.max()))
-    steps = (1,) if hi - lo > 3 else (1, 2, 5)
-    ticks = [m * 10.0 ** e for e in range(lo, hi + 1) for m in steps]
-    if sum(values.min() <= t <= values.max() for t in ticks) < 2:  # a narrow range: finer steps, so two show
-        ticks = [m * 10.0 ** e for e in range(lo, hi + 1) for m in (1, 1.5, 2, 3, 5, 7)]
+    ticks: list[float] = []
+    for steps in ((1,), (1, 2, 5), (1, 1.5, 2, 3, 5, 7)):
+        ticks = [m * 10.0 ** e for e in range(lo, hi + 1) for m in steps]
+        if sum(values.min() <= t <= values.max() for t in ticks) >= 2:
+            break
     below = [t for t in ticks if t <= values.min()]
     above = [t for t in ticks if t >= values.max()]
     first = below[-1] if below else ticks[0]
@@ -194,12 +294,38 @@ def noisy_key(fig: go.Figure) -> None:
                              hoverinfo="skip", meta={"role": "key", "noisy": 0}))
 
 
-def _finish(fig: go.Figure, rows: int, title: str | None, legend_title: str = "implementation") -> go.Figure:
+def drop_lone_points(data: pd.DataFrame, by: Sequence[str], x: Sequence[str], min_points: int = 2) -> tuple[pd.DataFrame, list[str]]:
+    """``data`` without the lines (its rows grouped ``by``: facet, series, ...) that have
+    fewer than ``min_points`` distinct ``x`` (a line of one point is a dot, not a curve),
+    and what was left out, as "series (panel)"."""
+    by = [c for c in by if c in data.columns]
+    if min_points <= 1 or data.empty:
+        return data, []
+    points = data.drop_duplicates([*by, *x]).groupby(by, dropna=False).size()
+    few = points[points < min_points]
+    if few.empty:
+        return data, []
+    keys = pd.MultiIndex.from_frame(data[by]) if len(by) > 1 else pd.Index(data[by[0]])
+    left = [k if isinstance(k, tuple) else (k,) for k in few.index]
+    names = [f"{k[by.index('series')]}" + (f" ({', '.join(str(v) for c, v in zip(by, k) if c != 'series')})"
+                                            if len(by) > 1 else "") for k in left]
+    return data[~keys.isin(few.index)], sorted(names)
+
+
+def _finish(fig: go.Figure, rows: int, title: str | None, legend_title: str = "implementation", context: str = "",
+            left_out: Sequence[str] = ()) -> go.Figure:
+    """The layout every figure shares; ``context`` (what all its lines share) is the title's
+    subtitle, ``left_out`` (lines of one point not drawn) goes in ``layout.meta``."""
     noisy_key(fig)
+    top = 80 if title else 70 if context else 50
     fig.update_layout(
-        height=max(PANEL_HEIGHT * rows + 90, 300), title=title, legend_title_text=legend_title,
-        hovermode="closest", margin=dict(l=60, r=20, t=80 if title else 50, b=50),
+        height=max(PANEL_HEIGHT * rows + 90 + (top - 50), 300), legend_title_text=legend_title,
+        title=dict(text=title or "", subtitle=dict(text=context, font=dict(size=13, color="#444")), x=0.0, xref="paper",
+                   xanchor="left", yref="container", y=0.99, yanchor="top"),
+        hovermode="closest", margin=dict(l=60, r=20, t=top, b=50),
     )
+    if left_out:
+        fig.update_layout(meta={**(fig.layout.meta or {}), "single_point": list(left_out)})
     # The y title only left of the first column: elsewhere it would run into the panel beside.
     for name in fig.layout:
         if name.startswith("yaxis") and fig.layout[name].anchor:

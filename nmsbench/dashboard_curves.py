@@ -1,0 +1,135 @@
+"""The dashboard's Curves view: time, speedup, GPU time and memory against N, and time
+against the realized overlap, built by :mod:`nmsbench.plots` from the rows the sidebar
+chose. A line of one point (a case measured at one N) is a dot, not a curve: the charts
+leave it out and the caption under them names it.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from . import plots, tables
+from .dashboard_defaults import multi_point_scenarios
+
+MIN_POINTS = 2  # points of a drawn line
+
+
+@st.cache_data(show_spinner="Drawing…", max_entries=64)
+def curve_figure(kind: str, data_key: tuple, choices_key: tuple, scenario: str | None, baseline: str, at_n: int,
+                 _rows: pd.DataFrame, _all_timers: pd.DataFrame, _without_impl: pd.DataFrame, _colors: dict):
+    """One figure of the curves view (built one at a time, so the first is on the page
+    while the rest are drawn); the arguments without ``_`` say which data and choices it
+    shows (the frames themselves are not hashed: tens of thousands of rows)."""
+    facet = None if scenario else "scenario"
+    rows, all_timers, without_impl = _rows, _all_timers, _without_impl
+    if scenario:
+        rows, all_timers, without_impl = (tables.select(f, scenario=[scenario]) for f in (rows, all_timers, without_impl))
+    if kind == "time":
+        return plots.time_vs_n(rows, facet=facet, colors=_colors, min_points=MIN_POINTS)
+    if kind == "speedup":
+        shown = tables.options(tables.ok_rows(rows), "impl")
+        return plots.speedup_vs_n(without_impl, baseline, show=shown, facet=facet, colors=_colors, min_points=MIN_POINTS)
+    if kind == "timers":
+        return plots.wall_vs_device(all_timers, facet=facet, colors=_colors, min_points=MIN_POINTS)
+    if kind == "memory":
+        return plots.memory_vs_n(rows, facet=facet, colors=_colors, min_points=MIN_POINTS)
+    return plots.time_vs_overlap(rows, at_n, colors=_colors, min_points=MIN_POINTS)
+
+
+def left_out(fig, what: str = "one N") -> str:
+    """The caption's sentence naming the lines a figure left out for having one point."""
+    names = ((fig.layout.meta or {}).get("single_point") or []) if fig is not None else []
+    return f" Measured at {what} only, so not drawn: {', '.join(names)}." if names else ""
+
+
+def curves_view(rows: pd.DataFrame, all_timers: pd.DataFrame, without_impl: pd.DataFrame, colors: dict,
+                data_key: tuple, choices_key: tuple, family_note: str = "") -> None:
+    measured = tables.ok_rows(rows)
+    if measured.empty:
+        st.info("No measured (status ok) rows in this selection: widen the filters in the sidebar, "
+                "or run `nmsbench sweep --n 64..1024 --device cpu` to make results.")
+        skipped = tables.not_measured(rows)
+        if not skipped.empty:
+            st.dataframe(skipped, hide_index=True, width="stretch")
+        return
+    if set(measured["benchmark"]) == {"accuracy"}:
+        st.info("These are `nmsbench accuracy` rows: the Accuracy tab draws them, AP or AR against time per image.")
+        return
+    if set(measured["benchmark"]) == {"pipeline"}:
+        st.info("These are `nmsbench pipeline` rows, drawn here against N (raw rows per image): the Pipeline tab "
+                "shows them as time per image vs batch size and by stage.")
+    if family_note:
+        st.caption(family_note)
+    scenarios = tables.options(measured, "scenario")
+    impls = tables.options(tables.ok_rows(without_impl), "impl")
+    c1, c2, c3, c4 = st.columns([1.3, 1, 1, 1])
+    layout = c1.radio("Scenarios", ["one panel each", "one at a time"], horizontal=True, key="layout")
+    scenario = None
+    if layout == "one at a time":
+        scenario = c2.selectbox("Scenario", scenarios, key="one_scenario")
+        measured = tables.select(measured, scenario=[scenario])
+    several, single = [], []
+    if layout == "one panel each":  # a scenario measured at one N is a panel of dots: left to "one at a time"
+        several, single = multi_point_scenarios(measured)
+        if several and single:
+            measured = tables.select(measured, scenario=several)
+            rows, all_timers, without_impl = (tables.select(f, scenario=several) for f in (rows, all_timers, without_impl))
+    baseline = c3.selectbox("Speedup baseline", impls, key="baseline",
+                            index=impls.index(tables.DEFAULT_BASELINE) if tables.DEFAULT_BASELINE in impls else 0)
+    sizes = [int(n) for n in tables.options(measured, "n")]
+    widest = tables.widest_n(measured)
+    at_n = c4.selectbox("N for time vs overlap", sizes, index=sizes.index(widest) if widest in sizes else len(sizes) - 1,
+                        key="overlap_n", help="Default: the largest N at which every implementation of the selection has rows")
+
+    def figure(kind: str):
+        return curve_figure(kind, data_key, choices_key, scenario, baseline, at_n, rows, all_timers, without_impl, colors)
+
+    st.subheader("Median time vs N")
+    time = figure("time")
+    st.plotly_chart(time, key="chart_time")
+    st.caption("Log-log axes; the band is the median ± IQR/2 of the timed runs. Timer(s): "
+               f"{', '.join(tables.options(measured, 'timer'))}. Hover a point for its numbers; click a legend entry to hide a line. "
+               "Hollow markers: noisy measurements (hover one for why; the sidebar's Hide noisy points leaves them out)."
+               + (f" Measured at one N only, so not drawn here: {', '.join(single)} (Scenarios: one at a time shows it)."
+                  if single and several else "") + left_out(time))
+
+    st.subheader(f"Speedup vs {baseline}")
+    speedup = figure("speedup")
+    st.plotly_chart(speedup, key="chart_speedup")
+    st.caption(f"{baseline}'s median divided by each implementation's median on the same case (hardware, device, "
+               "dtype, timer, scenario, knob, N, IoU, and parameters where it ran several); above 1 is faster. A "
+               "baseline that never runs on CUDA is compared there on the same machine's CPU."
+               + left_out(speedup, f"one N shared with {baseline}"))
+
+    timers = figure("timers")
+    st.subheader("Wall vs GPU time")
+    if timers is None:
+        st.info("No GPU-timer rows in this selection: device and events times are recorded for CUDA runs only.")
+    else:
+        st.plotly_chart(timers, key="chart_timers")
+        st.caption("Solid: wall time (what a caller waits for, launch and host work included); dashed: device time "
+                   "(what the GPU did: the call's kernels, copies and sets, from CUPTI; its hover gives the busy span "
+                   "and the launches, copies and host syncs per call; the legend, launches per call); dotted: events "
+                   "(CUDA events around each call, the host's gaps included; older files' device rows). A legend "
+                   "entry shows or hides all lines of an implementation." + left_out(timers))
+
+    memory = figure("memory")
+    st.subheader("Peak memory vs N")
+    if memory is None:
+        st.info("No peak-memory values in this selection: peak device memory is recorded for CUDA rows only.")
+    else:
+        st.plotly_chart(memory, key="chart_memory")
+        if left_out(memory):
+            st.caption(left_out(memory).strip())
+
+    st.subheader(f"Time vs realized overlap at N = {at_n}")
+    overlap = figure("overlap")
+    st.plotly_chart(overlap, key="chart_overlap")
+    if left_out(overlap):
+        st.caption(left_out(overlap, "one box set at this N").strip())
+
+    skipped = tables.not_measured(rows)
+    if not skipped.empty:
+        with st.expander(f"{int(skipped['rows'].sum())} rows of this selection are not plotted (error or skipped)"):
+            st.dataframe(skipped, hide_index=True, width="stretch")
