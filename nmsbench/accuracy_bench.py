@@ -35,8 +35,8 @@ from .engine.axes import (Axis, GridError, check_axes, floats, ints, merge_param
                           parse_param_list)
 from .engine.plugins import Benchmark, register_benchmark
 from .engine.settings import DEFAULT_RUN_TIME
-from .engine.rounds import (SETTINGS_AXES, Contender, Measured, Settings, check_case_timeout, error_rows, error_text,
-                            is_real, is_whole, prepare, row_emitter, time_in_rounds, use_threads)
+from .engine.rounds import (SETTINGS_AXES, Contender, Measured, Settings, error_rows, error_text,
+                            is_real, is_whole, prepare, start_run, time_in_rounds)
 from .engine.samples import Samples
 from .registry import Implementation, implementations
 from .results import case_key
@@ -207,11 +207,7 @@ def run_accuracy_bench(grid: AccuracyGrid, write: Callable[[dict], None],
     :func:`~nmsbench.results.case_key` is in ``done`` (already written) are not run again.
     ``between_turns()`` runs after each case's turn; ``gauge`` reads the host's speed
     (default: a new ``HostGauge``); the counts returned carry its summary under ``host``."""
-    gauge = gauge or HostGauge()
-    grid.validate()  # again: its fields may have changed since it was made
-    check_case_timeout(grid.case_timeout)
-    use_threads(grid.threads)
-    emit, counts = row_emitter(write, on_case)
+    emit, counts, gauge = start_run(grid, write, on_case, gauge)
     known = implementations()
     for source_name in grid.sources:
         try:

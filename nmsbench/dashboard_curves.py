@@ -79,7 +79,11 @@ def curves_view(rows: pd.DataFrame, all_timers: pd.DataFrame, without_impl: pd.D
                             index=impls.index(tables.DEFAULT_BASELINE) if tables.DEFAULT_BASELINE in impls else 0)
     sizes = [int(n) for n in tables.options(measured, "n")]
     widest = tables.widest_n(measured)
-    at_n = c4.selectbox("N for time vs overlap", sizes, index=sizes.index(widest) if widest in sizes else len(sizes) - 1,
+    default = widest if widest in sizes else sizes[-1]
+    if st.session_state.get("overlap_n") == st.session_state.get("auto_overlap_n") != default:
+        st.session_state.pop("overlap_n", None)  # still the default of another selection, not the user's choice
+    st.session_state["auto_overlap_n"] = default
+    at_n = c4.selectbox("N for time vs overlap", sizes, index=sizes.index(default),
                         key="overlap_n", help="Default: the largest N at which every implementation of the selection has rows")
 
     def figure(kind: str):

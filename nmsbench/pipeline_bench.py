@@ -37,8 +37,8 @@ from . import datasets
 from .engine.axes import Axis, GridError, check_axes, floats, ints, names, parse_devices
 from .engine.plugins import Benchmark, register_benchmark
 from .engine.settings import DEFAULT_RUN_TIME
-from .engine.rounds import (SETTINGS_AXES, Contender, Outcome, Settings, check_case_timeout, error_rows, error_text,
-                            is_real, is_whole, prepare, row_emitter, time_in_rounds, use_threads)
+from .engine.rounds import (SETTINGS_AXES, Contender, Outcome, Settings, error_rows, error_text,
+                            is_real, is_whole, prepare, start_run, time_in_rounds)
 from .pipeline import (REFERENCE_PIPELINE, STAGES, Pipeline, PipelineConfig, compare_detections, pipelines, run_pipeline,
                        validate_raw)
 from .results import case_key
@@ -189,11 +189,7 @@ def run_pipeline_bench(grid: PipelineGrid, write: Callable[[dict], None],
     :func:`~nmsbench.results.case_key` is in ``done`` (already written) are not run again.
     ``between_turns()`` runs after each contender's turn; ``gauge`` reads the host's speed
     (default: a new ``HostGauge``); the counts returned carry its summary under ``host``."""
-    gauge = gauge or HostGauge()
-    grid.validate()  # again: its fields may have changed since it was made
-    check_case_timeout(grid.case_timeout)
-    use_threads(grid.threads)
-    emit, counts = row_emitter(write, on_case)
+    emit, counts, gauge = start_run(grid, write, on_case, gauge)
     for part in pipeline_passes(grid):
         _pipeline_pass(part, emit, done, between_turns, gauge)
     return counts | {"host": gauge.summary()}

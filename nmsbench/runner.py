@@ -38,7 +38,7 @@ from .engine.axes import Axis, GridError, check_axes, floats, ints, names, parse
 from .engine.plugins import Benchmark, register_benchmark
 from .engine.settings import CUDA_RUN_TIME, DEFAULT_RUN_TIME
 from .engine.rounds import (CaseTimeout, Contender, Settings, case_deadline, check_case_timeout, check_settings,  # noqa: F401
-                            error_rows, error_text, is_real, is_whole, prepare, row_emitter, time_in_rounds, use_threads)
+                            error_rows, error_text, is_real, is_whole, prepare, row_emitter, start_run, time_in_rounds, use_threads)
 from .inputs import validate_nms_inputs
 from .overlap import realized_overlap
 from .registry import Implementation, get, implementations
@@ -278,11 +278,7 @@ def run_sweep(grid: Grid, write: Callable[[dict], None], on_case: Callable[[dict
     nothing is timed (a progress display redraws there: a case's rows come only after all
     its rounds). ``gauge`` reads the host's speed (default: a new ``HostGauge``); the
     counts returned carry its summary under ``host``."""
-    gauge = gauge or HostGauge()
-    grid.validate()  # again: its fields may have changed since it was made
-    check_case_timeout(grid.case_timeout)
-    use_threads(grid.threads)
-    emit, counts = row_emitter(write, on_case)
+    emit, counts, gauge = start_run(grid, write, on_case, gauge)
     for part in sweep_passes(grid):
         _sweep_pass(part, emit, done, between_turns, gauge)
     return counts | {"host": gauge.summary()}

@@ -1,11 +1,13 @@
-"""The dashboard's default selection (nmsbench.dashboard_defaults): one machine and device."""
+"""The dashboard's default selection (nmsbench.dashboard_defaults): one machine and device,
+and no more implementations than a legend holds."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from nmsbench import tables
-from nmsbench.dashboard_defaults import default_filters, multi_point_scenarios
+from nmsbench.dashboard_defaults import (DEFAULT_FAMILY, LEGEND_MAX, default_families, default_filters, family_caption,
+                                         hidden_families, multi_point_scenarios)
 
 
 def rows(source: str, machine: str, device: str, stamp: str, gpu: str = "H200", n=(64, 128), scenario="uniform",
@@ -65,3 +67,33 @@ def test_single_point_scenarios_are_set_apart():
     frame = tables.concat([rows("a.csv", "vm", "cpu", "", n=(64, 128)), rows("a.csv", "vm", "cpu", "", n=(500,), scenario="file")])
     assert multi_point_scenarios(frame) == (["uniform"], ["file"])
     assert multi_point_scenarios(frame.iloc[:0]) == ([], [])
+
+
+def _implementations(count: int, family: str = "matrix", device: str = "cuda", timer: str = "wall") -> pd.DataFrame:
+    frame = pd.DataFrame([{
+        "schema_version": 2, "impl": f"{family}_{k}", "family": family, "device": device, "scenario": "uniform", "n": 64,
+        "status": "ok", "benchmark": "nms", "machine": "vm", "cpu": "Xeon", "gpu": "H200", "timer": timer,
+        "timestamp": "2026-12-02T00:00:00+00:00", "median_us": 10.0,
+    } for k in range(count)])
+    return tables.prepare(frame, source="h200-cuda.csv")
+
+
+def test_more_implementations_than_a_legend_holds_start_on_the_exact_greedy_family():
+    many = tables.concat([_implementations(8, "hard"), _implementations(LEGEND_MAX - 7, "soft")])
+    assert many["impl"].nunique() == LEGEND_MAX + 1
+    assert default_families(many, {"device": ["cuda"]}) == [DEFAULT_FAMILY]
+    assert hidden_families(many, {"device": ["cuda"], "family": [DEFAULT_FAMILY]}) == ["soft"]
+    caption = family_caption([DEFAULT_FAMILY], ["soft"])
+    assert "hard" in caption and "Hidden: soft" in caption and "family filter" in caption
+    # few enough on the chosen device, implementations chosen by name, or no exact greedy family: every family
+    assert default_families(many, {"device": ["cpu"]}) == []
+    assert default_families(many, {"device": ["cuda"], "impl": ["hard_0"]}) == []
+    assert default_families(_implementations(LEGEND_MAX + 1, "soft"), {}) == []
+    assert default_families(tables.concat([_implementations(8, "hard"), _implementations(4, "soft")]), {}) == []
+    assert hidden_families(many, {"device": ["cuda"]}) == [] and family_caption([], []) == ""
+
+
+def test_the_family_default_counts_the_wall_timer_lines_unless_a_timer_is_chosen():
+    rows = tables.concat([_implementations(6, "hard"), _implementations(7, "soft", timer="device")])
+    assert default_families(rows, {}) == []  # the wall timer's 6 implementations
+    assert default_families(rows, {"timer": ["wall", "device"]}) == [DEFAULT_FAMILY]

@@ -135,7 +135,7 @@ def test_a_device_rows_timing_carries_span_and_counts():
 def steady_host(monkeypatch):
     from nmsbench.timing import SteadyHost
 
-    monkeypatch.setattr(runner, "HostGauge", SteadyHost)
+    monkeypatch.setattr("nmsbench.engine.rounds.HostGauge", SteadyHost)  # start_run makes the default gauge
 
 
 def _group_rows(monkeypatch, device_blocks):

@@ -182,7 +182,7 @@ def test_the_sidecar_records_the_hosts_speed_and_the_summary_says_when_it_was_sl
             HalfSlow.count += 1
             return 50.0 if HalfSlow.count % 4 == 0 else 20.0
 
-    monkeypatch.setattr(runner, "HostGauge", HalfSlow)
+    monkeypatch.setattr("nmsbench.engine.rounds.HostGauge", HalfSlow)  # start_run makes the default gauge
     out = tmp_path / "gauge.csv"
     result = CliRunner().invoke(main, ["sweep", "--impl", ",".join(NAMES), "--n", "8", "--scenario", "uniform",
                                        "--device", "cpu", "--min-run-time", "0.02", "--out", str(out)])

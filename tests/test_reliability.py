@@ -382,7 +382,7 @@ def test_repeat_noisy_retimes_the_same_call_and_keeps_the_least_noisy(monkeypatc
     # IQR / median of five blocks at (1 - s, 1 - s/2, 1, 1 + s/2, 1 + s) is s
     monkeypatch.setattr(timing, "WallTimer", fake_blocks((100, 0.5), (100, 0.3), (100, 0.4), (100, 0.05), (100, 0.01)))
     monkeypatch.setattr(timing.CpuMeter, "contention", lambda self: "")
-    monkeypatch.setattr(runner, "HostGauge", SteadyHost)
+    monkeypatch.setattr("nmsbench.engine.rounds.HostGauge", SteadyHost)  # start_run makes the default gauge
     rows = []
     grid = runner.Grid(impls=["test_logs_calls"], devices=["cpu"], dtypes=["float32"], scenarios=["uniform"], ns=[8],
                        ious=[0.5], min_run_time=0.01, repeat_noisy=5, rounds=1)
@@ -401,7 +401,7 @@ def test_repeat_noisy_retimes_the_same_call_and_keeps_the_least_noisy(monkeypatc
 def test_noisy_rows_are_warned_about_and_listed_in_the_summary(tmp_path, monkeypatch):
     monkeypatch.setattr(timing, "WallTimer", fake_blocks(*[(10, 0.5)] * 6))
     monkeypatch.setattr(timing.CpuMeter, "contention", lambda self: "")
-    monkeypatch.setattr(runner, "HostGauge", SteadyHost)  # the noise asserted is the IQR's alone, on any machine
+    monkeypatch.setattr("nmsbench.engine.rounds.HostGauge", SteadyHost)  # the noise asserted is the IQR's alone, on any machine
     out = tmp_path / "run.csv"
     result = run("sweep", "--impl", "torchvision", "--scenario", "uniform", "--n", "4,8", "--min-run-time", "0.01",
                  "--repeat-noisy", "2", "--rounds", "1", "--verbose", "--out", str(out))

@@ -32,7 +32,7 @@ def steady_host(monkeypatch):
     """These tests count turns: the host's gauge never judges it slow here (test_host_gauge.py tests it)."""
     from nmsbench.timing import SteadyHost
 
-    monkeypatch.setattr(runner, "HostGauge", SteadyHost)
+    monkeypatch.setattr("nmsbench.engine.rounds.HostGauge", SteadyHost)  # start_run makes the default gauge
 
 
 def grid(**fields):

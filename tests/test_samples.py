@@ -31,7 +31,7 @@ def sweep_into(path, grid, append=False, done=frozenset()):
 
 @pytest.fixture
 def grid(monkeypatch):
-    monkeypatch.setattr(runner, "HostGauge", SteadyHost)
+    monkeypatch.setattr("nmsbench.engine.rounds.HostGauge", SteadyHost)  # start_run makes the default gauge
     with keep_every_box(["test_samples_a"]):
         yield runner.Grid(impls=["test_samples_a", "torchvision"], devices=["cpu"], dtypes=["float32"],
                           scenarios=["uniform"], ns=[8, 16], ious=[0.5], timers=["wall", "api"], min_run_time=0.01,

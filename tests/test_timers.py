@@ -113,7 +113,7 @@ def test_adding_a_timer_is_one_module_that_a_sweep_then_uses(toy_module, monkeyp
     assert "toy" not in TIMERS
     timers.discover()
     assert "toy" in TIMERS and list(TIMERS)[-1] == "toy"
-    monkeypatch.setattr(runner, "HostGauge", SteadyHost)
+    monkeypatch.setattr("nmsbench.engine.rounds.HostGauge", SteadyHost)  # start_run makes the default gauge
     grid = runner.Grid(impls=["torchvision"], devices=["cpu"], dtypes=["float32"], scenarios=["uniform"], ns=[8],
                        ious=[0.5], timers=["wall", "toy"], min_run_time=0.01, rounds=2)
     rows = []

@@ -172,6 +172,18 @@ def row_emitter(write: Callable[[dict], None], on_case: Callable[[dict], None]):
     return emit, counts
 
 
+def start_run(grid, write: Callable[[dict], None], on_case: Callable[[dict], None],
+              gauge: Optional[HostGauge]) -> tuple[Callable[[dict], None], dict, HostGauge]:
+    """What every benchmark's run does first: check its grid again (its fields may have
+    changed since it was made) and its case timeout, set its threads, and make the row
+    emitter and the host gauge (a new one unless given). Returns (emit, counts, gauge)."""
+    grid.validate()
+    check_case_timeout(grid.case_timeout)
+    use_threads(grid.threads)
+    emit, counts = row_emitter(write, on_case)
+    return emit, counts, gauge or HostGauge()
+
+
 def prepare(contender: Contender, settings: Settings, work: Callable[[], None]) -> None:
     """Run ``work`` (the contender's warm-up and checks) against what is left of its case
     timeout, with its CPU meter running; the time counts towards the case's budget."""

@@ -47,8 +47,6 @@ def time_vs_n(frame: pd.DataFrame, *, facet: str | None = "scenario", colors=Non
         ok = ok.assign(source="")
     context = context_title(ok, facet)
     ok, left_out = drop_lone_points(_series(ok, facet), [facet or "", "series"], ["n"], min_points)
-    if ok.empty:
-        return empty_figure(f"Every line of this selection has one N only: {', '.join(left_out)}.")
     styles = _styles(ok, colors)
     panels = _panels(ok, facet)
     fig, positions, rows = _grid([p[0] for p in panels], max_cols=max_cols)
@@ -84,8 +82,6 @@ def speedup_vs_n(frame: pd.DataFrame, baseline: str = DEFAULT_BASELINE, *, show:
         return empty_figure(f"No measured {baseline} rows to compare with in this selection (implementations: {have}).")
     context = context_title(speed, facet)
     speed, left_out = drop_lone_points(_series(speed, facet), [facet or "", "series"], ["n"], min_points)
-    if speed.empty:
-        return empty_figure(f"Every line of this selection has one N compared with {baseline}: {', '.join(left_out)}.")
     styles = _styles(speed, colors)
     panels = _panels(speed, facet)
     fig, positions, rows = _grid([p[0] for p in panels], max_cols=max_cols)
@@ -130,8 +126,6 @@ def wall_vs_device(frame: pd.DataFrame, *, facet: str | None = "scenario", color
     ok = ok[ok["series"].isin(set(ok.loc[ok["timer"].isin(list(dashes)), "series"]))]  # lines with a GPU time beside them
     context = context_title(ok, facet, exclude=["timer"])
     ok, left_out = drop_lone_points(_series(ok, facet, exclude=["timer"]), [facet or "", "series", "timer"], ["n"], min_points)
-    if ok.empty:
-        return None
     styles = _styles(ok, colors)
     panels = _panels(ok, facet)
     fig, positions, rows = _grid([p[0] for p in panels], max_cols=max_cols)
@@ -197,8 +191,6 @@ def memory_vs_n(frame: pd.DataFrame, *, facet: str | None = "scenario", colors=N
         return None
     context = context_title(ok, facet, exclude=["timer"])
     ok, left_out = drop_lone_points(_series(ok, facet, exclude=["timer"]), [facet or "", "series"], ["n"], min_points)
-    if ok.empty:
-        return None
     ok = ok.assign(peak_mib=lambda d: d["peak_mem_bytes"] / 2**20)
     styles = _styles(ok, colors)
     panels = _panels(ok, facet)
@@ -239,8 +231,6 @@ def time_vs_overlap(frame: pd.DataFrame, n: int | None = None, *, x: str = "mean
     context = context_title(ok, None, exclude=["scenario", "overlap"])
     ok, left_out = drop_lone_points(_series(ok, None, exclude=["scenario", "overlap"]), ["series"], ["scenario", "overlap"],
                                     min_points)
-    if ok.empty:
-        return empty_figure(f"At N = {n}, every line of this selection has one box set only: {', '.join(left_out)}.")
     styles = _styles(ok, colors)
     agg = aggregate(ok, ["series", "impl", "scenario", "overlap"])
     scenarios = tables.options(agg, "scenario")

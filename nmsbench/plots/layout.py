@@ -62,14 +62,18 @@ def _fmt(dim: str, value) -> str:
 
 def _label_plan(ok: pd.DataFrame, facet: str | None, exclude: Sequence[str] = ()) -> tuple[list[str], dict]:
     """(the dimensions a line's label may name, {setup dimension: its most common value}):
-    the dimensions that tell one implementation's lines apart (in ``LABEL_ORDER``, leaving
-    out those the ones before determine, and what the facet shows)."""
+    in ``LABEL_ORDER``, the setup dimensions (:data:`SETUP_DIMS`) that vary among the
+    lines and the others that tell one implementation's lines apart, leaving out those
+    the ones before determine, and what the facet shows."""
     dims = [d for d in tables.SERIES_DIMS + ["scenario"] if d != facet and d not in exclude]
     dims = sorted(tables.varying(ok, dims), key=lambda d: tables.LABEL_ORDER.index(d) if d in tables.LABEL_ORDER else 99)
     known = [facet] if facet and facet in ok.columns else []
     kept: list[str] = []
     for dim in dims:
-        if not ok.empty and ok.groupby(["impl", *known, *kept], dropna=False)[dim].nunique(dropna=False).max() > 1:
+        within = [*known, *kept] if dim in SETUP_DIMS else ["impl", *known, *kept]  # a machine's lines: all of them
+        if not within:
+            kept.append(dim)
+        elif ok.groupby(within, dropna=False)[dim].nunique(dropna=False).max() > 1:
             kept.append(dim)
     lines = ok.drop_duplicates(["impl", *known, *kept])
     modes = {}
@@ -296,14 +300,14 @@ def noisy_key(fig: go.Figure) -> None:
 
 def drop_lone_points(data: pd.DataFrame, by: Sequence[str], x: Sequence[str], min_points: int = 2) -> tuple[pd.DataFrame, list[str]]:
     """``data`` without the lines (its rows grouped ``by``: facet, series, ...) that have
-    fewer than ``min_points`` distinct ``x`` (a line of one point is a dot, not a curve),
-    and what was left out, as "series (panel)"."""
+    fewer than ``min_points`` distinct ``x`` (a line of one point is a dot beside curves),
+    and what was left out, as "series (panel)"; all of it where no line has more."""
     by = [c for c in by if c in data.columns]
     if min_points <= 1 or data.empty:
         return data, []
     points = data.drop_duplicates([*by, *x]).groupby(by, dropna=False).size()
     few = points[points < min_points]
-    if few.empty:
+    if few.empty or len(few) == len(points):
         return data, []
     keys = pd.MultiIndex.from_frame(data[by]) if len(by) > 1 else pd.Index(data[by[0]])
     left = [k if isinstance(k, tuple) else (k,) for k in few.index]
