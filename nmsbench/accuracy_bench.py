@@ -36,7 +36,7 @@ from .engine.axes import (Axis, GridError, check_axes, floats, ints, merge_param
 from .engine.plugins import Benchmark, register_benchmark
 from .engine.settings import DEFAULT_RUN_TIME
 from .engine.rounds import (SETTINGS_AXES, Contender, Measured, Settings, error_rows, error_text,
-                            is_real, is_whole, prepare, start_run, time_in_rounds)
+                            is_real, is_whole, prepare, finish_run, start_run, time_in_rounds)
 from .engine.samples import Samples
 from .registry import Implementation, implementations
 from .results import case_key
@@ -232,7 +232,7 @@ def run_accuracy_bench(grid: AccuracyGrid, write: Callable[[dict], None],
                 continue
             for row in _run_group(rows, known, source, device, grid, between_turns, gauge):
                 emit(row)
-    return counts | {"host": gauge.summary()}
+    return finish_run(counts, gauge)
 
 
 def _run_group(rows: list[dict], known: dict, source: AccuracySource, device: str, grid: AccuracyGrid,

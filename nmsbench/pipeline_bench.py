@@ -38,7 +38,7 @@ from .engine.axes import Axis, GridError, check_axes, floats, ints, names, parse
 from .engine.plugins import Benchmark, register_benchmark
 from .engine.settings import DEFAULT_RUN_TIME
 from .engine.rounds import (SETTINGS_AXES, Contender, Outcome, Settings, error_rows, error_text,
-                            is_real, is_whole, prepare, start_run, time_in_rounds)
+                            is_real, is_whole, prepare, finish_run, start_run, time_in_rounds)
 from .pipeline import (REFERENCE_PIPELINE, STAGES, Pipeline, PipelineConfig, compare_detections, pipelines, run_pipeline,
                        validate_raw)
 from .results import case_key
@@ -192,7 +192,7 @@ def run_pipeline_bench(grid: PipelineGrid, write: Callable[[dict], None],
     emit, counts, gauge = start_run(grid, write, on_case, gauge)
     for part in pipeline_passes(grid):
         _pipeline_pass(part, emit, done, between_turns, gauge)
-    return counts | {"host": gauge.summary()}
+    return finish_run(counts, gauge)
 
 
 pipeline_passes = timer_passes  # the grid as the passes that time it (nmsbench.timers.timer_passes)

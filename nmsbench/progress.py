@@ -253,6 +253,8 @@ def _run_locked(command: str, out: Path, lock: ResultsLock, total: int, grid: di
             writer.note("load", _load_note("end"))
             if counts.get("host"):
                 writer.note("host", counts["host"])  # the host's speed while timing (timing.HostGauge)
+            if counts.get("time"):
+                writer.note("time", counts["time"])  # where the run's seconds went (engine.rounds.RunClock)
     except KeyboardInterrupt as stop:
         terminated = isinstance(stop, Terminated)
         what = "terminated (SIGTERM)" if terminated else "interrupted"

@@ -38,7 +38,8 @@ from .engine.axes import Axis, GridError, check_axes, floats, ints, names, parse
 from .engine.plugins import Benchmark, register_benchmark
 from .engine.settings import CUDA_RUN_TIME, DEFAULT_RUN_TIME
 from .engine.rounds import (CaseTimeout, Contender, Settings, case_deadline, check_case_timeout, check_settings,  # noqa: F401
-                            error_rows, error_text, is_real, is_whole, prepare, row_emitter, start_run, time_in_rounds, use_threads)
+                            error_rows, error_text, finish_run, is_real, is_whole, prepare, row_emitter, start_run,
+                            time_in_rounds, use_threads)
 from .inputs import validate_nms_inputs
 from .overlap import realized_overlap
 from .registry import Implementation, get, implementations
@@ -281,7 +282,7 @@ def run_sweep(grid: Grid, write: Callable[[dict], None], on_case: Callable[[dict
     emit, counts, gauge = start_run(grid, write, on_case, gauge)
     for part in sweep_passes(grid):
         _sweep_pass(part, emit, done, between_turns, gauge)
-    return counts | {"host": gauge.summary()}
+    return finish_run(counts, gauge)
 
 
 sweep_passes = timer_passes  # the grid as the passes that time it (nmsbench.timers.timer_passes)

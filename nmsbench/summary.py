@@ -61,6 +61,11 @@ def show(benchmark: str, rows: list[dict], counts: dict, out: Path, exact: Optio
                       f"{host['measurements']} measurements; those were left out of their rows' medians, and rows "
                       f"left with fewer than half their rounds are flagged noisy{waited}")
     _listed(counts.get("error_rows", []), "[red]errors[/]: {} row(s):", "the error column holds each message")
+    spent = counts.get("time") or {}
+    if spent.get("total_s"):
+        console.print(f"took {spent['total_s']:,.0f} s: {spent['timed_s']:,.0f} s timing, {spent['prepared_s']:,.0f} s warming "
+                      f"up and checking outputs, {spent['other_s']:,.0f} s the rest (box sets, references, compiling, writing)",
+                      highlight=False)
     written = counts["ok"] + counts["error"] + counts["skipped"]
     before = counts.get("before", 0)
     console.print(f"wrote {written} rows to {out}" + (f" (now {written + before} rows)" if before else "")

@@ -160,3 +160,24 @@ def test_a_sweep_prints_the_verdict_first_and_noisy_rows_as_a_count_unless_verbo
     assert loud.exit_code == 0, loud.output
     assert len(re.findall(r"^noisy torchvision cpu", loud.output, re.M)) == 2
     assert set(pd.read_csv(tmp_path / "b.csv")["noisy"]) == {True}
+
+
+def test_a_run_says_where_its_time_went(tmp_path):
+    """The sidecar's "time" note and the last lines: the run's seconds split into timing,
+    preparing (warm-up, output checks) and the rest, adding up to the whole."""
+    import json
+
+    from click.testing import CliRunner
+
+    from nmsbench.cli import main
+
+    out = tmp_path / "t.csv"
+    result = CliRunner().invoke(main, ["sweep", "--impl", "torchvision,soft_torch", "--n", "16,64", "--scenario", "uniform",
+                                       "--timer", "wall", "--rounds", "2", "--min-run-time", "0.05", "--threads", "1",
+                                       "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    spent = json.loads(out.with_suffix(".json").read_text())["time"][0]
+    assert spent["timed_s"] >= 4 * 0.05 * 0.9  # four rows of at least --min-run-time each (the clock's own rounding aside)
+    assert spent["prepared_s"] > 0
+    assert abs(spent["timed_s"] + spent["prepared_s"] + spent["other_s"] - spent["total_s"]) <= 0.2
+    assert f"took {spent['total_s']:,.0f} s: {spent['timed_s']:,.0f} s timing" in result.output

@@ -172,22 +172,52 @@ def row_emitter(write: Callable[[dict], None], on_case: Callable[[dict], None]):
     return emit, counts
 
 
+@dataclass
+class RunClock:
+    """Where a run's seconds went: inside timed blocks, in contenders' preparation (warm-up
+    and output checks), and the rest (box sets, references, compilation, writing rows)."""
+
+    started: float = field(default_factory=time.perf_counter)
+    timed_s: float = 0.0
+    prepared_s: float = 0.0
+
+    def summary(self) -> dict:
+        total = time.perf_counter() - self.started
+        return {"total_s": round(total, 1), "timed_s": round(self.timed_s, 1), "prepared_s": round(self.prepared_s, 1),
+                "other_s": round(max(total - self.timed_s - self.prepared_s, 0.0), 1)}
+
+
+CLOCK = RunClock()  # the current run's (start_run starts a new one)
+
+
 def start_run(grid, write: Callable[[dict], None], on_case: Callable[[dict], None],
               gauge: Optional[HostGauge]) -> tuple[Callable[[dict], None], dict, HostGauge]:
     """What every benchmark's run does first: check its grid again (its fields may have
-    changed since it was made) and its case timeout, set its threads, and make the row
-    emitter and the host gauge (a new one unless given). Returns (emit, counts, gauge)."""
+    changed since it was made) and its case timeout, set its threads, make the row emitter
+    and the host gauge (a new one unless given), and start the run's clock. Returns
+    (emit, counts, gauge); :func:`finish_run` gives what the run returns."""
+    global CLOCK
     grid.validate()
     check_case_timeout(grid.case_timeout)
     use_threads(grid.threads)
     emit, counts = row_emitter(write, on_case)
+    CLOCK = RunClock()
     return emit, counts, gauge or HostGauge()
+
+
+def finish_run(counts: dict, gauge: HostGauge) -> dict:
+    """A run's counts with the host's speed while timing (``host``) and where its time went (``time``)."""
+    return counts | {"host": gauge.summary(), "time": CLOCK.summary()}
 
 
 def prepare(contender: Contender, settings: Settings, work: Callable[[], None]) -> None:
     """Run ``work`` (the contender's warm-up and checks) against what is left of its case
     timeout, with its CPU meter running; the time counts towards the case's budget."""
-    _within_budget(contender, settings, work)
+    start = time.perf_counter()
+    try:
+        _within_budget(contender, settings, work)
+    finally:
+        CLOCK.prepared_s += time.perf_counter() - start
 
 
 def _within_budget(contender: Contender, settings: Settings, work: Callable[[], None]) -> None:
@@ -211,7 +241,11 @@ def _gauged(gauge: HostGauge, timer: str, measure: Callable[[float], Blocks], se
     """(blocks, the gauge's reading after them): ``measure(seconds)`` marked ``host_slow``
     where the host ran slow at ``before`` (the reading just before) or after it. GPU
     durations (a timer or blocks not ``host_bound``) are not judged."""
-    blocks = measure(seconds)
+    start = time.perf_counter()
+    try:
+        blocks = measure(seconds)
+    finally:
+        CLOCK.timed_s += time.perf_counter() - start
     after = gauge.read()
     if not (blocks.host_bound and TIMERS[timer].host_bound):
         return blocks, after
