@@ -280,17 +280,30 @@ def run_sweep(grid: Grid, write: Callable[[dict], None], on_case: Callable[[dict
     its rounds). ``gauge`` reads the host's speed (default: a new ``HostGauge``); the
     counts returned carry its summary under ``host``."""
     emit, counts, gauge = start_run(grid, write, on_case, gauge)
+    box_sets: dict = {}  # each box set with its references, made once for every pass (the device pass reuses them)
     for part in sweep_passes(grid):
-        _sweep_pass(part, emit, done, between_turns, gauge)
+        _sweep_pass(part, emit, done, between_turns, gauge, box_sets)
     return finish_run(counts, gauge)
 
 
 sweep_passes = timer_passes  # the grid as the passes that time it (nmsbench.timers.timer_passes)
 
 
+@dataclass
+class _BoxSetState:
+    """A generated box set and what was computed on it, kept across a sweep's passes."""
+
+    box_set: BoxSet
+    mean_max_iou: Optional[float] = None
+    references: dict = field(default_factory=dict)  # (dtype, iou) -> the greedy reference's keep
+    family_results: dict = field(default_factory=dict)  # (reference, dtype, iou, params) -> its result or None
+
+
 def _sweep_pass(grid: Grid, emit: Callable[[dict], None], done, between_turns: Callable[[], None],
-                gauge: HostGauge) -> None:
-    """Every case of ``grid`` (one pass of :func:`run_sweep`), its rows to ``emit``."""
+                gauge: HostGauge, box_sets: Optional[dict] = None) -> None:
+    """Every case of ``grid`` (one pass of :func:`run_sweep`), its rows to ``emit``;
+    ``box_sets`` keeps each box set and its references for the later passes."""
+    box_sets = {} if box_sets is None else box_sets
     impls = [get(name) for name in grid.impls]
     params_by_impl = {impl.name: _resolve_params(impl, grid.params) for impl in impls}
 
@@ -308,8 +321,13 @@ def _sweep_pass(grid: Grid, emit: Callable[[dict], None], done, between_turns: C
                 base |= datasets.real.recording_columns(recording or datasets.real.DEFAULT_RECORDING) | {"n_cap": n}
             duplicate = None
             try:
-                box_set = datasets.generate(scenario, n, overlap=overlap, seed=grid.seed, classes=grid.classes, path=grid.file,
-                                            recording=recording, canvas=canvas or None)
+                set_key = (scenario, n, overlap, recording, canvas)
+                if set_key not in box_sets:
+                    box_sets[set_key] = _BoxSetState(datasets.generate(
+                        scenario, n, overlap=overlap, seed=grid.seed, classes=grid.classes, path=grid.file,
+                        recording=recording, canvas=canvas or None))
+                state = box_sets[set_key]
+                box_set = state.box_set
                 base |= box_set.meta.get("row", {})  # a recording's rows carry the N it gave (<= the cap n)
                 if recorded:  # when fewer boxes pass than the cap allows, a larger cap gives the same set
                     duplicate = seen.setdefault((scenario, recording, overlap, len(box_set)), n)
@@ -319,9 +337,10 @@ def _sweep_pass(grid: Grid, emit: Callable[[dict], None], done, between_turns: C
                          for device, dtype_name, iou, impl in itertools.product(grid.devices, grid.dtypes, grid.ious, impls)]
                 cases = [case for case in cases if case[-1]]
                 if duplicate is None and cases:  # exact up to overlap.EXACT_MAX_N boxes, from a fixed sample above
-                    mean_max_iou = realized_overlap(box_set.boxes, box_set.scores, box_set.labels)["mean_max_iou"]
+                    if state.mean_max_iou is None:
+                        state.mean_max_iou = realized_overlap(box_set.boxes, box_set.scores, box_set.labels)["mean_max_iou"]
                     for row in itertools.chain.from_iterable(case[-1] for case in cases):
-                        row["mean_max_iou"] = mean_max_iou
+                        row["mean_max_iou"] = state.mean_max_iou
             except Exception as exc:  # e.g. a file with fewer than n boxes: this set's cases become error rows
                 message = f"generating {scenario}: {error_text(exc)}"
                 for device, dtype_name, iou, impl in itertools.product(grid.devices, grid.dtypes, grid.ious, impls):
@@ -334,14 +353,12 @@ def _sweep_pass(grid: Grid, emit: Callable[[dict], None], done, between_turns: C
                     for row in rows:
                         emit(row | {"status": "skipped", "error": message})
                 continue
-            references: dict = {}  # (dtype, iou) -> reference keep, computed once per box set
+            references, family_results = state.references, state.family_results  # computed once per box set
 
             def reference(dtype_name: str, iou: float) -> torch.Tensor:
                 if (dtype_name, iou) not in references:
                     references[dtype_name, iou] = _reference(box_set.to("cpu", DTYPES[dtype_name]), iou)
                 return references[dtype_name, iou]
-
-            family_results: dict = {}  # (reference implementation, dtype, iou, params) -> its result or None
 
             def family_reference(family: str, dtype_name: str, iou: float, params: dict, known=None):
                 """The family reference's result on these boxes (``known``: the reference's

@@ -122,3 +122,31 @@ def test_adding_a_timer_is_one_module_that_a_sweep_then_uses(toy_module, monkeyp
     assert [row["timer"] for row in rows] == ["wall", "toy"] and toy["status"] == "ok"
     assert toy["median_us"] == 42.0 and toy["blocks"] == 8 and toy["rounds"] == 2 and toy["kept"] >= 1
     assert toy["_samples"].round_medians_us == (42.0, 42.0)
+
+
+def test_a_pass_of_its_own_reuses_the_box_sets_and_references_of_the_first(monkeypatch):
+    """A timer timed in a pass of its own (device) gets the same box sets, realized overlap
+    and references as the first pass, made once: generating and checking again would double
+    the sweep's work outside the timed blocks."""
+    import dataclasses
+
+    from nmsbench import datasets
+
+    monkeypatch.setitem(TIMERS, "solo", dataclasses.replace(
+        TIMERS["wall"], name="solo", separate_pass=True, help="the wall clock, in a pass of its own"))
+    monkeypatch.setattr("nmsbench.engine.rounds.HostGauge", SteadyHost)
+    made, references = [], []
+    generate, reference = datasets.generate, runner._reference
+    monkeypatch.setattr(datasets, "generate", lambda *a, **k: made.append(a) or generate(*a, **k))
+    monkeypatch.setattr(runner, "_reference", lambda *a, **k: references.append(a) or reference(*a, **k))
+    grid = runner.Grid(impls=["torchvision", "hard_fused"], devices=["cpu"], scenarios=["uniform", "clustered"], ns=[8, 40],
+                       timers=["wall", "solo"], min_run_time=0.01, rounds=2)
+    rows = []
+    runner.run_sweep(grid, rows.append)
+    assert [row["timer"] for row in rows] == ["wall"] * 8 + ["solo"] * 8  # two passes
+    assert all(row["status"] == "ok" for row in rows), [row["error"] for row in rows]
+    assert len(made) == 4 and len(references) == 4  # one box set and one reference per (scenario, N)
+    by_case = {}
+    for row in rows:  # each pass's rows of a case carry the same realized overlap and agreement
+        by_case.setdefault((row["impl"], row["scenario"], row["n"]), []).append((row["mean_max_iou"], row["kept"], row["jaccard"]))
+    assert all(len(set(values)) == 1 for values in by_case.values()), by_case
