@@ -6,7 +6,9 @@ use). It reads results only, never runs NMS: the reference runs at the top of
 ``results/`` (or ``$NMSBENCH_RESULTS_DIR``), the user's own runs under ``results/runs/``,
 ``results/archive/`` when asked, and CSVs uploaded in the sidebar. By default each case
 shows its newest measurement per machine (one line per implementation, not per commit);
-a sidebar toggle shows every run. The views: curves, the post-processing pipeline (time
+a sidebar toggle shows every run; the view opens on one machine and device, and on the exact
+greedy family where more implementations would crowd the legends (:mod:`nmsbench.dashboard_defaults`).
+The views: curves (:mod:`nmsbench.dashboard_curves`), the post-processing pipeline (time
 per image vs batch, stage costs, CPU vs GPU, agreement), accuracy beside speed (COCO AP
 or AR against time per image, the Pareto front, from ``nmsbench accuracy``), suppression
 differences (files written by ``nmsbench diff``), conformance (``nmsbench conformance``

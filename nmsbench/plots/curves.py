@@ -303,5 +303,5 @@ def curves_for_print(frame: pd.DataFrame, baseline: str = DEFAULT_BASELINE, *, s
         y = part.layout.yaxis
         fig.update_yaxes(tickvals=y.tickvals, ticktext=y.ticktext, row=row)
     fig.update_layout(height=640, legend_title_text="implementation", meta={"figure": "curves", "baseline": baseline},
-                      title=top.layout.title, margin=dict(t=70 if top.layout.title.subtitle.text else 50))
+                      title=top.layout.title, margin=dict(t=85 if top.layout.title.subtitle.text else 50))
     return fig
