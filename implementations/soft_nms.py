@@ -25,8 +25,8 @@ from nmsbench.registry import register
 from ._cpu import DENSE_FRACTION, GRAPH_MAX_PAIRS, JIT, box_iou, overlap_graph
 
 # soft_torch pays launches and a host synchronization per pick: a sweep of every implementation
-# leaves it out beyond these N (on CUDA every pick waits for the GPU: 140 ms a call at N = 256 and
-# 415 ms at 1024 on the H200, results/h200-cuda.csv); naming it in --impl times it anyway
+# leaves it out beyond these N, where a call takes a tenth of a second or more (on CUDA every pick
+# waits for the GPU: results/h200-cuda.csv); naming it in --impl times it anyway
 SOFT_TORCH_SWEEP_MAX_N = {"cpu": 1024, "cuda": 256}
 
 

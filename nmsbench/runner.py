@@ -216,10 +216,10 @@ class Grid:
 
 
 def default_run_time(devices) -> float:
-    """--min-run-time's default: 0.1 s for a sweep on CUDA alone, whose rows repeat closely
-    (device rows within ~1 %, wall rows within a few % on the H200) and whose every
-    implementation must fit README's GPU sweep into 4 minutes; 0.2 s otherwise, where CPU rows
-    must average over a shared host."""
+    """--min-run-time's default: CUDA_RUN_TIME for a sweep on CUDA alone, whose rows repeat
+    closely (device rows within ~1 %, wall rows within a few %: results/PERFLOG.md) and whose
+    every implementation must fit README's GPU sweep into 4 minutes; DEFAULT_RUN_TIME
+    otherwise, where CPU rows must average over a shared host."""
     return CUDA_RUN_TIME if devices and set(devices) == {"cuda"} else DEFAULT_RUN_TIME
 
 

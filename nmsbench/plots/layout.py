@@ -105,7 +105,7 @@ def _series(ok: pd.DataFrame, facet: str | None, exclude: Sequence[str] = ()) ->
 
 
 def context_title(ok: pd.DataFrame, facet: str | None, exclude: Sequence[str] = ()) -> str:
-    """What every line of the figure shares ("cuda · vm: NVIDIA H200 · 16 threads · fixed
+    """What every line of the figure shares ("cuda · vm: <GPU name> · 16 threads · fixed
     canvas"; the scenario too where there is one panel), and the most common value of what
     lines differ in ("fixed canvas unless labelled")."""
     if ok.empty:
