@@ -209,7 +209,8 @@ def test_overflow_becomes_error_rows_in_the_benchmark():
     grid = PipelineGrid(pipelines=["numpy", "torch_batched_nms"], devices=["cpu"], sources=["synthetic"], batches=[2],
                         confs=[0.001], max_candidates=64, stages=["total"], timers=["wall"], min_run_time=0.001)
     counts = run_pipeline_bench(grid, rows.append)
-    assert counts == {"ok": 1, "error": 1, "skipped": 0, "noisy": counts["noisy"], "host": counts["host"]}
+    assert counts == {"ok": 1, "error": 1, "skipped": 0, "noisy": counts["noisy"], "host": counts["host"], "time": counts["time"]}
+    assert set(counts["time"]) == {"total_s", "timed_s", "prepared_s", "other_s"}
     by_impl = {r["impl"]: r for r in rows}
     assert by_impl["numpy"]["status"] == "ok"
     assert by_impl["torch_batched_nms"]["status"] == "error"
