@@ -89,49 +89,42 @@ def curves_view(rows: pd.DataFrame, all_timers: pd.DataFrame, without_impl: pd.D
     def figure(kind: str):
         return curve_figure(kind, data_key, choices_key, scenario, baseline, at_n, rows, all_timers, without_impl, colors)
 
-    st.subheader("Median time vs N")
-    time = figure("time")
-    st.plotly_chart(time, key="chart_time")
-    st.caption("Log-log axes; the band is the median ± IQR/2 of the timed runs. Timer(s): "
-               f"{', '.join(tables.options(measured, 'timer'))}. Hover a point for its numbers; click a legend entry to hide a line. "
-               "Hollow markers: noisy measurements (hover one for why; the sidebar's Hide noisy points leaves them out)."
-               + (f" Measured at one N only, so not drawn here: {', '.join(single)} (Scenarios: one at a time shows it)."
-                  if single and several else "") + left_out(time))
+    def chart(title: str, kind: str, key: str, caption, empty: str = "") -> None:
+        """One chart under its title (the title first: it is on the page while the figure is
+        drawn); ``empty`` in its place where the selection gives no figure; ``caption(fig)``
+        under it where there is one."""
+        st.subheader(title)
+        fig = figure(kind)
+        if fig is None and empty:
+            st.info(empty)
+            return
+        st.plotly_chart(fig, key=key)
+        text = caption(fig).strip()
+        if text:
+            st.caption(text)
 
-    st.subheader(f"Speedup vs {baseline}")
-    speedup = figure("speedup")
-    st.plotly_chart(speedup, key="chart_speedup")
-    st.caption(f"{baseline}'s median divided by each implementation's median on the same case (hardware, device, "
-               "dtype, timer, scenario, knob, N, IoU, and parameters where it ran several); above 1 is faster. A "
-               "baseline that never runs on CUDA is compared there on the same machine's CPU."
-               + left_out(speedup, f"one N shared with {baseline}"))
-
-    timers = figure("timers")
-    st.subheader("Wall vs GPU time")
-    if timers is None:
-        st.info("No GPU-timer rows in this selection: device and events times are recorded for CUDA runs only.")
-    else:
-        st.plotly_chart(timers, key="chart_timers")
-        st.caption("Solid: wall time (what a caller waits for, launch and host work included); dashed: device time "
-                   "(what the GPU did: the call's kernels, copies and sets, from CUPTI; its hover gives the busy span "
-                   "and the launches, copies and host syncs per call; the legend, launches per call); dotted: events "
-                   "(CUDA events around each call, the host's gaps included; older files' device rows). A legend "
-                   "entry shows or hides all lines of an implementation." + left_out(timers))
-
-    memory = figure("memory")
-    st.subheader("Peak memory vs N")
-    if memory is None:
-        st.info("No peak-memory values in this selection: peak device memory is recorded for CUDA rows only.")
-    else:
-        st.plotly_chart(memory, key="chart_memory")
-        if left_out(memory):
-            st.caption(left_out(memory).strip())
-
-    st.subheader(f"Time vs realized overlap at N = {at_n}")
-    overlap = figure("overlap")
-    st.plotly_chart(overlap, key="chart_overlap")
-    if left_out(overlap):
-        st.caption(left_out(overlap, "one box set at this N").strip())
+    chart("Median time vs N", "time", "chart_time", lambda fig: (
+        "Log-log axes; the band is the median ± IQR/2 of the timed runs. Timer(s): "
+        f"{', '.join(tables.options(measured, 'timer'))}. Hover a point for its numbers; click a legend entry to hide a line. "
+        "Hollow markers: noisy measurements (hover one for why; the sidebar's Hide noisy points leaves them out)."
+        + (f" Measured at one N only, so not drawn here: {', '.join(single)} (Scenarios: one at a time shows it)."
+           if single and several else "") + left_out(fig)))
+    chart(f"Speedup vs {baseline}", "speedup", "chart_speedup", lambda fig: (
+        f"{baseline}'s median divided by each implementation's median on the same case (hardware, device, "
+        "dtype, timer, scenario, knob, N, IoU, and parameters where it ran several); above 1 is faster. A "
+        "baseline that never runs on CUDA is compared there on the same machine's CPU."
+        + left_out(fig, f"one N shared with {baseline}")))
+    chart("Wall vs GPU time", "timers", "chart_timers", lambda fig: (
+        "Solid: wall time (what a caller waits for, launch and host work included); dashed: device time "
+        "(what the GPU did: the call's kernels, copies and sets, from CUPTI; its hover gives the busy span "
+        "and the launches, copies and host syncs per call; the legend, launches per call); dotted: events "
+        "(CUDA events around each call, the host's gaps included; older files' device rows). A legend "
+        "entry shows or hides all lines of an implementation." + left_out(fig)),
+          empty="No GPU-timer rows in this selection: device and events times are recorded for CUDA runs only.")
+    chart("Peak memory vs N", "memory", "chart_memory", left_out,
+          empty="No peak-memory values in this selection: peak device memory is recorded for CUDA rows only.")
+    chart(f"Time vs realized overlap at N = {at_n}", "overlap", "chart_overlap",
+          lambda fig: left_out(fig, "one box set at this N"))
 
     skipped = tables.not_measured(rows)
     if not skipped.empty:

@@ -190,12 +190,9 @@ def run_pipeline_bench(grid: PipelineGrid, write: Callable[[dict], None],
     ``between_turns()`` runs after each contender's turn; ``gauge`` reads the host's speed
     (default: a new ``HostGauge``); the counts returned carry its summary under ``host``."""
     emit, counts, gauge = start_run(grid, write, on_case, gauge)
-    for part in pipeline_passes(grid):
+    for part in timer_passes(grid):
         _pipeline_pass(part, emit, done, between_turns, gauge)
     return finish_run(counts, gauge)
-
-
-pipeline_passes = timer_passes  # the grid as the passes that time it (nmsbench.timers.timer_passes)
 
 
 def _pipeline_pass(grid: PipelineGrid, emit: Callable[[dict], None], done, between_turns: Callable[[], None] = lambda: None,

@@ -13,7 +13,7 @@ rounds, under the host gauge and the noise rule (:mod:`nmsbench.engine.rounds`),
 every ok row carries its raw samples (``_samples``) for the results writer.
 
 Timers that profile (``device``) come in a pass of their own over the grid, after every
-other timer's (:func:`sweep_passes`): once a process has profiled, CUPTI stays attached
+other timer's (:func:`nmsbench.timers.timer_passes`): once a process has profiled, CUPTI stays attached
 and slows the host side of every later CUDA call. Their GPU durations are not judged by
 the host gauge.
 
@@ -280,13 +280,13 @@ def run_sweep(grid: Grid, write: Callable[[dict], None], on_case: Callable[[dict
     its rounds). ``gauge`` reads the host's speed (default: a new ``HostGauge``); the
     counts returned carry its summary under ``host``."""
     emit, counts, gauge = start_run(grid, write, on_case, gauge)
-    box_sets: dict = {}  # each box set with its references, made once for every pass (the device pass reuses them)
-    for part in sweep_passes(grid):
+    passes = timer_passes(grid)
+    # each box set with its references, made once for every pass (the device pass reuses them);
+    # a sweep of one pass keeps none: each set is dropped once its cases ran
+    box_sets: Optional[dict] = {} if len(passes) > 1 else None
+    for part in passes:
         _sweep_pass(part, emit, done, between_turns, gauge, box_sets)
     return finish_run(counts, gauge)
-
-
-sweep_passes = timer_passes  # the grid as the passes that time it (nmsbench.timers.timer_passes)
 
 
 @dataclass
@@ -302,8 +302,7 @@ class _BoxSetState:
 def _sweep_pass(grid: Grid, emit: Callable[[dict], None], done, between_turns: Callable[[], None],
                 gauge: HostGauge, box_sets: Optional[dict] = None) -> None:
     """Every case of ``grid`` (one pass of :func:`run_sweep`), its rows to ``emit``;
-    ``box_sets`` keeps each box set and its references for the later passes."""
-    box_sets = {} if box_sets is None else box_sets
+    ``box_sets`` (None: none kept) keeps each box set and its references for the later passes."""
     impls = [get(name) for name in grid.impls]
     params_by_impl = {impl.name: _resolve_params(impl, grid.params) for impl in impls}
 
@@ -322,11 +321,12 @@ def _sweep_pass(grid: Grid, emit: Callable[[dict], None], done, between_turns: C
             duplicate = None
             try:
                 set_key = (scenario, n, overlap, recording, canvas)
-                if set_key not in box_sets:
-                    box_sets[set_key] = _BoxSetState(datasets.generate(
-                        scenario, n, overlap=overlap, seed=grid.seed, classes=grid.classes, path=grid.file,
-                        recording=recording, canvas=canvas or None))
-                state = box_sets[set_key]
+                state = None if box_sets is None else box_sets.get(set_key)
+                if state is None:
+                    state = _BoxSetState(datasets.generate(scenario, n, overlap=overlap, seed=grid.seed, classes=grid.classes,
+                                                           path=grid.file, recording=recording, canvas=canvas or None))
+                    if box_sets is not None:
+                        box_sets[set_key] = state
                 box_set = state.box_set
                 base |= box_set.meta.get("row", {})  # a recording's rows carry the N it gave (<= the cap n)
                 if recorded:  # when fewer boxes pass than the cap allows, a larger cap gives the same set
