@@ -80,6 +80,20 @@ def wait_first(children: list[subprocess.Popen], timeout: float = 600) -> subpro
     pytest.fail(f"neither sweep ended in {timeout} s")
 
 
+def wait_for_header(out: Path, writer: subprocess.Popen, timeout: float = 600) -> None:
+    """Wait until ``writer`` has put the header line in ``out``: a run takes the file's lock a
+    moment before it opens the file (it reads the machine first), and a refused run can end
+    in between."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if out.exists() and b"\n" in out.read_bytes():
+            return
+        if writer.poll() is not None:
+            pytest.fail(f"the run holding {out} ended (status {writer.returncode}) before writing its header")
+        time.sleep(0.05)
+    pytest.fail(f"{out} had no header line after {timeout} s")
+
+
 # --------------------------------------------------------------------------- one writer at a time
 
 
@@ -100,6 +114,7 @@ def test_two_sweeps_on_one_file_one_runs_and_the_other_is_refused_naming_it(tmp_
         assert json.loads(lock_path(out).read_text())["pid"] == winner.pid
 
         # --force and --resume while the winner writes: refused, the file untouched
+        wait_for_header(out, winner)
         before = out.read_bytes()
         forced = run(*SWEEP, "--out", str(out), "--force")
         assert forced.exit_code == 2 and f"another run is writing it (pid {winner.pid} on " in flat(forced.output)
