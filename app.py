@@ -18,6 +18,33 @@ reports, *conformance*.csv), two runs compared case by case (the verdicts of ``n
 
 from __future__ import annotations
 
+import streamlit as st
+
+
+def open_page():
+    """The page's settings, title and, on a session's first run, a small chart saying the
+    results are loading, sent before the imports below (most of a second on a fresh
+    server) and the reading of the files: the browser fetches and compiles plotly.js (its
+    largest script, seconds on a small machine) meanwhile, not after them. Returns the
+    chart's slot, for main() to clear; None on later runs (plotly.js is loaded)."""
+    st.set_page_config(page_title="nmsbench", layout="wide")
+    st.title("nmsbench: which NMS, how fast, and what it suppresses")
+    if st.session_state.get("plotly_loaded"):
+        return None
+    st.session_state["plotly_loaded"] = True
+    import plotly.graph_objects as go  # imported by streamlit already
+
+    slot = st.empty()
+    blank = {"visible": False}
+    slot.plotly_chart(go.Figure(layout={
+        "height": 120, "xaxis": blank, "yaxis": blank, "meta": {"empty": True},
+        "annotations": [{"text": "Reading the results…", "x": 0.5, "y": 0.5, "xref": "paper", "yref": "paper",
+                         "showarrow": False, "font": {"size": 14}}]}), key="chart_loading", config={"staticPlot": True})
+    return slot
+
+
+LOADING = open_page()
+
 import hashlib
 import io
 import json
@@ -27,13 +54,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import streamlit as st
 
 from nmsbench import plots, tables
 from nmsbench.conformance_report import is_conformance_file
 from nmsbench.dashboard_curves import curves_view
 from nmsbench.dashboard_defaults import default_families, default_filters, family_caption, hidden_families
-from nmsbench.results import PartialRowWarning
+from nmsbench.results import PartialRowWarning, read_results
 
 APP_DIR = Path(__file__).resolve().parent
 VIEWS = ["Curves", "Pipeline", "Accuracy", "Suppression differences", "Conformance", "Compare runs", "Environment & data"]
@@ -59,13 +85,15 @@ def result_files(folder: Path, include_archive: bool = False) -> list[Path]:
 # --- cached loading ---------------------------------------------------------------------
 
 def _load(source, name: str):
-    """(frame, None, notes) or (None, what is wrong, []); notes say what was dropped from a
-    file that loaded (a partial last row of a run stopped while writing it). What is wrong
-    names the file, and the lines of damaged rows or of a case measured twice."""
+    """(raw frame, None, notes) or (None, what is wrong, []): the file as read, with its
+    ``source`` (:func:`tables.prepare_many` makes all of them uniform in one pass); notes
+    say what was dropped from a file that loaded (a partial last row of a run stopped while
+    writing it). What is wrong names the file, and the lines of damaged rows or of a case
+    measured twice."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", PartialRowWarning)
         try:
-            frame, error = tables.load_results([source], names=[name]), None
+            frame, error = read_results(source, name=name).assign(source=name), None
         except ValueError as e:
             return None, str(e), []
     return frame, error, [str(w.message) for w in caught if issubclass(w.category, PartialRowWarning)]
@@ -81,6 +109,13 @@ def load_csv(path: str, name: str, mtime_ns: int, size: int):
 @st.cache_data(show_spinner=False, max_entries=64)
 def load_upload(name: str, data: bytes):
     return _load(io.BytesIO(data), name)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def prepared(data_key: tuple, _frames: list) -> pd.DataFrame:
+    """The loaded files' rows made uniform (:func:`tables.prepare_many`); ``data_key`` names
+    the files' versions, so the frames themselves are not hashed."""
+    return tables.prepare_many(_frames)
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
@@ -139,7 +174,7 @@ def load_all(uploads, include_archive: bool = False) -> tuple[pd.DataFrame, list
             continue
         frames.append(frame.assign(source=f"{upload.name} (uploaded)"))
         sources.append((upload.name, hashlib.sha1(data).hexdigest()))
-    return tables.concat(frames), problems, commands, tuple(sources), notes
+    return prepared(tuple(sources), frames), problems, commands, tuple(sources), notes
 
 
 @st.cache_data(show_spinner="Drawing…", max_entries=32)
@@ -492,8 +527,6 @@ def environment_view(selected: pd.DataFrame, commands: dict) -> None:
 
 
 def main() -> None:
-    st.set_page_config(page_title="nmsbench", layout="wide")
-    st.title("nmsbench: which NMS, how fast, and what it suppresses")
     with st.sidebar:
         st.header("Results")
         uploads = st.file_uploader("Add results CSVs", type=["csv"], accept_multiple_files=True, key="uploads")
@@ -538,6 +571,8 @@ def main() -> None:
     newest = frame if compare else tables.latest_runs(frame)  # the pipeline and accuracy views' rows
     newest = tables.clean_rows(newest) if hide_noisy else newest
 
+    if LOADING is not None:
+        LOADING.empty()
     curves_tab, pipeline_tab, accuracy_tab, diff_tab, conformance_tab, compare_tab, env_tab = st.tabs(
         VIEWS, key="view", on_change="rerun")
     if curves_tab.open:

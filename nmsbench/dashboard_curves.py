@@ -13,6 +13,7 @@ from . import plots, tables
 from .dashboard_defaults import multi_point_scenarios
 
 MIN_POINTS = 2  # points of a drawn line
+CHARTS = ["Time vs N", "Speedup", "Wall vs GPU time", "Peak memory", "Time vs overlap"]
 
 
 @st.cache_data(show_spinner="Drawing…", max_entries=64)
@@ -63,7 +64,7 @@ def curves_view(rows: pd.DataFrame, all_timers: pd.DataFrame, without_impl: pd.D
         st.caption(family_note)
     scenarios = tables.options(measured, "scenario")
     impls = tables.options(tables.ok_rows(without_impl), "impl")
-    c1, c2, c3, c4 = st.columns([1.3, 1, 1, 1])
+    c1, c2 = st.columns([1.3, 3])
     layout = c1.radio("Scenarios", ["one panel each", "one at a time"], horizontal=True, key="layout")
     scenario = None
     if layout == "one at a time":
@@ -75,26 +76,12 @@ def curves_view(rows: pd.DataFrame, all_timers: pd.DataFrame, without_impl: pd.D
         if several and single:
             measured = tables.select(measured, scenario=several)
             rows, all_timers, without_impl = (tables.select(f, scenario=several) for f in (rows, all_timers, without_impl))
-    baseline = c3.selectbox("Speedup baseline", impls, key="baseline",
-                            index=impls.index(tables.DEFAULT_BASELINE) if tables.DEFAULT_BASELINE in impls else 0)
-    sizes = [int(n) for n in tables.options(measured, "n")]
-    widest = tables.widest_n(measured)
-    default = widest if widest in sizes else sizes[-1]
-    if st.session_state.get("overlap_n") == st.session_state.get("auto_overlap_n") != default:
-        st.session_state.pop("overlap_n", None)  # still the default of another selection, not the user's choice
-    st.session_state["auto_overlap_n"] = default
-    at_n = c4.selectbox("N for time vs overlap", sizes, index=sizes.index(default),
-                        key="overlap_n", help="Default: the largest N at which every implementation of the selection has rows")
 
-    def figure(kind: str):
-        return curve_figure(kind, data_key, choices_key, scenario, baseline, at_n, rows, all_timers, without_impl, colors)
-
-    def chart(title: str, kind: str, key: str, caption, empty: str = "") -> None:
-        """One chart under its title (the title first: it is on the page while the figure is
-        drawn); ``empty`` in its place where the selection gives no figure; ``caption(fig)``
-        under it where there is one."""
+    def chart(title: str, kind: str, key: str, caption, empty: str = "", baseline: str = "", at_n: int = 0) -> None:
+        """One chart under its title; ``empty`` in its place where the selection gives no
+        figure; ``caption(fig)`` under it where there is one."""
         st.subheader(title)
-        fig = figure(kind)
+        fig = curve_figure(kind, data_key, choices_key, scenario, baseline, at_n, rows, all_timers, without_impl, colors)
         if fig is None and empty:
             st.info(empty)
             return
@@ -103,28 +90,52 @@ def curves_view(rows: pd.DataFrame, all_timers: pd.DataFrame, without_impl: pd.D
         if text:
             st.caption(text)
 
-    chart("Median time vs N", "time", "chart_time", lambda fig: (
-        "Log-log axes; the band is the median ± IQR/2 of the timed runs. Timer(s): "
-        f"{', '.join(tables.options(measured, 'timer'))}. Hover a point for its numbers; click a legend entry to hide a line. "
-        "Hollow markers: noisy measurements (hover one for why; the sidebar's Hide noisy points leaves them out)."
-        + (f" Measured at one N only, so not drawn here: {', '.join(single)} (Scenarios: one at a time shows it)."
-           if single and several else "") + left_out(fig)))
-    chart(f"Speedup vs {baseline}", "speedup", "chart_speedup", lambda fig: (
-        f"{baseline}'s median divided by each implementation's median on the same case (hardware, device, "
-        "dtype, timer, scenario, knob, N, IoU, and parameters where it ran several); above 1 is faster. A "
-        "baseline that never runs on CUDA is compared there on the same machine's CPU."
-        + left_out(fig, f"one N shared with {baseline}")))
-    chart("Wall vs GPU time", "timers", "chart_timers", lambda fig: (
-        "Solid: wall time (what a caller waits for, launch and host work included); dashed: device time "
-        "(what the GPU did: the call's kernels, copies and sets, from CUPTI; its hover gives the busy span "
-        "and the launches, copies and host syncs per call; the legend, launches per call); dotted: events "
-        "(CUDA events around each call, the host's gaps included; older files' device rows). A legend "
-        "entry shows or hides all lines of an implementation." + left_out(fig)),
-          empty="No GPU-timer rows in this selection: device and events times are recorded for CUDA runs only.")
-    chart("Peak memory vs N", "memory", "chart_memory", left_out,
-          empty="No peak-memory values in this selection: peak device memory is recorded for CUDA rows only.")
-    chart(f"Time vs realized overlap at N = {at_n}", "overlap", "chart_overlap",
-          lambda fig: left_out(fig, "one box set at this N"))
+    # one chart at a time: only the open tab's figure is built and drawn (five at once took
+    # seconds of a small machine before the first appeared)
+    time_tab, speedup_tab, timers_tab, memory_tab, overlap_tab = st.tabs(CHARTS, key="curve_chart", on_change="rerun")
+    if time_tab.open:
+        with time_tab:
+            chart("Median time vs N", "time", "chart_time", lambda fig: (
+                "Log-log axes; the band is the median ± IQR/2 of the timed runs. Timer(s): "
+                f"{', '.join(tables.options(measured, 'timer'))}. Hover a point for its numbers; click a legend entry to hide a "
+                "line. Hollow markers: noisy measurements (hover one for why; the sidebar's Hide noisy points leaves them out)."
+                + (f" Measured at one N only, so not drawn here: {', '.join(single)} (Scenarios: one at a time shows it)."
+                   if single and several else "") + left_out(fig)))
+    if speedup_tab.open:
+        with speedup_tab:
+            impls = tables.options(tables.ok_rows(without_impl), "impl")
+            baseline = st.selectbox("Speedup baseline", impls, key="baseline",
+                                    index=impls.index(tables.DEFAULT_BASELINE) if tables.DEFAULT_BASELINE in impls else 0)
+            chart(f"Speedup vs {baseline}", "speedup", "chart_speedup", lambda fig: (
+                f"{baseline}'s median divided by each implementation's median on the same case (hardware, device, "
+                "dtype, timer, scenario, knob, N, IoU, and parameters where it ran several); above 1 is faster. A "
+                "baseline that never runs on CUDA is compared there on the same machine's CPU."
+                + left_out(fig, f"one N shared with {baseline}")), baseline=baseline)
+    if timers_tab.open:
+        with timers_tab:
+            chart("Wall vs GPU time", "timers", "chart_timers", lambda fig: (
+                "Solid: wall time (what a caller waits for, launch and host work included); dashed: device time "
+                "(what the GPU did: the call's kernels, copies and sets, from CUPTI; its hover gives the busy span "
+                "and the launches, copies and host syncs per call; the legend, launches per call); dotted: events "
+                "(CUDA events around each call, the host's gaps included; older files' device rows). A legend "
+                "entry shows or hides all lines of an implementation." + left_out(fig)),
+                  empty="No GPU-timer rows in this selection: device and events times are recorded for CUDA runs only.")
+    if memory_tab.open:
+        with memory_tab:
+            chart("Peak memory vs N", "memory", "chart_memory", left_out,
+                  empty="No peak-memory values in this selection: peak device memory is recorded for CUDA rows only.")
+    if overlap_tab.open:
+        with overlap_tab:
+            sizes = [int(n) for n in tables.options(measured, "n")]
+            widest = tables.widest_n(measured)
+            default = widest if widest in sizes else sizes[-1]
+            if st.session_state.get("overlap_n") == st.session_state.get("auto_overlap_n") != default:
+                st.session_state.pop("overlap_n", None)  # still the default of another selection, not the user's choice
+            st.session_state["auto_overlap_n"] = default
+            at_n = st.selectbox("N for time vs overlap", sizes, index=sizes.index(default), key="overlap_n",
+                                help="Default: the largest N at which every implementation of the selection has rows")
+            chart(f"Time vs realized overlap at N = {at_n}", "overlap", "chart_overlap",
+                  lambda fig: left_out(fig, "one box set at this N"), at_n=at_n)
 
     skipped = tables.not_measured(rows)
     if not skipped.empty:

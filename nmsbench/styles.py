@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
+import re
 from pathlib import Path
 
 VARIANTS_PACKAGE = "nmsbench.variants"
@@ -27,11 +28,54 @@ def _literal(node):
         return None
 
 
+def _call_texts(source: str, name: str = "register"):
+    """The source text of each ``name(...)`` call, by matching its parentheses (quoted
+    text skipped); None where a call's end is not found (the caller parses the whole file)."""
+    for match in re.finditer(rf"\b{name}\(", source):
+        depth, i, quote = 0, match.end() - 1, ""
+        while i < len(source):
+            ch = source[i]
+            if quote:
+                if source.startswith(quote, i):
+                    i, quote = i + len(quote), ""
+                    continue
+                i += 2 if ch == "\\" else 1
+                continue
+            if ch in "'\"":
+                quote = ch * 3 if source.startswith(ch * 3, i) else ch
+                i += len(quote)
+                continue
+            if ch == "#":
+                i = source.find("\n", i)
+                i = len(source) if i < 0 else i
+                continue
+            depth += (ch == "(") - (ch == ")")
+            i += 1
+            if depth == 0:
+                break
+        yield source[match.start():i] if depth == 0 else None
+
+
+def _calls(source: str):
+    """The ``register(...)`` call nodes of a module's source: each call's own text parsed
+    (a fraction of parsing the whole module, which the dashboard would wait for), the
+    whole module where a call's text does not parse alone."""
+    if "style=" not in source:
+        return []
+    nodes = []
+    for text in _call_texts(source):
+        try:
+            nodes.append(ast.parse(text, mode="eval").body)
+        except (SyntaxError, TypeError):
+            return [node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)]
+    return nodes
+
+
 def styles_in(source: str) -> dict[str, tuple[str, str]]:
     """{name: (colour, symbol)} of every ``register(name=..., style=(colour, symbol))`` call
     in a module's source whose name and style are literals."""
     found = {}
-    for node in ast.walk(ast.parse(source)):
+    for node in _calls(source):
         if not (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "register"):
             continue
         given = {k.arg: _literal(k.value) for k in node.keywords if k.arg in ("name", "style")}

@@ -16,6 +16,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 from dash_support import (COMMITTED, CPU_CSV, CUDA_CSV, DATA, PIPELINE_CSV, REPO, cpu_results, diff_results,  # noqa: F401  (fixtures)
                           pipeline_results, with_made_up_cuda_rows)
 from nmsbench import plots, tables
+from nmsbench.dashboard_curves import CHARTS
 
 APP = str(REPO / "app.py")
 
@@ -35,6 +36,25 @@ def figures(at: AppTest) -> dict[str, dict]:
         spec = json.loads(chart.proto.spec)
         out[(spec["layout"].get("meta") or {}).get("figure", "?")] = spec
     return out
+
+
+def curve_figures(at: AppTest) -> dict[str, dict]:
+    """The Curves view's figures, its chart tabs opened one after another (only the open
+    one is built and drawn); the first tab is open again afterwards."""
+    out = {}
+    for tab in [*CHARTS, CHARTS[0]]:
+        at.session_state["curve_chart"] = tab
+        at.run()
+        assert not at.exception, at.exception
+        out.update(figures(at))
+    return out
+
+
+def open_chart(at: AppTest, tab: str) -> AppTest:
+    at.session_state["curve_chart"] = tab
+    at.run()
+    assert not at.exception, at.exception
+    return at
 
 
 def values(trace: dict, key: str) -> list:
@@ -81,7 +101,7 @@ def samples(tmp_path):
 def test_curves_on_the_committed_results(monkeypatch):
     at = widen(start(REPO / "results", monkeypatch))  # whatever results/ holds now (and a user's own runs/)
     assert not at.error
-    figs = figures(at)
+    figs = curve_figures(at)
     assert {"time_vs_n", "speedup_vs_n", "time_vs_overlap"} <= set(figs)
     loaded = [*COMMITTED, *sorted((REPO / "results" / "runs").glob("**/*.csv"))]
     wall = tables.select(tables.load_results(loaded), timer=["wall"], benchmark=["nms"])  # the curves view: sweeps
@@ -154,7 +174,8 @@ def test_archived_runs_load_only_when_asked(tmp_path, monkeypatch):
 def test_curves_and_filters_on_gpu_and_cpu_runs(samples, monkeypatch):
     at = widen(start(samples, monkeypatch))
     assert not at.error
-    figs = figures(at)
+    assert set(figures(at)) == {"time_vs_n"}  # the first chart tab alone is drawn
+    figs = curve_figures(at)
     assert {"time_vs_n", "speedup_vs_n", "wall_vs_device", "memory_vs_n", "time_vs_overlap"} <= set(figs)
     time = figs["time_vs_n"]
     assert time["layout"]["xaxis"]["type"] == "log" and time["layout"]["yaxis"]["type"] == "log"
@@ -175,13 +196,15 @@ def test_changing_filters_changes_the_figures(samples, monkeypatch):
     assert line_names(after) == {"allpairs", "torchvision", "torchvision · cuda"} != line_names(before)
     at.multiselect(key="filter_device").select("cpu").run()
     assert line_names(figures(at)["time_vs_n"]) == {"allpairs", "torchvision"}
+    open_chart(at, "Wall vs GPU time")
     assert "wall_vs_device" not in figures(at)  # device time exists for CUDA rows only, so it says so instead
     assert any("CUDA" in i.value for i in at.info)
+    open_chart(at, "Time vs N")
     at.multiselect(key="filter_scenario").select("chain").run()
     chain = figures(at)["time_vs_n"]
     assert [a["text"] for a in chain["layout"].get("annotations", []) if a.get("text")] in ([], ["chain"])
     assert len(chain["data"]) < len(after["data"])
-    at.selectbox(key="baseline").select("allpairs").run()
+    open_chart(at, "Speedup").selectbox(key="baseline").select("allpairs").run()
     speed = figures(at)["speedup_vs_n"]
     allpairs = next(t for t in speed["data"] if t["name"] == "allpairs")
     assert all(abs(y - 1) < 1e-12 for y in values(allpairs, "y")) and "allpairs" in speed["layout"]["yaxis"]["title"]["text"]

@@ -149,3 +149,36 @@ def test_a_style_is_checked_and_given_once_per_name(toy):
         registry.register(name="toy_twice", family="hard", devices=("cuda",), style=("#000001", "circle"))(lambda: None)
     registry.register(name="toy_twice", family="hard", devices=("cuda",))(lambda: None)  # the style given once is kept
     assert registry.style_of("toy_twice") == ("#6A3D9A", "star-open")
+
+
+def test_the_styles_read_from_source_are_the_registered_ones():
+    """The dashboard reads the built-ins' styles from their source (no torch); they equal
+    what the registry holds once the modules are imported."""
+    from nmsbench.styles import declared_styles
+
+    declared = declared_styles()
+    assert declared and set(declared) <= set(registry.implementations())
+    for name, style in declared.items():
+        assert style == registry.registered_styles()[name], name
+
+
+def test_reading_styles_from_source_skips_quoted_parentheses_comments_and_mentions():
+    from nmsbench.styles import styles_in
+
+    source = '''
+"""Mentions register( in a docstring, unclosed."""
+# register(name="commented", style=("#000000", "x"))
+
+@register(name="a", family="hard", summary="keeps (most) boxes ) here", style=("#112233", "circle"))
+def a(): ...
+
+register(
+    name="b",  # a comment with a ) in it
+    summary=\'\'\'three quotes ( and " inside\'\'\',
+    style=("#445566", "square"),
+)
+register(name="no style")
+register(name=NAME, style=("#778899", "x"))
+'''
+    assert styles_in(source) == {"a": ("#112233", "circle"), "b": ("#445566", "square")}
+    assert styles_in("x = 1") == {}

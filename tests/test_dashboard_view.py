@@ -16,7 +16,7 @@ pytest.importorskip("plotly", reason="the dashboard needs plotly")
 from dash_support import COMMITTED, CPU_CSV, SAMPLES  # noqa: E402
 from nmsbench import plots, tables  # noqa: E402
 from nmsbench.dashboard_defaults import DEFAULT_FAMILY, LEGEND_MAX  # noqa: E402
-from test_app import figures, start, values  # noqa: E402
+from test_app import curve_figures, figures, start, values  # noqa: E402
 
 CURVES = ("time_vs_n", "speedup_vs_n", "wall_vs_device", "memory_vs_n", "time_vs_overlap")
 
@@ -37,7 +37,7 @@ def test_the_default_view_has_at_most_12_legend_entries_a_chart(tmp_path, monkey
     for path in COMMITTED:  # the reference shelf, no runs of a user: the H200 CUDA reference
         shutil.copy(path, tmp_path)
     at = start(tmp_path, monkeypatch)
-    figs = figures(at)
+    figs = curve_figures(at)
     assert {"time_vs_n", "speedup_vs_n", "time_vs_overlap"} <= set(figs)
     sweeps = tables.ok_rows(tables.select(tables.load_results(COMMITTED), benchmark=["nms"], timer=["wall"],
                                           hardware=at.multiselect(key="filter_hardware").value,

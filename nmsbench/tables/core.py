@@ -42,9 +42,10 @@ DEFAULT_BASELINE = "torchvision"
 ACCURACY_METRICS = {"ap": "AP", "ap50": "AP50", "ap75": "AP75", "ar100": "AR100", "ar100_crowded": "AR100-crowded"}
 
 
-def prepare(frame: pd.DataFrame, source: str = "") -> pd.DataFrame:
+def prepare(frame: pd.DataFrame, source: str | None = None) -> pd.DataFrame:
     """A results frame made uniform for display: numbers as numbers (bad cells become NaN),
-    text as text, plus ``source`` (the file it came from) and ``hardware`` (machine and the
+    text as text, plus ``source`` (the file it came from: ``source``, else the frame's own
+    ``source`` column, as :func:`prepare_many` leaves it) and ``hardware`` (machine and the
     GPU for cuda rows, the CPU model for cpu rows). Extra columns are kept as they are."""
     frame = frame.copy()
     for column in NUMERIC_COLUMNS:
@@ -58,7 +59,8 @@ def prepare(frame: pd.DataFrame, source: str = "") -> pd.DataFrame:
     frame["status"] = frame["status"].str.lower()
     frame["params"] = frame["params"].replace("", "{}")
     frame["benchmark"] = frame["benchmark"].replace("", "nms")  # schema-1 files hold sweeps only
-    frame["source"] = source
+    if source is not None or "source" not in frame.columns:
+        frame["source"] = source or ""
     gpu_rows = frame["device"].eq("cuda") & frame["gpu"].ne("")
     chip = frame["cpu"].where(~gpu_rows, frame["gpu"]).replace("", "unknown hardware")
     # a GPU machine's host CPU is named with its GPU: virtual machines share host names and
@@ -70,15 +72,22 @@ def prepare(frame: pd.DataFrame, source: str = "") -> pd.DataFrame:
     return frame
 
 
+def prepare_many(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """Raw results frames (as :func:`~nmsbench.results.read_results` gives them), each with
+    its ``source`` column, stacked and made uniform (:func:`prepare`) in one pass: the work is per
+    column, so one pass over all the files costs about what one file does."""
+    frames = [f for f in frames if f is not None]
+    if not frames:
+        return concat([])
+    return prepare(pd.concat(frames, ignore_index=True, sort=False))
+
+
 def load_results(paths: Iterable, names: Sequence[str] | None = None) -> pd.DataFrame:
     """Read and concatenate results CSVs (paths or file-like objects; ``names`` labels
     them). Raises ``ValueError`` naming the first file that is not a results file."""
-    frames = []
     paths = list(paths)
-    for i, path in enumerate(paths):
-        name = names[i] if names else Path(str(path)).name
-        frames.append(prepare(read_results(path, name=name), source=name))
-    return concat(frames)
+    names = list(names) if names else [Path(str(path)).name for path in paths]
+    return prepare_many([read_results(path, name=name).assign(source=name) for path, name in zip(paths, names)])
 
 
 def concat(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
