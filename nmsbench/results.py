@@ -560,9 +560,10 @@ def read_results(path, name: str | None = None) -> "pandas.DataFrame":
         raise ValueError(f"{name}: not a readable CSV ({len(frame)} rows parsed of {len(rows)} lines)")
     if "canvas" not in frame.columns:  # before schema 6, every synthetic scenario was on the fixed canvas
         frame["canvas"] = frame["scenario"].isin(SYNTHETIC_BEFORE_SCHEMA_6).map({True: "fixed", False: ""})
-    for column in COLUMNS:
-        if column not in frame.columns:
-            frame[column] = SCHEMA_1_DEFAULTS.get(column, "" if column in TEXT_ADDED else float("nan"))
+    added = {column: SCHEMA_1_DEFAULTS.get(column, "" if column in TEXT_ADDED else float("nan"))
+             for column in COLUMNS if column not in frame.columns}
+    if added:  # in one step: column by column costs most of reading an older file
+        frame = pd.concat([frame, pd.DataFrame(added, index=frame.index)], axis=1)
     renamed = pd.to_numeric(frame["schema_version"], errors="coerce").lt(EVENT_TIMER_RENAMED_IN) & frame["timer"].eq("device")
     if renamed.any():
         frame.loc[renamed, "timer"] = "events"
