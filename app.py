@@ -55,7 +55,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from nmsbench import plots, tables
+from nmsbench import diff_cases, plots, tables
 from nmsbench.conformance_report import is_conformance_file
 from nmsbench.dashboard_curves import curves_view
 from nmsbench.dashboard_defaults import default_families, default_filters, family_caption, hidden_families
@@ -130,9 +130,7 @@ def sidecar_command(path: str, mtime_ns: int) -> str:
 def load_diff(path: str, mtime_ns: int, size: int):
     """(case, None) or (None, what is wrong) for an ``nmsbench diff`` file."""
     try:
-        from nmsbench import differences  # imports torch: only where a diff file is read
-
-        return differences.read_case(path), None
+        return diff_cases.read_case(path), None
     except ValueError as e:
         return None, str(e)
 
@@ -393,23 +391,19 @@ def _diff_label(where: str, case) -> str:
 @st.cache_data(show_spinner=False, max_entries=16)
 def load_diff_upload(name: str, data: bytes):
     try:
-        from nmsbench import differences
-
-        return differences.case_from_dict(json.loads(data), name), None
+        return diff_cases.case_from_dict(json.loads(data), name), None
     except ValueError as e:  # json's errors are ValueErrors too
         return None, f"upload {e}" if str(e).startswith(f"{name}: ") else f"upload {name}: not readable JSON ({e})"
 
 
 def differences_view(include_archive: bool) -> None:
-    from nmsbench import differences  # imports torch (the NMS runs): only when this view opens
-
     folder = results_dir()
     st.caption("What two implementations keep on one box set, read from a file `nmsbench diff` wrote: it regenerates "
                "the box set exactly as a sweep does and runs each implementation on it once. To look at another case, "
                f"run e.g. `{DIFF_COMMAND.replace('clustered', 'chain').replace('512', '256')} --impl torchvision,allpairs` "
                "(it writes results/runs/diff-<time>.json) and reload, or add the file here.")
     loaded = {}  # where (path in the folder, or the upload's name) -> (case, error)
-    for path in differences.diff_files(folder, include_archive):
+    for path in diff_cases.diff_files(folder, include_archive):
         stat = path.stat()
         loaded[str(path.relative_to(folder))] = load_diff(str(path), stat.st_mtime_ns, stat.st_size)
     with st.expander("Add an `nmsbench diff` file"):
@@ -453,9 +447,9 @@ def differences_view(include_archive: bool) -> None:
     for name, reason in {**case.unavailable, **case.errors}.items():
         st.caption(f"{name} did not run for this file: {reason}")
 
-    codes, counts = differences.classify(case.n, case.keeps[name_a], case.keeps[name_b])
-    jac = differences.jaccard(case.keeps[name_a], case.keeps[name_b])
-    remaining = differences.remaining_score(case, [name_a, name_b])
+    codes, counts = diff_cases.classify(case.n, case.keeps[name_a], case.keeps[name_b])
+    jac = diff_cases.jaccard(case.keeps[name_a], case.keeps[name_b])
+    remaining = diff_cases.remaining_score(case, [name_a, name_b])
     m = st.columns(5)
     m[0].metric("kept by both", counts["kept by both"])
     m[1].metric(f"kept only by A ({name_a})", counts["only A"])
@@ -466,7 +460,7 @@ def differences_view(include_archive: bool) -> None:
         if name in case.finals:
             family = case.families.get(name) or "this family"
             params = case.params.get(name, {})
-            left = differences.remaining_score(case, [name])[case.keeps[name]]
+            left = diff_cases.remaining_score(case, [name])[case.keeps[name]]
             what = "Matrix NMS" if family == "matrix" else "Soft-NMS" if family == "soft" else name
             st.info(f"**{what} decays scores rather than removing boxes.** {name} keeps every box whose final "
                     f"(decayed) score is at least score_threshold = {params.get('score_threshold', '?')}: "
@@ -487,7 +481,7 @@ def differences_view(include_archive: bool) -> None:
     left_col.plotly_chart(plots.boxes_canvas(case.boxes, codes, (name_a, name_b), scores=case.scores, remaining=remaining,
                                              height=900, moved=moved), key="chart_boxes")
     right_col.markdown("**Pairwise agreement on this box set** (Jaccard of the kept sets)")
-    matrix = differences.agreement_matrix(case.keeps)
+    matrix = diff_cases.agreement_matrix(case.keeps)
     right_col.plotly_chart(plots.agreement_heatmap(matrix), key="chart_agreement")
     kept = pd.DataFrame({
         "implementation": names,
@@ -557,10 +551,7 @@ def main() -> None:
         rows = rows if compare else tables.latest_runs(rows).assign(git_commit="")
         return tables.clean_rows(rows) if hide_noisy else rows  # the newest run's noisy rows, not an older clean one
 
-    selected = tables.select(frame, **choices) if not frame.empty else frame
     shown = pick(**choices)
-    all_timers = pick(**{k: v for k, v in choices.items() if k != "timer"})
-    without_impl = pick(**{k: v for k, v in choices.items() if k not in ("impl", "family")})  # the baseline's rows too
     if not frame.empty:
         status = shown["status"].value_counts()
         st.caption(f"Drawn: {len(shown):,} rows ({', '.join(f'{v:,} {k}' for k, v in status.items()) or 'none'}) of "
@@ -568,8 +559,10 @@ def main() -> None:
                                                          "Every run draws them all)."))
     colors = plots.color_map(tables.options(frame, "impl"))
     views_key = data_key + (("compare", compare), ("hide_noisy", hide_noisy))
-    newest = frame if compare else tables.latest_runs(frame)  # the pipeline and accuracy views' rows
-    newest = tables.clean_rows(newest) if hide_noisy else newest
+
+    def newest() -> pd.DataFrame:  # the pipeline and accuracy views' rows (each view makes them when open)
+        rows = frame if compare else tables.latest_runs(frame)
+        return tables.clean_rows(rows) if hide_noisy else rows
 
     if LOADING is not None:
         LOADING.empty()
@@ -579,13 +572,15 @@ def main() -> None:
         with curves_tab:
             choices_key = tuple(sorted((k, tuple(map(str, v))) for k, v in choices.items())) + views_key[len(data_key):]
             note = family_caption(choices.get("family", []), hidden_families(frame, choices)) if not frame.empty else ""
+            all_timers = pick(**{k: v for k, v in choices.items() if k != "timer"})
+            without_impl = pick(**{k: v for k, v in choices.items() if k not in ("impl", "family")})  # the baseline's too
             curves_view(shown, all_timers, without_impl, colors, data_key, choices_key, note)
     if pipeline_tab.open:
         with pipeline_tab:
-            pipeline_view(newest, views_key)
+            pipeline_view(newest(), views_key)
     if accuracy_tab.open:
         with accuracy_tab:
-            accuracy_view(newest, views_key, colors)
+            accuracy_view(newest(), views_key, colors)
     if diff_tab.open:
         with diff_tab:
             differences_view(include_archive)
@@ -601,7 +596,7 @@ def main() -> None:
             compare_view(results_dir(), data_key, uploads)
     if env_tab.open:
         with env_tab:
-            environment_view(selected, commands)
+            environment_view(tables.select(frame, **choices) if not frame.empty else frame, commands)
 
 
 main()
