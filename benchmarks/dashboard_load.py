@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -64,7 +65,9 @@ def floor_run(folder: Path) -> float:
 
     app = folder / "floor.py"
     app.write_text(FLOOR_APP)
-    port = test_browser._free_port()
+    with socket.socket() as probe:  # a free localhost port
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(app), "--server.headless", "true",
                                "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats",
                                "false", "--server.fileWatcherType", "none"], stdout=subprocess.DEVNULL,

@@ -162,15 +162,26 @@ def test_a_sweep_prints_the_verdict_first_and_noisy_rows_as_a_count_unless_verbo
     assert set(pd.read_csv(tmp_path / "b.csv")["noisy"]) == {True}
 
 
-def test_a_run_says_where_its_time_went(tmp_path):
+def test_a_run_says_where_its_time_went(tmp_path, monkeypatch):
     """The sidecar's "time" note and the last lines: the run's seconds split into timing,
-    preparing (warm-up, output checks) and the rest, adding up to the whole."""
+    preparing (warm-up, output checks) and the rest, adding up to the whole. Each of the
+    four cases' preparation is made to last 0.1 s more (a sleep: a lower bound however
+    fast the machine), so the preparing share is known to be there."""
     import json
+    import time
 
     from click.testing import CliRunner
 
     from nmsbench.cli import main
+    from nmsbench.engine import rounds
 
+    within_budget = rounds._within_budget
+
+    def slower(contender, settings, work):
+        time.sleep(0.1)
+        return within_budget(contender, settings, work)
+
+    monkeypatch.setattr(rounds, "_within_budget", slower)
     out = tmp_path / "t.csv"
     result = CliRunner().invoke(main, ["sweep", "--impl", "torchvision,soft_torch", "--n", "16,64", "--scenario", "uniform",
                                        "--timer", "wall", "--rounds", "2", "--min-run-time", "0.05", "--threads", "1",
@@ -178,6 +189,6 @@ def test_a_run_says_where_its_time_went(tmp_path):
     assert result.exit_code == 0, result.output
     spent = json.loads(out.with_suffix(".json").read_text())["time"][0]
     assert spent["timed_s"] >= 4 * 0.05 * 0.9  # four rows of at least --min-run-time each (the clock's own rounding aside)
-    assert spent["prepared_s"] > 0
+    assert spent["prepared_s"] >= 0.3  # four preparations of at least 0.1 s each (rounded to 0.1 s)
     assert abs(spent["timed_s"] + spent["prepared_s"] + spent["other_s"] - spent["total_s"]) <= 0.2
     assert f"took {spent['total_s']:,.0f} s: {spent['timed_s']:,.0f} s timing" in result.output
