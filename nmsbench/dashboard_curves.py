@@ -6,6 +6,8 @@ leave it out and the caption under them names it.
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 import streamlit as st
 
@@ -140,4 +142,15 @@ def curves_view(rows: pd.DataFrame, all_timers: pd.DataFrame, without_impl: pd.D
     skipped = tables.not_measured(rows)
     if not skipped.empty:
         with st.expander(f"{int(skipped['rows'].sum())} rows of this selection are not plotted (error or skipped)"):
-            st.dataframe(skipped, hide_index=True, width="stretch")
+            st.markdown(not_plotted(skipped))
+
+
+def not_plotted(skipped: pd.DataFrame) -> str:
+    """The rows a selection leaves out (:func:`tables.not_measured`), one markdown line per
+    implementation, device and reason: text, where a table would have the browser load
+    its table component (a megabyte of script) before it draws the first chart."""
+    def plain(text) -> str:
+        return re.sub(r"([\\`*_\[\]<>#|~])", r"\\\1", str(text))
+
+    return "\n".join(f"- `{row.impl}` on {row.device}, {row.status}: {plain(row.error) or 'no reason recorded'} "
+                     f"({row.rows} row{'s' if row.rows != 1 else ''})" for row in skipped.itertuples())

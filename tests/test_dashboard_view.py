@@ -148,3 +148,20 @@ def test_lines_of_one_point_are_left_out_and_named():
                          at_n[at_n["impl"].eq("allpairs") & at_n["scenario"].eq("chain")].head(1)], ignore_index=True)
     overlap = plots.time_vs_overlap(one_set, 1024, min_points=2)
     assert "allpairs" not in {t.name for t in traces(overlap)} and overlap.layout.meta["single_point"] == ["allpairs"]
+
+
+def test_the_rows_not_plotted_are_listed_as_text_under_the_curves(tmp_path, monkeypatch):
+    """Skipped and error rows of the selection: one line each (implementation, device,
+    reason, count) in an expander, as text (a table there would load the browser's table
+    component before the first chart)."""
+    import re
+
+    for path in COMMITTED:
+        shutil.copy(path, tmp_path)
+    at = start(tmp_path, monkeypatch)
+    expander = next(e for e in at.expander if "not plotted (error or skipped)" in e.label)
+    total = int(expander.label.split()[0])
+    lines = [m.value for m in expander.markdown][0].splitlines()
+    counts = [int(re.search(r"\((\d+) rows?\)$", line).group(1)) for line in lines]
+    assert sum(counts) == total and all(line.startswith("- `") for line in lines)
+    assert not expander.dataframe
