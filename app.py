@@ -59,7 +59,7 @@ from nmsbench import diff_cases, plots, tables
 from nmsbench.conformance_report import is_conformance_file
 from nmsbench.dashboard_curves import curves_view
 from nmsbench.dashboard_defaults import default_families, default_filters, family_caption, hidden_families
-from nmsbench.results import PartialRowWarning, read_results
+from nmsbench.results import PartialRowWarning, folder_files, read_results
 
 APP_DIR = Path(__file__).resolve().parent
 VIEWS = ["Curves", "Pipeline", "Accuracy", "Suppression differences", "Conformance", "Compare runs", "Environment & data"]
@@ -74,12 +74,8 @@ def result_files(folder: Path, include_archive: bool = False) -> list[Path]:
     """The results CSVs the dashboard loads: the reference shelf at the top of ``folder``,
     everything under ``runs/`` (the user's own sweeps) and, when asked, the CSVs at the top
     of ``archive/`` (older runs; its gpu-check-* folders hold logs, not runs)."""
-    if not folder.is_dir():
-        return []
-    found = [*folder.glob("*.csv"), *folder.glob("runs/**/*.csv")]
-    if include_archive:
-        found += folder.glob("archive/*.csv")
-    return sorted(p for p in found if not is_conformance_file(p))  # the Conformance view reads those
+    return [p for p in folder_files(folder, "*.csv", include_archive, archive_anywhere=False)
+            if not is_conformance_file(p)]  # the Conformance view reads those
 
 
 # --- cached loading ---------------------------------------------------------------------

@@ -15,6 +15,7 @@ import streamlit as st
 from . import conformance_report, plots
 from .conformance_cases import CASE_FAMILIES
 from .conformance_rules import BY_KEY, NUMBERS
+from .results import folder_files
 
 COMMAND = "nmsbench conformance --device cpu --format csv --out results/runs/cpu-conformance.csv"
 VERDICT_ORDER = ("unexplained", "differs", "refuses", "agrees", "n/a")
@@ -22,13 +23,7 @@ VERDICT_ORDER = ("unexplained", "differs", "refuses", "agrees", "n/a")
 
 def conformance_files(folder: Path, include_archive: bool = False) -> list[Path]:
     """*conformance*.csv at the top of the results folder and anywhere under runs/ (and archive/ when asked)."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return []
-    found = [*folder.glob("*.csv"), *folder.glob("runs/**/*.csv")]
-    if include_archive:
-        found += folder.glob("archive/**/*.csv")
-    return sorted(p for p in set(found) if conformance_report.is_conformance_file(p))
+    return [p for p in folder_files(folder, "*.csv", include_archive) if conformance_report.is_conformance_file(p)]
 
 
 @st.cache_data(show_spinner=False, max_entries=32)

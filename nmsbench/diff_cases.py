@@ -18,6 +18,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from .results import folder_files
+
 # Codes of classify(): indices into nmsbench.plots.BOX_CLASSES.
 SUPPRESSED_BY_BOTH, KEPT_BY_BOTH, ONLY_A, ONLY_B = range(4)
 CLASS_NAMES = ("suppressed by both", "kept by both", "only A", "only B")
@@ -157,13 +159,7 @@ def read_case(path) -> CaseRun:
 def diff_files(folder, include_archive: bool = False) -> list[Path]:
     """The ``nmsbench diff`` files of a results folder: diff-*.json at its top and anywhere
     under runs/ (and archive/ when asked), in name order."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return []
-    found = [*folder.glob("diff-*.json"), *folder.glob("runs/**/diff-*.json")]
-    if include_archive:
-        found += folder.glob("archive/**/diff-*.json")
-    return sorted(set(found))
+    return folder_files(folder, "diff-*.json", include_archive)
 
 
 def remaining_score(case: CaseRun, names: Sequence[str]) -> np.ndarray:

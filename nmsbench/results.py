@@ -216,6 +216,19 @@ def default_output_path(devices: list[str], directory: Path = RUNS_DIRECTORY, ki
     return directory / f"{kind}-{stamp}-{'-'.join(devices)}.csv"
 
 
+def folder_files(folder, name: str, include_archive: bool = False, archive_anywhere: bool = True) -> list[Path]:
+    """The files called ``name`` (a glob) in a results folder: at its top and anywhere under
+    ``runs/`` (a user's own runs), and under ``archive/`` when asked (anywhere in it, or
+    only at its top), each once, sorted. What the dashboard's views read."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found = {*folder.glob(name), *folder.glob(f"runs/**/{name}")}
+    if include_archive:
+        found |= set(folder.glob(f"archive/**/{name}" if archive_anywhere else f"archive/{name}"))
+    return sorted(found)
+
+
 def sidecar_path(csv_path: Path) -> Path:
     return csv_path.with_suffix(".json")
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from nmsbench import NMSResult, register
 from nmsbench.cli import main
 from nmsbench.registry import unregister
-from nmsbench.results import COLUMNS, PartialRowWarning, ResultWriter, environment, read_results
+from nmsbench.results import COLUMNS, PartialRowWarning, ResultWriter, environment, folder_files, read_results
 
 
 def test_rows_are_on_disk_as_soon_as_written(tmp_path):
@@ -198,3 +198,15 @@ def test_the_sidecar_is_replaced_whole(tmp_path):
         writer.note("load", {"when": "start"})
     assert json.loads(path.with_suffix(".json").read_text())["load"] == [{"when": "start"}]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.csv", "r.json"]  # no temporary file, no lock file left
+
+
+def test_a_results_folders_files_are_found_at_its_top_under_runs_and_in_the_archive_when_asked(tmp_path):
+    for name in ("a.csv", "runs/b.csv", "runs/mine/deep/c.csv", "archive/d.csv", "archive/gpu-check/e.csv",
+                 "elsewhere/f.csv", "g.json"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    found = lambda *args, **kwargs: [p.relative_to(tmp_path).as_posix() for p in folder_files(tmp_path, *args, **kwargs)]  # noqa: E731
+    assert found("*.csv") == ["a.csv", "runs/b.csv", "runs/mine/deep/c.csv"]
+    assert found("*.csv", True) == ["a.csv", "archive/d.csv", "archive/gpu-check/e.csv", "runs/b.csv", "runs/mine/deep/c.csv"]
+    assert found("*.csv", True, archive_anywhere=False) == ["a.csv", "archive/d.csv", "runs/b.csv", "runs/mine/deep/c.csv"]
+    assert found("*.json") == ["g.json"] and folder_files(tmp_path / "missing", "*.csv") == []
