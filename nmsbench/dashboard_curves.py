@@ -105,7 +105,6 @@ def curves_view(rows: pd.DataFrame, all_timers: pd.DataFrame, without_impl: pd.D
                    if single and several else "") + left_out(fig)))
     if speedup_tab.open:
         with speedup_tab:
-            impls = tables.options(tables.ok_rows(without_impl), "impl")
             baseline = st.selectbox("Speedup baseline", impls, key="baseline",
                                     index=impls.index(tables.DEFAULT_BASELINE) if tables.DEFAULT_BASELINE in impls else 0)
             chart(f"Speedup vs {baseline}", "speedup", "chart_speedup", lambda fig: (

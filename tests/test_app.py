@@ -43,18 +43,20 @@ def curve_figures(at: AppTest) -> dict[str, dict]:
     one is built and drawn); the first tab is open again afterwards."""
     out = {}
     for tab in [*CHARTS, CHARTS[0]]:
-        at.session_state["curve_chart"] = tab
-        at.run()
-        assert not at.exception, at.exception
-        out.update(figures(at))
+        out.update(figures(open_chart(at, tab)))
     return out
 
 
-def open_chart(at: AppTest, tab: str) -> AppTest:
-    at.session_state["curve_chart"] = tab
+def open_tab(at: AppTest, tabs_key: str, tab: str) -> AppTest:
+    """``at`` run again with tab ``tab`` of the tabs ``tabs_key`` open."""
+    at.session_state[tabs_key] = tab
     at.run()
     assert not at.exception, at.exception
     return at
+
+
+def open_chart(at: AppTest, tab: str) -> AppTest:
+    return open_tab(at, "curve_chart", tab)
 
 
 def values(trace: dict, key: str) -> list:
@@ -82,10 +84,7 @@ def widen(at: AppTest) -> AppTest:
 
 
 def show(at: AppTest, view: str) -> AppTest:
-    at.session_state["view"] = view
-    at.run()
-    assert not at.exception, at.exception
-    return at
+    return open_tab(at, "view", view)
 
 
 @pytest.fixture
