@@ -64,7 +64,7 @@ RESUME_SAME = ("min_run_time", "threads", "rounds", "host_wait")
 # what a sidecar written before a setting existed was timed with
 RECORDED_BEFORE = {"rounds": 1, "host_wait": 0.0}
 # grid fields that may differ between a run and its resumption without a note
-RESUME_FREE = ("case_timeout", "repeat_noisy")
+RESUME_FREE = ("case_timeout", "repeat_noisy", "cluster")
 
 
 def check_resume(path: Path, grid, benchmark: str = "nms", without_metadata: bool = False) -> set:
@@ -85,7 +85,8 @@ def check_resume(path: Path, grid, benchmark: str = "nms", without_metadata: boo
     try:
         try:
             size = path.stat().st_size if lock else None
-            done, keep = resume_state(path, environment(), benchmark)
+            # a cluster run's rows may come from any of its workers' machines (nmsbench.cluster)
+            done, keep = resume_state(path, environment(), benchmark, any_machine=bool(getattr(grid, "cluster", None)))
         except ValueError as e:
             raise click.UsageError(f"cannot resume: {e}") from None
         meta, problem = read_sidecar(path)
@@ -254,7 +255,10 @@ def _run_locked(command: str, out: Path, lock: ResultsLock, total: int, grid: di
             if counts.get("host"):
                 writer.note("host", counts["host"])  # the host's speed while timing (timing.HostGauge)
             if counts.get("time"):
-                writer.note("time", counts["time"])  # where the run's seconds went (engine.rounds.RunClock)
+                # where the run's seconds went (engine.rounds.RunClock), and each timer's share
+                writer.note("time", counts["time"] | {"timers_s": counts.get("timers_s") or {}})
+            if counts.get("cluster"):
+                writer.note("cluster", counts["cluster"])  # the Dask workers that gave rows (nmsbench.cluster)
     except KeyboardInterrupt as stop:
         terminated = isinstance(stop, Terminated)
         what = "terminated (SIGTERM)" if terminated else "interrupted"

@@ -63,7 +63,9 @@ def show(benchmark: str, rows: list[dict], counts: dict, out: Path, exact: Optio
     _listed(counts.get("error_rows", []), "[red]errors[/]: {} row(s):", "the error column holds each message")
     spent = counts.get("time") or {}
     if spent.get("total_s"):
-        console.print(f"took {spent['total_s']:,.0f} s: {spent['timed_s']:,.0f} s timing, {spent['prepared_s']:,.0f} s warming "
+        per_timer = ", ".join(f"{name} {seconds:,.0f} s" for name, seconds in (counts.get("timers_s") or {}).items())
+        timing = f"{spent['timed_s']:,.0f} s timing" + (f" ({per_timer})" if len(counts.get("timers_s") or {}) > 1 else "")
+        console.print(f"took {spent['total_s']:,.0f} s: {timing}, {spent['prepared_s']:,.0f} s warming "
                       f"up and checking outputs, {spent['other_s']:,.0f} s the rest (box sets, references, compiling, writing)",
                       highlight=False)
     written = counts["ok"] + counts["error"] + counts["skipped"]

@@ -184,11 +184,15 @@ def test_a_run_says_where_its_time_went(tmp_path, monkeypatch):
     monkeypatch.setattr(rounds, "_within_budget", slower)
     out = tmp_path / "t.csv"
     result = CliRunner().invoke(main, ["sweep", "--impl", "torchvision,soft_torch", "--n", "16,64", "--scenario", "uniform",
-                                       "--timer", "wall", "--rounds", "2", "--min-run-time", "0.05", "--threads", "1",
+                                       "--timer", "wall,api", "--rounds", "2", "--min-run-time", "0.05", "--threads", "1",
                                        "--out", str(out)])
     assert result.exit_code == 0, result.output
     spent = json.loads(out.with_suffix(".json").read_text())["time"][0]
-    assert spent["timed_s"] >= 4 * 0.05 * 0.9  # four rows of at least --min-run-time each (the clock's own rounding aside)
+    assert spent["timed_s"] >= 8 * 0.05 * 0.9  # eight rows of at least --min-run-time each (the clock's own rounding aside)
+    # each timer's share: both timed four rows, and the shares add up to the timing
+    assert set(spent["timers_s"]) == {"wall", "api"} and min(spent["timers_s"].values()) >= 4 * 0.05 * 0.9
+    assert abs(sum(spent["timers_s"].values()) - spent["timed_s"]) <= 0.2
+    assert f"wall {spent['timers_s']['wall']:,.0f} s, api {spent['timers_s']['api']:,.0f} s" in result.output
     assert spent["prepared_s"] >= 0.3  # four preparations of at least 0.1 s each (rounded to 0.1 s)
     assert abs(spent["timed_s"] + spent["prepared_s"] + spent["other_s"] - spent["total_s"]) <= 0.2
     assert f"took {spent['total_s']:,.0f} s: {spent['timed_s']:,.0f} s timing" in result.output

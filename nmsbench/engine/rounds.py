@@ -180,11 +180,16 @@ class RunClock:
     started: float = field(default_factory=time.perf_counter)
     timed_s: float = 0.0
     prepared_s: float = 0.0
+    by_timer: dict = field(default_factory=dict)  # timer -> seconds inside its measurements (its own overhead included)
 
     def summary(self) -> dict:
         total = time.perf_counter() - self.started
         return {"total_s": round(total, 1), "timed_s": round(self.timed_s, 1), "prepared_s": round(self.prepared_s, 1),
                 "other_s": round(max(total - self.timed_s - self.prepared_s, 0.0), 1)}
+
+    def timers(self) -> dict:
+        """Seconds spent measuring with each timer (a device timer's profiling included)."""
+        return {timer: round(seconds, 1) for timer, seconds in self.by_timer.items()}
 
 
 CLOCK = RunClock()  # the current run's (start_run starts a new one)
@@ -207,7 +212,7 @@ def start_run(grid, write: Callable[[dict], None], on_case: Callable[[dict], Non
 
 def finish_run(counts: dict, gauge: HostGauge) -> dict:
     """A run's counts with the host's speed while timing (``host``) and where its time went (``time``)."""
-    return counts | {"host": gauge.summary(), "time": CLOCK.summary()}
+    return counts | {"host": gauge.summary(), "time": CLOCK.summary(), "timers_s": CLOCK.timers()}
 
 
 def prepare(contender: Contender, settings: Settings, work: Callable[[], None]) -> None:
@@ -245,7 +250,9 @@ def _gauged(gauge: HostGauge, timer: str, measure: Callable[[float], Blocks], se
     try:
         blocks = measure(seconds)
     finally:
-        CLOCK.timed_s += time.perf_counter() - start
+        spent = time.perf_counter() - start
+        CLOCK.timed_s += spent
+        CLOCK.by_timer[timer] = CLOCK.by_timer.get(timer, 0.0) + spent
     after = gauge.read()
     if not (blocks.host_bound and TIMERS[timer].host_bound):
         return blocks, after
