@@ -104,7 +104,17 @@ AXES = (
     Axis("image_ids", "--image-ids", ints("image ids", None), metavar="ID,ID,...",
          check=lambda values: "" if all(is_whole(v) for v in values) else f"image ids must be whole numbers, got {values!r}",
          help="With --candidates: score only these images of --annotations."),
+    Axis("cluster", "--cluster", lambda text: [text.strip()], None, many=False, metavar="local:K|ADDRESS",
+         check=lambda v: _cluster_module().spec_problem(v),
+         help="Spread the images over Dask workers: local:K (K worker processes here) or a scheduler's address "
+              "(tcp://host:8786); the COCO scores are the same as one process's. Needs the cluster extra; see docs/cluster.md."),
 )
+
+
+def _cluster_module():
+    from . import cluster  # dask itself only when a run asks for a cluster
+
+    return cluster
 
 
 @dataclass
@@ -131,6 +141,7 @@ class AccuracyGrid:
     repeat_noisy: int = 0
     case_timeout: Optional[float] = None  # seconds a case may take, its detections and scoring included
     host_wait: float = 0.0
+    cluster: Optional[str] = None  # local:K or a Dask scheduler's address (nmsbench.cluster_accuracy); None: this process
 
     def __post_init__(self):
         if self.params is None:
@@ -206,7 +217,12 @@ def run_accuracy_bench(grid: AccuracyGrid, write: Callable[[dict], None],
     """Run every case of ``grid``; ``write`` gets each row as soon as it exists. Rows whose
     :func:`~nmsbench.results.case_key` is in ``done`` (already written) are not run again.
     ``between_turns()`` runs after each case's turn; ``gauge`` reads the host's speed
-    (default: a new ``HostGauge``); the counts returned carry its summary under ``host``."""
+    (default: a new ``HostGauge``); the counts returned carry its summary under ``host``.
+    ``grid.cluster``: on Dask workers (:mod:`nmsbench.cluster_accuracy`)."""
+    if grid.cluster:
+        from .cluster_accuracy import run_accuracy
+
+        return run_accuracy(grid, write, on_case, done, between_turns, gauge)
     emit, counts, gauge = start_run(grid, write, on_case, gauge)
     known = implementations()
     for source_name in grid.sources:
@@ -342,6 +358,8 @@ def check_inputs(grid: AccuracyGrid) -> AccuracyGrid:
             load_source(grid, COCO_SOURCE)
         except ValueError as e:
             raise GridError("candidates", str(e)) from None
+    if grid.cluster:
+        _cluster_module().check_grid(grid)
     return grid
 
 

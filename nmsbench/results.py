@@ -460,9 +460,10 @@ def _header_problem(header: list[str]) -> str:
         ("; " if missing and extra else "") + (f"extra {', '.join(extra[:8])}" if extra else "")
 
 
-def resume_state(path, env: dict, benchmark: str = "nms") -> tuple[set, int]:
+def resume_state(path, env: dict, benchmark: str = "nms", any_machine: bool = False) -> tuple[set, int]:
     """What :func:`open_for_resume` checks, reading ``path`` only: (the case keys it holds,
-    the size it keeps once a partial last row is cut off)."""
+    the size it keeps once a partial last row is cut off). ``any_machine``: rows of other
+    machines do not refuse it (a cluster run, whose workers name their own)."""
     import pandas as pd
 
     path = Path(path)
@@ -496,7 +497,7 @@ def resume_state(path, env: dict, benchmark: str = "nms") -> tuple[set, int]:
             recorded = {c: [str(meta["environment"].get(c, ""))] for c in MACHINE_COLUMNS}
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             recorded = {}
-    for column, values in recorded.items():
+    for column, values in ({} if any_machine else recorded).items():
         if values != [str(env.get(column, ""))]:
             raise ValueError(f"{path}: was written on another machine ({column}: {', '.join(map(repr, values))}; here: "
                              f"{env.get(column, '')!r}); resume on that machine, or write a new --out here")

@@ -125,7 +125,16 @@ AXES = (
     Axis("timers", "--timer", names("timers"), list(DEFAULT_TIMERS), help=_timers_help(),
          check=lambda values: "" if set(values) <= set(TIMERS) else
          f"choose from {', '.join(TIMERS)}, got {', '.join(map(str, values))}"),
+    Axis("cluster", "--cluster", lambda text: [text.strip()], None, many=False, check=lambda v: _cluster().spec_problem(v),
+         metavar="local:K|ADDRESS", help="Run the case groups on Dask workers: local:K (K worker processes here, one per GPU "
+         "first) or a scheduler's address (tcp://host:8786). Needs the cluster extra; see docs/cluster.md."),
 )
+
+
+def _cluster():
+    from . import cluster  # dask itself only when a run asks for a cluster
+
+    return cluster
 
 
 @dataclass
@@ -156,6 +165,7 @@ class Grid:
     # leave a backend out above its sweep_max_n (the CLI's sweep of every implementation,
     # without --impl): a plain per-pick loop would take hours at the largest N
     cap_slow: bool = False
+    cluster: Optional[str] = None  # local:K or a Dask scheduler's address (nmsbench.cluster); None: this process
 
     def __post_init__(self):
         if self.impls is None:
@@ -278,7 +288,9 @@ def run_sweep(grid: Grid, write: Callable[[dict], None], on_case: Callable[[dict
     ``between_turns()`` is called after each implementation's turn of a round, while
     nothing is timed (a progress display redraws there: a case's rows come only after all
     its rounds). ``gauge`` reads the host's speed (default: a new ``HostGauge``); the
-    counts returned carry its summary under ``host``."""
+    counts returned carry its summary under ``host``. ``grid.cluster``: on Dask workers (nmsbench.cluster)."""
+    if grid.cluster:
+        return _cluster().run_sweep(grid, write, on_case, done, between_turns, gauge)
     emit, counts, gauge = start_run(grid, write, on_case, gauge)
     passes = timer_passes(grid)
     # each box set with its references, made once for every pass (the device pass reuses them);
@@ -555,6 +567,8 @@ def check_inputs(grid: Grid) -> Grid:
     unused = set(grid.params) - {p.name for name in grid.impls for p in known_impls[name].params}
     if unused:
         raise GridError("params", f"no selected implementation takes {', '.join(sorted(unused))}")
+    if grid.cluster:
+        _cluster().check_grid(grid)
     return grid
 
 

@@ -1,0 +1,381 @@
+"""Runs past one machine on Dask distributed (``--cluster local:K | ADDRESS``).
+
+The unit of work is a case group: one box set on one device with all its contenders (the
+sweep), so their rotated rounds still share one host and one GPU. A task runs the group on
+a worker and returns its rows; the driver writes them as they arrive through the usual
+writer (its lock, resume), dropping a row whose case is already written. Rows carry the
+worker's machine, CPU, GPU and versions (the environment columns); the sidecar's
+``cluster`` note names every worker that gave rows (address, host, GPU and its index).
+
+A task that times holds a lock of its worker process while it runs, so two never time
+side by side on one worker; a CUDA task asks for the worker resource ``GPU=1`` where the
+workers declare it (``local:K`` gives it to one worker per visible GPU, each seeing only
+its own). A worker that dies mid-task has its task run again elsewhere by the scheduler;
+one that fails past the scheduler's allowed failures becomes the group's error rows.
+Dask is imported only when a run asks for a cluster (the ``cluster`` extra).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import re
+import signal
+import threading
+from dataclasses import dataclass
+from typing import Callable, Iterator, Optional
+
+INSTALL = 'pip install -e ".[cluster]"'
+LOCAL = re.compile(r"local:(\d+)")
+# a scheduler address: scheme://host:port (tcp, tls, ucx...) or host:port (tcp)
+ADDRESS = re.compile(r"(?:[a-z][a-z0-9+]*://)?(?:\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.-]+):\d{1,5}/?")
+CONNECT_TIMEOUT = 20  # seconds the driver waits for an existing scheduler
+WAIT_STEP = 0.5  # seconds between redraws of the progress display while rows are awaited
+# the environment columns a row takes from the worker that timed it (timestamp and commit stay the driver's)
+WORKER_COLUMNS = ("machine", "cpu", "gpu", "driver", "cuda", "torch", "torchvision", "cupy", "numba", "python", "nmsbench")
+
+# test-only: a file path; the first task that creates it kills its own worker process (tests/test_cluster.py)
+KILL_ONCE: Optional[str] = None
+
+
+class ClusterError(ValueError):
+    """A cluster that cannot be used: dask missing, a bad address, a scheduler out of reach."""
+
+
+def dask_problem() -> str:
+    """Why dask.distributed cannot be used here ("" when it can)."""
+    try:
+        import distributed  # noqa: F401
+    except ImportError as e:
+        return f"--cluster needs dask.distributed, which is not installed ({e}); install the cluster extra: {INSTALL}"
+    return ""
+
+
+def spec_problem(spec) -> str:
+    """What is wrong with a ``--cluster`` value ("" when nothing): ``local:K`` (K >= 1) or a
+    scheduler address, and dask installed."""
+    if not isinstance(spec, str) or not spec.strip():
+        return f"--cluster takes local:K or a scheduler address like tcp://host:8786, got {spec!r}"
+    local = LOCAL.fullmatch(spec)
+    if local and int(local[1]) < 1:
+        return f"local:K needs K >= 1 workers, got {spec!r}"
+    if not local and not ADDRESS.fullmatch(spec):
+        return (f"{spec!r} is neither local:K (a cluster of K worker processes on this machine) nor a scheduler address "
+                "like tcp://host:8786")
+    return dask_problem()
+
+
+def check_grid(grid, reach: bool = True) -> None:
+    """A GridError where a grid cannot run on its cluster: the spec, --case-timeout (its
+    SIGALRM works in a process's main thread; a worker runs tasks in threads), and (``reach``)
+    a scheduler that cannot be reached."""
+    from .engine.axes import GridError
+
+    problem = spec_problem(grid.cluster)
+    if problem:
+        raise GridError("cluster", problem)
+    if getattr(grid, "case_timeout", None):
+        raise GridError("case_timeout", "--case-timeout stops a case with SIGALRM, which only a process's main thread "
+                                        "receives; Dask workers run tasks in threads: leave --case-timeout out with --cluster")
+    if not reach:
+        return
+    try:  # reached (or started) now, before the results file is opened; kept for the run
+        connect(grid.cluster, getattr(grid, "devices", ()))
+    except ClusterError as e:
+        raise GridError("cluster", str(e)) from None
+
+
+# --- the cluster: started (local:K) or reached (an address), one client per spec in this process
+
+_CLIENTS: dict[str, tuple] = {}  # spec -> (client, the local cluster or None)
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process sees, as CUDA_VISIBLE_DEVICES entries."""
+    given = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if given is not None:
+        return [g.strip() for g in given.split(",") if g.strip()]
+    try:
+        import torch
+
+        return [str(i) for i in range(torch.cuda.device_count())]
+    except Exception:
+        return []
+
+
+def local_cluster(workers: int, gpus: list[str]):
+    """``workers`` worker processes on this machine, one thread each; the first
+    ``len(gpus)`` get resource ``GPU=1`` and see only their GPU."""
+    from distributed import Nanny, Scheduler, SpecCluster
+
+    spec = {}
+    for i in range(workers):
+        options = {"nthreads": 1, "host": "127.0.0.1", "memory_limit": 0, "resources": {}, "env": {}}
+        if i < len(gpus):
+            options |= {"resources": {"GPU": 1}, "env": {"CUDA_VISIBLE_DEVICES": gpus[i]}}
+        spec[f"nmsbench-{i}"] = {"cls": Nanny, "options": options}
+    scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard": False, "dashboard_address": None}}
+    return SpecCluster(workers=spec, scheduler=scheduler, silence_logs=40, name="nmsbench")
+
+
+def connect(spec: str, devices=("cpu",)):
+    """The client of cluster ``spec`` (started for ``local:K``, GPUs given out where
+    ``devices`` has cuda); kept for this process until :func:`release`. ClusterError when
+    dask is missing or the scheduler cannot be reached."""
+    if spec in _CLIENTS:
+        return _CLIENTS[spec][0]
+    problem = spec_problem(spec)
+    if problem:
+        raise ClusterError(problem)
+    from distributed import Client
+
+    local = LOCAL.fullmatch(spec)
+    cluster = None
+    try:
+        if local:
+            cluster = local_cluster(int(local[1]), visible_gpus() if "cuda" in devices else [])
+            client = Client(cluster, set_as_default=False)
+        else:
+            client = Client(spec, timeout=CONNECT_TIMEOUT, set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as e:
+        if cluster is not None:
+            cluster.close()
+        raise ClusterError(f"cannot reach the Dask scheduler at {spec}: {' '.join(str(e).split()) or type(e).__name__}") from None
+    _CLIENTS[spec] = (client, cluster)
+    return client
+
+
+def release(spec: str) -> None:
+    """Close the client of ``spec`` (and the cluster, for ``local:K``)."""
+    client, cluster = _CLIENTS.pop(spec, (None, None))
+    if client is not None:
+        client.close()
+    if cluster is not None:
+        cluster.close()
+
+
+def worker_resources(client) -> dict:
+    """Every worker's declared resources, by address."""
+    return {address: dict(info.get("resources") or {}) for address, info in client.scheduler_info(n_workers=-1)["workers"].items()}
+
+
+def gpu_resources(client, devices) -> Optional[dict]:
+    """What a CUDA task asks of its worker: ``GPU=1`` where some worker declares GPUs; None
+    where none does (one worker per GPU, as dask-cuda starts them). ClusterError where the
+    grid has CUDA rows and the workers declare resources without GPU."""
+    if "cuda" not in devices:
+        return None
+    declared = worker_resources(client)
+    if any("GPU" in r for r in declared.values()):
+        return {"GPU": 1}
+    return None
+
+
+# --- the worker side
+
+_TIMING = threading.Lock()  # one timing task at a time per worker process
+_IDENTITY: dict = {}
+_GAUGE: list = []
+
+
+def identity() -> dict:
+    """This worker process's row columns (WORKER_COLUMNS) and its description for the sidecar."""
+    if not _IDENTITY:
+        from .results import environment
+
+        env = environment()
+        try:
+            from distributed import get_worker
+
+            worker = get_worker()
+            address, name = worker.address, str(worker.name)
+        except (ImportError, ValueError):
+            address, name = "", ""
+        _IDENTITY["columns"] = {k: env.get(k, "") for k in WORKER_COLUMNS}
+        _IDENTITY["worker"] = {"address": address, "name": name, "machine": env["machine"], "gpu": env["gpu"],
+                               "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""), "pid": os.getpid()}
+    return _IDENTITY
+
+
+def gauge():
+    """This worker's host gauge (made once: it reads the host's usual speed)."""
+    if not _GAUGE:
+        from .timing import HostGauge
+
+        _GAUGE.append(HostGauge())
+    return _GAUGE[0]
+
+
+def maybe_die(kill_once: Optional[str]) -> None:
+    """Test-only: the first task to create ``kill_once`` kills its worker process."""
+    if not kill_once:
+        return
+    try:
+        os.close(os.open(kill_once, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def sweep_group(sub, done, kill_once: Optional[str] = None):
+    """A worker's task: every case of ``sub`` (a sweep grid of one box set, or one recording's
+    caps, on one device) not in ``done``; (rows with this worker's columns, the worker)."""
+    from .engine.rounds import use_threads
+    from .runner import _sweep_pass
+
+    with _TIMING:
+        maybe_die(kill_once)
+        use_threads(sub.threads)
+        rows: list[dict] = []
+        _sweep_pass(sub, rows.append, done, lambda: None, gauge(), None)
+    me = identity()
+    return [row | me["columns"] for row in rows], me["worker"]
+
+
+# --- the driver side
+
+@dataclass
+class Job:
+    """One task: ``fn(*args)`` on a worker with ``resources``; ``what`` identifies it to the driver."""
+
+    fn: Callable
+    args: tuple
+    resources: Optional[dict] = None
+    what: object = None
+
+
+def stream(client, jobs: list[Job], between: Callable[[], None] = lambda: None) -> Iterator[tuple[Job, object]]:
+    """Submit ``jobs`` and yield (job, its result or the exception it ended with) as each
+    finishes; ``between()`` runs every WAIT_STEP seconds while none does. Jobs the caller
+    appends to ``jobs`` meanwhile are submitted too. Futures left when the caller stops
+    (Ctrl-C) are cancelled."""
+    from distributed import wait
+
+    futures: dict = {}
+    pending: set = set()
+    try:
+        while pending or len(futures) < len(jobs):
+            for k in range(len(futures), len(jobs)):
+                job = jobs[k]
+                future = client.submit(job.fn, *job.args, resources=job.resources, pure=False)
+                futures[future] = (k, job)
+                pending.add(future)
+            try:
+                with client.as_current():
+                    finished, pending = wait(pending, timeout=WAIT_STEP, return_when="FIRST_COMPLETED")
+            except TimeoutError:
+                between()
+                continue
+            for future in sorted(finished, key=lambda f: futures[f][0]):
+                try:
+                    result = future.result()
+                except Exception as exc:  # KilledWorker past the allowed failures, or the task's own error
+                    result = exc
+                future.release()
+                yield futures[future][1], result
+            between()
+    finally:
+        if pending:
+            client.cancel(list(pending))
+
+
+class Deduplicated:
+    """The driver's writer of a cluster run: each case once (``done``: already in the file)."""
+
+    def __init__(self, emit: Callable[[dict], None], done):
+        from .results import case_key
+
+        self.emit, self.key, self.written, self.workers = emit, case_key, set(done), {}
+
+    def rows(self, rows, worker: Optional[dict] = None) -> None:
+        if worker:
+            self.workers[worker.get("address") or worker.get("machine")] = worker
+        for row in rows:
+            key = self.key(row)
+            if key not in self.written:
+                self.written.add(key)
+                self.emit(row)
+
+    def note(self, spec: str) -> dict:
+        """The sidecar's ``cluster`` note."""
+        return {"spec": spec, "workers": sorted(self.workers.values(), key=lambda w: (w["machine"], w["address"]))}
+
+
+def sweep_groups(part) -> Iterator[tuple[tuple, object]]:
+    """The case groups of one sweep pass: (what, its grid). A group is one box set on one
+    device; a recorded scenario's caps stay together (a larger cap that gives the same box
+    set is recorded as skipped, which needs the smaller cap's run)."""
+    from . import datasets
+
+    for scenario in part.scenarios:
+        recorded = datasets.SCENARIOS[scenario].recordings is not None
+        for overlap, recording, canvas in itertools.product(part.overlaps_for(scenario), part.recordings_for(scenario),
+                                                            part.canvases_for(scenario)):
+            for ns in ([list(part.ns)] if recorded else [[n] for n in part.ns]):
+                for device in part.devices:
+                    if not part.timers_for(device):
+                        continue
+                    sub = dataclasses.replace(part, scenarios=[scenario], ns=ns, overlaps=[overlap], devices=[device],
+                                              recordings=[recording] if recording else None,
+                                              canvases=[canvas] if canvas else ["fixed"], cluster=None)
+                    yield (scenario, tuple(ns), overlap, recording, canvas, device), sub
+
+
+def group_rows(sub, done, error: BaseException) -> list[dict]:
+    """The rows a group's cases would have given, as error rows carrying ``error`` (its
+    task failed on every worker it ran on)."""
+    from . import datasets
+    from .engine.rounds import error_rows
+    from .registry import get
+    from .runner import _case_rows, _resolve_params
+    from .results import case_key
+
+    impls = [get(name) for name in sub.impls]
+    params = {impl.name: _resolve_params(impl, sub.params)[0] for impl in impls}
+    scenario, overlap, canvas = sub.scenarios[0], sub.overlaps[0], sub.canvases_for(sub.scenarios[0])[0]
+    recording = sub.recordings_for(scenario)[0]
+    rows = []
+    for n in sub.ns:
+        base = {"scenario": scenario, "canvas": canvas, "overlap": overlap, "n": n, "seed": sub.seed, "classes": sub.classes}
+        if datasets.SCENARIOS[scenario].recordings is not None:
+            base |= datasets.real.recording_columns(recording or datasets.real.DEFAULT_RECORDING) | {"n_cap": n}
+            try:  # the N a recording gives under this cap names the case
+                base |= datasets.generate(scenario, n, overlap=overlap, seed=sub.seed, classes=sub.classes,
+                                          recording=recording).meta.get("row", {})
+            except Exception:
+                pass
+        for dtype, iou, impl in itertools.product(sub.dtypes, sub.ious, impls):
+            rows += _case_rows(impl, sub.devices[0], dtype, iou, sub, base, params[impl.name])
+    return list(error_rows([row for row in rows if case_key(row) not in done], RuntimeError(
+        f"its case group failed on the cluster: {type(error).__name__}: {error}")))
+
+
+def run_sweep(grid, write: Callable[[dict], None], on_case: Callable[[dict], None] = lambda row: None,
+              done=frozenset(), between_turns: Callable[[], None] = lambda: None, gauge_=None) -> dict:
+    """:func:`nmsbench.runner.run_sweep` on ``grid.cluster``: each pass's case groups as
+    tasks (the device pass after every other, as locally), rows written as they arrive."""
+    from .engine.rounds import finish_run, start_run
+    from .timers import timer_passes
+
+    check_grid(grid, reach=False)
+    emit, counts, driver_gauge = start_run(grid, write, on_case, gauge_)
+    client = connect(grid.cluster, grid.devices)
+    try:
+        out = Deduplicated(emit, done)
+        gpu = gpu_resources(client, grid.devices)
+        for part in timer_passes(grid):
+            jobs = [Job(sweep_group, (sub, frozenset(done), KILL_ONCE), gpu if what[-1] == "cuda" else None, (what, sub))
+                    for what, sub in sweep_groups(part)]
+            for job, result in stream(client, jobs, between_turns):
+                if isinstance(result, BaseException):
+                    out.rows(group_rows(job.what[1], out.written, result))
+                else:
+                    out.rows(*result)
+        note = out.note(grid.cluster)
+    finally:
+        release(grid.cluster)
+    return finish_run(counts, driver_gauge) | {"cluster": note}
+
+
+__all__ = ["ClusterError", "INSTALL", "check_grid", "connect", "dask_problem", "release", "run_sweep", "spec_problem"]

@@ -1,0 +1,138 @@
+"""Runs on Dask distributed (``--cluster``): a cluster of 2 local workers gives the rows a
+local run gives (case keys, agreement columns, COCO scores), a worker killed mid-run leaves
+no case missing and none twice, a file resumes across local and cluster runs, and a bad
+``--cluster`` is refused with exit status 2. One cluster serves the module (its start-up
+is the slow part); no test asserts a time."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+pytest.importorskip("distributed")
+
+from nmsbench import cluster  # noqa: E402
+from nmsbench.cli import main  # noqa: E402
+from nmsbench.results import case_key, read_results, sidecar_path  # noqa: E402
+from nmsbench.runner import Grid, run_sweep  # noqa: E402
+
+SWEEP = ["sweep", "--impl", "torchvision,allpairs,soft_nms", "--scenario", "uniform,chain", "--n", "16,40",
+         "--min-run-time", "0.004", "--rounds", "2", "--threads", "1"]
+ACCURACY = ["accuracy", "--impl", "torchvision,soft_nms", "--source", "scenes-crowd,scenes-sparse", "--images", "12",
+            "--min-run-time", "0.004", "--rounds", "2", "--threads", "1"]
+AGREEMENT = ["status", "kept", "ref_kept", "jaccard", "extra", "missing", "mean_max_iou", "greedy_suppressed_frac",
+             "family_ref", "family_jaccard", "family_max_diff"]
+SCORES = ["status", "ap", "ap50", "ap75", "ar100", "ar100_crowded", "images", "detections", "kept", "n"]
+
+
+@pytest.fixture(scope="module")
+def address():
+    """A scheduler with two local worker processes (as ``local:2`` starts them)."""
+    spec = cluster.local_cluster(2, [])
+    try:
+        yield spec.scheduler_address
+    finally:
+        spec.close()
+
+
+def run(*args):
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    assert result.exit_code == 0 or result.exit_code == 2, result.output
+    return result
+
+
+def keyed(path, columns) -> pd.DataFrame:
+    frame = read_results(path)
+    frame.index = [case_key(row) for row in frame.to_dict("records")]
+    assert not frame.index.duplicated().any()
+    return frame[columns].sort_index()
+
+
+def test_sweep_on_a_cluster_gives_the_local_rows(address, tmp_path):
+    local, remote = tmp_path / "local.csv", tmp_path / "cluster.csv"
+    assert run(*SWEEP, "--out", local).exit_code == 0
+    result = run(*SWEEP, "--cluster", address, "--out", remote)
+    assert result.exit_code == 0, result.output
+    pd.testing.assert_frame_equal(keyed(local, AGREEMENT), keyed(remote, AGREEMENT))
+    meta = json.loads(sidecar_path(remote).read_text())
+    assert meta["grid"]["cluster"] == address
+    workers = meta["cluster"][0]["workers"]
+    assert workers and {w["address"] for w in workers} <= set(cluster.worker_resources(cluster.connect(address)))
+    cluster.release(address)
+    assert set(read_results(remote).machine) == {workers[0]["machine"]}
+
+
+def test_resume_across_local_and_cluster_runs(address, tmp_path):
+    whole = tmp_path / "whole.csv"
+    assert run(*SWEEP, "--out", whole).exit_code == 0
+    first, second = tmp_path / "first.csv", tmp_path / "second.csv"
+    small = [a if a != "16,40" else "16" for a in SWEEP]
+    assert run(*small, "--cluster", address, "--out", first).exit_code == 0
+    assert run(*SWEEP, "--resume", first).exit_code == 0  # a cluster run resumed here
+    assert run(*small, "--out", second).exit_code == 0
+    assert run(*SWEEP, "--cluster", address, "--resume", second).exit_code == 0  # a local run resumed on the cluster
+    for path in (first, second):
+        assert set(keyed(path, ["status"]).index) == set(keyed(whole, ["status"]).index)
+
+
+def test_a_killed_worker_loses_no_case_and_repeats_none(address, tmp_path, monkeypatch):
+    marker = tmp_path / "killed"
+    monkeypatch.setattr(cluster, "KILL_ONCE", str(marker))
+    grid = Grid(impls=["torchvision", "allpairs"], scenarios=["uniform", "chain"], ns=[16, 24, 32], min_run_time=0.004,
+                rounds=2, threads=1, cluster=address)
+    rows: list[dict] = []
+    run_sweep(grid, rows.append)
+    assert marker.exists()  # a task did kill its worker
+    keys = [case_key(row) for row in rows]
+    assert len(keys) == len(set(keys)) == grid.count()
+    assert {row["status"] for row in rows} == {"ok"}  # its group ran again on a worker that lived
+
+
+def test_accuracy_on_a_cluster_scores_as_one_process(address, tmp_path):
+    local, remote = tmp_path / "local.csv", tmp_path / "cluster.csv"
+    assert run(*ACCURACY, "--out", local).exit_code == 0
+    result = run(*ACCURACY, "--cluster", address, "--out", remote)
+    assert result.exit_code == 0, result.output
+    pd.testing.assert_frame_equal(keyed(local, SCORES), keyed(remote, SCORES))
+    assert (read_results(remote).status == "ok").all()
+
+
+def test_image_batches_cover_every_image_once():
+    for images in (1, 7, 8, 100, 201):
+        for workers in (1, 2, 8):
+            ranges = cluster_accuracy_batches(images, workers)
+            assert [i for a, b in ranges for i in range(a, b)] == list(range(images))
+
+
+def cluster_accuracy_batches(images, workers):
+    from nmsbench.cluster_accuracy import batches
+
+    return batches(images, workers)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("local:0", "local:K needs K >= 1"),
+    ("somewhere", "neither local:K"),
+    ("tcp://host:port", "neither local:K"),
+])
+def test_a_bad_cluster_is_refused(spec, message, tmp_path):
+    result = run(*SWEEP, "--cluster", spec, "--out", tmp_path / "x.csv")
+    assert result.exit_code == 2 and message in result.output and "--cluster" in result.output
+    assert not (tmp_path / "x.csv").exists()
+
+
+def test_an_unreachable_scheduler_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT", 1)
+    result = run(*ACCURACY, "--cluster", "tcp://127.0.0.1:9", "--out", tmp_path / "x.csv")
+    assert result.exit_code == 2 and "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in result.output
+
+
+def test_without_dask_or_with_a_case_timeout_the_cluster_is_refused(tmp_path, monkeypatch):
+    result = run(*SWEEP, "--cluster", "local:2", "--case-timeout", "5", "--out", tmp_path / "x.csv")
+    assert result.exit_code == 2 and "leave --case-timeout out with --cluster" in result.output
+    monkeypatch.setattr(cluster, "dask_problem", lambda: f"--cluster needs dask.distributed; {cluster.INSTALL}")
+    result = run(*SWEEP, "--cluster", "local:2", "--out", tmp_path / "x.csv")
+    assert result.exit_code == 2 and '.[cluster]' in result.output
