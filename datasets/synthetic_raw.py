@@ -13,6 +13,9 @@ cells within 2 cells of its centre predict it: a jittered copy of its box (more 
 further out), objectness falling with the distance, the object's class probability high
 and sometimes a confused second class. Candidates thus cluster around objects as a real
 detector's do. Deterministic from ``seed``; image b of a batch is the same whatever B is.
+
+``layout="yolov8"`` gives the same detections in YOLOv8's layout (:func:`to_yolov8`):
+channels first, [B, 84, 25200], no objectness, class score = objectness x class.
 """
 
 from __future__ import annotations
@@ -30,14 +33,25 @@ def _sigmoid(x):
     return 1.0 / (1.0 + np.exp(-x))
 
 
-def synthetic_raw(batch: int, seed: int = 0) -> np.ndarray:
-    """float32 [batch, 25200, 85]; image b is drawn from ``(seed, b)``, so batches share their prefix."""
+def synthetic_raw(batch: int, seed: int = 0, layout: str = "yolov5") -> np.ndarray:
+    """float32 [batch, 25200, 85] (``yolov5``) or [batch, 84, 25200] (``yolov8``); image b is
+    drawn from ``(seed, b)``, so batches share their prefix."""
     if batch < 0:
         raise ValueError(f"batch must be >= 0, got {batch}")
+    if layout not in ("yolov5", "yolov8"):
+        raise ValueError(f"layout must be yolov5 or yolov8, got {layout!r}")
     out = np.empty((batch, ROWS, 5 + NUM_CLASSES), dtype=np.float32)
     for b in range(batch):
         out[b] = _image(np.random.default_rng([seed, b]))
-    return out
+    return to_yolov8(out) if layout == "yolov8" else out
+
+
+def to_yolov8(raw: np.ndarray) -> np.ndarray:
+    """YOLOv5 rows [B, R, 5 + C] as a YOLOv8 head [B, 4 + C, R]: cx, cy, w, h, then class
+    score = objectness x class probability (float32), channels first (contiguous)."""
+    raw = np.asarray(raw, dtype=np.float32)
+    rows = np.concatenate([raw[:, :, :4], raw[:, :, 5:] * raw[:, :, 4:5]], axis=2)
+    return np.ascontiguousarray(rows.transpose(0, 2, 1))
 
 
 def _image(rng: np.random.Generator) -> np.ndarray:

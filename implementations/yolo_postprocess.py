@@ -9,6 +9,13 @@ raw row) and cut to ``max_det``, as the seed does. A count above the buffer is r
 :class:`~nmsbench.pipeline.CandidateOverflow`, never a silent drop. Its NMS is the
 all-pairs rule, so it may suppress more than the greedy reference; the difference is
 counted by the benchmark.
+
+The pipelines' rule (``nmsbench.pipeline.RULE``) takes scores strictly above the threshold:
+the kernel's ``score >= t`` is given the next float32 above the threshold, which is the
+same test. Two differences of the seed's kernel stay, counted as mismatches: it clips the
+boxes to the input image before NMS, and it picks the best class probability before the
+product with the objectness (a label differs where two products round to one value). It
+reads the yolov5 layout only.
 """
 
 from __future__ import annotations
@@ -53,7 +60,7 @@ def _build(raw: np.ndarray, config: PipelineConfig, device: str) -> Prepared:
     buffers = _Buffers(batch, capacity, device)
     kernels = [CUDA_MODULE.get(name, None, device) for name in CUDA_MODULE.expressions]
     decode_filter, allpairs_nms, compact = kernels
-    threshold = np.float32(config.conf_threshold)
+    threshold = np.nextafter(np.float32(config.conf_threshold), np.float32(np.inf))  # score > t as score >= this
     width, height = np.float32(config.input_size[0]), np.float32(config.input_size[1])
 
     def decode() -> _Buffers:
@@ -97,6 +104,7 @@ def _sorted_detections(out: np.ndarray, max_det: int) -> Detections:
 
 register_pipeline(Pipeline(
     name="cupy_seed_kernels", devices=("cuda",), nms_family="allpairs", build=_build, requires=("cupy",),
+    layouts=("yolov5",),
     summary="the seed's 3 CuPy kernels: decode + filter (atomic counter), all-pairs NMS reading the count on "
             "the device, compaction; one copy to the host, survivors sorted there",
 ))

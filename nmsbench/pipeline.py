@@ -1,20 +1,29 @@
 """Detector post-processing: raw detector rows -> final detections, in stages.
 
-The input is what YOLOv5's export emits, ``[B, R, 5 + C]`` per batch: for each of R
-anchor rows ``cx, cy, w, h`` in input-image pixels, the objectness, and C class
-probabilities (sigmoid already applied); YOLOv5 at 640 x 640 gives ``[B, 25200, 85]``.
-Every pipeline does the same three things, the way the YOLOv5 GPU post-processing seed
-describes them:
+The input is a detector head's raw output in one of two layouts (``PipelineConfig.layout``):
+``yolov5``, what YOLOv5's export emits, ``[B, R, 5 + C]``: for each of R anchor rows
+``cx, cy, w, h`` in input-image pixels, the objectness, and C class probabilities (sigmoid
+already applied; YOLOv5 at 640 x 640 gives ``[B, 25200, 85]``); ``yolov8``, channels first
+``[B, 4 + C, A]`` (YOLOv8 / YOLO11): cx, cy, w, h, then C class scores, no objectness.
+Every pipeline does the same three things, by one rule (:data:`RULE`: the batched op's,
+``nmsbench.batched_nms_from_head``, which is ultralytics' and ONNX Runtime's):
 
-1. **decode** (confidence filter): score = objectness x best class probability; keep the
-   rows whose score >= ``conf_threshold`` (compared in float32, as the CUDA kernel does);
-   x1 = cx - w/2 ... clipped to the input image ``[0, W] x [0, H]``; label = best class
-   (the lowest class index on ties). Rows whose objectness alone is below the threshold
-   cannot pass (class probabilities are <= 1), so the numpy decode filters on objectness
-   first, as YOLOv5 does; the result is the same.
+1. **decode** (confidence filter): a class scores objectness x class probability (yolov5,
+   the product in float32) or its class score (yolov8); a row's label is its best class
+   (the first of equal best scores) and it is a candidate iff that score is *strictly
+   above* ``conf_threshold`` (rounded to float32 first); box x1 = cx - w/2 ... , **not**
+   clipped (ultralytics clips only after NMS, when it scales boxes to the photo). yolov5
+   rows whose objectness alone is not above the threshold cannot pass (class
+   probabilities are <= 1), so the decodes filter on objectness first, as YOLOv5 does.
 2. **nms**: class-aware NMS (only boxes of one label interact) at ``iou_threshold``,
    then the ``max_det`` best by score.
-3. **total**: both, end to end.
+3. **total**: both, end to end. A pipeline that is one call (the batched op) has only
+   this stage (``Pipeline.stages``).
+
+The YOLOv5 seed's rule (score >= threshold, boxes clipped to the input, best class before
+the product) is :data:`SEED_RULE`; :func:`decode_numpy` still takes it (the recordings'
+floors were written with it), and ``cupy_seed_kernels`` keeps its clipping and class
+choice (its differences are counted, not hidden).
 
 Each image's detections come out sorted by descending score, ties by lower raw row, and
 carry the raw row they came from, so pipelines are compared detection by detection.
@@ -22,11 +31,14 @@ carry the raw row they came from, so pipelines are compared detection by detecti
 Pipelines (``pipelines()``):
 
 - ``numpy``: the CPU reference, as the seed's baseline does it: numpy decode and filter,
-  then greedy NMS per class in numpy (the classic sort-then-suppress loop).
+  then greedy NMS per class in numpy (the classic sort-then-suppress loop); both layouts.
 - ``torch_batched_nms``: torch ops decode into a fixed candidate buffer, then
   ``torchvision.ops.batched_nms`` per image; runs on the CPU and on CUDA.
 - ``torch+<impl>``: the same torch front end feeding each registered NMS implementation
   of the ``hard`` and ``allpairs`` families (``nmsbench.implementations()``).
+
+Further contenders register from ``implementations/pipeline_*.py``: ``ultralytics_loop``,
+``torchvision_batched_nms``, ``onnxruntime_nms``, ``batched_op`` and ``batched_op_graph``.
 
 The torch front end writes candidates into a fixed buffer of ``max_candidates`` rows per
 image, as the CUDA design does (the seed's ``MAX_FILTERED = 4096``). When more candidates
@@ -50,12 +62,28 @@ from typing import Callable, NamedTuple, Optional
 import numpy as np
 import torch
 
-BOX_FIELDS = 5  # cx, cy, w, h, objectness; class probabilities follow
+BOX_FIELDS = 5  # cx, cy, w, h, objectness; class probabilities follow (yolov5)
+LAYOUTS = ("yolov5", "yolov8")
+LAYOUT_FIELDS = {"yolov5": 5, "yolov8": 4}  # fields before the class scores
 STAGES = ("decode", "nms", "total")
 DEFAULT_CONF = 0.25
 DEFAULT_IOU = 0.45
 DEFAULT_MAX_DET = 300
 DEFAULT_MAX_CANDIDATES = 4096
+
+
+class Rule(NamedTuple):
+    """How a decode picks candidates: ``strict`` score > threshold (else >=), ``clip`` boxes
+    to the input, ``best_of_products`` the label is the best objectness x class product
+    (else the best class probability, multiplied after)."""
+
+    strict: bool
+    clip: bool
+    best_of_products: bool
+
+
+RULE = Rule(strict=True, clip=False, best_of_products=True)  # every pipeline's (the module docstring)
+SEED_RULE = Rule(strict=False, clip=True, best_of_products=False)  # the YOLOv5 GPU seed's
 
 
 class Detections(NamedTuple):
@@ -85,7 +113,7 @@ class CandidateOverflow(RuntimeError):
         first = ", ".join(f"image {b}: {c}" for b, c in over[:4]) + (" ..." if len(over) > 4 else "")
         super().__init__(
             f"candidate buffer overflow: {len(over)} of {len(counts)} images have more candidates with "
-            f"score >= {conf_threshold:g} than the buffer's {capacity} rows ({first}); nothing was dropped: "
+            f"score > {conf_threshold:g} than the buffer's {capacity} rows ({first}); nothing was dropped: "
             f"raise max_candidates or the confidence threshold"
         )
 
@@ -98,9 +126,12 @@ class PipelineConfig:
     iou_threshold: float = DEFAULT_IOU
     max_det: int = DEFAULT_MAX_DET
     max_candidates: int = DEFAULT_MAX_CANDIDATES  # the torch front end's buffer, per image
-    input_size: tuple[int, int] = (640, 640)  # (width, height): boxes are clipped to it
+    input_size: tuple[int, int] = (640, 640)  # (width, height): where the seed's kernels clip boxes
+    layout: str = "yolov5"  # of the raw output: yolov5 [B, R, 5 + C] or yolov8 [B, 4 + C, A]
 
     def __post_init__(self):
+        if not isinstance(self.layout, str) or self.layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
         for name in ("conf_threshold", "iou_threshold"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
@@ -119,19 +150,28 @@ class PipelineConfig:
 
 # ------------------------------------------------------------------ input validation
 
-def validate_raw(raw) -> None:
+def validate_raw(raw, layout: str = "yolov5") -> None:
     """Raise ``ValueError`` naming the first problem with raw detector output.
 
-    Expects a floating numpy array or torch tensor ``[B, R, 5 + C]`` (C >= 1), finite,
-    with w, h >= 0 and objectness and class scores in [0, 1]. Runs once, outside timing.
+    Expects a floating numpy array or torch tensor ``[B, R, 5 + C]`` (``yolov5``) or
+    ``[B, 4 + C, A]`` (``yolov8``), C >= 1, finite, with w, h >= 0 and objectness and class
+    scores in [0, 1]. Runs once, outside timing.
     """
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     if isinstance(raw, torch.Tensor):
         array = raw.detach().cpu().numpy() if raw.dtype != torch.bfloat16 else raw.detach().float().cpu().numpy()
     elif isinstance(raw, np.ndarray):
         array = raw
     else:
         raise ValueError(f"raw detector output must be a numpy array or torch tensor, got {type(raw).__name__}")
-    if array.ndim != 3 or array.shape[2] < BOX_FIELDS + 1:
+    if layout == "yolov8":
+        if array.ndim != 3 or array.shape[1] < LAYOUT_FIELDS["yolov8"] + 1:
+            raise ValueError(
+                f"raw yolov8 output must have shape [B, 4 + classes, A] (cx, cy, w, h, class scores, channels first; "
+                f"YOLOv8 at 640: [B, 84, 8400]); got {list(array.shape)}")
+        array = array.transpose(0, 2, 1)  # the checks below read rows
+    elif array.ndim != 3 or array.shape[2] < BOX_FIELDS + 1:
         raise ValueError(
             f"raw detector output must have shape [B, R, 5 + classes] (cx, cy, w, h, objectness, class scores; "
             f"YOLOv5 at 640: [B, 25200, 85]); got {list(array.shape)}")
@@ -155,32 +195,52 @@ def validate_raw(raw) -> None:
     bad = (probs < 0) | (probs > 1)
     if bad.any():
         b, r, c = np.argwhere(bad)[0]
+        value = probs[b, r, c]
+        c += layout == "yolov8"  # no objectness column: column 4 is class 0
         what = "objectness" if c == 0 else f"class {c - 1} score"
         raise ValueError(
             f"objectness and class scores must be probabilities in [0, 1] (sigmoid already applied, as YOLOv5 "
-            f"exports them); image {b}, row {r} has {what} = {probs[b, r, c]}")
+            f"exports them); image {b}, row {r} has {what} = {value}")
 
 
 # ------------------------------------------------------------------ numpy reference
 
-def decode_numpy(raw: np.ndarray, conf_threshold: float, input_size: tuple[float, float]) -> list[Detections]:
-    """Confidence filter and box decode of ``raw`` [B, R, 5 + C], one ``Detections`` per image
-    (candidates in raw-row order)."""
+def decode_numpy(raw: np.ndarray, conf_threshold: float, input_size: tuple[float, float], layout: str = "yolov5",
+                 rule: Rule = SEED_RULE) -> list[Detections]:
+    """Confidence filter and box decode of ``raw`` (``layout``) by ``rule``, one
+    ``Detections`` per image (candidates in raw-row order). The pipelines pass :data:`RULE`;
+    the default is the seed's rule, with which the recordings' floors were written."""
     width, height = np.float32(input_size[0]), np.float32(input_size[1])
     threshold = np.float32(conf_threshold)
     zero, half = np.float32(0), np.float32(0.5)
+    above = np.greater if rule.strict else np.greater_equal
     out = []
     for p in raw:
-        rows = np.flatnonzero(p[:, 4] >= threshold)  # score <= objectness: an exact prefilter
-        q = p[rows]
-        cls = q[:, BOX_FIELDS:]
-        best = cls.argmax(axis=1)
-        score = q[:, 4] * np.take_along_axis(cls, best[:, None], axis=1)[:, 0]
-        passed = score >= threshold
-        rows, q, best, score = rows[passed], q[passed], best[passed], score[passed]
+        if layout == "yolov8":
+            p = p.T  # [A, 4 + C]: rows
+            cls = p[:, LAYOUT_FIELDS["yolov8"]:]
+            best = cls.argmax(axis=1)
+            score = np.take_along_axis(cls, best[:, None], axis=1)[:, 0]
+            rows = np.flatnonzero(above(score, threshold))
+            q, best, score = p[rows], best[rows], score[rows]
+        else:
+            rows = np.flatnonzero(above(p[:, 4], threshold))  # score <= objectness: an exact prefilter
+            q = p[rows]
+            cls = q[:, BOX_FIELDS:]
+            if rule.best_of_products:
+                products = cls * q[:, 4:5]
+                best = products.argmax(axis=1)
+                score = np.take_along_axis(products, best[:, None], axis=1)[:, 0]
+            else:
+                best = cls.argmax(axis=1)
+                score = q[:, 4] * np.take_along_axis(cls, best[:, None], axis=1)[:, 0]
+            passed = above(score, threshold)
+            rows, q, best, score = rows[passed], q[passed], best[passed], score[passed]
         hw, hh = q[:, 2] * half, q[:, 3] * half
-        boxes = np.stack([np.clip(q[:, 0] - hw, zero, width), np.clip(q[:, 1] - hh, zero, height),
-                          np.clip(q[:, 0] + hw, zero, width), np.clip(q[:, 1] + hh, zero, height)], axis=1)
+        corners = [q[:, 0] - hw, q[:, 1] - hh, q[:, 0] + hw, q[:, 1] + hh]
+        if rule.clip:
+            corners = [np.clip(v, zero, limit) for v, limit in zip(corners, (width, height, width, height))]
+        boxes = np.stack(corners, axis=1).reshape(-1, 4)
         out.append(Detections(rows.astype(np.int64), boxes, score, best.astype(np.int64)))
     return out
 
@@ -254,36 +314,50 @@ def empty_buffer(batch: int, capacity: int, device) -> CandidateBuffer:
 
 
 def decode_torch(raw: torch.Tensor, conf_threshold: float, input_size: tuple[float, float],
-                 buffer: CandidateBuffer) -> CandidateBuffer:
-    """Confidence filter and decode with torch ops into ``buffer``'s fixed rows.
+                 buffer: CandidateBuffer, layout: str = "yolov5", rule: Rule = RULE) -> CandidateBuffer:
+    """Confidence filter and decode with torch ops into ``buffer``'s fixed rows, by ``rule``.
 
-    As in YOLOv5's ``non_max_suppression``, rows whose objectness is below the threshold
-    are dropped first (they cannot pass: class probabilities are <= 1), then score =
-    objectness x best class is compared with the threshold in float32, as the CUDA kernel
-    does. Raises :class:`CandidateOverflow` when an image has more candidates than the
-    buffer holds; the counts come to the host for that check and for the NMS that follows.
+    As in YOLOv5's ``non_max_suppression``, yolov5 rows whose objectness is not above the
+    threshold are dropped first (they cannot pass: class probabilities are <= 1), then the
+    score is compared with the threshold in float32, as the CUDA kernels do. Raises
+    :class:`CandidateOverflow` when an image has more candidates than the buffer holds; the
+    counts come to the host for that check and for the NMS that follows.
     """
     batch, capacity = buffer.scores.shape
     if raw.shape[0] != batch:
         raise ValueError(f"raw has {raw.shape[0]} images but the buffer was made for {batch}")
     threshold = float(np.float32(conf_threshold))  # the float32 value, whatever precision compares it
-    image, row = (raw[:, :, 4] >= threshold).nonzero(as_tuple=True)  # row-major: images ascending
-    q = raw[image, row]
-    best_score, best = q[:, BOX_FIELDS:].max(dim=1)  # the first maximum on ties
-    score = q[:, 4] * best_score
-    passed = score >= threshold
-    image, row, q, best, score = image[passed], row[passed], q[passed], best[passed], score[passed]
+
+    def above(values: torch.Tensor) -> torch.Tensor:
+        return values > threshold if rule.strict else values >= threshold
+
+    if layout == "yolov8":
+        rows_view = raw.transpose(1, 2)  # [B, A, 4 + C]
+        best_score, best = rows_view[:, :, LAYOUT_FIELDS["yolov8"]:].max(dim=2)  # the first maximum on ties
+        image, row = above(best_score).nonzero(as_tuple=True)  # row-major: images ascending
+        q, best, score = rows_view[image, row], best[image, row], best_score[image, row]
+    else:
+        image, row = above(raw[:, :, 4]).nonzero(as_tuple=True)
+        q = raw[image, row]
+        if rule.best_of_products:
+            score, best = (q[:, BOX_FIELDS:] * q[:, 4:5]).max(dim=1)
+        else:
+            best_score, best = q[:, BOX_FIELDS:].max(dim=1)
+            score = q[:, 4] * best_score
+        passed = above(score)
+        image, row, q, best, score = image[passed], row[passed], q[passed], best[passed], score[passed]
     per_image = torch.bincount(image, minlength=batch)
     counts = per_image.tolist()
     if max(counts, default=0) > capacity:
         raise CandidateOverflow(counts, capacity, conf_threshold)
     slot = torch.arange(image.shape[0], device=raw.device) - (per_image.cumsum(0) - per_image)[image]
     half = q[:, 2:4] * 0.5
-    width, height = float(input_size[0]), float(input_size[1])
+    corners = [q[:, 0] - half[:, 0], q[:, 1] - half[:, 1], q[:, 0] + half[:, 0], q[:, 1] + half[:, 1]]
+    if rule.clip:
+        width, height = float(input_size[0]), float(input_size[1])
+        corners = [v.clamp(0, limit) for v, limit in zip(corners, (width, height, width, height))]
     buffer.rows[image, slot] = row
-    buffer.boxes[image, slot] = torch.stack(
-        [(q[:, 0] - half[:, 0]).clamp(0, width), (q[:, 1] - half[:, 1]).clamp(0, height),
-         (q[:, 0] + half[:, 0]).clamp(0, width), (q[:, 1] + half[:, 1]).clamp(0, height)], dim=1)
+    buffer.boxes[image, slot] = torch.stack(corners, dim=1)
     buffer.scores[image, slot] = score
     buffer.labels[image, slot] = best
     return buffer._replace(counts=counts)
@@ -308,13 +382,33 @@ def nms_torch(buffer: CandidateBuffer, nms: Callable[[Detections], torch.Tensor]
 
 class Prepared:
     """One pipeline set up on one batch: ``decode()``, ``nms(candidates)`` and ``run()``
-    are the timed calls; everything else (moves, casts, buffers) happened when it was made."""
+    are the timed calls; everything else (moves, casts, buffers) happened when it was made.
 
-    def __init__(self, decode: Callable[[], object], nms: Callable[[object], list[Detections]]):
-        self.decode, self.nms = decode, nms
+    A pipeline that is one call gives ``call`` instead (its only stage is ``total``) and
+    ``finish(output)``, which turns the call's output into one :class:`Detections` per image
+    outside the timed region."""
 
-    def run(self) -> list[Detections]:
-        return self.nms(self.decode())
+    def __init__(self, decode: Optional[Callable[[], object]] = None,
+                 nms: Optional[Callable[[object], list[Detections]]] = None, *,
+                 call: Optional[Callable[[], object]] = None, finish: Optional[Callable[[object], list]] = None):
+        if (call is None) == (decode is None or nms is None):
+            raise ValueError("a prepared pipeline has decode and nms, or one call")
+        self.decode, self.nms, self.call = decode, nms, call
+        self._finish = finish
+
+    @property
+    def stages(self) -> tuple[str, ...]:
+        return ("total",) if self.call is not None else STAGES
+
+    def run(self) -> object:
+        return self.call() if self.call is not None else self.nms(self.decode())
+
+    def finish(self, output) -> list[Detections]:
+        """The detections of a ``run()`` (or ``nms``) output."""
+        return self._finish(output) if self._finish is not None else output
+
+    def detections(self) -> list[Detections]:
+        return self.finish(self.run())
 
 
 @dataclass(frozen=True)
@@ -323,7 +417,8 @@ class Pipeline:
 
     ``build(raw, config, device)`` gets the raw batch as a float32 numpy array on the host
     and returns a :class:`Prepared`; ``nms_family`` says which NMS definition its
-    detections follow (``hard``: the numpy reference exactly; ``allpairs``: may suppress more).
+    detections follow (``hard``: the numpy reference exactly; ``allpairs``: may suppress more);
+    ``stages`` the stages it has (one call: ``total`` only); ``layouts`` the raw layouts it reads.
     """
 
     name: str
@@ -333,6 +428,14 @@ class Pipeline:
     build: Callable[[np.ndarray, PipelineConfig, str], Prepared]
     requires: tuple[str, ...] = ()
     availability_of: Optional[Callable[[str], tuple[bool, str]]] = None
+    stages: tuple[str, ...] = STAGES
+    layouts: tuple[str, ...] = LAYOUTS
+
+    def reads(self, layout: str) -> tuple[bool, str]:
+        """(readable, reason): whether it reads raw output of ``layout``."""
+        if layout in self.layouts:
+            return True, ""
+        return False, f"{self.name} reads the {' and '.join(self.layouts)} layout{'s' if len(self.layouts) > 1 else ''} only"
 
     def availability(self, device: str) -> tuple[bool, str]:
         """(available, reason) for ``device`` on this machine."""
@@ -363,14 +466,14 @@ def unregister_pipeline(name: str) -> None:
 
 def _build_numpy(raw: np.ndarray, config: PipelineConfig, device: str) -> Prepared:
     raw = np.ascontiguousarray(raw, dtype=np.float32)
-    return Prepared(lambda: decode_numpy(raw, config.conf_threshold, config.input_size),
+    return Prepared(lambda: decode_numpy(raw, config.conf_threshold, config.input_size, config.layout, RULE),
                     lambda candidates: nms_numpy(candidates, config.iou_threshold, config.max_det))
 
 
 def _torch_front_end(raw: np.ndarray, config: PipelineConfig, device: str):
     tensor = torch.from_numpy(np.ascontiguousarray(raw, dtype=np.float32)).to(device)
     buffer = empty_buffer(tensor.shape[0], config.max_candidates, device)
-    return lambda: decode_torch(tensor, config.conf_threshold, config.input_size, buffer)
+    return lambda: decode_torch(tensor, config.conf_threshold, config.input_size, buffer, config.layout)
 
 
 def _build_batched_nms(raw: np.ndarray, config: PipelineConfig, device: str) -> Prepared:
@@ -436,7 +539,8 @@ def get_pipeline(name: str) -> Pipeline:
 def run_pipeline(name: str, raw, config: PipelineConfig | None = None, device: str = "cpu") -> list[Detections]:
     """Validate ``raw`` and run pipeline ``name`` once on it: the Python API.
 
-    ``raw`` is ``[B, R, 5 + C]`` (a single image's ``[R, 5 + C]`` is taken as B = 1).
+    ``raw`` is ``[B, R, 5 + C]`` or, with ``config.layout`` yolov8, ``[B, 4 + C, A]`` (a
+    single image without the batch axis is taken as B = 1).
     Returns one :class:`Detections` per image, by descending score.
     """
     config = PipelineConfig() if config is None else config
@@ -446,15 +550,17 @@ def run_pipeline(name: str, raw, config: PipelineConfig | None = None, device: s
         raise ValueError(f"device must be cpu or cuda, got {device!r}")
     if isinstance(raw, (np.ndarray, torch.Tensor)) and raw.ndim == 2:
         raw = raw[None]
-    validate_raw(raw)
+    validate_raw(raw, config.layout)
     pipeline = get_pipeline(name)
     available, reason = pipeline.availability(device)
+    if available:
+        available, reason = pipeline.reads(config.layout)
     if not available:
         from .registry import BackendUnavailable
 
         raise BackendUnavailable(f"pipeline {name} on {device} is unavailable: {reason}")
     host = raw.detach().float().cpu().numpy() if isinstance(raw, torch.Tensor) else np.asarray(raw, dtype=np.float32)
-    return pipeline.build(host, config, device).run()
+    return pipeline.build(host, config, device).detections()
 
 
 def compare_detections(detections: list[Detections], reference: list[Detections]) -> dict:

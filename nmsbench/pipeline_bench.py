@@ -19,9 +19,15 @@ impossible measurement (:func:`impossible`); the case group is re-timed once, an
 it persists both rows are flagged noisy and say why. A candidate-buffer overflow, or any
 exception, is an error row with the message; an unavailable pipeline a skipped row.
 
-Sources: ``real`` replays the recorded YOLOv3-tiny raw rows (``nmsbench.datasets.real``;
+A pipeline that is one call (the batched op, eager or replayed in a CUDA graph) has only
+the ``total`` stage (``Pipeline.stages``): no decode or nms rows are written for it. A
+pipeline that cannot read a source's layout gives skipped rows saying so.
+
+Sources, each in one raw layout (``PipelineConfig.layout``; the rows' ``params`` say it):
+``real`` replays the recorded YOLOv3-tiny raw rows (yolov5 layout; ``nmsbench.datasets.real``;
 images cycle through the recordings that keep raw rows); ``synthetic`` is a YOLOv5-shaped
-[B, 25200, 85] tensor (``nmsbench.datasets.synthetic_raw``).
+[B, 25200, 85] tensor and ``synthetic_yolov8`` the same detections in YOLOv8's layout
+[B, 84, 25200] (``nmsbench.datasets.synthetic_raw``).
 """
 
 from __future__ import annotations
@@ -39,14 +45,15 @@ from .engine.plugins import Benchmark, register_benchmark
 from .engine.settings import DEFAULT_RUN_TIME
 from .engine.rounds import (SETTINGS_AXES, Contender, Outcome, Settings, error_rows, error_text,
                             is_real, is_whole, prepare, finish_run, start_run, time_in_rounds)
-from .pipeline import (REFERENCE_PIPELINE, STAGES, Pipeline, PipelineConfig, compare_detections, pipelines, run_pipeline,
+from .pipeline import (LAYOUT_FIELDS, REFERENCE_PIPELINE, STAGES, Pipeline, PipelineConfig, compare_detections, pipelines, run_pipeline,
                        validate_raw)
 from .results import case_key
 from .timers import TIMERS, Callables, timer_passes
 from .timing import DEFAULT_ROUNDS, HostGauge, Timing
 
-SOURCES = ("real", "synthetic")
-DEFAULT_BATCHES = (1, 8, 32)
+SOURCES = ("real", "synthetic", "synthetic_yolov8")
+SOURCE_LAYOUTS = {"real": "yolov5", "synthetic": "yolov5", "synthetic_yolov8": "yolov8"}
+DEFAULT_BATCHES = (1, 8, 32, 64)
 DEFAULT_TIMERS = ("wall", "device")
 
 
@@ -89,8 +96,10 @@ AXES = (
     Axis("devices", "--device", parse_devices, ["cpu"], help="cpu and/or cuda (repeat or comma-separate).",
          check=_among("device", lambda: ("cpu", "cuda"))),
     Axis("sources", "--source", names("sources"), list(SOURCES), check=_among("source", lambda: SOURCES),
-         help="real: the recorded YOLOv3-tiny raw rows (images cycle through the recordings that keep them); "
-              "synthetic: a YOLOv5-shaped [B, 25200, 85] tensor."),
+         help="The input and its raw layout. real: the recorded YOLOv3-tiny raw rows (yolov5 layout; images cycle "
+              "through the recordings that keep them); synthetic: a YOLOv5-shaped [B, 25200, 85] tensor; "
+              "synthetic_yolov8: the same detections in YOLOv8's layout [B, 84, 25200] (channels first, no "
+              "objectness, class score = objectness x class)."),
     Axis("pipelines", "--pipeline", names("pipelines"), check=_among("pipeline", lambda: pipelines()),
          help="Pipelines to run (repeat or comma-separate). Default: all; see --list."),
     Axis("confs", "--conf", floats("confidence thresholds"), [0.25], help="Confidence thresholds (repeat or comma-separate).",
@@ -161,24 +170,28 @@ class PipelineGrid:
         return [t for t in self.timers if t in TIMERS and device in TIMERS[t].devices]
 
     def count(self) -> int:
-        per_case = sum(len(self.timers_for(d)) for d in self.devices) * len(self.pipelines) * len(self.stages)
+        known = pipelines()
+        stages = sum(len([s for s in self.stages if name not in known or s in known[name].stages]) for name in self.pipelines)
+        per_case = sum(len(self.timers_for(d)) for d in self.devices) * stages
         return len(self.sources) * len(self.batches) * len(self.confs) * per_case
 
 
 def load_source(source: str, batch: int, seed: int = 0, recordings: Optional[list[str]] = None):
-    """(raw float32 [batch, R, 85], the image of each batch entry, input size) for a source."""
+    """(raw float32 in the source's layout (:data:`SOURCE_LAYOUTS`), the image of each batch
+    entry, input size) for a source."""
     if source == "real":
         return datasets.real.real_raw(batch, recordings)
-    if source == "synthetic":
+    if source in ("synthetic", "synthetic_yolov8"):
         from .datasets.synthetic_raw import INPUT_SIZE, synthetic_raw
 
-        return synthetic_raw(batch, seed), [f"synthetic:{seed}:{b}" for b in range(batch)], INPUT_SIZE
+        raw = synthetic_raw(batch, seed, SOURCE_LAYOUTS[source])
+        return raw, [f"synthetic:{seed}:{b}" for b in range(batch)], INPUT_SIZE
     raise ValueError(f"unknown source {source!r}; known: {', '.join(SOURCES)}")
 
 
 def _images_column(source: str, images: list[str], seed: int) -> str:
-    if source == "synthetic":
-        return f"synthetic(seed={seed})"
+    if source.startswith("synthetic"):
+        return f"{source}(seed={seed})"
     return ",".join(dict.fromkeys(key.rpartition("@")[0] for key in images))
 
 
@@ -204,21 +217,26 @@ def _pipeline_pass(grid: PipelineGrid, emit: Callable[[dict], None], done, betwe
     def rows_of(base: dict, name: str, device: str) -> list[dict]:
         pipeline = known.get(name)
         common = base | {"impl": name, "family": pipeline.nms_family if pipeline else "", "device": device}
-        rows = [common | {"stage": s, "timer": t} for s in grid.stages for t in grid.timers_for(device)]
+        stages = [s for s in grid.stages if pipeline is None or s in pipeline.stages]
+        rows = [common | {"stage": s, "timer": t} for s in stages for t in grid.timers_for(device)]
         return [row for row in rows if case_key(row) not in done]
 
-    params = json.dumps({"max_det": grid.max_det, "max_candidates": grid.max_candidates}, sort_keys=True)
     for source in grid.sources:
+        layout = SOURCE_LAYOUTS[source]
+        params = {"max_det": grid.max_det, "max_candidates": grid.max_candidates}
+        if layout != "yolov5":  # yolov5 rows keep the params of files written before the layout was a choice
+            params["layout"] = layout
+        params = json.dumps(params, sort_keys=True)
         try:
             raw_all, images, size = load_source(source, max(grid.batches), grid.seed, grid.recordings)
-            validate_raw(raw_all)
+            validate_raw(raw_all, layout)
             failure = None
         except Exception as exc:
             raw_all, images, size, failure = None, [], "", f"loading source {source}: {error_text(exc)}"
         for batch in grid.batches:
             for conf in grid.confs:
                 base = {"benchmark": "pipeline", "scenario": source, "overlap": conf, "iou_threshold": grid.iou,
-                        "seed": grid.seed if source == "synthetic" else "", "classes": 80, "dtype": "float32",
+                        "seed": grid.seed if source != "real" else "", "classes": 80, "dtype": "float32",
                         "batch": batch, "params": params, "threads": grid.threads, "input_size": size}
                 if failure:
                     for device in grid.devices:
@@ -227,12 +245,14 @@ def _pipeline_pass(grid: PipelineGrid, emit: Callable[[dict], None], done, betwe
                                 emit(row | {"status": "error", "error": failure})
                     continue
                 raw = raw_all[:batch]
-                base |= {"n": raw.shape[1], "image": _images_column(source, images[:batch], grid.seed)}
+                rows_axis, fields = (2, 1) if layout == "yolov8" else (1, 2)
+                base |= {"n": raw.shape[rows_axis], "classes": raw.shape[fields] - LAYOUT_FIELDS[layout],
+                         "image": _images_column(source, images[:batch], grid.seed)}
                 cases = [(device, name) for device in grid.devices for name in grid.pipelines if rows_of(base, name, device)]
                 if not cases:  # all written already (--resume)
                     continue
                 try:
-                    config = PipelineConfig(conf, grid.iou, grid.max_det, grid.max_candidates, (size, size))
+                    config = PipelineConfig(conf, grid.iou, grid.max_det, grid.max_candidates, (size, size), layout)
                     reference_pipeline = known[REFERENCE_PIPELINE].build(raw, config, "cpu")
                     reference = reference_pipeline.nms(candidates := reference_pipeline.decode())
                     base["candidates"] = sum(len(c.rows) for c in candidates)
@@ -271,6 +291,8 @@ def _run_group(known: dict, members: list, device: str, raw: np.ndarray, config:
         skip = f"no pipeline named {name}" if pipeline is None else None
         if pipeline is not None:
             available, reason = pipeline.availability(device)
+            if available:
+                available, reason = pipeline.reads(config.layout)
             skip = None if available else reason
         if skip:
             yield from (row | {"status": "skipped", "error": skip} for row in rows)
@@ -311,15 +333,18 @@ def _build(pipeline: Pipeline, name: str, device: str, raw: np.ndarray, config: 
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
     prepared = pipeline.build(raw, config, device)
-    detections = prepared.run()  # warm-up, and the output that is checked
+    detections = prepared.detections()  # warm-up, and the output that is checked
     if device == "cuda":
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated() - before
     built |= {"agreement": compare_detections(detections, reference), "peak": peak, "skipped": {}}
-    candidates = prepared.decode()
-    ops = {"decode": prepared.decode, "nms": lambda: prepared.nms(candidates), "total": prepared.run}
+    ops = {"total": prepared.run}
+    if "decode" in prepared.stages:
+        candidates = prepared.decode()
+        ops |= {"decode": prepared.decode, "nms": lambda: prepared.nms(candidates)}
 
     def same_detections(timer: str, output) -> None:
+        output = output if isinstance(output, list) else prepared.finish(output)  # api: run_pipeline's detections
         agreement = compare_detections(output, detections)
         if agreement["jaccard"] != 1.0 or agreement["mismatched"]:
             raise RuntimeError(f"the {timer} timer's call gives other detections than the pipeline's")
@@ -427,12 +452,13 @@ def _list_pipelines(ctx, param, value):
     from .progress import make_console
 
     table = Table(title="nmsbench pipelines")
-    for column in ("name", "nms family", "device", "available", "summary"):
+    for column in ("name", "nms family", "device", "layouts", "available", "summary"):
         table.add_column(column, overflow="fold")
     for name, p in pipelines().items():
         for device in p.devices:
             available, reason = p.availability(device)
-            table.add_row(name, p.nms_family, device, "[green]yes[/]" if available else f"[red]no[/]: {reason}", p.summary)
+            table.add_row(name, p.nms_family, device, ",".join(p.layouts),
+                          "[green]yes[/]" if available else f"[red]no[/]: {reason}", p.summary)
     make_console().print(table)
     ctx.exit()
 
@@ -440,18 +466,23 @@ def _list_pipelines(ctx, param, value):
 HELP = """Time post-processing from raw detector output to final detections, stage by stage.
 
     \b
-    nmsbench pipeline                                   batches 1, 8, 32 on the CPU, real and synthetic input
+    nmsbench pipeline                                   batches 1, 8, 32, 64 on the CPU, every source
     nmsbench pipeline --device cpu,cuda --conf 0.25,0.001
-    nmsbench pipeline --source synthetic --pipeline numpy,torch_batched_nms --batch 32
+    nmsbench pipeline --source synthetic_yolov8 --pipeline numpy,batched_op --batch 32
 
-    Each pipeline decodes (score = objectness x best class >= --conf, boxes clipped to the
-    input), runs class-aware NMS at --iou and keeps --max-det per image. Pipelines: numpy
-    (the CPU reference), torch_batched_nms, and torch+<impl> for each registered hard or
-    all-pairs NMS. Rows (stage decode, nms, total) go to the sweep's CSV schema with
-    benchmark=pipeline, batch, stage, candidates, and agreement with the numpy reference.
-    The stages of one source, batch, threshold and device are timed together in rotated
-    rounds (--rounds); a stage timed above its total beyond the noise is re-timed once,
-    then flagged noisy.
+    Sources: real (recorded YOLOv3-tiny rows), synthetic (YOLOv5 layout [B, 25200, 85])
+    and synthetic_yolov8 (the same detections channels first, [B, 84, 25200]). Every
+    pipeline decodes (a candidate's score, objectness x class or the class score, strictly
+    above --conf; boxes not clipped), runs class-aware NMS at --iou and keeps --max-det per
+    image. Pipelines (--list): numpy (the CPU reference), ultralytics_loop (per image, class
+    offsets, torchvision nms), torchvision_batched_nms (one call a batch), onnxruntime_nms
+    (CPU), cupy_seed_kernels (CUDA, yolov5 only), batched_op (the batched op, eager),
+    batched_op_graph (replayed in a CUDA graph), torch_batched_nms and torch+<impl> for
+    each registered hard or all-pairs NMS. Rows (stage decode, nms, total; a one-call
+    pipeline has total only) go to the sweep's CSV schema with benchmark=pipeline, batch,
+    stage, candidates, and agreement with the numpy reference. The stages of one source,
+    batch, threshold and device are timed together in rotated rounds (--rounds); a stage
+    timed above its total beyond the noise is re-timed once, then flagged noisy.
     """
 
 
