@@ -222,7 +222,7 @@ def run_accuracy_bench(grid: AccuracyGrid, write: Callable[[dict], None],
     if grid.cluster:
         from .cluster_accuracy import run_accuracy
 
-        return run_accuracy(grid, write, on_case, done, between_turns, gauge)
+        return run_accuracy(grid, write, on_case, done, between_turns, gauge, cluster_parts())
     emit, counts, gauge = start_run(grid, write, on_case, gauge)
     known = implementations()
     for source_name in grid.sources:
@@ -339,6 +339,15 @@ def _unrunnable(impl: Optional[Implementation], name: str, device: str) -> Optio
     if torch.float32 not in backend.dtypes:
         return f"float32 not supported on {device}"
     return None
+
+
+def cluster_parts():
+    """What :mod:`nmsbench.cluster_accuracy` (which this module imports) needs of this one;
+    its functions travel to the workers by reference."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(SYNTHETIC_SOURCES=SYNTHETIC_SOURCES, TIMER=TIMER, case_row=_case_row, unrunnable=_unrunnable,
+                           load_source=load_source, per_image=per_image)
 
 
 # --- the command line's part: checks before a run

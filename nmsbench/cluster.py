@@ -218,17 +218,17 @@ def maybe_die(kill_once: Optional[str]) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def sweep_group(sub, done, kill_once: Optional[str] = None):
+def sweep_group(sub, done, kill_once: Optional[str], sweep_pass: Callable):
     """A worker's task: every case of ``sub`` (a sweep grid of one box set, or one recording's
-    caps, on one device) not in ``done``; (rows with this worker's columns, the worker)."""
+    caps, on one device) not in ``done`` through ``sweep_pass`` (the runner's); (rows with
+    this worker's columns, the worker)."""
     from .engine.rounds import use_threads
-    from .runner import _sweep_pass
 
     with _TIMING:
         maybe_die(kill_once)
         use_threads(sub.threads)
         rows: list[dict] = []
-        _sweep_pass(sub, rows.append, done, lambda: None, gauge(), None)
+        sweep_pass(sub, rows.append, done, lambda: None, gauge(), None)
     me = identity()
     return [row | me["columns"] for row in rows], me["worker"]
 
@@ -322,17 +322,16 @@ def sweep_groups(part) -> Iterator[tuple[tuple, object]]:
                     yield (scenario, tuple(ns), overlap, recording, canvas, device), sub
 
 
-def group_rows(sub, done, error: BaseException) -> list[dict]:
-    """The rows a group's cases would have given, as error rows carrying ``error`` (its
-    task failed on every worker it ran on)."""
+def group_rows(sub, done, error: BaseException, case_rows: Callable, resolve: Callable) -> list[dict]:
+    """The rows a group's cases would have given (the runner's ``case_rows``, parameters by
+    its ``resolve``), as error rows carrying ``error`` (its task failed on every worker it ran on)."""
     from . import datasets
     from .engine.rounds import error_rows
     from .registry import get
-    from .runner import _case_rows, _resolve_params
     from .results import case_key
 
     impls = [get(name) for name in sub.impls]
-    params = {impl.name: _resolve_params(impl, sub.params)[0] for impl in impls}
+    params = {impl.name: resolve(impl, sub.params)[0] for impl in impls}
     scenario, overlap, canvas = sub.scenarios[0], sub.overlaps[0], sub.canvases_for(sub.scenarios[0])[0]
     recording = sub.recordings_for(scenario)[0]
     rows = []
@@ -346,15 +345,18 @@ def group_rows(sub, done, error: BaseException) -> list[dict]:
             except Exception:
                 pass
         for dtype, iou, impl in itertools.product(sub.dtypes, sub.ious, impls):
-            rows += _case_rows(impl, sub.devices[0], dtype, iou, sub, base, params[impl.name])
+            rows += case_rows(impl, sub.devices[0], dtype, iou, sub, base, params[impl.name])
     return list(error_rows([row for row in rows if case_key(row) not in done], RuntimeError(
         f"its case group failed on the cluster: {type(error).__name__}: {error}")))
 
 
 def run_sweep(grid, write: Callable[[dict], None], on_case: Callable[[dict], None] = lambda row: None,
-              done=frozenset(), between_turns: Callable[[], None] = lambda: None, gauge_=None) -> dict:
+              done=frozenset(), between_turns: Callable[[], None] = lambda: None, gauge_=None, runner: tuple = ()) -> dict:
     """:func:`nmsbench.runner.run_sweep` on ``grid.cluster``: each pass's case groups as
-    tasks (the device pass after every other, as locally), rows written as they arrive."""
+    tasks (the device pass after every other, as locally), rows written as they arrive.
+    ``runner``: the runner's (sweep pass, case rows, parameter resolver), given by it (the
+    runner imports this module)."""
+    sweep_pass, case_rows, resolve = runner
     from .engine.rounds import finish_run, start_run
     from .timers import timer_passes
 
@@ -365,11 +367,11 @@ def run_sweep(grid, write: Callable[[dict], None], on_case: Callable[[dict], Non
         out = Deduplicated(emit, done)
         gpu = gpu_resources(client, grid.devices)
         for part in timer_passes(grid):
-            jobs = [Job(sweep_group, (sub, frozenset(done), KILL_ONCE), gpu if what[-1] == "cuda" else None, (what, sub))
+            jobs = [Job(sweep_group, (sub, frozenset(done), KILL_ONCE, sweep_pass), gpu if what[-1] == "cuda" else None, (what, sub))
                     for what, sub in sweep_groups(part)]
             for job, result in stream(client, jobs, between_turns):
                 if isinstance(result, BaseException):
-                    out.rows(group_rows(job.what[1], out.written, result))
+                    out.rows(group_rows(job.what[1], out.written, result, case_rows, resolve))
                 else:
                     out.rows(*result)
         note = out.note(grid.cluster)

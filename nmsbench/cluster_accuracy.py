@@ -12,7 +12,9 @@ For each source and device (a group), three kinds of task:
 
 A row is written when its case's evaluation and timing are both in. Workers load the
 source themselves (once per process): the synthetic scene sets from their seed, a coco
-source from its files (which every worker must reach at the same path).
+source from its files (which every worker must reach at the same path). What they need of
+the accuracy benchmark comes as ``bench`` (:func:`nmsbench.accuracy_bench.cluster_parts`),
+which imports this module.
 """
 
 from __future__ import annotations
@@ -34,17 +36,15 @@ def _key(grid, name: str) -> tuple:
     return (name, grid.images, grid.seed, grid.candidates, grid.annotations, tuple(grid.image_ids or ()))
 
 
-def _source(grid, name: str, device: str):
-    from .accuracy_bench import load_source
-
+def _source(bench, grid, name: str, device: str):
     key = (*_key(grid, name), device)
     if key not in _SOURCES:
         _SOURCES.clear()  # one source at a time: a worker's tasks come group by group
-        _SOURCES[key] = load_source(grid, name).to(device)
+        _SOURCES[key] = bench.load_source(grid, name).to(device)
     return _SOURCES[key]
 
 
-def detect_batch(grid, name: str, device: str, cases: list[tuple], start: int, stop: int, kill_once=None) -> dict:
+def detect_batch(bench, grid, name: str, device: str, cases: list[tuple], start: int, stop: int, kill_once=None) -> dict:
     """A worker's task: each case (impl, iou, params) on images ``start:stop`` of the source;
     {case index: (detections table, kept) or the error's text}."""
     from .accuracy import AccuracySource, detect
@@ -53,7 +53,7 @@ def detect_batch(grid, name: str, device: str, cases: list[tuple], start: int, s
     with _TIMING:
         maybe_die(kill_once)
         use_threads(grid.threads)
-        source = _source(grid, name, device)
+        source = _source(bench, grid, name, device)
         part = AccuracySource(source.name, source.images[start:stop], source.ground_truth, source.source_params,
                               source.image, source.seed, source.crowded)
         found = {}
@@ -66,7 +66,7 @@ def detect_batch(grid, name: str, device: str, cases: list[tuple], start: int, s
     return found
 
 
-def evaluate(grid, name: str, tables: list) -> dict:
+def evaluate(bench, grid, name: str, tables: list) -> dict:
     """A worker's task: COCO metrics of one case's detections (its batches' tables, in order)."""
     import numpy as np
 
@@ -74,9 +74,7 @@ def evaluate(grid, name: str, tables: list) -> dict:
 
     key = _key(grid, name)
     if key not in _TRUTH:
-        from .accuracy_bench import load_source
-
-        source = next((s for k, s in _SOURCES.items() if k[:-1] == key), None) or load_source(grid, name)
+        source = next((s for k, s in _SOURCES.items() if k[:-1] == key), None) or bench.load_source(grid, name)
         _TRUTH.clear()
         _TRUTH[key] = (source.ground_truth, source.crowded)
     truth, crowded = _TRUTH[key]
@@ -85,19 +83,19 @@ def evaluate(grid, name: str, tables: list) -> dict:
     return {k: "" if math.isnan(v) else v for k, v in metrics.items()}
 
 
-def time_group(grid, name: str, device: str, cases: list[tuple], kill_once=None) -> tuple[list, dict]:
+def time_group(bench, grid, name: str, device: str, cases: list[tuple], kill_once=None) -> tuple[list, dict]:
     """A worker's task: every case timed in rotated rounds over all the images, as
     locally; per case its measurement columns (per image), ("skipped", why) or ("error", why)."""
     from .accuracy import nms_pass
-    from .accuracy_bench import TIMER, per_image
     from .engine.rounds import Contender, error_text, prepare, time_in_rounds, use_threads
     from .timers import TIMERS, Callables
 
     with _TIMING:
         maybe_die(kill_once)
         use_threads(grid.threads)
-        source = _source(grid, name, device)
+        source = _source(bench, grid, name, device)
         settings = grid.settings
+        TIMER = bench.TIMER
         results: list = [None] * len(cases)
         contenders = []
         for k, (impl, iou, params) in enumerate(cases):
@@ -121,7 +119,7 @@ def time_group(grid, name: str, device: str, cases: list[tuple], kill_once=None)
             elif TIMER in outcome.skipped:
                 results[k] = ("skipped", outcome.skipped[TIMER])
             else:
-                results[k] = per_image(outcome.measured[TIMER], len(source.images))
+                results[k] = bench.per_image(outcome.measured[TIMER], len(source.images))
     me = identity()
     return results, me
 
@@ -135,16 +133,17 @@ def batches(images: int, workers: int) -> list[tuple[int, int]]:
 
 
 def run_accuracy(grid, write: Callable[[dict], None], on_case: Callable[[dict], None] = lambda row: None,
-                 done=frozenset(), between_turns: Callable[[], None] = lambda: None, gauge_=None) -> dict:
-    """:func:`nmsbench.accuracy_bench.run_accuracy_bench` on ``grid.cluster``."""
+                 done=frozenset(), between_turns: Callable[[], None] = lambda: None, gauge_=None, bench=None) -> dict:
+    """:func:`nmsbench.accuracy_bench.run_accuracy_bench` on ``grid.cluster`` (``bench``: its parts)."""
     import json
 
-    from .accuracy_bench import SYNTHETIC_SOURCES, TIMER, _case_row, _unrunnable, load_source
     from .engine.rounds import error_text, finish_run, start_run
     from .registry import implementations
     from .results import case_key
 
     check_grid(grid, reach=False)
+    SYNTHETIC_SOURCES, TIMER, _case_row, _unrunnable, load_source = (
+        bench.SYNTHETIC_SOURCES, bench.TIMER, bench.case_row, bench.unrunnable, bench.load_source)
     emit, counts, driver_gauge = start_run(grid, write, on_case, gauge_)
     client = connect(grid.cluster, grid.devices)
     local = dataclass_replace(grid, cluster=None)
@@ -186,8 +185,8 @@ def run_accuracy(grid, write: Callable[[dict], None], on_case: Callable[[dict], 
                 resources = gpu if device == "cuda" else None
                 group = {"rows": runnable, "detected": {}, "batches": len(ranges), "scored": {}, "timed": None}
                 groups[name, device] = group
-                jobs.append(Job(time_group, (local, name, device, cases, KILL()), resources, ("time", name, device)))
-                jobs += [Job(detect_batch, (local, name, device, cases, a, b, KILL()), resources, ("detect", name, device, i))
+                jobs.append(Job(time_group, (bench, local, name, device, cases, KILL()), resources, ("time", name, device)))
+                jobs += [Job(detect_batch, (bench, local, name, device, cases, a, b, KILL()), resources, ("detect", name, device, i))
                          for i, (a, b) in enumerate(ranges)]
         for job, result in stream(client, jobs, between_turns):  # evaluations join the jobs as detections complete
             kind, name, device = job.what[:3]
@@ -197,7 +196,7 @@ def run_accuracy(grid, write: Callable[[dict], None], on_case: Callable[[dict], 
             if kind == "detect":
                 group["detected"][job.what[3]] = result
                 if len(group["detected"]) == group["batches"]:
-                    jobs += _evaluations(local, name, device, group)
+                    jobs += _evaluations(bench, local, name, device, group)
             elif kind == "eval":
                 group["scored"][job.what[3]] = result
             else:
@@ -235,7 +234,7 @@ def _failed(kind: str, group: dict, error: BaseException):
     return [("error", text)] * len(group["rows"])
 
 
-def _evaluations(grid, name: str, device: str, group: dict) -> list[Job]:
+def _evaluations(bench, grid, name: str, device: str, group: dict) -> list[Job]:
     """One evaluation task per case whose every batch gave detections (an error text makes
     its row an error row without one)."""
     jobs = []
@@ -247,7 +246,7 @@ def _evaluations(grid, name: str, device: str, group: dict) -> list[Job]:
             continue
         group["rows"][k]["kept"] = sum(kept for _, kept in parts)
         group["rows"][k]["detections"] = sum(len(table) for table, _ in parts)
-        jobs.append(Job(evaluate, (grid, name, [table for table, _ in parts]), None, ("eval", name, device, k)))
+        jobs.append(Job(evaluate, (bench, grid, name, [table for table, _ in parts]), None, ("eval", name, device, k)))
     return jobs
 
 

@@ -290,7 +290,7 @@ def run_sweep(grid: Grid, write: Callable[[dict], None], on_case: Callable[[dict
     its rounds). ``gauge`` reads the host's speed (default: a new ``HostGauge``); the
     counts returned carry its summary under ``host``. ``grid.cluster``: on Dask workers (nmsbench.cluster)."""
     if grid.cluster:
-        return _cluster().run_sweep(grid, write, on_case, done, between_turns, gauge)
+        return _cluster().run_sweep(grid, write, on_case, done, between_turns, gauge, (_sweep_pass, _case_rows, _resolve_params))
     emit, counts, gauge = start_run(grid, write, on_case, gauge)
     passes = timer_passes(grid)
     # each box set with its references, made once for every pass (the device pass reuses them);
