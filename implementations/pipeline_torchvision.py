@@ -22,11 +22,10 @@ from nmsbench.pipeline import LAYOUT_FIELDS, Detections, Pipeline, PipelineConfi
 def decode_batch(raw: torch.Tensor, threshold: float, layout: str):
     """(image, row, boxes, scores, labels) of every candidate of the batch, image-major."""
     fields = LAYOUT_FIELDS[layout]
-    if layout == "yolov8":
-        rows_view = raw.transpose(1, 2)
-        best_score, best = rows_view[:, :, fields:].max(dim=2)
+    if layout == "yolov8":  # reduced over the classes on the channels-first head
+        best_score, best = raw[:, fields:].max(dim=1)
         image, row = (best_score > threshold).nonzero(as_tuple=True)
-        q, label, score = rows_view[image, row], best[image, row], best_score[image, row]
+        q, label, score = raw.transpose(1, 2)[image, row], best[image, row], best_score[image, row]
     else:
         image, row = (raw[:, :, 4] > threshold).nonzero(as_tuple=True)
         q = raw[image, row]

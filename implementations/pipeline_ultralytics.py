@@ -41,14 +41,13 @@ def _build(raw: np.ndarray, config: PipelineConfig, device: str) -> Prepared:
     def decode() -> list[Detections]:
         out = []
         for prediction in tensor:
-            x = prediction.T if v8 else prediction
-            if v8:
-                rows = (x[:, fields:].amax(1) > threshold).nonzero()[:, 0]
-                x = x[rows]
+            if v8:  # as ultralytics: the candidate test on the channels-first head, then rows
+                rows = (prediction[fields:].amax(0) > threshold).nonzero()[:, 0]
+                x = prediction.T[rows]
                 scores = x[:, fields:]
             else:
-                rows = (x[:, 4] > threshold).nonzero()[:, 0]
-                x = x[rows]
+                rows = (prediction[:, 4] > threshold).nonzero()[:, 0]
+                x = prediction[rows]
                 scores = x[:, fields:] * x[:, 4:5]
             conf, label = scores.max(1)
             passed = conf > threshold

@@ -216,13 +216,12 @@ def decode_numpy(raw: np.ndarray, conf_threshold: float, input_size: tuple[float
     above = np.greater if rule.strict else np.greater_equal
     out = []
     for p in raw:
-        if layout == "yolov8":
-            p = p.T  # [A, 4 + C]: rows
-            cls = p[:, LAYOUT_FIELDS["yolov8"]:]
-            best = cls.argmax(axis=1)
-            score = np.take_along_axis(cls, best[:, None], axis=1)[:, 0]
-            rows = np.flatnonzero(above(score, threshold))
-            q, best, score = p[rows], best[rows], score[rows]
+        if layout == "yolov8":  # [4 + C, A]: reduced over the classes in place, the candidates' columns read after
+            cls = p[LAYOUT_FIELDS["yolov8"]:]
+            rows = np.flatnonzero(above(cls.max(axis=0), threshold))
+            q, cls = p[:, rows].T, cls[:, rows]
+            best = cls.argmax(axis=0)
+            score = cls[best, np.arange(len(rows))]
         else:
             rows = np.flatnonzero(above(p[:, 4], threshold))  # score <= objectness: an exact prefilter
             q = p[rows]
@@ -332,10 +331,9 @@ def decode_torch(raw: torch.Tensor, conf_threshold: float, input_size: tuple[flo
         return values > threshold if rule.strict else values >= threshold
 
     if layout == "yolov8":
-        rows_view = raw.transpose(1, 2)  # [B, A, 4 + C]
-        best_score, best = rows_view[:, :, LAYOUT_FIELDS["yolov8"]:].max(dim=2)  # the first maximum on ties
+        best_score, best = raw[:, LAYOUT_FIELDS["yolov8"]:].max(dim=1)  # over the classes; the first maximum on ties
         image, row = above(best_score).nonzero(as_tuple=True)  # row-major: images ascending
-        q, best, score = rows_view[image, row], best[image, row], best_score[image, row]
+        q, best, score = raw.transpose(1, 2)[image, row], best[image, row], best_score[image, row]
     else:
         image, row = above(raw[:, :, 4]).nonzero(as_tuple=True)
         q = raw[image, row]

@@ -203,16 +203,19 @@ def run_pipeline_bench(grid: PipelineGrid, write: Callable[[dict], None],
     ``between_turns()`` runs after each contender's turn; ``gauge`` reads the host's speed
     (default: a new ``HostGauge``); the counts returned carry its summary under ``host``."""
     emit, counts, gauge = start_run(grid, write, on_case, gauge)
+    loaded: dict = {}  # the sources, made once for every timer pass (64 synthetic images take seconds)
     for part in timer_passes(grid):
-        _pipeline_pass(part, emit, done, between_turns, gauge)
+        _pipeline_pass(part, emit, done, between_turns, gauge, loaded)
     return finish_run(counts, gauge)
 
 
 def _pipeline_pass(grid: PipelineGrid, emit: Callable[[dict], None], done, between_turns: Callable[[], None] = lambda: None,
-                   gauge: Optional[HostGauge] = None) -> None:
-    """Every case of ``grid`` (one pass of :func:`run_pipeline_bench`), its rows to ``emit``."""
+                   gauge: Optional[HostGauge] = None, loaded: Optional[dict] = None) -> None:
+    """Every case of ``grid`` (one pass of :func:`run_pipeline_bench`), its rows to ``emit``;
+    ``loaded`` keeps the sources read by an earlier pass."""
     known = pipelines()
     gauge = gauge or HostGauge()
+    loaded = {} if loaded is None else loaded
 
     def rows_of(base: dict, name: str, device: str) -> list[dict]:
         pipeline = known.get(name)
@@ -228,8 +231,12 @@ def _pipeline_pass(grid: PipelineGrid, emit: Callable[[dict], None], done, betwe
             params["layout"] = layout
         params = json.dumps(params, sort_keys=True)
         try:
-            raw_all, images, size = load_source(source, max(grid.batches), grid.seed, grid.recordings)
-            validate_raw(raw_all, layout)
+            key = (source, max(grid.batches), grid.seed, tuple(grid.recordings or ()))
+            if key not in loaded:
+                raw_all, images, size = load_source(*key[:3], grid.recordings)
+                validate_raw(raw_all, layout)
+                loaded[key] = raw_all, images, size
+            raw_all, images, size = loaded[key]
             failure = None
         except Exception as exc:
             raw_all, images, size, failure = None, [], "", f"loading source {source}: {error_text(exc)}"

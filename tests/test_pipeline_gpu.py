@@ -35,6 +35,18 @@ def inputs():
             "synthetic_yolov8": (synthetic_raw(8, seed=1, layout="yolov8"), 640)}
 
 
+_references: dict = {}
+
+
+def references(source: str, conf: float, inputs) -> list:
+    """The numpy reference of a source at a threshold, made once (at conf 0.001 it takes seconds)."""
+    if (source, conf) not in _references:
+        raw, size = inputs[source]
+        _references[source, conf] = run_pipeline("numpy", raw, PipelineConfig(conf, 0.45, 300, 4096, (size, size),
+                                                                              SOURCE_LAYOUTS[source]))
+    return _references[source, conf]
+
+
 @pytest.mark.parametrize("name", CUDA_PIPELINES)
 @pytest.mark.parametrize("source", ["real", "synthetic", "synthetic_yolov8"])
 @pytest.mark.parametrize("conf", [0.25, 0.001])
@@ -43,7 +55,7 @@ def test_cuda_pipeline_agrees_with_the_numpy_reference(inputs, name, source, con
     config = PipelineConfig(conf, 0.45, 300, 4096, (size, size), SOURCE_LAYOUTS[source])
     if not pipelines()[name].reads(config.layout)[0]:
         pytest.skip(pipelines()[name].reads(config.layout)[1])
-    reference = run_pipeline("numpy", raw, config)
+    reference = references(source, conf, inputs)
     detections = run_pipeline(name, torch.from_numpy(raw).cuda(), config, device="cuda")
     if name != "cupy_seed_kernels":  # which ends, by design, with one copy of its result to the host
         assert all(d.rows.device.type == "cuda" for d in detections)
