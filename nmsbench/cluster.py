@@ -23,6 +23,8 @@ import os
 import re
 import signal
 import threading
+import time
+import uuid
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional
 
@@ -89,6 +91,7 @@ def check_grid(grid, reach: bool = True) -> None:
 # --- the cluster: started (local:K) or reached (an address), one client per spec in this process
 
 _CLIENTS: dict[str, tuple] = {}  # spec -> (client, the local cluster or None)
+CONNECTED_S: dict[str, float] = {}  # spec -> seconds its connection (and a local cluster's start) took
 
 
 def visible_gpus() -> list[str]:
@@ -111,7 +114,8 @@ def local_cluster(workers: int, gpus: list[str]):
 
     spec = {}
     for i in range(workers):
-        options = {"nthreads": 1, "host": "127.0.0.1", "memory_limit": 0, "resources": {}, "env": {}}
+        options = {"nthreads": 1, "host": "127.0.0.1", "memory_limit": 0, "resources": {}, "env": {},
+                   "silence_logs": 40}  # the workers' start and stop are no news to a run
         if i < len(gpus):
             options |= {"resources": {"GPU": 1}, "env": {"CUDA_VISIBLE_DEVICES": gpus[i]}}
         spec[f"nmsbench-{i}"] = {"cls": Nanny, "options": options}
@@ -132,10 +136,12 @@ def connect(spec: str, devices=("cpu",)):
 
     local = LOCAL.fullmatch(spec)
     cluster = None
+    started = time.perf_counter()
     try:
         if local:
             cluster = local_cluster(int(local[1]), visible_gpus() if "cuda" in devices else [])
             client = Client(cluster, set_as_default=False)
+            client.wait_for_workers(int(local[1]))
         else:
             client = Client(spec, timeout=CONNECT_TIMEOUT, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as e:
@@ -143,6 +149,7 @@ def connect(spec: str, devices=("cpu",)):
             cluster.close()
         raise ClusterError(f"cannot reach the Dask scheduler at {spec}: {' '.join(str(e).split()) or type(e).__name__}") from None
     _CLIENTS[spec] = (client, cluster)
+    CONNECTED_S[spec] = time.perf_counter() - started
     return client
 
 
@@ -170,6 +177,24 @@ def gpu_resources(client, devices) -> Optional[dict]:
     if any("GPU" in r for r in declared.values()):
         return {"GPU": 1}
     return None
+
+
+def warm_workers(client, spec: str) -> dict:
+    """Every worker's fixed start-up cost paid before the first case (the imports of the
+    benchmarks, the implementations' registry and the host gauge), so that the cases'
+    tasks carry only their own; the start-up's seconds: ``connect_s`` (the cluster's start
+    or its scheduler reached) and ``warm_s``."""
+    started = time.perf_counter()
+    client.run(_warm)
+    return {"connect_s": round(CONNECTED_S.get(spec, 0.0), 2), "warm_s": round(time.perf_counter() - started, 2)}
+
+
+def _warm() -> None:
+    from . import accuracy_bench, runner  # noqa: F401  (each imports what its tasks run)
+    from .registry import implementations
+
+    implementations()
+    gauge()
 
 
 # --- the worker side
@@ -218,19 +243,31 @@ def maybe_die(kill_once: Optional[str]) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def sweep_group(sub, done, kill_once: Optional[str], sweep_pass: Callable):
+_BOX_SETS: dict = {}  # the box sets (and references) of the run ``token`` on this worker, for its later passes
+
+
+def sweep_group(sub, done, kill_once: Optional[str], sweep_pass: Callable, token: Optional[str] = None):
     """A worker's task: every case of ``sub`` (a sweep grid of one box set, or one recording's
     caps, on one device) not in ``done`` through ``sweep_pass`` (the runner's); (rows with
-    this worker's columns, the worker)."""
+    this worker's columns, the worker, the task's seconds). ``token``: the run's, when it
+    has later passes that can reuse this group's box set (None: none is kept)."""
     from .engine.rounds import use_threads
 
     with _TIMING:
+        started = time.perf_counter()
         maybe_die(kill_once)
         use_threads(sub.threads)
+        box_sets = None
+        if token is not None:
+            if _BOX_SETS.get("token") != token:
+                _BOX_SETS.clear()
+                _BOX_SETS.update(token=token, sets={})
+            box_sets = _BOX_SETS["sets"]
         rows: list[dict] = []
-        sweep_pass(sub, rows.append, done, lambda: None, gauge(), None)
+        sweep_pass(sub, rows.append, done, lambda: None, gauge(), box_sets)
+        spent = time.perf_counter() - started
     me = identity()
-    return [row | me["columns"] for row in rows], me["worker"]
+    return [row | me["columns"] for row in rows], me["worker"], spent
 
 
 # --- the driver side
@@ -287,8 +324,10 @@ class Deduplicated:
         from .results import case_key
 
         self.emit, self.key, self.written, self.workers = emit, case_key, set(done), {}
+        self.task_s = 0.0  # seconds the workers spent inside the tasks (those that report it)
 
-    def rows(self, rows, worker: Optional[dict] = None) -> None:
+    def rows(self, rows, worker: Optional[dict] = None, spent: float = 0.0) -> None:
+        self.task_s += spent
         if worker:
             self.workers[worker.get("address") or worker.get("machine")] = worker
         for row in rows:
@@ -299,7 +338,8 @@ class Deduplicated:
 
     def note(self, spec: str) -> dict:
         """The sidecar's ``cluster`` note."""
-        return {"spec": spec, "workers": sorted(self.workers.values(), key=lambda w: (w["machine"], w["address"]))}
+        return {"spec": spec, "workers": sorted(self.workers.values(), key=lambda w: (w["machine"], w["address"])),
+                "task_s": round(self.task_s, 2)}
 
 
 def sweep_groups(part) -> Iterator[tuple[tuple, object]]:
@@ -364,17 +404,21 @@ def run_sweep(grid, write: Callable[[dict], None], on_case: Callable[[dict], Non
     emit, counts, driver_gauge = start_run(grid, write, on_case, gauge_)
     client = connect(grid.cluster, grid.devices)
     try:
+        startup = warm_workers(client, grid.cluster)
         out = Deduplicated(emit, done)
         gpu = gpu_resources(client, grid.devices)
-        for part in timer_passes(grid):
-            jobs = [Job(sweep_group, (sub, frozenset(done), KILL_ONCE, sweep_pass), gpu if what[-1] == "cuda" else None, (what, sub))
+        passes = timer_passes(grid)
+        token = uuid.uuid4().hex if len(passes) > 1 else None  # later passes reuse a worker's box sets
+        sent = client.scatter(frozenset(done), broadcast=True) if done else frozenset()  # sent once, not per task
+        for part in passes:
+            jobs = [Job(sweep_group, (sub, sent, KILL_ONCE, sweep_pass, token), gpu if what[-1] == "cuda" else None, (what, sub))
                     for what, sub in sweep_groups(part)]
             for job, result in stream(client, jobs, between_turns):
                 if isinstance(result, BaseException):
                     out.rows(group_rows(job.what[1], out.written, result, case_rows, resolve))
                 else:
                     out.rows(*result)
-        note = out.note(grid.cluster)
+        note = out.note(grid.cluster) | startup
     finally:
         release(grid.cluster)
     return finish_run(counts, driver_gauge) | {"cluster": note}

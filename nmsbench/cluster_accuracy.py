@@ -1,17 +1,22 @@
 """``nmsbench accuracy --cluster``: the images spread across Dask workers, the COCO
 evaluation exact.
 
-For each source and device (a group), three kinds of task:
+For each source and device (a group), two kinds of task:
 
-- detection, one per image batch: every case of the group run on the batch's images (as
-  :func:`nmsbench.accuracy.detect` runs them locally); its detections per image come back;
+- a batch, one per range of images: every case of the group run on the batch's images (its
+  warm-up and detections, as :func:`nmsbench.accuracy.detect` runs them locally), then all
+  of them timed together in rotated rounds, a pass over the batch's images as the timed
+  call, under the engine's rounds and this worker's host gauge, with the batch's share of
+  ``--min-run-time``; its detections and measurements come back;
 - evaluation, one per case: the case's detections of every batch, joined in image order
-  (the very table one process makes), scored by the COCO evaluator;
-- timing, one per group: every case of the group a contender timing a pass over all the
-  images in rotated rounds (the local run's measurement, on one worker).
+  (the very table one process makes), scored by the COCO evaluator.
 
-A row is written when its case's evaluation and timing are both in. Workers load the
-source themselves (once per process): the synthetic scene sets from their seed, a coco
+A case's time per image is then put together on the driver (:func:`merge_measured`): round
+by round and block by block, the batches' pass times add up to a pass over every image
+(the time one process measures, one process timing a pass over all of them), and that is
+summarized as locally (median of the round medians, IQR, the noisy rule) and divided by the
+images. A row is written when its evaluation and every batch's timing are in. Workers load
+the source themselves (once per process): the synthetic scene sets from their seed, a coco
 source from its files (which every worker must reach at the same path). What they need of
 the accuracy benchmark comes as ``bench`` (:func:`nmsbench.accuracy_bench.cluster_parts`),
 which imports this module.
@@ -19,13 +24,16 @@ which imports this module.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Callable
+from typing import Callable, Optional
+
+import numpy as np
 
 from .cluster import (Deduplicated, Job, _TIMING, check_grid, connect, gauge, gpu_resources, identity, maybe_die,
-                      release, stream)
+                      release, stream, warm_workers)
 
-BATCHES_PER_WORKER = 2  # image batches per worker and group: enough to keep every worker busy
+BATCHES_PER_WORKER = 3  # image batches per worker and group: the slow cases' passes spread evenly
 MIN_BATCH = 8  # images: a smaller batch costs more in task overhead than it spreads
 
 _SOURCES: dict = {}  # worker side: (the grid's source fields, name, device) -> the source on that device
@@ -44,32 +52,57 @@ def _source(bench, grid, name: str, device: str):
     return _SOURCES[key]
 
 
-def detect_batch(bench, grid, name: str, device: str, cases: list[tuple], start: int, stop: int, kill_once=None) -> dict:
-    """A worker's task: each case (impl, iou, params) on images ``start:stop`` of the source;
-    {case index: (detections table, kept) or the error's text}."""
-    from .accuracy import AccuracySource, detect
-    from .engine.rounds import error_text, use_threads
+def batch_task(bench, grid, name: str, device: str, cases: list[tuple], start: int, stop: int,
+               kill_once: Optional[str] = None) -> tuple[list, list, dict]:
+    """A worker's task: each case (impl, iou, params) on images ``start:stop`` of the
+    source, run once (warm-up and detections), then every case timed in rotated rounds (a
+    pass over these images its call) for this batch's share of ``--min-run-time``. Returns
+    (per case: (detections table, kept) or the error's text; per case: its Measured,
+    ("skipped", why) or ("error", why); this worker's identity)."""
+    from .accuracy import AccuracySource, detect, nms_pass
+    from .engine.rounds import Contender, error_text, prepare, time_in_rounds, use_threads
+    from .timers import TIMERS, Callables
 
+    TIMER = bench.TIMER
     with _TIMING:
         maybe_die(kill_once)
         use_threads(grid.threads)
         source = _source(bench, grid, name, device)
         part = AccuracySource(source.name, source.images[start:stop], source.ground_truth, source.source_params,
                               source.image, source.seed, source.crowded)
-        found = {}
+        share = (stop - start) / max(1, len(source.images))
+        settings = dataclasses.replace(grid.settings, min_run_time=grid.settings.min_run_time * share)
+        found: list = [None] * len(cases)
+        timed: list = [None] * len(cases)
+        contenders = []
         for k, (impl, iou, params) in enumerate(cases):
-            try:
-                result = detect(impl, part, iou, params, grid.max_det)
+            contender = Contender(f"{impl} {params} iou={iou:g}", cpu=device == "cpu")
+
+            def work(k=k, impl=impl, iou=iou, params=params, contender=contender):
+                result = detect(impl, part, iou, params, grid.max_det)  # the warm-up, as locally
                 found[k] = (result.rows, result.kept)
+                contender.calls[TIMER] = TIMERS[TIMER].build(Callables(op=nms_pass(impl, part, iou, params)))
+
+            try:
+                prepare(contender, settings, work)
             except Exception as exc:
-                found[k] = error_text(exc)
-    return found
+                found[k] = timed[k] = error_text(exc)
+                continue
+            contenders.append((k, contender))
+        outcomes = time_in_rounds([c for _, c in contenders], settings, gauge()) if contenders else []
+        for (k, _), outcome in zip(contenders, outcomes):
+            if outcome.error is not None:
+                timed[k] = ("error", error_text(outcome.error))
+            elif TIMER in outcome.skipped:
+                timed[k] = ("skipped", outcome.skipped[TIMER])
+            else:
+                timed[k] = outcome.measured[TIMER]
+    timed = [("error", t) if isinstance(t, str) else t for t in timed]
+    return found, timed, identity()
 
 
 def evaluate(bench, grid, name: str, tables: list) -> dict:
     """A worker's task: COCO metrics of one case's detections (its batches' tables, in order)."""
-    import numpy as np
-
     from .accuracy import coco_metrics
 
     key = _key(grid, name)
@@ -83,45 +116,31 @@ def evaluate(bench, grid, name: str, tables: list) -> dict:
     return {k: "" if math.isnan(v) else v for k, v in metrics.items()}
 
 
-def time_group(bench, grid, name: str, device: str, cases: list[tuple], kill_once=None) -> tuple[list, dict]:
-    """A worker's task: every case timed in rotated rounds over all the images, as
-    locally; per case its measurement columns (per image), ("skipped", why) or ("error", why)."""
-    from .accuracy import nms_pass
-    from .engine.rounds import Contender, error_text, prepare, time_in_rounds, use_threads
-    from .timers import TIMERS, Callables
+def merge_measured(parts: list, sizes: list[int], per_image: Callable) -> dict:
+    """A row's measurement columns per image from its batches' measurements (``parts``, one
+    per batch of ``sizes`` images): round r's block j of a pass over every image is the sum
+    of the batches' round-r block j (rounds and blocks up to the fewest any batch kept),
+    summarized as one process summarizes its rounds, then divided by the images
+    (``per_image``); ``runs``: the NMS calls timed over every batch; contention, slow
+    rounds and attempts: the worst batch's."""
+    from .engine.rounds import Measured
+    from .engine.samples import Samples
+    from .timing import Blocks, summarize
 
-    with _TIMING:
-        maybe_die(kill_once)
-        use_threads(grid.threads)
-        source = _source(bench, grid, name, device)
-        settings = grid.settings
-        TIMER = bench.TIMER
-        results: list = [None] * len(cases)
-        contenders = []
-        for k, (impl, iou, params) in enumerate(cases):
-            contender = Contender(f"{impl} {params} iou={iou:g}", cpu=device == "cpu")
-            call = nms_pass(impl, source, iou, params)
-
-            def build(contender=contender, call=call):
-                call()  # the warm-up (locally: detect's first calls)
-                contender.calls[TIMER] = TIMERS[TIMER].build(Callables(op=call))
-
-            try:
-                prepare(contender, settings, build)
-            except Exception as exc:
-                results[k] = ("error", error_text(exc))
-                continue
-            contenders.append((k, contender))
-        outcomes = time_in_rounds([c for _, c in contenders], settings, gauge()) if contenders else []
-        for (k, _), outcome in zip(contenders, outcomes):
-            if outcome.error is not None:
-                results[k] = ("error", error_text(outcome.error))
-            elif TIMER in outcome.skipped:
-                results[k] = ("skipped", outcome.skipped[TIMER])
-            else:
-                results[k] = bench.per_image(outcome.measured[TIMER], len(source.images))
-    me = identity()
-    return results, me
+    if len(parts) == 1:
+        return per_image(parts[0], sizes[0])
+    rounds = min(len(p.samples.blocks_us) for p in parts)
+    merged = []
+    for r in range(rounds):
+        width = min(len(p.samples.blocks_us[r]) for p in parts)
+        times = np.sum([np.asarray(p.samples.blocks_us[r][:width], dtype=float) for p in parts], axis=0)
+        merged.append(Blocks(times, width))
+    contention = next((p.timing.contention for p in parts if p.timing.contention), "")
+    timing = dataclasses.replace(summarize(merged, contention, rounds),
+                                 slow_rounds=max(p.timing.slow_rounds for p in parts))
+    whole = Measured(parts[0].timer, timing, max(p.attempts for p in parts), Samples.from_blocks(merged))
+    columns = per_image(whole, sum(sizes))
+    return columns | {"runs": sum(p.timing.runs * n for p, n in zip(parts, sizes))}
 
 
 def batches(images: int, workers: int) -> list[tuple[int, int]]:
@@ -142,29 +161,28 @@ def run_accuracy(grid, write: Callable[[dict], None], on_case: Callable[[dict], 
     from .results import case_key
 
     check_grid(grid, reach=False)
-    SYNTHETIC_SOURCES, TIMER, _case_row, _unrunnable, load_source = (
-        bench.SYNTHETIC_SOURCES, bench.TIMER, bench.case_row, bench.unrunnable, bench.load_source)
     emit, counts, driver_gauge = start_run(grid, write, on_case, gauge_)
     client = connect(grid.cluster, grid.devices)
-    local = dataclass_replace(grid, cluster=None)
+    local = dataclasses.replace(grid, cluster=None)
     known = implementations()
     try:
+        startup = warm_workers(client, grid.cluster)
         out = Deduplicated(emit, done)
         gpu = gpu_resources(client, grid.devices)
         workers = max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
         jobs, groups = [], {}
         for name in grid.sources:
             try:
-                source, failure = load_source(grid, name), None
+                source, failure = bench.load_source(grid, name), None
             except Exception as exc:
                 source, failure = None, f"loading source {name}: {error_text(exc)}"
-            base = {"benchmark": "accuracy", "scenario": name, "dtype": "float32", "timer": TIMER,
-                    "threads": grid.threads, "seed": grid.seed if name in SYNTHETIC_SOURCES else ""}
+            base = {"benchmark": "accuracy", "scenario": name, "dtype": "float32", "timer": bench.TIMER,
+                    "threads": grid.threads, "seed": grid.seed if name in bench.SYNTHETIC_SOURCES else ""}
             if source is not None:
                 base |= {"image": source.image, "n": source.n, "classes": source.classes, "images": len(source.images),
                          "source_params": source.source_params}
             for device in grid.devices:
-                rows = [_case_row(base, known.get(impl), impl, device, iou, given)
+                rows = [bench.case_row(base, known.get(impl), impl, device, iou, given)
                         for impl in grid.impls for given in (grid.param_sets(known[impl]) if impl in known else [{}])
                         for iou in grid.ious]
                 rows = [row for row in rows if case_key(row) not in done]
@@ -173,7 +191,7 @@ def run_accuracy(grid, write: Callable[[dict], None], on_case: Callable[[dict], 
                     continue
                 runnable = []
                 for row in rows:
-                    skip = _unrunnable(known.get(row["impl"]), row["impl"], device)
+                    skip = bench.unrunnable(known.get(row["impl"]), row["impl"], device)
                     if skip:
                         out.rows([row | {"status": "skipped", "error": skip}])
                     else:
@@ -182,31 +200,26 @@ def run_accuracy(grid, write: Callable[[dict], None], on_case: Callable[[dict], 
                     continue
                 cases = [(row["impl"], row["iou_threshold"], json.loads(row["params"])) for row in runnable]
                 ranges = batches(len(source.images), workers)
-                resources = gpu if device == "cuda" else None
-                group = {"rows": runnable, "detected": {}, "batches": len(ranges), "scored": {}, "timed": None}
-                groups[name, device] = group
-                jobs.append(Job(time_group, (bench, local, name, device, cases, KILL()), resources, ("time", name, device)))
-                jobs += [Job(detect_batch, (bench, local, name, device, cases, a, b, KILL()), resources, ("detect", name, device, i))
-                         for i, (a, b) in enumerate(ranges)]
-        for job, result in stream(client, jobs, between_turns):  # evaluations join the jobs as detections complete
-            kind, name, device = job.what[:3]
+                groups[name, device] = {"rows": runnable, "ranges": ranges, "detected": {}, "timed": {}, "scored": {}}
+                jobs += [Job(batch_task, (bench, local, name, device, cases, a, b, KILL()), gpu if device == "cuda" else None,
+                             ("batch", name, device, i)) for i, (a, b) in enumerate(ranges)]
+        for job, result in stream(client, jobs, between_turns):  # evaluations join the jobs as batches complete
+            kind, name, device, index = job.what
             group = groups[name, device]
             if isinstance(result, BaseException):
                 result = _failed(kind, group, result)
-            if kind == "detect":
-                group["detected"][job.what[3]] = result
-                if len(group["detected"]) == group["batches"]:
-                    jobs += _evaluations(bench, local, name, device, group)
-            elif kind == "eval":
-                group["scored"][job.what[3]] = result
-            else:
-                if isinstance(result, tuple):  # the timing worker's columns name the rows' machine
-                    result, me = result
-                    group["worker"] = me["columns"]
+            if kind == "batch":
+                found, timed, me = result
+                if me:
+                    group.setdefault("worker", me["columns"])
                     out.rows([], me["worker"])
-                group["timed"] = result
-            out.rows(_finished(group))
-        note = out.note(grid.cluster)
+                group["detected"][index], group["timed"][index] = found, timed
+                if len(group["detected"]) == len(group["ranges"]):
+                    jobs += _evaluations(bench, local, name, device, group)
+            else:
+                group["scored"][index] = result
+            out.rows(_finished(group, bench.per_image))
+        note = out.note(grid.cluster) | startup
     finally:
         release(grid.cluster)
     return finish_run(counts, driver_gauge) | {"cluster": note}
@@ -218,20 +231,12 @@ def KILL():
     return cluster.KILL_ONCE
 
 
-def dataclass_replace(grid, **changes):
-    import dataclasses
-
-    return dataclasses.replace(grid, **changes)
-
-
 def _failed(kind: str, group: dict, error: BaseException):
     """A task that failed on every worker it ran on, as what it would have returned."""
     text = f"its task failed on the cluster: {type(error).__name__}: {error}"
-    if kind == "detect":
-        return {k: text for k in range(len(group["rows"]))}
-    if kind == "eval":
-        return text
-    return [("error", text)] * len(group["rows"])
+    if kind == "batch":
+        return [text] * len(group["rows"]), [("error", text)] * len(group["rows"]), None
+    return text
 
 
 def _evaluations(bench, grid, name: str, device: str, group: dict) -> list[Job]:
@@ -239,7 +244,7 @@ def _evaluations(bench, grid, name: str, device: str, group: dict) -> list[Job]:
     its row an error row without one)."""
     jobs = []
     for k in range(len(group["rows"])):
-        parts = [group["detected"][b][k] for b in range(group["batches"])]
+        parts = [group["detected"][b][k] for b in range(len(group["ranges"]))]
         failed = next((p for p in parts if isinstance(p, str)), None)
         if failed is not None:
             group["scored"][k] = failed
@@ -250,25 +255,31 @@ def _evaluations(bench, grid, name: str, device: str, group: dict) -> list[Job]:
     return jobs
 
 
-def _finished(group: dict) -> list[dict]:
-    """The group's rows whose scores and timing are both in (each given once)."""
-    if group["timed"] is None:
+def _finished(group: dict, per_image: Callable) -> list[dict]:
+    """The group's rows whose scores and every batch's timing are in (each given once)."""
+    if len(group["timed"]) < len(group["ranges"]):
         return []
+    sizes = [b - a for a, b in group["ranges"]]
     rows = []
     for k, row in enumerate(group["rows"]):
         if k not in group["scored"] or row.get("_done"):
             continue
         row["_done"] = True
-        scored, timed = group["scored"][k], group["timed"][k]
+        scored = group["scored"][k]
+        timed = [group["timed"][b][k] for b in range(len(group["ranges"]))]
+        failed = next((t for t in timed if isinstance(t, tuple)), None)
         clean = {c: v for c, v in row.items() if c != "_done"}
         if isinstance(scored, str):
             rows.append(clean | {"status": "error", "error": scored})
-        elif isinstance(timed, tuple):
-            rows.append(clean | {"status": timed[0], "error": timed[1]})
+        elif failed is not None:
+            rows.append(clean | {"status": failed[0], "error": failed[1]})
         else:
-            rows.append(clean | scored | timed | {"status": "ok", "error": ""})
+            try:
+                rows.append(clean | scored | merge_measured(timed, sizes, per_image) | {"status": "ok", "error": ""})
+            except Exception as exc:
+                rows.append(clean | {"status": "error", "error": f"merging the batches' timings: {exc}"})
     worker = group.get("worker")
     return [row | (worker or {}) for row in rows]
 
 
-__all__ = ["batches", "detect_batch", "evaluate", "run_accuracy", "time_group"]
+__all__ = ["batch_task", "batches", "evaluate", "merge_measured", "run_accuracy"]

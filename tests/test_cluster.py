@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
@@ -97,7 +98,9 @@ def test_accuracy_on_a_cluster_scores_as_one_process(address, tmp_path):
     result = run(*ACCURACY, "--cluster", address, "--out", remote)
     assert result.exit_code == 0, result.output
     pd.testing.assert_frame_equal(keyed(local, SCORES), keyed(remote, SCORES))
-    assert (read_results(remote).status == "ok").all()
+    frame = read_results(remote)
+    assert (frame.status == "ok").all()
+    assert (frame.median_us > 0).all() and (frame.runs >= frame.images).all()  # every image timed, per image
 
 
 def test_image_batches_cover_every_image_once():
@@ -136,3 +139,26 @@ def test_without_dask_or_with_a_case_timeout_the_cluster_is_refused(tmp_path, mo
     monkeypatch.setattr(cluster, "dask_problem", lambda: f"--cluster needs dask.distributed; {cluster.INSTALL}")
     result = run(*SWEEP, "--cluster", "local:2", "--out", tmp_path / "x.csv")
     assert result.exit_code == 2 and '.[cluster]' in result.output
+
+
+def test_batches_timings_merge_into_a_pass_over_every_image():
+    from nmsbench.accuracy_bench import per_image
+    from nmsbench.cluster_accuracy import merge_measured
+    from nmsbench.engine.rounds import Measured
+    from nmsbench.engine.samples import Samples
+    from nmsbench.timing import Blocks, summarize
+
+    def measured(rounds, calls):
+        blocks = [Blocks(np.asarray(r, dtype=float), calls) for r in rounds]
+        return Measured("wall", summarize(blocks, "", len(blocks)), 1, Samples.from_blocks(blocks))
+
+    a = measured([[10.0, 12.0], [11.0, 11.0], [9.0, 13.0]], 2)  # a pass over 3 images, µs
+    b = measured([[20.0, 22.0, 30.0], [21.0, 19.0], [25.0, 23.0]], 2)  # over 5 images
+    merged = merge_measured([a, b], [3, 5], per_image)
+    whole = summarize([Blocks(np.array([30.0, 34.0]), 2), Blocks(np.array([32.0, 30.0]), 2),
+                       Blocks(np.array([34.0, 36.0]), 2)], "", 3)
+    assert merged["median_us"] == pytest.approx(whole.median_us / 8)
+    assert merged["iqr_us"] == pytest.approx(whole.iqr_us / 8)
+    assert merged["runs"] == a.timing.runs * 3 + b.timing.runs * 5
+    assert merged["_samples"].blocks_us[0] == pytest.approx((30 / 8, 34 / 8))
+    assert merge_measured([a], [3], per_image) == per_image(a, 3)
