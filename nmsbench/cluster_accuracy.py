@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from typing import Callable, Optional
 
 import numpy as np
@@ -203,6 +204,7 @@ def run_accuracy(grid, write: Callable[[dict], None], on_case: Callable[[dict], 
                 groups[name, device] = {"rows": runnable, "ranges": ranges, "detected": {}, "timed": {}, "scored": {}}
                 jobs += [Job(batch_task, (bench, local, name, device, cases, a, b, KILL()), gpu if device == "cuda" else None,
                              ("batch", name, device, i)) for i, (a, b) in enumerate(ranges)]
+        started = time.perf_counter()
         for job, result in stream(client, jobs, between_turns):  # evaluations join the jobs as batches complete
             kind, name, device, index = job.what
             group = groups[name, device]
@@ -219,7 +221,7 @@ def run_accuracy(grid, write: Callable[[dict], None], on_case: Callable[[dict], 
             else:
                 group["scored"][index] = result
             out.rows(_finished(group, bench.per_image))
-        note = out.note(grid.cluster) | startup
+        note = out.note(grid.cluster) | startup | {"cases_s": round(time.perf_counter() - started, 2)}
     finally:
         release(grid.cluster)
     return finish_run(counts, driver_gauge) | {"cluster": note}
