@@ -121,7 +121,17 @@ AXES = (
     Axis("timers", "--timer", names("timers"), list(DEFAULT_TIMERS), check=_among("timer", pipeline_timers),
          help="Timers of the stages (every registered timer but those needing a graph-safe backend; those of the GPU "
               "give cuda rows only; api times the public run_pipeline, for the total stage)."),
+    Axis("cluster", "--cluster", lambda text: [text.strip()], None, many=False, metavar="local:K|ADDRESS",
+         check=lambda v: _cluster().spec_problem(v),
+         help="Run the case groups (a source, batch and threshold on one device) on Dask workers: local:K or a "
+              "scheduler's address (tcp://host:8786). Needs the cluster extra; see docs/cluster.md."),
 )
+
+
+def _cluster():
+    from . import cluster  # dask itself only when a run asks for a cluster
+
+    return cluster
 
 
 @dataclass
@@ -147,6 +157,7 @@ class PipelineGrid:
     repeat_noisy: int = 0
     case_timeout: Optional[float] = None  # seconds a stage may take, its pipeline's build and warm-up included
     host_wait: float = 0.0
+    cluster: Optional[str] = None  # local:K or a Dask scheduler's address (nmsbench.cluster_pipeline)
 
     def __post_init__(self):
         if self.pipelines is None:
@@ -202,6 +213,10 @@ def run_pipeline_bench(grid: PipelineGrid, write: Callable[[dict], None],
     :func:`~nmsbench.results.case_key` is in ``done`` (already written) are not run again.
     ``between_turns()`` runs after each contender's turn; ``gauge`` reads the host's speed
     (default: a new ``HostGauge``); the counts returned carry its summary under ``host``."""
+    if grid.cluster:
+        from .cluster_pipeline import run_pipeline
+
+        return run_pipeline(grid, write, on_case, done, between_turns, gauge, (_pipeline_pass, load_source, timer_passes))
     emit, counts, gauge = start_run(grid, write, on_case, gauge)
     loaded: dict = {}  # the sources, made once for every timer pass (64 synthetic images take seconds)
     for part in timer_passes(grid):
@@ -447,6 +462,8 @@ def check_inputs(grid: PipelineGrid) -> PipelineGrid:
             raise GridError("recordings", f"{', '.join(bad)}: recordings with raw rows are {', '.join(with_raw)}")
         if len({real.recordings[r].input_size for r in grid.recordings}) > 1:
             raise GridError("recordings", "recordings of one batch must share an input size")
+    if grid.cluster:
+        _cluster().check_grid(grid)
     return grid
 
 

@@ -24,6 +24,9 @@ SWEEP = ["sweep", "--impl", "torchvision,allpairs,soft_nms", "--scenario", "unif
          "--min-run-time", "0.004", "--rounds", "2", "--threads", "1"]
 ACCURACY = ["accuracy", "--impl", "torchvision,soft_nms", "--source", "scenes-crowd,scenes-sparse", "--images", "12",
             "--min-run-time", "0.004", "--rounds", "2", "--threads", "1"]
+PIPELINE = ["pipeline", "--source", "synthetic,synthetic_yolov8", "--batch", "1,2", "--pipeline", "numpy,torch_batched_nms",
+            "--timer", "wall", "--min-run-time", "0.004", "--rounds", "2", "--threads", "1"]
+PIPELINE_AGREEMENT = ["status", "candidates", "kept", "ref_kept", "jaccard", "extra", "missing", "mismatched"]
 AGREEMENT = ["status", "kept", "ref_kept", "jaccard", "extra", "missing", "mean_max_iou", "greedy_suppressed_frac",
              "family_ref", "family_jaccard", "family_max_diff"]
 SCORES = ["status", "ap", "ap50", "ap75", "ar100", "ar100_crowded", "images", "detections", "kept", "n"]
@@ -101,6 +104,16 @@ def test_accuracy_on_a_cluster_scores_as_one_process(address, tmp_path):
     frame = read_results(remote)
     assert (frame.status == "ok").all()
     assert (frame.median_us > 0).all() and (frame.runs >= frame.images).all()  # every image timed, per image
+
+
+def test_pipeline_on_a_cluster_gives_the_local_rows(address, tmp_path):
+    local, remote = tmp_path / "local.csv", tmp_path / "cluster.csv"
+    assert run(*PIPELINE, "--out", local).exit_code == 0
+    result = run(*PIPELINE, "--cluster", address, "--out", remote)
+    assert result.exit_code == 0, result.output
+    pd.testing.assert_frame_equal(keyed(local, PIPELINE_AGREEMENT), keyed(remote, PIPELINE_AGREEMENT))
+    note = json.loads(sidecar_path(remote).read_text())["cluster"][0]
+    assert note["workers"] and note["warm_s"] >= 0 and note["task_s"] > 0
 
 
 def test_image_batches_cover_every_image_once():
