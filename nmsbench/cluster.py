@@ -290,6 +290,7 @@ class Job:
     args: tuple
     resources: Optional[dict] = None
     what: object = None
+    priority: int = 0  # higher runs first among the tasks waiting (dask's priority)
 
 
 def stream(client, jobs: list[Job], between: Callable[[], None] = lambda: None) -> Iterator[tuple[Job, object]]:
@@ -305,7 +306,7 @@ def stream(client, jobs: list[Job], between: Callable[[], None] = lambda: None) 
         while pending or len(futures) < len(jobs):
             for k in range(len(futures), len(jobs)):
                 job = jobs[k]
-                future = client.submit(job.fn, *job.args, resources=job.resources, pure=False)
+                future = client.submit(job.fn, *job.args, resources=job.resources, pure=False, priority=job.priority)
                 futures[future] = (k, job)
                 pending.add(future)
             try:

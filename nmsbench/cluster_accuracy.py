@@ -123,7 +123,8 @@ def merge_measured(parts: list, sizes: list[int], per_image: Callable) -> dict:
     of the batches' round-r block j (rounds and blocks up to the fewest any batch kept),
     summarized as one process summarizes its rounds, then divided by the images
     (``per_image``); ``runs``: the NMS calls timed over every batch; contention, slow
-    rounds and attempts: the worst batch's."""
+    rounds and attempts: the worst batch's. Fewer rounds or blocks in one batch (its slow
+    rounds left out) leave fewer in the row, which the noisy rule then judges."""
     from .engine.rounds import Measured
     from .engine.samples import Samples
     from .timing import Blocks, summarize
@@ -138,7 +139,7 @@ def merge_measured(parts: list, sizes: list[int], per_image: Callable) -> dict:
         merged.append(Blocks(times, width))
     contention = next((p.timing.contention for p in parts if p.timing.contention), "")
     timing = dataclasses.replace(summarize(merged, contention, rounds),
-                                 slow_rounds=max(p.timing.slow_rounds for p in parts))
+                                 slow_rounds=min(rounds, max(p.timing.slow_rounds for p in parts)))
     whole = Measured(parts[0].timer, timing, max(p.attempts for p in parts), Samples.from_blocks(merged))
     columns = per_image(whole, sum(sizes))
     return columns | {"runs": sum(p.timing.runs * n for p, n in zip(parts, sizes))}
@@ -253,7 +254,8 @@ def _evaluations(bench, grid, name: str, device: str, group: dict) -> list[Job]:
             continue
         group["rows"][k]["kept"] = sum(kept for _, kept in parts)
         group["rows"][k]["detections"] = sum(len(table) for table, _ in parts)
-        jobs.append(Job(evaluate, (bench, grid, name, [table for table, _ in parts]), None, ("eval", name, device, k)))
+        # before the batches still waiting: evaluations then fill the workers' gaps instead of trailing the run
+        jobs.append(Job(evaluate, (bench, grid, name, [table for table, _ in parts]), None, ("eval", name, device, k), 1))
     return jobs
 
 
