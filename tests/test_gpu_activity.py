@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import nmsbench.runner as runner
 from nmsbench import tables
-from nmsbench.gpu_activity import MARK, NoGpuActivity, ProfileError, Record, records_of, split_calls
+from nmsbench.gpu_activity import MARK, NoGpuActivity, ProfileError, Record, records_of, records_of_profile, split_calls
 from nmsbench.results import read_results
 from nmsbench import timing
 from nmsbench.timing import Blocks, summarize
@@ -115,6 +115,23 @@ def test_records_of_reads_a_real_profile_on_the_cpu():
     adds = [r for r in records if r.name == "aten::add"]
     assert len(adds) == 3 and not any(r.on_gpu for r in records)
     assert all(isinstance(r.correlation, int) and r.end_us >= r.start_us for r in adds)
+
+
+def test_the_fast_reader_gives_the_records_events_gives():
+    """records_of_profile reads the profiler's result directly (five fields a record, not
+    events()' FunctionEvents): the same records, the profiler's bookkeeping left out alike
+    (events() also merges a CPU op into a child of its own name, e.g. aten::sum's; a profile
+    of CUDA activity alone holds CUDA API calls and GPU records, none nested so)."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    a = torch.ones(64)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        for _ in range(3):
+            with record_function("call"):
+                torch.mul(torch.add(a, a), a)
+    fast, slow = records_of_profile(prof), records_of(prof.events())
+    assert len(slow) >= 9 and sorted(fast) == sorted(slow)  # in another order: split_calls sorts them
+    assert not any(r.name in ("[memory]", "profiler::_record_function_enter_new") for r in fast)
 
 
 def test_a_device_rows_timing_carries_span_and_counts():

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from nmsbench import datasets, runner
-from nmsbench.gpu_activity import NoGpuActivity, ProfileError, profile_calls
+from nmsbench.gpu_activity import NoGpuActivity, ProfileError, profile_calls, records_of, records_of_profile
 from nmsbench.timing import event_blocks, time_device
 
 pytestmark = [
@@ -50,6 +50,25 @@ def sleep_op():
     op()
     torch.cuda.synchronize()
     return op
+
+
+def test_the_fast_reader_gives_the_records_events_gives_on_cuda(sleep_op):
+    """profile_calls reads the profiler's result directly: the same records as events()
+    (kernel names aside: events() demangles them), and the same calls split from them."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        torch.cuda.synchronize()
+        for _ in range(3):
+            sleep_op()
+            torch.cuda.synchronize()
+    fast, slow = records_of_profile(prof), records_of(prof.events())
+
+    def fields(records):
+        return sorted((r.on_gpu, r.correlation, r.start_us, r.end_us, r.name if not r.on_gpu or
+                       r.name.startswith(("Memcpy", "Memset")) else "kernel") for r in records)
+
+    assert sum(r.on_gpu for r in fast) >= 3 * (KERNELS + 1) and fields(fast) == fields(slow)
 
 
 def test_a_known_op_gives_its_kernel_count_and_duration(sleep_op):
