@@ -201,6 +201,16 @@ def _warm(dask_worker=None) -> None:
 
     implementations()
     gauge()
+    try:  # every sweep group's first call: its numba kernels loaded (the driver's command did so before its clock)
+        from . import datasets
+        from .overlap import realized_overlap
+
+        tiny = datasets.generate("uniform", 16, seed=0)
+        realized_overlap(tiny.boxes, tiny.scores, tiny.labels)
+    except Exception:
+        pass  # a warm-up only: the tasks meet any real problem themselves
+    if dask_worker is not None:
+        identity(dask_worker)  # the environment's versions: imports (cupy, numba...) the driver made before its clock
     for name in QUIET_CALLBACKS:
         callback = getattr(dask_worker, "periodic_callbacks", {}).get(name)
         if callback is not None:
@@ -214,18 +224,20 @@ _IDENTITY: dict = {}
 _GAUGE: list = []
 
 
-def identity() -> dict:
-    """This worker process's row columns (WORKER_COLUMNS) and its description for the sidecar."""
+def identity(worker=None) -> dict:
+    """This worker process's row columns (WORKER_COLUMNS) and its description for the sidecar
+    (``worker``: its dask Worker, else the one running this task)."""
     if not _IDENTITY:
         from .results import environment
 
         env = environment()
         try:
-            from distributed import get_worker
+            if worker is None:
+                from distributed import get_worker
 
-            worker = get_worker()
+                worker = get_worker()
             address, name = worker.address, str(worker.name)
-        except (ImportError, ValueError):
+        except (ImportError, ValueError, AttributeError):
             address, name = "", ""
         _IDENTITY["columns"] = {k: env.get(k, "") for k in WORKER_COLUMNS}
         _IDENTITY["worker"] = {"address": address, "name": name, "machine": env["machine"], "gpu": env["gpu"],
