@@ -179,13 +179,14 @@ def gpu_resources(client, devices) -> Optional[dict]:
     return None
 
 
-def warm_workers(client, spec: str) -> dict:
+def warm_workers(client, spec: str, preload=None) -> dict:
     """Every worker's fixed start-up cost paid before the first case (the imports of the
     benchmarks, the implementations' registry and the host gauge), so that the cases'
-    tasks carry only their own; the start-up's seconds: ``connect_s`` (the cluster's start
-    or its scheduler reached) and ``warm_s``."""
+    tasks carry only their own; ``preload``: what the tasks will call (sent by reference: a
+    worker imports its modules on receiving it). The start-up's seconds: ``connect_s`` (the
+    cluster's start or its scheduler reached) and ``warm_s``."""
     started = time.perf_counter()
-    client.run(_warm)
+    client.run(_warm, preload)
     return {"connect_s": round(CONNECTED_S.get(spec, 0.0), 2), "warm_s": round(time.perf_counter() - started, 2)}
 
 
@@ -195,8 +196,7 @@ def warm_workers(client, spec: str) -> dict:
 QUIET_CALLBACKS = ("profile", "profile-cycle", "tick", "ticks", "monitor")
 
 
-def _warm(dask_worker=None) -> None:
-    from . import accuracy_bench, runner  # noqa: F401  (each imports what its tasks run)
+def _warm(preload=None, dask_worker=None) -> None:
     from .registry import implementations
 
     implementations()
@@ -427,7 +427,7 @@ def run_sweep(grid, write: Callable[[dict], None], on_case: Callable[[dict], Non
     emit, counts, driver_gauge = start_run(grid, write, on_case, gauge_)
     client = connect(grid.cluster, grid.devices)
     try:
-        startup = warm_workers(client, grid.cluster)
+        startup = warm_workers(client, grid.cluster, sweep_pass)
         out = Deduplicated(emit, done)
         gpu = gpu_resources(client, grid.devices)
         passes = timer_passes(grid)

@@ -168,7 +168,7 @@ def run_accuracy(grid, write: Callable[[dict], None], on_case: Callable[[dict], 
     local = dataclasses.replace(grid, cluster=None)
     known = implementations()
     try:
-        startup = warm_workers(client, grid.cluster)
+        startup = warm_workers(client, grid.cluster, bench)
         out = Deduplicated(emit, done)
         gpu = gpu_resources(client, grid.devices)
         workers = max(1, len(client.scheduler_info(n_workers=-1)["workers"]))

@@ -25,7 +25,7 @@ def pipeline_group(sub, largest: int, done, kill_once: Optional[str], pipeline_p
                    token: str):
     """A worker's task: every case of ``sub`` (one source, batch, threshold and device) not in
     ``done`` through ``pipeline_pass``; the source loaded at batch ``largest`` by ``load``
-    (the benchmark's ``load_source``), checked as the pass checks it. (rows with this worker's columns,
+    (the benchmark's loader, which checks it as the pass does). (rows with this worker's columns,
     the worker, the task's seconds)."""
     from .engine.rounds import use_threads
 
@@ -41,11 +41,7 @@ def pipeline_group(sub, largest: int, done, kill_once: Optional[str], pipeline_p
         loaded = {}
         try:
             if source not in _LOADED:
-                from .pipeline import validate_raw
-                from .pipeline_bench import SOURCE_LAYOUTS
-
                 _LOADED[source] = load(source, largest, sub.seed, sub.recordings)
-                validate_raw(_LOADED[source][0], SOURCE_LAYOUTS[source])
             raw, images, size = _LOADED[source]
             loaded[source, batch, sub.seed, recordings] = raw[:batch], images[:batch], size
         except Exception:
@@ -71,7 +67,7 @@ def run_pipeline(grid, write: Callable[[dict], None], on_case: Callable[[dict], 
                  done=frozenset(), between_turns: Callable[[], None] = lambda: None, gauge_=None,
                  bench: tuple = ()) -> dict:
     """:func:`nmsbench.pipeline_bench.run_pipeline_bench` on ``grid.cluster``; ``bench``: its
-    (pipeline pass, source loader, timer passes)."""
+    (pipeline pass, checked source loader, timer passes)."""
     from . import cluster
     from .engine.rounds import finish_run, start_run
 
@@ -80,7 +76,7 @@ def run_pipeline(grid, write: Callable[[dict], None], on_case: Callable[[dict], 
     emit, counts, driver_gauge = start_run(grid, write, on_case, gauge_)
     client = connect(grid.cluster, grid.devices)
     try:
-        startup = warm_workers(client, grid.cluster)
+        startup = warm_workers(client, grid.cluster, pipeline_pass)
         out = Deduplicated(emit, done)
         gpu = gpu_resources(client, grid.devices)
         token, largest = uuid.uuid4().hex, max(grid.batches)

@@ -200,6 +200,13 @@ def load_source(source: str, batch: int, seed: int = 0, recordings: Optional[lis
     raise ValueError(f"unknown source {source!r}; known: {', '.join(SOURCES)}")
 
 
+def _load_checked(source: str, batch: int, seed: int = 0, recordings: Optional[list[str]] = None):
+    """:func:`load_source`, its raw rows checked for the source's layout (a cluster worker's loader)."""
+    loaded = load_source(source, batch, seed, recordings)
+    validate_raw(loaded[0], SOURCE_LAYOUTS[source])
+    return loaded
+
+
 def _images_column(source: str, images: list[str], seed: int) -> str:
     if source.startswith("synthetic"):
         return f"{source}(seed={seed})"
@@ -216,7 +223,7 @@ def run_pipeline_bench(grid: PipelineGrid, write: Callable[[dict], None],
     if grid.cluster:
         from .cluster_pipeline import run_pipeline
 
-        return run_pipeline(grid, write, on_case, done, between_turns, gauge, (_pipeline_pass, load_source, timer_passes))
+        return run_pipeline(grid, write, on_case, done, between_turns, gauge, (_pipeline_pass, _load_checked, timer_passes))
     emit, counts, gauge = start_run(grid, write, on_case, gauge)
     loaded: dict = {}  # the sources, made once for every timer pass (64 synthetic images take seconds)
     for part in timer_passes(grid):
