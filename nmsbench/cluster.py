@@ -365,6 +365,15 @@ class Deduplicated:
         return note | ({"task_s": round(self.task_s, 2)} if self.task_s else {})
 
 
+def done_for(done, **columns) -> frozenset:
+    """The keys of ``done`` whose ``columns`` (key columns) have these values: what one
+    group's task needs of a resumed file's written cases (the rest need not travel)."""
+    from .keys import KEY_COLUMNS, key_value
+
+    wanted = [(KEY_COLUMNS.index(column), key_value(value)) for column, value in columns.items()]
+    return frozenset(key for key in done if all(key[i] == value for i, value in wanted))
+
+
 def sweep_groups(part) -> Iterator[tuple[tuple, object]]:
     """The case groups of one sweep pass: (what, its grid). A group is one box set on one
     device; a recorded scenario's caps stay together (a larger cap that gives the same box
@@ -432,11 +441,10 @@ def run_sweep(grid, write: Callable[[dict], None], on_case: Callable[[dict], Non
         gpu = gpu_resources(client, grid.devices)
         passes = timer_passes(grid)
         token = uuid.uuid4().hex if len(passes) > 1 else None  # later passes reuse a worker's box sets
-        sent = client.scatter(frozenset(done), broadcast=True) if done else frozenset()  # sent once, not per task
         started = time.perf_counter()
         for part in passes:
-            jobs = [Job(sweep_group, (sub, sent, KILL_ONCE, sweep_pass, token), gpu if what[-1] == "cuda" else None, (what, sub))
-                    for what, sub in sweep_groups(part)]
+            jobs = [Job(sweep_group, (sub, done_for(done, scenario=what[0], device=what[-1]), KILL_ONCE, sweep_pass, token),
+                        gpu if what[-1] == "cuda" else None, (what, sub)) for what, sub in sweep_groups(part)]
             for job, result in stream(client, jobs, between_turns):
                 if isinstance(result, BaseException):
                     out.rows(group_rows(job.what[1], out.written, result, case_rows, resolve))

@@ -80,7 +80,6 @@ def run_pipeline(grid, write: Callable[[dict], None], on_case: Callable[[dict], 
         out = Deduplicated(emit, done)
         gpu = gpu_resources(client, grid.devices)
         token, largest = uuid.uuid4().hex, max(grid.batches)
-        sent = client.scatter(frozenset(done), broadcast=True) if done else frozenset()
         started = time.perf_counter()
         for part in timer_passes(grid):
             jobs = []
@@ -92,7 +91,8 @@ def run_pipeline(grid, write: Callable[[dict], None], on_case: Callable[[dict], 
                                 continue
                             sub = dataclasses.replace(part, sources=[source], batches=[batch], confs=[conf],
                                                       devices=[device], cluster=None)
-                            jobs.append(Job(pipeline_group, (sub, largest, sent, cluster.KILL_ONCE, pipeline_pass, load, token),
+                            written = cluster.done_for(done, scenario=source, device=device, batch=batch)
+                            jobs.append(Job(pipeline_group, (sub, largest, written, cluster.KILL_ONCE, pipeline_pass, load, token),
                                             gpu if device == "cuda" else None, sub))
             for job, result in stream(client, jobs, between_turns):
                 if isinstance(result, BaseException):

@@ -175,3 +175,13 @@ def test_batches_timings_merge_into_a_pass_over_every_image():
     assert merged["runs"] == a.timing.runs * 3 + b.timing.runs * 5
     assert merged["_samples"].blocks_us[0] == pytest.approx((30 / 8, 34 / 8))
     assert merge_measured([a], [3], per_image) == per_image(a, 3)
+
+
+def test_a_group_gets_only_its_written_cases():
+    rows = [{"benchmark": "sweep", "impl": "torchvision", "device": d, "scenario": s, "n": n, "timer": "wall"}
+            for d in ("cpu", "cuda") for s in ("uniform", "chain") for n in (16, 40)]
+    done = {case_key(row) for row in rows}
+    mine = cluster.done_for(done, scenario="chain", device="cuda")
+    assert mine == {case_key(row) for row in rows if row["scenario"] == "chain" and row["device"] == "cuda"}
+    assert cluster.done_for(done, scenario="chain", device="cuda", n=40.0) == {
+        case_key(row) for row in rows if (row["scenario"], row["device"], row["n"]) == ("chain", "cuda", 40)}
