@@ -71,7 +71,7 @@ def batch_task(bench, grid, name: str, device: str, cases: list[tuple], start: i
         source = _source(bench, grid, name, device)
         part = AccuracySource(source.name, source.images[start:stop], source.ground_truth, source.source_params,
                               source.image, source.seed, source.crowded)
-        share = (stop - start) / max(1, len(source.images))
+        share = (stop - start) / len(source.images) if source.images else 1.0
         settings = dataclasses.replace(grid.settings, min_run_time=grid.settings.min_run_time * share)
         found: list = [None] * len(cases)
         timed: list = [None] * len(cases)
@@ -149,7 +149,7 @@ def batches(images: int, workers: int) -> list[tuple[int, int]]:
     """Image ranges that spread ``images`` over ``workers`` (BATCHES_PER_WORKER each, at
     least MIN_BATCH images each)."""
     count = max(1, min(workers * BATCHES_PER_WORKER, images // MIN_BATCH))
-    size = -(-images // count)
+    size = max(1, -(-images // count))
     return [(start, min(start + size, images)) for start in range(0, images, size)] or [(0, 0)]
 
 

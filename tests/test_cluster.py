@@ -117,7 +117,7 @@ def test_pipeline_on_a_cluster_gives_the_local_rows(address, tmp_path):
 
 
 def test_image_batches_cover_every_image_once():
-    for images in (1, 7, 8, 100, 201):
+    for images in (0, 1, 7, 8, 100, 201):
         for workers in (1, 2, 8):
             ranges = cluster_accuracy_batches(images, workers)
             assert [i for a, b in ranges for i in range(a, b)] == list(range(images))
