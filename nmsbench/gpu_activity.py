@@ -128,8 +128,8 @@ def records_of(events) -> list[Record]:
 
 def records_of_profile(prof) -> list[Record]:
     """The same records as ``records_of(prof.events())``, read straight from the profiler's
-    result: ``events()`` builds a ``FunctionEvent`` of some forty fields per record (about
-    50 µs each in Python, most of a device measurement's cost for an op of many launches),
+    result: ``events()`` builds a ``FunctionEvent`` of some forty fields per record in Python
+    (most of a device measurement's cost for an op of many launches: results/PERFLOG.md),
     where five are needed. Names stay as CUPTI gives them (kernel names undemangled; the
     names read here, API calls and copy, set and sync records, have none to demangle); the
     records ``events()`` leaves out (the profiler's own bookkeeping: memory records,

@@ -64,7 +64,7 @@ RESUME_SAME = ("min_run_time", "threads", "rounds", "host_wait")
 # what a sidecar written before a setting existed was timed with
 RECORDED_BEFORE = {"rounds": 1, "host_wait": 0.0}
 # grid fields that may differ between a run and its resumption without a note
-RESUME_FREE = ("case_timeout", "repeat_noisy", "cluster")
+RESUME_FREE = ("case_timeout", "repeat_noisy", "cluster", "slow_retries")
 
 
 def check_resume(path: Path, grid, benchmark: str = "nms", without_metadata: bool = False) -> set:

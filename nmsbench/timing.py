@@ -81,6 +81,13 @@ HOST_SLOW = 1.3  # a HostGauge reading this many times its usual speed marks the
 USUAL_QUANTILE = 10  # the gauge's usual speed: this percentile of its readings (its minimum until USUAL_REFRESH of them)
 USUAL_REFRESH = 32  # readings between two updates of the usual speed
 CANARY_LOOP, CANARY_REPEATS = 2000, 5  # the gauge's loop: sum(range(CANARY_LOOP)), best of CANARY_REPEATS
+SLOW_HOST = "the host ran slow"  # the noise reason of a row most of whose rounds ran on a slow host
+
+
+def slow_host_among(noise: str) -> bool:
+    """Whether a slow host is among a row's noise reasons (its ``noise`` column); the others
+    (a wide IQR, rounds that disagree) then often come from it: its usual rounds beside slow ones."""
+    return any(r.strip().startswith(SLOW_HOST) for r in str(noise or "").split(";"))
 
 NOISY_RULE = (f"a row is noisy when it has fewer than {MIN_BLOCKS} timing blocks, its IQR exceeds {NOISY_SPREAD:.0%} "
               f"of its median, the 90th percentile of its blocks exceeds {TAIL_RATIO:g} x the median, its rounds' "
@@ -154,7 +161,7 @@ class Timing:
         if self.contention:
             reasons.append(self.contention)
         if self.slow_rounds:
-            reasons.append(f"the host ran slow in {self.slow_rounds} of {self.rounds} rounds")
+            reasons.append(f"{SLOW_HOST} in {self.slow_rounds} of {self.rounds} rounds")
         return "; ".join(reasons)
 
     @property

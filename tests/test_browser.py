@@ -296,7 +296,8 @@ def test_accuracy_tab_renders_in_chromium(server_without_accuracy, tmp_path):
         assert "Pareto front" in legend and "hard_fused" in legend and "bitmask_classic" not in legend
         body = page.inner_text("body")
         assert "AP@[.5:.95] vs NMS time per image" in body and "AP and AR per variant" in body
-        assert page.locator('[role="tabpanel"] [data-testid="stDataFrame"]').count() >= 1
+        # the table's component loads its script after the chart: waited for, not counted at once
+        page.locator('[role="tabpanel"] [data-testid="stDataFrame"]').first.wait_for(timeout=60_000)
         # the hover of hard_fused's fastest point (the crowd panel's front) gives its numbers
         # d3 binds each trace group to its trace and each marker to its point
         index = chart.evaluate("""el => [...el.querySelectorAll('.scatterlayer .trace .points path.point')].findIndex(p => {

@@ -134,9 +134,11 @@ class SlowWhile(HostGauge):
         return reading
 
 
-def _sweep_with_slow_turns(monkeypatch, two_impls, slow_turns_of_b):
+def _sweep_with_slow_turns(monkeypatch, two_impls, slow_turns_of_b, stop_at_turn_of_b=None, **fields):
     """A sweep of the two implementations, 5 rounds, in which the host runs slow during
-    the given turns of b (they time 2x slower); (rows by implementation, turns, counts)."""
+    the given turns of b (they time 2x slower); (rows by implementation, turns, counts).
+    ``stop_at_turn_of_b``: that turn of b raises KeyboardInterrupt (Ctrl-C); ``fields``
+    change the grid."""
     turns = []
 
     class Timer:
@@ -146,13 +148,19 @@ def _sweep_with_slow_turns(monkeypatch, two_impls, slow_turns_of_b):
         def blocks(self, seconds):
             name = run_and_name(self.fn, two_impls)
             turns.append(name)
+            if name == NAMES[1] and turns.count(NAMES[1]) == stop_at_turn_of_b:
+                raise KeyboardInterrupt
             SlowWhile.slow_now = name == NAMES[1] and turns.count(NAMES[1]) in slow_turns_of_b
             return Blocks(np.full(5, 200.0 if SlowWhile.slow_now else 100.0 if name == NAMES[1] else 50.0), 5)
 
     monkeypatch.setattr(timing, "WallTimer", Timer)
     monkeypatch.setattr(timing.CpuMeter, "contention", lambda self: "")
     rows = []
-    counts = runner.run_sweep(grid(), rows.append, gauge=SlowWhile())
+    try:
+        counts = runner.run_sweep(grid(**fields), rows.append, gauge=SlowWhile())
+    finally:
+        _sweep_with_slow_turns.rows = rows  # what was written, also when the run stopped
+    assert len({r["impl"] for r in rows}) == len(rows)  # each case written once
     return {r["impl"]: r for r in rows}, turns, counts
 
 
@@ -167,11 +175,52 @@ def test_a_measurement_timed_on_a_slow_host_is_left_out_of_the_median(monkeypatc
 
 
 def test_a_row_whose_median_needs_slow_rounds_is_flagged(monkeypatch, two_impls):
-    rows, turns, _ = _sweep_with_slow_turns(monkeypatch, two_impls, (1, 3, 4))
+    rows, turns, _ = _sweep_with_slow_turns(monkeypatch, two_impls, (1, 3, 4), slow_retries=0)
     assert len(turns) == 10  # nothing timed again
     b = rows[NAMES[1]]
     assert b["rounds"] == 5 and b["median_us"] == 200.0
     assert b["noisy"] and "the host ran slow in 3 of 5 rounds" in b["noise"]
+
+
+def test_a_row_flagged_for_a_slow_host_alone_is_timed_again_at_the_end_of_its_pass(monkeypatch, two_impls):
+    """By default (--slow-retries 1) b, slow in three of its five turns, is held back and
+    timed again once the pass's other cases ran, alone (a was clean): the host is back, so
+    the row is clean at its usual time, written once, two attempts."""
+    rows, turns, _ = _sweep_with_slow_turns(monkeypatch, two_impls, (1, 3, 4))
+    assert turns == turns[:10] + [NAMES[1]] * 5 and turns[:10].count(NAMES[1]) == 5
+    b, a = rows[NAMES[1]], rows[NAMES[0]]
+    assert not b["noisy"] and b["median_us"] == 100.0 and b["attempts"] == 2 and b["rounds"] == 5
+    assert a["attempts"] == 1 and a["median_us"] == 50.0
+
+
+def test_a_row_still_slow_after_its_retries_keeps_its_flag(monkeypatch, two_impls):
+    rows, turns, _ = _sweep_with_slow_turns(monkeypatch, two_impls, range(1, 16), slow_retries=2)
+    b = rows[NAMES[1]]
+    assert turns.count(NAMES[1]) == 15  # five turns, then twice five more
+    assert b["noisy"] and "the host ran slow in 5 of 5 rounds" in b["noise"] and b["attempts"] == 3
+
+
+def test_a_row_held_for_a_retry_is_written_as_it_was_when_the_run_stops(monkeypatch, two_impls):
+    """Ctrl-C during the re-timing: b's first timing (flagged) is written, then the stop goes on."""
+    with pytest.raises(KeyboardInterrupt):
+        _sweep_with_slow_turns(monkeypatch, two_impls, (1, 3, 4), stop_at_turn_of_b=6)
+    written = {r["impl"]: r for r in _sweep_with_slow_turns.rows}
+    assert set(written) == set(NAMES) and written[NAMES[1]]["noisy"] and written[NAMES[1]]["attempts"] == 1
+
+
+def test_slow_retries_is_checked_named_by_its_option_and_free_on_resume(tmp_path, two_impls):
+    with pytest.raises(runner.GridError, match="slow_retries must be a whole number >= 0"):
+        grid(slow_retries=-1)
+    out = tmp_path / "retries.csv"
+    args = ["sweep", "--impl", ",".join(NAMES), "--n", "8", "--scenario", "uniform", "--device", "cpu",
+            "--min-run-time", "0.01"]
+    first = CliRunner().invoke(main, args + ["--slow-retries", "0", "--out", str(out)])
+    assert first.exit_code == 0, first.output
+    assert json.loads(out.with_suffix(".json").read_text())["grid"]["slow_retries"] == 0
+    again = CliRunner().invoke(main, args + ["--n", "8,16", "--resume", str(out)])
+    assert again.exit_code == 0, again.output  # a retry changes no row's measurement: resumable with another K
+    negative = CliRunner().invoke(main, args + ["--slow-retries", "-1", "--out", str(tmp_path / "x.csv")])
+    assert negative.exit_code == 2 and "--slow-retries" in negative.output
 
 
 def test_the_sidecar_records_the_hosts_speed_and_the_summary_says_when_it_was_slow(tmp_path, monkeypatch, two_impls):
