@@ -51,8 +51,9 @@ from .timing import DEFAULT_ROUNDS, HostGauge, slow_host_among
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16}
 REFERENCE = "torchvision"
-# rows flagged for a slow host only are timed again this many times at the end of their pass (--slow-retries)
-DEFAULT_SLOW_RETRIES = 1
+# rows flagged for a slow host are timed again this many times at the end of their pass (--slow-retries):
+# on a sweep of CUDA alone, whose rows are cheap to time again; CPU rows on a busy machine would double a run
+CUDA_SLOW_RETRIES = 1
 
 # From this many boxes on the greedy reference is hard_graph: index for index torchvision's
 # (the property tests hold it there) in O(N + E), where torchvision's CPU NMS, which tests
@@ -130,12 +131,13 @@ AXES = (
     Axis("timers", "--timer", names("timers"), list(DEFAULT_TIMERS), help=_timers_help(),
          check=lambda values: "" if set(values) <= set(TIMERS) else
          f"choose from {', '.join(TIMERS)}, got {', '.join(map(str, values))}"),
-    Axis("slow_retries", "--slow-retries", ints("slow_retries", 0), DEFAULT_SLOW_RETRIES, many=False, metavar="K",
+    Axis("slow_retries", "--slow-retries", ints("slow_retries", 0), None, many=False, metavar="K",
          check=lambda v: "" if is_whole(v) and v >= 0 else f"slow_retries must be a whole number >= 0, got {v!r}",
          help="Time again, at the end of their pass (up to K times), the rows flagged noisy for a slow host (most of "
               "their rounds ran while the host's gauge read slow): a shared host's slow stretches last seconds, so a "
               "later turn usually finds its usual speed. The implementations of a box set are re-timed together; a "
-              f"row keeps the clean (else least spread) timing, `attempts` counts them. Default: {DEFAULT_SLOW_RETRIES}."),
+              f"row keeps the clean (else least spread) timing, `attempts` counts them. Default: {CUDA_SLOW_RETRIES} on a "
+              "sweep of --device cuda alone, else 0."),
     Axis("cluster", "--cluster", lambda text: [text.strip()], None, many=False, check=lambda v: _cluster().spec_problem(v),
          metavar="local:K|ADDRESS", help="Run the case groups on Dask workers: local:K (K worker processes here, one per GPU "
          "first) or a scheduler's address (tcp://host:8786). Needs the cluster extra; see docs/cluster.md."),
@@ -177,13 +179,15 @@ class Grid:
     # without --impl): a plain per-pick loop would take hours at the largest N
     cap_slow: bool = False
     cluster: Optional[str] = None  # local:K or a Dask scheduler's address (nmsbench.cluster); None: this process
-    slow_retries: int = DEFAULT_SLOW_RETRIES  # re-timings at the end of a pass of rows flagged for a slow host only
+    slow_retries: Optional[int] = None  # re-timings at the end of a pass of rows flagged for a slow host; None: default_slow_retries
 
     def __post_init__(self):
         if self.impls is None:
             self.impls, self.cap_slow = sorted(implementations()), True
         if self.min_run_time is None:
             self.min_run_time = default_run_time(self.devices)
+        if self.slow_retries is None:
+            self.slow_retries = default_slow_retries(self.devices)
         self.validate()
 
     def validate(self) -> None:
@@ -243,6 +247,12 @@ def default_run_time(devices) -> float:
     every implementation must fit README's GPU sweep into 4 minutes; DEFAULT_RUN_TIME
     otherwise, where CPU rows must average over a shared host."""
     return CUDA_RUN_TIME if devices and set(devices) == {"cuda"} else DEFAULT_RUN_TIME
+
+
+def default_slow_retries(devices) -> int:
+    """--slow-retries' default: CUDA_SLOW_RETRIES on a sweep of CUDA alone (its rows take
+    0.1 s each to time again), 0 otherwise (CPU rows on a busy machine would be timed twice)."""
+    return CUDA_SLOW_RETRIES if devices and set(devices) == {"cuda"} else 0
 
 
 def _resolve_params(impl: Implementation, given: dict) -> tuple[dict, Optional[str]]:

@@ -183,10 +183,10 @@ def test_a_row_whose_median_needs_slow_rounds_is_flagged(monkeypatch, two_impls)
 
 
 def test_a_row_flagged_for_a_slow_host_alone_is_timed_again_at_the_end_of_its_pass(monkeypatch, two_impls):
-    """By default (--slow-retries 1) b, slow in three of its five turns, is held back and
-    timed again once the pass's other cases ran, alone (a was clean): the host is back, so
-    the row is clean at its usual time, written once, two attempts."""
-    rows, turns, _ = _sweep_with_slow_turns(monkeypatch, two_impls, (1, 3, 4))
+    """With --slow-retries 1 (the default of a sweep of CUDA alone) b, slow in three of its
+    five turns, is held back and timed again once the pass's other cases ran, alone (a was
+    clean): the host is back, so the row is clean at its usual time, written once, two attempts."""
+    rows, turns, _ = _sweep_with_slow_turns(monkeypatch, two_impls, (1, 3, 4), slow_retries=1)
     assert turns == turns[:10] + [NAMES[1]] * 5 and turns[:10].count(NAMES[1]) == 5
     b, a = rows[NAMES[1]], rows[NAMES[0]]
     assert not b["noisy"] and b["median_us"] == 100.0 and b["attempts"] == 2 and b["rounds"] == 5
@@ -203,9 +203,17 @@ def test_a_row_still_slow_after_its_retries_keeps_its_flag(monkeypatch, two_impl
 def test_a_row_held_for_a_retry_is_written_as_it_was_when_the_run_stops(monkeypatch, two_impls):
     """Ctrl-C during the re-timing: b's first timing (flagged) is written, then the stop goes on."""
     with pytest.raises(KeyboardInterrupt):
-        _sweep_with_slow_turns(monkeypatch, two_impls, (1, 3, 4), stop_at_turn_of_b=6)
+        _sweep_with_slow_turns(monkeypatch, two_impls, (1, 3, 4), stop_at_turn_of_b=6, slow_retries=1)
     written = {r["impl"]: r for r in _sweep_with_slow_turns.rows}
     assert set(written) == set(NAMES) and written[NAMES[1]]["noisy"] and written[NAMES[1]]["attempts"] == 1
+
+
+def test_slow_retries_default_to_one_on_a_sweep_of_cuda_alone(two_impls):
+    """CUDA rows take a tenth of a second to time again; CPU rows on a busy machine would
+    double a run, so a sweep with the CPU in it retries none unless asked."""
+    assert runner.default_slow_retries(["cuda"]) == 1
+    assert runner.default_slow_retries(["cpu"]) == runner.default_slow_retries(["cpu", "cuda"]) == 0
+    assert grid().slow_retries == 0 and grid(slow_retries=3).slow_retries == 3
 
 
 def test_slow_retries_is_checked_named_by_its_option_and_free_on_resume(tmp_path, two_impls):
