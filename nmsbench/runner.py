@@ -135,7 +135,7 @@ AXES = (
          check=lambda v: "" if is_whole(v) and v >= 0 else f"slow_retries must be a whole number >= 0, got {v!r}",
          help="Time again, at the end of their pass (up to K times), the rows flagged noisy for a slow host (most of "
               "their rounds ran while the host's gauge read slow): a shared host's slow stretches last seconds, so a "
-              "later turn usually finds its usual speed. The implementations of a box set are re-timed together; a "
+              "later turn usually finds its usual speed. A box set's flagged rows are re-timed together, in rounds; a "
               f"row keeps the clean (else least spread) timing, `attempts` counts them. Default: {CUDA_SLOW_RETRIES} on a "
               "sweep of --device cuda alone, else 0."),
     Axis("cluster", "--cluster", lambda text: [text.strip()], None, many=False, check=lambda v: _cluster().spec_problem(v),
