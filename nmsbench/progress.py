@@ -169,6 +169,22 @@ def _required_modules(names, devices) -> list[str]:
             for module in backend.requires]
 
 
+def _local_cluster_warning(grid: dict) -> str:
+    """A warning when a local cluster's workers would time CPU rows on more cores than this
+    machine has (K workers x --threads), "" otherwise."""
+    import re
+
+    local = re.fullmatch(r"local:(\d+)", str(grid.get("cluster") or ""))
+    if not local or "cpu" not in (grid.get("devices") or ["cpu"]):
+        return ""
+    workers, threads, cpus = int(local[1]), int(grid.get("threads") or 1), len(usable_cpus())
+    if workers * threads <= cpus:
+        return ""
+    return (f"{workers} local workers x --threads {threads} time CPU rows on up to {workers * threads} cores of this "
+            f"machine's {cpus}: they will wait for each other (their rows flagged noisy); --threads "
+            f"{max(cpus // workers, 1)} or fewer workers gives truer times")
+
+
 def run_with_progress(command: str, out: Path, force: bool, total: int, grid: dict, reproduce: str,
                       run: Callable, describe: Callable[[dict], str], label: Callable[[dict], str], *,
                       append: bool = False, completed: int = 0, resume_command: str | None = None,
@@ -220,6 +236,9 @@ def _run_locked(command: str, out: Path, lock: ResultsLock, total: int, grid: di
             warning = load_warning(int(grid.get("threads") or 1)) if "cpu" in grid.get("devices", ["cpu"]) else ""
             if warning:
                 console.print(f"[yellow]warning[/]: {warning}")
+            crowded = _local_cluster_warning(grid)
+            if crowded:
+                console.print(f"[yellow]warning[/]: {crowded}")
             writer = ResultWriter(out, environment(), grid, reproduce, append=append, lock=lock,
                                   libraries=library_versions(_required_modules(grid.get("impls") or [],
                                                                              grid.get("devices") or [])))

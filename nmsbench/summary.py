@@ -61,8 +61,16 @@ def show(benchmark: str, rows: list[dict], counts: dict, out: Path, exact: Optio
                       f"{host['measurements']} measurements; those were left out of their rows' medians, and rows "
                       f"left with fewer than half their rounds are flagged noisy{waited}")
     _listed(counts.get("error_rows", []), "[red]errors[/]: {} row(s):", "the error column holds each message")
-    spent = counts.get("time") or {}
-    if spent.get("total_s"):
+    spent, cluster = counts.get("time") or {}, counts.get("cluster") or {}
+    if cluster and spent.get("total_s"):  # the cases were timed on the workers, not by this process's clock
+        def sec(value) -> str:
+            return f"{value or 0:,.1f} s" if (value or 0) < 10 else f"{value:,.0f} s"
+
+        workers = len(cluster.get("workers") or [])
+        console.print(f"took {sec(spent['total_s'])} on {cluster.get('spec')} (after {sec(cluster.get('connect_s'))} reaching "
+                      f"or starting it): {sec(cluster.get('warm_s'))} warming its workers, {sec(cluster.get('cases_s'))} for "
+                      f"the cases, {sec(cluster.get('task_s'))} inside their tasks on {workers} worker(s)", highlight=False)
+    elif spent.get("total_s"):
         per_timer = ", ".join(f"{name} {seconds:,.0f} s" for name, seconds in (counts.get("timers_s") or {}).items())
         timing = f"{spent['timed_s']:,.0f} s timing" + (f" ({per_timer})" if len(counts.get("timers_s") or {}) > 1 else "")
         console.print(f"took {spent['total_s']:,.0f} s: {timing}, {spent['prepared_s']:,.0f} s warming "

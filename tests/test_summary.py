@@ -196,3 +196,29 @@ def test_a_run_says_where_its_time_went(tmp_path, monkeypatch):
     assert spent["prepared_s"] >= 0.3  # four preparations of at least 0.1 s each (rounded to 0.1 s)
     assert abs(spent["timed_s"] + spent["prepared_s"] + spent["other_s"] - spent["total_s"]) <= 0.2
     assert f"took {spent['total_s']:,.0f} s: {spent['timed_s']:,.0f} s timing" in result.output
+
+
+def test_a_cluster_run_says_its_time_went_to_start_up_and_the_workers_cases():
+    """The driver's clock times no case of a cluster run: its took line gives the cluster's
+    start, the workers' warm-up and the cases' span and task seconds (the sidecar's note)."""
+    rows = [row("torchvision", 64, 100.0), row("fast_exact", 64, 50.0)]
+    counts = {"ok": 2, "error": 0, "skipped": 0, "noisy": 0, "time": {"total_s": 12.3, "timed_s": 0.0, "prepared_s": 0.0,
+                                                                       "other_s": 12.3},
+              "cluster": {"spec": "local:2", "workers": [{"address": "a"}, {"address": "b"}], "task_s": 14.0,
+                          "connect_s": 5.25, "warm_s": 4.0, "cases_s": 7.5}}
+    text = text_of(rows, counts=counts)
+    assert ("took 12 s on local:2 (after 5.2 s reaching or starting it): 4.0 s warming its workers, 7.5 s for the "
+            "cases, 14 s inside their tasks on 2 worker(s)") in text
+    assert "0 s timing" not in text
+
+
+def test_a_local_cluster_that_asks_more_cores_than_the_machine_has_is_warned_of(monkeypatch):
+    from nmsbench import progress
+
+    monkeypatch.setattr(progress, "usable_cpus", lambda: [0, 1, 2, 3])
+    warned = progress._local_cluster_warning({"cluster": "local:2", "devices": ["cpu"], "threads": 4})
+    assert "2 local workers x --threads 4 time CPU rows on up to 8 cores of this machine's 4" in warned
+    assert "--threads 2" in warned
+    assert progress._local_cluster_warning({"cluster": "local:2", "devices": ["cpu"], "threads": 2}) == ""
+    assert progress._local_cluster_warning({"cluster": "local:8", "devices": ["cuda"], "threads": 4}) == ""
+    assert progress._local_cluster_warning({"cluster": "tcp://h:8786", "devices": ["cpu"], "threads": 16}) == ""
