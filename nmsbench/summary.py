@@ -67,9 +67,10 @@ def show(benchmark: str, rows: list[dict], counts: dict, out: Path, exact: Optio
             return f"{value or 0:,.1f} s" if (value or 0) < 10 else f"{value:,.0f} s"
 
         workers = len(cluster.get("workers") or [])
+        inside = f", {sec(cluster['task_s'])} inside their tasks" if "task_s" in cluster else ""
         console.print(f"took {sec(spent['total_s'])} on {cluster.get('spec')} (after {sec(cluster.get('connect_s'))} reaching "
                       f"or starting it): {sec(cluster.get('warm_s'))} warming its workers, {sec(cluster.get('cases_s'))} for "
-                      f"the cases, {sec(cluster.get('task_s'))} inside their tasks on {workers} worker(s)", highlight=False)
+                      f"the cases{inside} on {workers} worker(s)", highlight=False)
     elif spent.get("total_s"):
         per_timer = ", ".join(f"{name} {seconds:,.0f} s" for name, seconds in (counts.get("timers_s") or {}).items())
         timing = f"{spent['timed_s']:,.0f} s timing" + (f" ({per_timer})" if len(counts.get("timers_s") or {}) > 1 else "")
