@@ -326,6 +326,22 @@ def shares(result: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
+def agreement(result: pd.DataFrame) -> pd.DataFrame:
+    """Per timer, how closely the two runs agree over every pair with a timing verdict:
+    ``pairs``, and the median and 90th percentile of |NEW / BASE - 1| (an A/A pair's figure:
+    what two runs of one command on one machine differ by)."""
+    timed = result[result["verdict"].isin(["faster", "slower", "same", "uncertain"])]
+    off = (pd.to_numeric(timed["ratio"], errors="coerce") - 1).abs()
+    out = off.groupby(timed["timer"]).agg(pairs="size", median="median", p90=lambda v: v.quantile(0.9))
+    return out.reset_index()
+
+
+def agreement_line(result: pd.DataFrame) -> str:
+    """:func:`agreement` as one line ("" when no pair has a timing verdict)."""
+    parts = [f"{r.timer} {r.median:.1%} / {r.p90:.1%} ({r.pairs} pairs)" for r in agreement(result).itertuples()]
+    return "|NEW / BASE - 1|, median / 90th percentile: " + ", ".join(parts) if parts else ""
+
+
 def ordered(result: pd.DataFrame) -> pd.DataFrame:
     """Rows that need a look first (VERDICTS order, ``same`` last), then by case."""
     rank = result["verdict"].map({v: i for i, v in enumerate(VERDICTS)})

@@ -39,6 +39,8 @@ def compare_command(base: str, new: str, threshold: float, alpha: float, fmt: st
     """Compare two results files case by case: faster, slower, same or uncertain (from the raw
     samples: a Mann–Whitney U test and a minimum effect), changed (status or agreement: kept,
     jaccard, ...), only in base / only in new. Rows pair by case key, on any machine or commit.
+    The table ends with how closely the runs agree per timer: the median and 90th percentile of
+    |NEW / BASE - 1| (two runs of one command: the machine's repeatability).
 
     \b
     nmsbench compare results/h200-host-cpu.csv run.csv --fail-on slower,changed
@@ -64,6 +66,9 @@ def compare_command(base: str, new: str, threshold: float, alpha: float, fmt: st
             table.add_row(*map(str, row), style=COLOURS.get(row.verdict, ""))
         Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200).print(table)
         click.echo(f"NEW / BASE ratio (above 1: slower); threshold ±{threshold:.0%}, alpha {alpha:g}")
+        line = compare.agreement_line(result)
+        if line:
+            click.echo(line)
     failed = sorted(set(result["verdict"]) & fail_on)
     if failed:
         click.echo(f"failing: {', '.join(failed)} rows (--fail-on)", err=True)

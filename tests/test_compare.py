@@ -177,6 +177,8 @@ def test_cli_table_lists_counts_and_the_rows_to_look_at_first(pair):
     assert out.exit_code == 0, out.output
     assert "1 changed, 1 slower, 1 same" in out.output
     assert out.output.index("changed") < out.output.index("slower") < out.output.rindex("same")
+    # the two timed pairs' distance from 1 (1.3 and about 1.0): the changed one has no timing verdict
+    assert "|NEW / BASE - 1|, median / 90th percentile: wall " in out.output and "(2 pairs)" in out.output
 
 
 def test_cli_markdown_and_csv(pair):
@@ -305,3 +307,25 @@ def test_a_noisy_run_needs_its_interval_beyond_the_threshold():
     clean = compare.judge(base, new)
     assert clean["verdict"] == "slower" and clean["ci_low"] < 1.05, clean
     assert compare.judge(base, new, noisy=True)["verdict"] == "uncertain"
+
+
+def test_agreement_is_the_median_and_90th_percentile_of_the_ratios_distance_from_one_per_timer():
+    """An A/A pair's figure: per timer, |NEW / BASE - 1| over the pairs with a timing verdict
+    (changed or one-sided rows have no ratio to count)."""
+    import pandas as pd
+
+    from nmsbench import compare
+
+    ratios = [1.01, 0.98, 1.05, 1.20, 0.90]
+    result = pd.DataFrame({"timer": ["wall"] * 5 + ["device"] * 2 + ["wall"],
+                           "ratio": ratios + [1.002, 0.999, float("nan")],
+                           "verdict": ["same", "same", "uncertain", "slower", "faster", "same", "same", "changed"]})
+    table = compare.agreement(result).set_index("timer")
+    off = pd.Series([abs(r - 1) for r in ratios])
+    assert table.loc["wall", "pairs"] == 5 and table.loc["device", "pairs"] == 2
+    assert table.loc["wall", "median"] == pytest.approx(off.median())
+    assert table.loc["wall", "p90"] == pytest.approx(off.quantile(0.9))
+    assert table.loc["device", "median"] == pytest.approx(0.0015)
+    line = compare.agreement_line(result)
+    assert line.startswith("|NEW / BASE - 1|, median / 90th percentile: ") and "wall 5.0% / " in line
+    assert compare.agreement_line(result[result["verdict"] == "changed"]) == ""
