@@ -21,30 +21,14 @@ import numpy as np
 
 from nmsbench.pipeline import RULE, Detections, Pipeline, PipelineConfig, Prepared, decode_numpy, register_pipeline
 
-OPSET = 11  # NonMaxSuppression's current form (score threshold, center_point_box)
-
 
 @functools.lru_cache(maxsize=1)
 def session():
     """The model: boxes [B, N, 4], scores [B, C, N], max boxes a class, IoU and score thresholds
     -> selected [K, 3] (image, class, box)."""
-    import onnx
-    import onnxruntime
-    from onnx import TensorProto, helper
+    from .onnxruntime_nms import nms_session
 
-    inputs = [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [None, None, 4]),
-              helper.make_tensor_value_info("scores", TensorProto.FLOAT, [None, None, None]),
-              helper.make_tensor_value_info("max_output_boxes_per_class", TensorProto.INT64, [1]),
-              helper.make_tensor_value_info("iou_threshold", TensorProto.FLOAT, [1]),
-              helper.make_tensor_value_info("score_threshold", TensorProto.FLOAT, [1])]
-    node = helper.make_node("NonMaxSuppression", [i.name for i in inputs], ["selected_indices"], center_point_box=0)
-    graph = helper.make_graph([node], "batched_nms", inputs,
-                              [helper.make_tensor_value_info("selected_indices", TensorProto.INT64, [None, 3])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
-    onnx.checker.check_model(model)
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = 1
-    return onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return nms_session("batched_nms", [None, None, 4], [None, None, None], score_threshold=True)
 
 
 def _build(raw: np.ndarray, config: PipelineConfig, device: str) -> Prepared:
