@@ -422,6 +422,48 @@ def group_rows(sub, done, error: BaseException, case_rows: Callable, resolve: Ca
         f"its case group failed on the cluster: {type(error).__name__}: {error}")))
 
 
+class ClusterRun:
+    """The driver's side of one run on a cluster (:func:`drive` makes it): the client, the
+    one writer (``out``, a :class:`Deduplicated`), the resource a GPU task asks for, the
+    driver's host gauge. ``stream`` starts the cases' clock on its first call."""
+
+    def __init__(self, client, out: Deduplicated, gpu: Optional[dict], driver_gauge, between_turns: Callable[[], None]):
+        self.client, self.out, self.gpu, self.driver_gauge = client, out, gpu, driver_gauge
+        self.between_turns = between_turns
+        self.started: Optional[float] = None
+
+    def stream(self, jobs: list[Job]) -> Iterator[tuple[Job, object]]:
+        if self.started is None:
+            self.started = time.perf_counter()
+        return stream(self.client, jobs, self.between_turns)
+
+    def cases_s(self) -> float:
+        """Seconds from the first task submitted to now (the run's cases)."""
+        return round(time.perf_counter() - self.started, 2) if self.started is not None else 0.0
+
+
+def drive(grid, write: Callable[[dict], None], on_case: Callable[[dict], None], done, between_turns: Callable[[], None],
+          gauge_, preload, body: Callable[[ClusterRun], None]) -> dict:
+    """What every run on a cluster shares around its own jobs (``body``): the grid checked,
+    the run's bookkeeping started, the cluster connected and its workers warmed (``preload``
+    imported there), the cluster released whatever happens; returns the run's note, with
+    the cluster's (workers, start-up, the cases' seconds)."""
+    from .engine.rounds import finish_run, start_run
+
+    check_grid(grid, reach=False)
+    emit, counts, driver_gauge = start_run(grid, write, on_case, gauge_)
+    client = connect(grid.cluster, grid.devices)
+    try:
+        startup = warm_workers(client, grid.cluster, preload)
+        run = ClusterRun(client, Deduplicated(emit, done), gpu_resources(client, grid.devices), driver_gauge,
+                         between_turns)
+        body(run)
+        note = run.out.note(grid.cluster) | startup | {"cases_s": run.cases_s()}
+    finally:
+        release(grid.cluster)
+    return finish_run(counts, driver_gauge) | {"cluster": note}
+
+
 def run_sweep(grid, write: Callable[[dict], None], on_case: Callable[[dict], None] = lambda row: None,
               done=frozenset(), between_turns: Callable[[], None] = lambda: None, gauge_=None, runner: tuple = ()) -> dict:
     """:func:`nmsbench.runner.run_sweep` on ``grid.cluster``: each pass's case groups as
@@ -429,31 +471,22 @@ def run_sweep(grid, write: Callable[[dict], None], on_case: Callable[[dict], Non
     ``runner``: the runner's (sweep pass, case rows, parameter resolver), given by it (the
     runner imports this module)."""
     sweep_pass, case_rows, resolve = runner
-    from .engine.rounds import finish_run, start_run
     from .timers import timer_passes
 
-    check_grid(grid, reach=False)
-    emit, counts, driver_gauge = start_run(grid, write, on_case, gauge_)
-    client = connect(grid.cluster, grid.devices)
-    try:
-        startup = warm_workers(client, grid.cluster, sweep_pass)
-        out = Deduplicated(emit, done)
-        gpu = gpu_resources(client, grid.devices)
+    def body(run: ClusterRun) -> None:
         passes = timer_passes(grid)
         token = uuid.uuid4().hex if len(passes) > 1 else None  # later passes reuse a worker's box sets
-        started = time.perf_counter()
         for part in passes:
             jobs = [Job(sweep_group, (sub, done_for(done, scenario=what[0], device=what[-1]), KILL_ONCE, sweep_pass, token),
-                        gpu if what[-1] == "cuda" else None, (what, sub)) for what, sub in sweep_groups(part)]
-            for job, result in stream(client, jobs, between_turns):
+                        run.gpu if what[-1] == "cuda" else None, (what, sub)) for what, sub in sweep_groups(part)]
+            for job, result in run.stream(jobs):
                 if isinstance(result, BaseException):
-                    out.rows(group_rows(job.what[1], out.written, result, case_rows, resolve))
+                    run.out.rows(group_rows(job.what[1], run.out.written, result, case_rows, resolve))
                 else:
-                    out.rows(*result)
-        note = out.note(grid.cluster) | startup | {"cases_s": round(time.perf_counter() - started, 2)}
-    finally:
-        release(grid.cluster)
-    return finish_run(counts, driver_gauge) | {"cluster": note}
+                    run.out.rows(*result)
+
+    return drive(grid, write, on_case, done, between_turns, gauge_, sweep_pass, body)
 
 
-__all__ = ["ClusterError", "INSTALL", "check_grid", "connect", "dask_problem", "release", "run_sweep", "spec_problem"]
+__all__ = ["ClusterError", "ClusterRun", "INSTALL", "check_grid", "connect", "dask_problem", "drive", "release",
+           "run_sweep", "spec_problem"]

@@ -26,13 +26,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from typing import Callable, Optional
 
 import numpy as np
 
-from .cluster import (Deduplicated, Job, _TIMING, check_grid, connect, gauge, gpu_resources, identity, maybe_die,
-                      release, stream, warm_workers)
+from .cluster import ClusterRun, Job, _TIMING, drive, gauge, identity, maybe_die
 
 BATCHES_PER_WORKER = 3  # image batches per worker and group: the slow cases' passes spread evenly
 MIN_BATCH = 8  # images: a smaller batch costs more in task overhead than it spreads
@@ -158,20 +156,16 @@ def run_accuracy(grid, write: Callable[[dict], None], on_case: Callable[[dict], 
     """:func:`nmsbench.accuracy_bench.run_accuracy_bench` on ``grid.cluster`` (``bench``: its parts)."""
     import json
 
-    from .engine.rounds import error_text, finish_run, start_run
+    from .engine.rounds import error_text
     from .registry import implementations
     from .results import case_key
 
-    check_grid(grid, reach=False)
-    emit, counts, driver_gauge = start_run(grid, write, on_case, gauge_)
-    client = connect(grid.cluster, grid.devices)
     local = dataclasses.replace(grid, cluster=None)
     known = implementations()
-    try:
-        startup = warm_workers(client, grid.cluster, bench)
-        out = Deduplicated(emit, done)
-        gpu = gpu_resources(client, grid.devices)
-        workers = max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
+
+    def body(run: ClusterRun) -> None:
+        out = run.out
+        workers = max(1, len(run.client.scheduler_info(n_workers=-1)["workers"]))
         jobs, groups = [], {}
         for name in grid.sources:
             try:
@@ -203,10 +197,10 @@ def run_accuracy(grid, write: Callable[[dict], None], on_case: Callable[[dict], 
                 cases = [(row["impl"], row["iou_threshold"], json.loads(row["params"])) for row in runnable]
                 ranges = batches(len(source.images), workers)
                 groups[name, device] = {"rows": runnable, "ranges": ranges, "detected": {}, "timed": {}, "scored": {}}
-                jobs += [Job(batch_task, (bench, local, name, device, cases, a, b, KILL()), gpu if device == "cuda" else None,
-                             ("batch", name, device, i)) for i, (a, b) in enumerate(ranges)]
-        started = time.perf_counter()
-        for job, result in stream(client, jobs, between_turns):  # evaluations join the jobs as batches complete
+                jobs += [Job(batch_task, (bench, local, name, device, cases, a, b, KILL()),
+                             run.gpu if device == "cuda" else None, ("batch", name, device, i))
+                         for i, (a, b) in enumerate(ranges)]
+        for job, result in run.stream(jobs):  # evaluations join the jobs as batches complete
             kind, name, device, index = job.what
             group = groups[name, device]
             if isinstance(result, BaseException):
@@ -222,10 +216,8 @@ def run_accuracy(grid, write: Callable[[dict], None], on_case: Callable[[dict], 
             else:
                 group["scored"][index] = result
             out.rows(_finished(group, bench.per_image))
-        note = out.note(grid.cluster) | startup | {"cases_s": round(time.perf_counter() - started, 2)}
-    finally:
-        release(grid.cluster)
-    return finish_run(counts, driver_gauge) | {"cluster": note}
+
+    return drive(grid, write, on_case, done, between_turns, gauge_, bench, body)
 
 
 def KILL():

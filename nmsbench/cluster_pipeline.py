@@ -11,12 +11,12 @@ is its first images, as in one process), and keeps it for the run's later groups
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 import uuid
 from typing import Callable, Optional
 
-from .cluster import (Deduplicated, Job, _TIMING, check_grid, connect, gauge, gpu_resources, identity, maybe_die,
-                      release, stream, warm_workers)
+from .cluster import Job, _TIMING, gauge, identity, maybe_die
 
 _LOADED: dict = {}  # worker side: the run's token and its sources at the largest batch
 
@@ -69,43 +69,32 @@ def run_pipeline(grid, write: Callable[[dict], None], on_case: Callable[[dict], 
     """:func:`nmsbench.pipeline_bench.run_pipeline_bench` on ``grid.cluster``; ``bench``: its
     (pipeline pass, checked source loader, timer passes)."""
     from . import cluster
-    from .engine.rounds import finish_run, start_run
 
     pipeline_pass, load, timer_passes = bench
-    check_grid(grid, reach=False)
-    emit, counts, driver_gauge = start_run(grid, write, on_case, gauge_)
-    client = connect(grid.cluster, grid.devices)
-    try:
-        startup = warm_workers(client, grid.cluster, pipeline_pass)
-        out = Deduplicated(emit, done)
-        gpu = gpu_resources(client, grid.devices)
+
+    def body(run: cluster.ClusterRun) -> None:
         token, largest = uuid.uuid4().hex, max(grid.batches)
-        started = time.perf_counter()
         for part in timer_passes(grid):
             jobs = []
-            for source in part.sources:
-                for batch in part.batches:
-                    for conf in part.confs:
-                        for device in part.devices:
-                            if not part.timers_for(device):
-                                continue
-                            sub = dataclasses.replace(part, sources=[source], batches=[batch], confs=[conf],
-                                                      devices=[device], cluster=None)
-                            written = cluster.done_for(done, scenario=source, device=device, batch=batch)
-                            jobs.append(Job(pipeline_group, (sub, largest, written, cluster.KILL_ONCE, pipeline_pass, load, token),
-                                            gpu if device == "cuda" else None, sub))
-            for job, result in stream(client, jobs, between_turns):
+            for source, batch, conf, device in itertools.product(part.sources, part.batches, part.confs, part.devices):
+                if not part.timers_for(device):
+                    continue
+                sub = dataclasses.replace(part, sources=[source], batches=[batch], confs=[conf], devices=[device],
+                                          cluster=None)
+                written = cluster.done_for(done, scenario=source, device=device, batch=batch)
+                jobs.append(Job(pipeline_group, (sub, largest, written, cluster.KILL_ONCE, pipeline_pass, load, token),
+                                run.gpu if device == "cuda" else None, sub))
+            for job, result in run.stream(jobs):
                 if isinstance(result, BaseException):
                     sub, rows = job.what, []
                     key = (sub.sources[0], sub.batches[0], sub.seed, tuple(sub.recordings or ()))
-                    pipeline_pass(sub, rows.append, out.written, lambda: None, driver_gauge, {key: _Failed(result)})
-                    out.rows(rows)
+                    pipeline_pass(sub, rows.append, run.out.written, lambda: None, run.driver_gauge,
+                                  {key: _Failed(result)})
+                    run.out.rows(rows)
                 else:
-                    out.rows(*result)
-        note = out.note(grid.cluster) | startup | {"cases_s": round(time.perf_counter() - started, 2)}
-    finally:
-        release(grid.cluster)
-    return finish_run(counts, driver_gauge) | {"cluster": note}
+                    run.out.rows(*result)
+
+    return cluster.drive(grid, write, on_case, done, between_turns, gauge_, pipeline_pass, body)
 
 
 __all__ = ["pipeline_group", "run_pipeline"]
