@@ -31,7 +31,7 @@ from typing import Callable, Optional
 import torch
 
 from .accuracy import MAX_DETECTIONS, AccuracySource, coco_metrics, coco_source, detect, nms_pass, synthetic_source
-from .engine.axes import (Axis, GridError, check_axes, floats, ints, merge_param_lists, names, parse_devices,
+from .engine.axes import (Axis, GridError, check_axes, cluster_axis, floats, ints, merge_param_lists, names, parse_devices,
                           parse_param_list)
 from .engine.plugins import Benchmark, register_benchmark
 from .engine.settings import DEFAULT_RUN_TIME
@@ -104,10 +104,8 @@ AXES = (
     Axis("image_ids", "--image-ids", ints("image ids", None), metavar="ID,ID,...",
          check=lambda values: "" if all(is_whole(v) for v in values) else f"image ids must be whole numbers, got {values!r}",
          help="With --candidates: score only these images of --annotations."),
-    Axis("cluster", "--cluster", lambda text: [text.strip()], None, many=False, metavar="local:K|ADDRESS",
-         check=lambda v: _cluster_module().spec_problem(v),
-         help="Spread the images over Dask workers: local:K (K worker processes here) or a scheduler's address "
-              "(tcp://host:8786); the COCO scores are the same as one process's. Needs the cluster extra; see docs/cluster.md."),
+    cluster_axis("Spread the images over Dask workers: local:K (K worker processes here) or a scheduler's address "
+                 "(tcp://host:8786); the COCO scores are the same as one process's."),
 )
 
 

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from . import datasets
-from .engine.axes import Axis, GridError, check_axes, floats, ints, names, parse_devices
+from .engine.axes import Axis, GridError, check_axes, cluster_axis, floats, ints, names, parse_devices
 from .engine.plugins import Benchmark, register_benchmark
 from .engine.settings import DEFAULT_RUN_TIME
 from .engine.rounds import (SETTINGS_AXES, Contender, Outcome, Settings, error_rows, error_text,
@@ -121,10 +121,8 @@ AXES = (
     Axis("timers", "--timer", names("timers"), list(DEFAULT_TIMERS), check=_among("timer", pipeline_timers),
          help="Timers of the stages (every registered timer but those needing a graph-safe backend; those of the GPU "
               "give cuda rows only; api times the public run_pipeline, for the total stage)."),
-    Axis("cluster", "--cluster", lambda text: [text.strip()], None, many=False, metavar="local:K|ADDRESS",
-         check=lambda v: _cluster().spec_problem(v),
-         help="Run the case groups (a source, batch and threshold on one device) on Dask workers: local:K or a "
-              "scheduler's address (tcp://host:8786). Needs the cluster extra; see docs/cluster.md."),
+    cluster_axis("Run the case groups (a source, batch and threshold on one device) on Dask workers: local:K or a "
+                 "scheduler's address (tcp://host:8786)."),
 )
 
 

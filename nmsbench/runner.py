@@ -36,7 +36,8 @@ import torch
 from . import api, datasets
 from .agreement import FAMILY_REFERENCES, NO_FAMILY_REFERENCE, compare_family, compare_keep
 from .boxes import BoxSet
-from .engine.axes import Axis, GridError, check_axes, floats, ints, names, parse_devices, parse_param, parse_sizes
+from .engine.axes import (Axis, GridError, check_axes, cluster_axis, floats, ints, names, parse_devices, parse_param,
+                          parse_sizes)
 from .engine.plugins import Benchmark, register_benchmark
 from .engine.settings import CUDA_RUN_TIME, DEFAULT_RUN_TIME
 from .engine.rounds import (CaseTimeout, Contender, Settings, case_deadline, check_case_timeout, check_settings,  # noqa: F401
@@ -138,9 +139,8 @@ AXES = (
               "later turn usually finds its usual speed. A box set's flagged rows are re-timed together, in rounds; a "
               f"row keeps the clean (else least spread) timing, `attempts` counts them. Default: {CUDA_SLOW_RETRIES} on a "
               "sweep of --device cuda alone, else 0."),
-    Axis("cluster", "--cluster", lambda text: [text.strip()], None, many=False, check=lambda v: _cluster().spec_problem(v),
-         metavar="local:K|ADDRESS", help="Run the case groups on Dask workers: local:K (K worker processes here, one per GPU "
-         "first) or a scheduler's address (tcp://host:8786). Needs the cluster extra; see docs/cluster.md."),
+    cluster_axis("Run the case groups on Dask workers: local:K (K worker processes here, one per GPU first) or a "
+                 "scheduler's address (tcp://host:8786)."),
 )
 
 
