@@ -55,12 +55,19 @@ def keyed(path, columns) -> pd.DataFrame:
     return frame[columns].sort_index()
 
 
-def test_sweep_on_a_cluster_gives_the_local_rows(address, tmp_path):
+def same_rows_on_the_cluster(args: list, address: str, tmp_path, columns: list[str]):
+    """Runs ``args`` here and on the cluster, asserts ``columns`` equal case by case; the
+    cluster run's file."""
     local, remote = tmp_path / "local.csv", tmp_path / "cluster.csv"
-    assert run(*SWEEP, "--out", local).exit_code == 0
-    result = run(*SWEEP, "--cluster", address, "--out", remote)
+    assert run(*args, "--out", local).exit_code == 0
+    result = run(*args, "--cluster", address, "--out", remote)
     assert result.exit_code == 0, result.output
-    pd.testing.assert_frame_equal(keyed(local, AGREEMENT), keyed(remote, AGREEMENT))
+    pd.testing.assert_frame_equal(keyed(local, columns), keyed(remote, columns))
+    return remote
+
+
+def test_sweep_on_a_cluster_gives_the_local_rows(address, tmp_path):
+    remote = same_rows_on_the_cluster(SWEEP, address, tmp_path, AGREEMENT)
     meta = json.loads(sidecar_path(remote).read_text())
     assert meta["grid"]["cluster"] == address
     workers = meta["cluster"][0]["workers"]
@@ -96,22 +103,14 @@ def test_a_killed_worker_loses_no_case_and_repeats_none(address, tmp_path, monke
 
 
 def test_accuracy_on_a_cluster_scores_as_one_process(address, tmp_path):
-    local, remote = tmp_path / "local.csv", tmp_path / "cluster.csv"
-    assert run(*ACCURACY, "--out", local).exit_code == 0
-    result = run(*ACCURACY, "--cluster", address, "--out", remote)
-    assert result.exit_code == 0, result.output
-    pd.testing.assert_frame_equal(keyed(local, SCORES), keyed(remote, SCORES))
+    remote = same_rows_on_the_cluster(ACCURACY, address, tmp_path, SCORES)
     frame = read_results(remote)
     assert (frame.status == "ok").all()
     assert (frame.median_us > 0).all() and (frame.runs >= frame.images).all()  # every image timed, per image
 
 
 def test_pipeline_on_a_cluster_gives_the_local_rows(address, tmp_path):
-    local, remote = tmp_path / "local.csv", tmp_path / "cluster.csv"
-    assert run(*PIPELINE, "--out", local).exit_code == 0
-    result = run(*PIPELINE, "--cluster", address, "--out", remote)
-    assert result.exit_code == 0, result.output
-    pd.testing.assert_frame_equal(keyed(local, PIPELINE_AGREEMENT), keyed(remote, PIPELINE_AGREEMENT))
+    remote = same_rows_on_the_cluster(PIPELINE, address, tmp_path, PIPELINE_AGREEMENT)
     note = json.loads(sidecar_path(remote).read_text())["cluster"][0]
     assert note["workers"] and note["warm_s"] >= 0 and note["task_s"] > 0
 
