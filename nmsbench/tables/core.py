@@ -152,23 +152,18 @@ def varying(frame: pd.DataFrame, dims: Sequence[str] = SERIES_DIMS) -> list[str]
     return [d for d in dims if d in frame.columns and frame[d].nunique(dropna=False) > 1]
 
 
+# How a label spells a number of these dimensions
+_NUMBER_LABELS = {"threads": "{:g} threads", "batch": "batch {:g}", "input_size": "{:g} px", "overlap": "knob {:g}",
+                  "iou_threshold": "IoU {:g}", "classes": "{:g} classes"}
+
+
 def _fmt_dim(dim: str, value) -> str:
     if isinstance(value, float) and math.isnan(value):
         return f"no {dim}"
     if dim == "git_commit":
         return f"@{value}" if value else "no commit"
-    if dim == "threads":
-        return f"{value:g} threads"
-    if dim == "batch":
-        return f"batch {value:g}"
-    if dim == "input_size":
-        return f"{value:g} px"
-    if dim == "overlap":
-        return f"knob {value:g}"
-    if dim == "iou_threshold":
-        return f"IoU {value:g}"
-    if dim == "classes":
-        return f"{value:g} classes"
+    if dim in _NUMBER_LABELS:
+        return _NUMBER_LABELS[dim].format(value)
     if dim == "params":
         return "default params" if value == "{}" else str(value)
     return str(value)
