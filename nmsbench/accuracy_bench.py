@@ -31,7 +31,8 @@ from typing import Callable, Optional
 import torch
 
 from .accuracy import MAX_DETECTIONS, AccuracySource, coco_metrics, coco_source, detect, nms_pass, synthetic_source
-from .engine.axes import (Axis, GridError, check_axes, cluster_axis, floats, ints, merge_param_lists, names, parse_devices,
+from .cluster import cluster_axis
+from .engine.axes import (Axis, GridError, check_axes, floats, ints, merge_param_lists, names, parse_devices,
                           parse_param_list)
 from .engine.plugins import Benchmark, register_benchmark
 from .engine.settings import DEFAULT_RUN_TIME

@@ -41,6 +41,14 @@ WORKER_COLUMNS = ("machine", "cpu", "gpu", "driver", "cuda", "torch", "torchvisi
 KILL_ONCE: Optional[str] = None
 
 
+def cluster_axis(help: str):
+    """The ``--cluster`` option (a local cluster ``local:K`` or a scheduler's address) of the
+    benchmarks that can run on Dask workers; ``help`` says what a worker runs."""
+    from .engine.axes import Axis
+
+    return Axis("cluster", "--cluster", lambda text: [text.strip()], None, many=False, check=spec_problem,
+                metavar="local:K|ADDRESS", help=f"{help} Needs the cluster extra; see docs/cluster.md.")
+
 class ClusterError(ValueError):
     """A cluster that cannot be used: dask missing, a bad address, a scheduler out of reach."""
 
@@ -488,5 +496,5 @@ def run_sweep(grid, write: Callable[[dict], None], on_case: Callable[[dict], Non
     return drive(grid, write, on_case, done, between_turns, gauge_, sweep_pass, body)
 
 
-__all__ = ["ClusterError", "ClusterRun", "INSTALL", "check_grid", "connect", "dask_problem", "drive", "release",
-           "run_sweep", "spec_problem"]
+__all__ = ["ClusterError", "ClusterRun", "INSTALL", "check_grid", "cluster_axis", "connect", "dask_problem", "drive",
+           "release", "run_sweep", "spec_problem"]

@@ -40,7 +40,8 @@ import numpy as np
 import torch
 
 from . import datasets
-from .engine.axes import Axis, GridError, check_axes, cluster_axis, floats, ints, names, parse_devices
+from .cluster import cluster_axis
+from .engine.axes import Axis, GridError, check_axes, floats, ints, names, parse_devices
 from .engine.plugins import Benchmark, register_benchmark
 from .engine.settings import DEFAULT_RUN_TIME
 from .engine.rounds import (SETTINGS_AXES, Contender, Outcome, Settings, error_rows, error_text,

@@ -36,7 +36,8 @@ import torch
 from . import api, datasets
 from .agreement import FAMILY_REFERENCES, NO_FAMILY_REFERENCE, compare_family, compare_keep
 from .boxes import BoxSet
-from .engine.axes import (Axis, GridError, check_axes, cluster_axis, floats, ints, names, parse_devices, parse_param,
+from .cluster import cluster_axis
+from .engine.axes import (Axis, GridError, check_axes, floats, ints, names, parse_devices, parse_param,
                           parse_sizes)
 from .engine.plugins import Benchmark, register_benchmark
 from .engine.settings import CUDA_RUN_TIME, DEFAULT_RUN_TIME

@@ -75,17 +75,6 @@ class Axis:
         return [_text(value)]
 
 
-def cluster_axis(help: str) -> Axis:
-    """The ``--cluster`` option (a local cluster ``local:K`` or a scheduler's address) of the
-    benchmarks that can run on Dask workers; ``help`` says what a worker runs."""
-    def check(value) -> str:
-        from .. import cluster  # the spec's syntax; dask itself only when a run asks for a cluster
-
-        return cluster.spec_problem(value)
-
-    return Axis("cluster", "--cluster", lambda text: [text.strip()], None, many=False, check=check,
-                metavar="local:K|ADDRESS", help=f"{help} Needs the cluster extra; see docs/cluster.md.")
-
 def _text(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
