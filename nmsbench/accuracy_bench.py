@@ -31,7 +31,7 @@ from typing import Callable, Optional
 import torch
 
 from .accuracy import MAX_DETECTIONS, AccuracySource, coco_metrics, coco_source, detect, nms_pass, synthetic_source
-from .cluster import cluster_axis
+from . import cluster  # it imports no dask: a run that asks for one does
 from .engine.axes import (Axis, GridError, check_axes, floats, ints, merge_param_lists, names, parse_devices,
                           parse_param_list)
 from .engine.plugins import Benchmark, register_benchmark
@@ -105,15 +105,9 @@ AXES = (
     Axis("image_ids", "--image-ids", ints("image ids", None), metavar="ID,ID,...",
          check=lambda values: "" if all(is_whole(v) for v in values) else f"image ids must be whole numbers, got {values!r}",
          help="With --candidates: score only these images of --annotations."),
-    cluster_axis("Spread the images over Dask workers: local:K (K worker processes here) or a scheduler's address "
-                 "(tcp://host:8786); the COCO scores are the same as one process's."),
+    cluster.cluster_axis("Spread the images over Dask workers: local:K (K worker processes here) or a scheduler's address "
+                         "(tcp://host:8786); the COCO scores are the same as one process's."),
 )
-
-
-def _cluster_module():
-    from . import cluster  # dask itself only when a run asks for a cluster
-
-    return cluster
 
 
 @dataclass
@@ -367,7 +361,7 @@ def check_inputs(grid: AccuracyGrid) -> AccuracyGrid:
         except ValueError as e:
             raise GridError("candidates", str(e)) from None
     if grid.cluster:
-        _cluster_module().check_grid(grid)
+        cluster.check_grid(grid)
     return grid
 
 

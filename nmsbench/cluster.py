@@ -49,6 +49,7 @@ def cluster_axis(help: str):
     return Axis("cluster", "--cluster", lambda text: [text.strip()], None, many=False, check=spec_problem,
                 metavar="local:K|ADDRESS", help=f"{help} Needs the cluster extra; see docs/cluster.md.")
 
+
 class ClusterError(ValueError):
     """A cluster that cannot be used: dask missing, a bad address, a scheduler out of reach."""
 

@@ -39,8 +39,7 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from . import datasets
-from .cluster import cluster_axis
+from . import cluster, datasets  # cluster imports no dask: a run that asks for one does
 from .engine.axes import Axis, GridError, check_axes, floats, ints, names, parse_devices
 from .engine.plugins import Benchmark, register_benchmark
 from .engine.settings import DEFAULT_RUN_TIME
@@ -122,15 +121,9 @@ AXES = (
     Axis("timers", "--timer", names("timers"), list(DEFAULT_TIMERS), check=_among("timer", pipeline_timers),
          help="Timers of the stages (every registered timer but those needing a graph-safe backend; those of the GPU "
               "give cuda rows only; api times the public run_pipeline, for the total stage)."),
-    cluster_axis("Run the case groups (a source, batch and threshold on one device) on Dask workers: local:K or a "
-                 "scheduler's address (tcp://host:8786)."),
+    cluster.cluster_axis("Run the case groups (a source, batch and threshold on one device) on Dask workers: local:K or a "
+                         "scheduler's address (tcp://host:8786)."),
 )
-
-
-def _cluster():
-    from . import cluster  # dask itself only when a run asks for a cluster
-
-    return cluster
 
 
 @dataclass
@@ -469,7 +462,7 @@ def check_inputs(grid: PipelineGrid) -> PipelineGrid:
         if len({real.recordings[r].input_size for r in grid.recordings}) > 1:
             raise GridError("recordings", "recordings of one batch must share an input size")
     if grid.cluster:
-        _cluster().check_grid(grid)
+        cluster.check_grid(grid)
     return grid
 
 

@@ -172,9 +172,9 @@ def _required_modules(names, devices) -> list[str]:
 def _local_cluster_warning(grid: dict) -> str:
     """A warning when a local cluster's workers would time CPU rows on more cores than this
     machine has (K workers x --threads), "" otherwise."""
-    import re
+    from .cluster import LOCAL  # the spec's syntax; no dask
 
-    local = re.fullmatch(r"local:(\d+)", str(grid.get("cluster") or ""))
+    local = LOCAL.fullmatch(str(grid.get("cluster") or ""))
     if not local or "cpu" not in (grid.get("devices") or ["cpu"]):
         return ""
     workers, threads, cpus = int(local[1]), int(grid.get("threads") or 1), len(usable_cpus())

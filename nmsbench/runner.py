@@ -33,10 +33,9 @@ from typing import Callable, Iterator, Optional
 
 import torch
 
-from . import api, datasets
+from . import api, cluster, datasets  # cluster imports no dask: a run that asks for one does
 from .agreement import FAMILY_REFERENCES, NO_FAMILY_REFERENCE, compare_family, compare_keep
 from .boxes import BoxSet
-from .cluster import cluster_axis
 from .engine.axes import (Axis, GridError, check_axes, floats, ints, names, parse_devices, parse_param,
                           parse_sizes)
 from .engine.plugins import Benchmark, register_benchmark
@@ -140,15 +139,9 @@ AXES = (
               "later turn usually finds its usual speed. A box set's flagged rows are re-timed together, in rounds; a "
               f"row keeps the clean (else least spread) timing, `attempts` counts them. Default: {CUDA_SLOW_RETRIES} on a "
               "sweep of --device cuda alone, else 0."),
-    cluster_axis("Run the case groups on Dask workers: local:K (K worker processes here, one per GPU first) or a "
-                 "scheduler's address (tcp://host:8786)."),
+    cluster.cluster_axis("Run the case groups on Dask workers: local:K (K worker processes here, one per GPU first) or a "
+                         "scheduler's address (tcp://host:8786)."),
 )
-
-
-def _cluster():
-    from . import cluster  # dask itself only when a run asks for a cluster
-
-    return cluster
 
 
 @dataclass
@@ -313,7 +306,7 @@ def run_sweep(grid: Grid, write: Callable[[dict], None], on_case: Callable[[dict
     its rounds). ``gauge`` reads the host's speed (default: a new ``HostGauge``); the
     counts returned carry its summary under ``host``. ``grid.cluster``: on Dask workers (nmsbench.cluster)."""
     if grid.cluster:
-        return _cluster().run_sweep(grid, write, on_case, done, between_turns, gauge, (_sweep_pass, _case_rows, _resolve_params))
+        return cluster.run_sweep(grid, write, on_case, done, between_turns, gauge, (_sweep_pass, _case_rows, _resolve_params))
     emit, counts, gauge = start_run(grid, write, on_case, gauge)
     passes = timer_passes(grid)
     # each box set with its references, made once for every pass (the device pass reuses them);
@@ -684,7 +677,7 @@ def check_inputs(grid: Grid) -> Grid:
     if unused:
         raise GridError("params", f"no selected implementation takes {', '.join(sorted(unused))}")
     if grid.cluster:
-        _cluster().check_grid(grid)
+        cluster.check_grid(grid)
     return grid
 
 
