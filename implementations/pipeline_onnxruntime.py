@@ -26,7 +26,7 @@ from nmsbench.pipeline import RULE, Detections, Pipeline, PipelineConfig, Prepar
 def session():
     """The model: boxes [B, N, 4], scores [B, C, N], max boxes a class, IoU and score thresholds
     -> selected [K, 3] (image, class, box)."""
-    from .onnxruntime_nms import nms_session
+    from nmsbench.onnx_model import nms_session
 
     return nms_session("batched_nms", [None, None, 4], [None, None, None], score_threshold=True)
 

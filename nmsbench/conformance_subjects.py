@@ -131,22 +131,9 @@ def opencv_batched_subject() -> Subject:
 def _onnx_session(center_point_box: int):
     """NonMaxSuppression with every input: boxes [1, N, 4], scores [1, C, N], max boxes per
     class, IoU threshold, score threshold -> selected [K, 3]."""
-    import onnx
-    import onnxruntime
-    from onnx import TensorProto, helper
+    from .onnx_model import nms_session
 
-    inputs = [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, None, 4]),
-              helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, None, None]),
-              helper.make_tensor_value_info("max_output_boxes_per_class", TensorProto.INT64, [1]),
-              helper.make_tensor_value_info("iou_threshold", TensorProto.FLOAT, [1]),
-              helper.make_tensor_value_info("score_threshold", TensorProto.FLOAT, [1])]
-    node = helper.make_node("NonMaxSuppression", [i.name for i in inputs], ["selected"], center_point_box=center_point_box)
-    graph = helper.make_graph([node], "nms", inputs, [helper.make_tensor_value_info("selected", TensorProto.INT64, [None, 3])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
-    onnx.checker.check_model(model)
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = 1
-    return onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return nms_session("nms", [1, None, 4], [1, None, None], score_threshold=True, center_point_box=center_point_box)
 
 
 def onnx_operator_subject() -> Subject:

@@ -79,7 +79,8 @@ def show(benchmark: str, rows: list[dict], counts: dict, out: Path, exact: Optio
                       highlight=False)
     written = counts["ok"] + counts["error"] + counts["skipped"]
     before = counts.get("before", 0)
-    console.print(f"wrote {written} rows to {out}" + (f" (now {written + before} rows)" if before else "")
+    # ``before``: this grid's rows the file held already (a resumed run); the file may hold other grids' rows too
+    console.print(f"wrote {written} rows to {out}" + (f" ({before} more of this grid were there before)" if before else "")
                   + f": {counts['ok']} ok, {counts['error']} error, {counts['skipped']} skipped, {counts.get('noisy', 0)} noisy")
 
 

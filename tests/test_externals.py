@@ -125,3 +125,30 @@ def test_externals_run_in_a_sweep_and_report_their_agreement(name):
     assert row["status"] == "ok" and 0 <= row["jaccard"] <= 1 and row["kept"] > 0
     if EXPECTED[name][0] == "hard":  # greedy NMS to rounding: on this box set, the same kept set
         assert row["jaccard"] == 1.0 and row["extra"] == row["missing"] == 0
+
+
+@pytest.mark.parametrize("score_threshold, center_point_box", [(False, 0), (True, 1)])
+def test_the_onnx_model_declares_its_opsets_oldest_ir_version(monkeypatch, score_threshold, center_point_box):
+    """An onnx newer than the onnxruntime beside it writes an IR version that runtime refuses
+    ("Unsupported model IR version"); every NMS model built here declares the oldest IR
+    version its opset allows, and still runs."""
+    onnx = pytest.importorskip("onnx")
+    onnxruntime = pytest.importorskip("onnxruntime")
+    from nmsbench.onnx_model import OPSET, nms_session
+
+    built = []
+    real = onnxruntime.InferenceSession
+    monkeypatch.setattr(onnxruntime, "InferenceSession", lambda model, *a, **k: built.append(model) or real(model, *a, **k))
+    session = nms_session("nms", [1, None, 4], [1, 1, None], score_threshold=score_threshold,
+                          center_point_box=center_point_box)
+    model = onnx.load_model_from_string(built[0])
+    assert model.ir_version == onnx.helper.find_min_ir_version_for([onnx.helper.make_opsetid("", OPSET)])
+    assert model.ir_version < onnx.IR_VERSION
+    assert model.graph.node[0].attribute[0].i == center_point_box
+    feeds = {"boxes": np.array([[[0, 0, 1, 1], [0, 0, 1, 1.1], [5, 5, 6, 6]]], np.float32),
+             "scores": np.array([[[0.9, 0.8, 0.7]]], np.float32),
+             "max_output_boxes_per_class": np.array([3], np.int64), "iou_threshold": np.array([0.5], np.float32)}
+    if score_threshold:
+        feeds["score_threshold"] = np.array([0.0], np.float32)
+    kept = session.run(None, feeds)[0][:, 2].tolist()
+    assert kept == [0, 2]  # the second box overlaps the first at IoU 0.91 in either box format

@@ -224,3 +224,21 @@ def test_a_local_cluster_that_asks_more_cores_than_the_machine_has_is_warned_of(
     assert progress._local_cluster_warning({"cluster": "local:2", "devices": ["cpu"], "threads": 2}) == ""
     assert progress._local_cluster_warning({"cluster": "local:8", "devices": ["cuda"], "threads": 4}) == ""
     assert progress._local_cluster_warning({"cluster": "tcp://h:8786", "devices": ["cpu"], "threads": 16}) == ""
+
+
+def test_a_resumed_run_counts_only_its_own_grid_as_there_before(tmp_path):
+    """--resume into a file that holds another grid's rows too: the summary says how many of
+    this grid's rows were there, never a file total made from them."""
+    out = tmp_path / "r.csv"
+    common = ["sweep", "--impl", "torchvision", "--scenario", "uniform", "--timer", "wall", "--rounds", "1",
+              "--min-run-time", "0.01", "--threads", "1", "--out", str(out)]
+    first = CliRunner().invoke(main, [*common, "--n", "16,32"])
+    assert first.exit_code == 0, first.output
+    other = CliRunner().invoke(main, [*common, "--n", "64", "--resume", str(out)])
+    assert other.exit_code == 0, other.output
+    assert "wrote 1 rows to" in other.output and "were there before" not in other.output
+    more = CliRunner().invoke(main, [*common, "--n", "16,32,128", "--resume", str(out)])
+    assert more.exit_code == 0, more.output
+    assert "wrote 1 rows to" in " ".join(more.output.split())
+    assert "(2 more of this grid were there before)" in " ".join(more.output.split())
+    assert len(pd.read_csv(out)) == 4
