@@ -135,8 +135,10 @@ def curves_view(rows: pd.DataFrame, all_timers: pd.DataFrame, without_impl: pd.D
             st.session_state["auto_overlap_n"] = default
             at_n = st.selectbox("N for time vs overlap", sizes, index=sizes.index(default), key="overlap_n",
                                 help="Default: the largest N at which every implementation of the selection has rows")
+            absent = tables.lines_without(measured, at_n)
             chart(f"Time vs realized overlap at N = {at_n}", "overlap", "chart_overlap",
-                  lambda fig: left_out(fig, "one box set at this N"), at_n=at_n)
+                  lambda fig: left_out(fig, "one box set at this N")
+                  + (f" Not measured at N = {at_n}: {', '.join(absent)}." if absent else ""), at_n=at_n)
 
     skipped = tables.not_measured(rows)
     if not skipped.empty:

@@ -510,3 +510,15 @@ def test_noisy_points_are_hollow_and_say_why(sample):
     points = [t for t in overlap.data if (t.meta or {}).get("role") == "points"]
     assert sum(t.meta["noisy"] for t in points) == 1
     assert plots.hollow("hexagon-open") == "hexagon-open-dot" and plots.hollow("circle") == "circle-open"
+
+
+def test_lines_without_an_n_are_named_by_what_sets_them_apart(sample):
+    """A chart at one N cannot draw a line measured elsewhere only: lines_without names each
+    such line (its implementation, then the line keys that vary), and none that has rows there."""
+    cuda = tables.ok_rows(sample[sample["device"] == "cuda"])
+    impl, n = cuda["impl"].iloc[0], int(cuda["n"].max())
+    assert tables.lines_without(cuda, n) == []  # every line of one run reaches its largest N
+    short = cuda[~((cuda["impl"] == impl) & (cuda["n"] == n))]
+    assert tables.lines_without(short, n) == [impl]  # one machine: the implementation names it
+    elsewhere = cuda[cuda["impl"] == impl].assign(hardware="vm: another GPU", n=n // 2)
+    assert tables.lines_without(tables.concat([cuda, elsewhere]), n) == [f"{impl} · vm: another GPU"]

@@ -232,6 +232,25 @@ def widest_n(frame: pd.DataFrame) -> int | None:
     return int(counts[counts == counts.max()].index.max())
 
 
+LINE_KEYS = ("impl", "hardware", "device", "threads", "params", "canvas")  # what makes two rows one curve's
+
+
+def lines_without(frame: pd.DataFrame, n: int) -> list[str]:
+    """The lines (implementation, machine, device, threads, parameters, canvas) with measured
+    rows but none at ``n``, each named by what sets it apart ("soft_torch · vm: <its GPU>"):
+    what a chart at one N cannot draw, for its caption."""
+    ok = ok_rows(frame)
+    keys = [k for k in LINE_KEYS if k in ok.columns]
+    if ok.empty or not keys:
+        return []
+    lines = ok[keys].astype(str).drop_duplicates()
+    there = ok.loc[ok["n"] == n, keys].astype(str).drop_duplicates()
+    absent = lines.merge(there, how="left", indicator=True).query("_merge == 'left_only'")[keys]
+    # an implementation's lines told apart by the keys that vary among them (one line: its name alone)
+    varying = {impl: [k for k in keys if k != "impl" and part[k].nunique() > 1] for impl, part in lines.groupby("impl")}
+    return sorted(" · ".join([row["impl"], *(row[k] for k in varying[row["impl"]])]) for _, row in absent.iterrows())
+
+
 def aggregate(frame: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
     """One row per ``keys``: the median of the rows' medians and IQRs (rows repeated over
     seeds or files), the number of rows folded and the first of every other column."""
