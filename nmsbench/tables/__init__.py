@@ -16,8 +16,8 @@ name is importable from ``nmsbench.tables``.
 
 from .core import (  # noqa: F401 (re-exported)
     NUMERIC_COLUMNS, TEXT_COLUMNS, CASE_KEYS, SERIES_DIMS, FILTERS, OPTIONAL_FILTERS, DEFAULT_BASELINE, ACCURACY_METRICS, prepare,
-    prepare_many, load_results, concat, options, select, ok_rows, not_measured, varying, LABEL_ORDER, add_series, latest_runs, widest_n, lines_without,
-    aggregate, with_speedup, variant_labels, group_dims, speedup_table, wide_table, format_us, format_speedup, caption,
+    prepare_many, load_results, concat, options, select, ok_rows, not_measured, varying, LABEL_ORDER, add_series, latest_runs, widest_n,
+    lines_without, aggregate, with_speedup, variant_labels, group_dims, speedup_table, wide_table, format_us, format_speedup, caption,
     render_table,
 )
 from .noise import (  # noqa: F401 (re-exported)
