@@ -188,14 +188,17 @@ def gpu_resources(client, devices) -> Optional[dict]:
     return None
 
 
-def warm_workers(client, spec: str, preload=None) -> dict:
+def warm_workers(client, spec: str, preload=None, warm: Optional[Callable[[], None]] = None) -> dict:
     """Every worker's fixed start-up cost paid before the first case (the imports of the
     benchmarks, the implementations' registry and the host gauge), so that the cases'
     tasks carry only their own; ``preload``: what the tasks will call (sent by reference: a
-    worker imports its modules on receiving it). The start-up's seconds: ``connect_s`` (the
-    cluster's start or its scheduler reached) and ``warm_s``."""
+    worker imports its modules on receiving it); ``warm()``: a benchmark's own first calls,
+    run on every worker after that. The start-up's seconds: ``connect_s`` (the cluster's
+    start or its scheduler reached) and ``warm_s``."""
     started = time.perf_counter()
     client.run(_warm, preload)
+    if warm is not None:
+        client.run(warm)
     return {"connect_s": round(CONNECTED_S.get(spec, 0.0), 2), "warm_s": round(time.perf_counter() - started, 2)}
 
 
@@ -452,18 +455,18 @@ class ClusterRun:
 
 
 def drive(grid, write: Callable[[dict], None], on_case: Callable[[dict], None], done, between_turns: Callable[[], None],
-          gauge_, preload, body: Callable[[ClusterRun], None]) -> dict:
+          gauge_, preload, body: Callable[[ClusterRun], None], warm: Optional[Callable[[], None]] = None) -> dict:
     """What every run on a cluster shares around its own jobs (``body``): the grid checked,
     the run's bookkeeping started, the cluster connected and its workers warmed (``preload``
-    imported there), the cluster released whatever happens; returns the run's note, with
-    the cluster's (workers, start-up, the cases' seconds)."""
+    imported there, then ``warm()`` run), the cluster released whatever happens; returns the
+    run's note, with the cluster's (workers, start-up, the cases' seconds)."""
     from .engine.rounds import finish_run, start_run
 
     check_grid(grid, reach=False)
     emit, counts, driver_gauge = start_run(grid, write, on_case, gauge_)
     client = connect(grid.cluster, grid.devices)
     try:
-        startup = warm_workers(client, grid.cluster, preload)
+        startup = warm_workers(client, grid.cluster, preload, warm)
         run = ClusterRun(client, Deduplicated(emit, done), gpu_resources(client, grid.devices), driver_gauge,
                          between_turns)
         body(run)

@@ -25,6 +25,7 @@ which imports this module.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Callable, Optional
 
@@ -98,6 +99,37 @@ def batch_task(bench, grid, name: str, device: str, cases: list[tuple], start: i
                 timed[k] = outcome.measured[TIMER]
     timed = [("error", t) if isinstance(t, str) else t for t in timed]
     return found, timed, identity()
+
+
+def warm_task(bench, grid) -> None:
+    """A worker's start-up for an accuracy run (every worker, before the cases): each
+    implementation of the grid run once on the CPU on a few images of the first source, so
+    the imports, numba caches and first-call costs every worker would pay in its first
+    batch are paid in the start-up, once and side by side, and the cases' clock holds the
+    cases. CUDA batches warm up in their task (only a GPU worker runs them). A failure is
+    left to the cases, which meet it themselves."""
+    from .accuracy import AccuracySource, detect, evaluator_name
+    from .engine.rounds import use_threads
+    from .registry import implementations
+
+    if "cpu" not in grid.devices or not grid.sources:
+        return
+    use_threads(grid.threads)
+    try:
+        evaluator_name()  # imports the COCO evaluator the evaluations use
+        source = _source(bench, grid, grid.sources[0], "cpu")
+    except Exception:
+        return
+    part = AccuracySource(source.name, source.images[:2], source.ground_truth, source.source_params, source.image,
+                          source.seed, source.crowded)
+    known = implementations()
+    for impl in grid.impls:
+        if impl not in known or bench.unrunnable(known[impl], impl, "cpu"):
+            continue
+        try:
+            detect(impl, part, grid.ious[0], grid.param_sets(known[impl])[0], grid.max_det)
+        except Exception:
+            continue
 
 
 def evaluate(bench, grid, name: str, tables: list) -> dict:
@@ -217,7 +249,7 @@ def run_accuracy(grid, write: Callable[[dict], None], on_case: Callable[[dict], 
                 group["scored"][index] = result
             out.rows(_finished(group, bench.per_image))
 
-    return drive(grid, write, on_case, done, between_turns, gauge_, bench, body)
+    return drive(grid, write, on_case, done, between_turns, gauge_, bench, body, warm=functools.partial(warm_task, bench, local))
 
 
 def KILL():

@@ -184,3 +184,31 @@ def test_a_group_gets_only_its_written_cases():
     assert mine == {case_key(row) for row in rows if row["scenario"] == "chain" and row["device"] == "cuda"}
     assert cluster.done_for(done, scenario="chain", device="cuda", n=40.0) == {
         case_key(row) for row in rows if (row["scenario"], row["device"], row["n"]) == ("chain", "cuda", 40)}
+
+
+def test_an_accuracy_workers_start_up_runs_each_cpu_implementation_once(monkeypatch):
+    """A worker's start-up for accuracy (cluster_accuracy.warm_task) pays the first calls its
+    batches would pay: each implementation of the grid that runs on the CPU, once, on two
+    images of the first source with the grid's first IoU and parameter set; one the grid
+    names that cannot run here is left to its skipped rows, and a failing one to its cases."""
+    from nmsbench import accuracy, cluster_accuracy
+    from nmsbench.accuracy_bench import AccuracyGrid, cluster_parts
+
+    calls = []
+
+    def detect(name, source, iou, params=None, max_det=100):
+        calls.append((name, len(source.images), source.images[0].boxes.device.type, iou, params))
+        if name == "soft_nms":
+            raise RuntimeError("a failing first call")
+
+    monkeypatch.setattr(accuracy, "detect", detect)
+    monkeypatch.setattr(cluster_accuracy, "_SOURCES", {})
+    grid = AccuracyGrid(impls=["torchvision", "soft_nms", "soft_rounds"], sources=["scenes-crowd"], images=4,
+                        ious=[0.6, 0.5], params={"kernel": ["gaussian", "linear"]})
+    cluster_accuracy.warm_task(cluster_parts(), grid)
+    assert calls == [("torchvision", 2, "cpu", 0.6, {}), ("soft_nms", 2, "cpu", 0.6, {"kernel": "gaussian"})]
+    assert [key[-1] for key in cluster_accuracy._SOURCES] == ["cpu"]  # the source stays for the first batch
+    calls.clear()
+    cluster_accuracy.warm_task(cluster_parts(), AccuracyGrid(impls=["torchvision"], devices=["cuda"],
+                                                               sources=["scenes-crowd"], images=4))
+    assert calls == []  # CUDA batches warm up in their own task, on the GPU worker
