@@ -15,6 +15,7 @@ from . import progress, summary
 from .engine.axes import Axis, GridError
 from .engine.plugins import Benchmark
 from .engine.rounds import SETTINGS_AXES, Settings
+from .keys import keys_of_grid
 from .results import default_output_path
 from .timing import DEFAULT_ROUNDS, NOISY_RULE, ROUND_SPREAD, round_spread_limit
 
@@ -176,7 +177,7 @@ def run_benchmark(benchmark: Benchmark, values: dict) -> None:
         benchmark.command, out, force, total, progress.grid_record(grid), reproduce(benchmark, grid, out, resume=bool(resume)),
         lambda write, on_case, redraw: benchmark.run(grid, write, on_case=on_case, done=done, between_turns=redraw),
         describe=benchmark.describe or _describe, label=benchmark.label or _describe, append=bool(resume),
-        completed=min(len(done), total), resume_command=reproduce(benchmark, grid, out, resume=True), verbose=verbose)
+        completed=min(keys_of_grid(done, grid), total), resume_command=reproduce(benchmark, grid, out, resume=True), verbose=verbose)
     summary.show(benchmark.name, counts["rows"], counts, out)
 
 

@@ -236,9 +236,11 @@ def test_a_resumed_run_counts_only_its_own_grid_as_there_before(tmp_path):
     assert first.exit_code == 0, first.output
     other = CliRunner().invoke(main, [*common, "--n", "64", "--resume", str(out)])
     assert other.exit_code == 0, other.output
+    assert "(0 already there)" in other.output  # the file holds 2 rows, of another grid
     assert "wrote 1 rows to" in other.output and "were there before" not in other.output
     more = CliRunner().invoke(main, [*common, "--n", "16,32,128", "--resume", str(out)])
     assert more.exit_code == 0, more.output
+    assert "(2 already there)" in " ".join(more.output.split())  # of its three cases; the file holds three rows
     assert "wrote 1 rows to" in " ".join(more.output.split())
     assert "(2 more of this grid were there before)" in " ".join(more.output.split())
     assert len(pd.read_csv(out)) == 4
