@@ -298,8 +298,8 @@ def _run_locked(command: str, out: Path, lock: ResultsLock, total: int, grid: di
     finally:
         if writer is not None:
             writer.close()
-    # this grid's rows the file held already: every planned case gives one row, so those this run did not write
-    # (``completed`` counts the file's rows, other grids' included)
+    # this grid's rows the file held already: every planned case gives one row, so those a finished run did not
+    # write (exact, where ``completed`` is read off the file's keys before the run)
     before = max(total - sum(counts.get(k, 0) for k in ("ok", "error", "skipped")), 0) if append else 0
     return counts | {"noisy_rows": noisy_rows, "error_rows": error_rows, "rows": rows, "before": before}
 
