@@ -59,7 +59,7 @@ def batch_task(bench, grid, name: str, device: str, cases: list[tuple], start: i
     pass over these images its call) for this batch's share of ``--min-run-time``. Returns
     (per case: (detections table, kept) or the error's text; per case: its Measured,
     ("skipped", why) or ("error", why); this worker's identity)."""
-    from .accuracy import AccuracySource, detect, nms_pass
+    from .accuracy import detect, nms_pass
     from .engine.rounds import Contender, error_text, prepare, time_in_rounds, use_threads
     from .timers import TIMERS, Callables
 
@@ -68,8 +68,7 @@ def batch_task(bench, grid, name: str, device: str, cases: list[tuple], start: i
         maybe_die(kill_once)
         use_threads(grid.threads)
         source = _source(bench, grid, name, device)
-        part = AccuracySource(source.name, source.images[start:stop], source.ground_truth, source.source_params,
-                              source.image, source.seed, source.crowded)
+        part = dataclasses.replace(source, images=source.images[start:stop])
         share = (stop - start) / len(source.images) if source.images else 1.0
         settings = dataclasses.replace(grid.settings, min_run_time=grid.settings.min_run_time * share)
         found: list = [None] * len(cases)
@@ -108,7 +107,7 @@ def warm_task(bench, grid) -> None:
     batch are paid in the start-up, once and side by side, and the cases' clock holds the
     cases. CUDA batches warm up in their task (only a GPU worker runs them). A failure is
     left to the cases, which meet it themselves."""
-    from .accuracy import AccuracySource, detect, evaluator_name
+    from .accuracy import detect, evaluator_name
     from .engine.rounds import use_threads
     from .registry import implementations
 
@@ -120,8 +119,7 @@ def warm_task(bench, grid) -> None:
         source = _source(bench, grid, grid.sources[0], "cpu")
     except Exception:
         return
-    part = AccuracySource(source.name, source.images[:2], source.ground_truth, source.source_params, source.image,
-                          source.seed, source.crowded)
+    part = dataclasses.replace(source, images=source.images[:2])
     known = implementations()
     for impl in grid.impls:
         if impl not in known or bench.unrunnable(known[impl], impl, "cpu"):
