@@ -199,7 +199,7 @@ def run_with_progress(command: str, out: Path, force: bool, total: int, grid: di
     ``run(write, on_case, redraw)`` does the work (calling ``redraw()`` where nothing is
     timed, to keep the elapsed time moving) and returns the counts, to which ``noisy_rows``
     (descriptions of this run's noisy rows), ``error_rows``, ``rows`` (this run's rows, as
-    ``on_case`` saw them) and ``before`` (rows already in a resumed file) are added.
+    ``on_case`` saw them) and ``before`` (``completed``: this grid's cases a resumed file held) are added.
 
     ``out``'s lock is held throughout, taken before ``out`` is looked at (``--force``
     truncates it only under the lock): the one :func:`check_resume` took (``append``), or a
@@ -298,10 +298,7 @@ def _run_locked(command: str, out: Path, lock: ResultsLock, total: int, grid: di
     finally:
         if writer is not None:
             writer.close()
-    # this grid's rows the file held already: every planned case gives one row, so those a finished run did not
-    # write (exact, where ``completed`` is read off the file's keys before the run)
-    before = max(total - sum(counts.get(k, 0) for k in ("ok", "error", "skipped")), 0) if append else 0
-    return counts | {"noisy_rows": noisy_rows, "error_rows": error_rows, "rows": rows, "before": before}
+    return counts | {"noisy_rows": noisy_rows, "error_rows": error_rows, "rows": rows, "before": completed if append else 0}
 
 
 class Terminated(KeyboardInterrupt):
