@@ -239,8 +239,8 @@ def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | 
     base = memory.data_ptr()
     counts = base + plan.counts_offset
     records = tuple(base + offset for offset in plan.record_offsets)
-    _, stream = _current_stream(device)
-    if torch.cuda.current_device() != device_index(device):
+    index, stream = _current_stream(device)
+    if torch._C._cuda_getDevice() != index:
         with torch.cuda.device(device):
             _zero(counts, 4 * batch, stream)
     else:

@@ -230,6 +230,9 @@ _backends: dict = {}  # device type -> its backend module, imported on its first
 
 
 def _backend(device: str):
+    """The device's backend, imported once (BackendUnavailable where its package is missing)."""
+    if importlib.util.find_spec(_NEEDS[device]) is None:
+        raise BackendUnavailable(f"batched NMS on {device} is unavailable: {_NEEDS[device]} not installed")
     backend = _backends[device] = batched_backend(device)
     return backend
 
@@ -243,8 +246,6 @@ def _run(data, scores, labels, p: dict, **backend_options) -> tuple[Tensor, ...]
     per_class = p["max_output_boxes_per_class"]
     top_k = p["pre_nms_top_k"]
     device = data.device.type
-    if importlib.util.find_spec(_NEEDS[device]) is None:
-        raise BackendUnavailable(f"batched NMS on {device} is unavailable: {_NEEDS[device]} not installed")
     backend = _backends.get(device) or _backend(device)
     return backend.run(
         data.contiguous(), None if scores is None else scores.contiguous(),

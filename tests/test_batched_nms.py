@@ -409,8 +409,11 @@ def test_bad_input_is_a_value_error_naming_the_problem(call, message):
 def test_a_missing_backend_is_backend_unavailable(monkeypatch):
     import importlib.util
 
+    from nmsbench import batched
+
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "numba" else real(name, *a))
+    monkeypatch.setattr(batched, "_backends", {})  # as in a process whose first call this is
     with pytest.raises(nmsbench.BackendUnavailable, match="numba not installed"):
         nmsbench.batched_nms(B4, S3, iou_threshold=0.5)
 
@@ -444,7 +447,7 @@ def test_the_cuda_launches_pack_their_kernels_signatures_on_every_path(monkeypat
     monkeypatch.setattr(backend, "resident_blocks", lambda kernel, threads, device: 6 * 132)
     monkeypatch.setattr(backend, "_zero", lambda address, size, stream: zeroed.append(size))
     monkeypatch.setattr(backend, "device_index", lambda device: 0)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0)
     monkeypatch.setattr(backend, "_plans", {})
     signatures = c_signatures(backend.CUDA_MODULE.source())
     common = dict(cxcywh=True, class_agnostic=False, iou_threshold=0.5, score_threshold=0.25, max_per_class=300,
