@@ -36,7 +36,8 @@ from .cluster import ClusterRun, Job, _TIMING, drive, gauge, identity, maybe_die
 BATCHES_PER_WORKER = 3  # image batches per worker and group: the slow cases' passes spread evenly
 MIN_BATCH = 8  # images: a smaller batch costs more in task overhead than it spreads
 
-_SOURCES: dict = {}  # worker side: (the grid's source fields, name, device) -> the source on that device
+SOURCES_KEPT = 3  # sources a worker keeps loaded (the three scene sets): its tasks come from every group at once
+_SOURCES: dict = {}  # worker side: (the grid's source fields, name, device) -> the source on that device, oldest first
 _TRUTH: dict = {}  # worker side: (the grid's source fields, name) -> (ground truth, crowded images)
 
 
@@ -47,7 +48,8 @@ def _key(grid, name: str) -> tuple:
 def _source(bench, grid, name: str, device: str):
     key = (*_key(grid, name), device)
     if key not in _SOURCES:
-        _SOURCES.clear()  # one source at a time: a worker's tasks come group by group
+        while len(_SOURCES) >= SOURCES_KEPT:
+            del _SOURCES[next(iter(_SOURCES))]
         _SOURCES[key] = bench.load_source(grid, name).to(device)
     return _SOURCES[key]
 
@@ -137,7 +139,8 @@ def evaluate(bench, grid, name: str, tables: list) -> dict:
     key = _key(grid, name)
     if key not in _TRUTH:
         source = next((s for k, s in _SOURCES.items() if k[:-1] == key), None) or bench.load_source(grid, name)
-        _TRUTH.clear()
+        while len(_TRUTH) >= SOURCES_KEPT:
+            del _TRUTH[next(iter(_TRUTH))]
         _TRUTH[key] = (source.ground_truth, source.crowded)
     truth, crowded = _TRUTH[key]
     rows = np.concatenate(tables) if tables else np.empty((0, 7))

@@ -68,9 +68,12 @@ def show(benchmark: str, rows: list[dict], counts: dict, out: Path, exact: Optio
 
         workers = len(cluster.get("workers") or [])
         inside = f", {sec(cluster['task_s'])} inside their tasks" if "task_s" in cluster else ""
+        busy = ""
+        if cluster.get("busy_s") is not None and workers and cluster.get("cases_s"):
+            busy = f" (busy {cluster['busy_s'] / (cluster['cases_s'] * workers):.0%} of that time)"
         console.print(f"took {sec(spent['total_s'])} on {cluster.get('spec')} (after {sec(cluster.get('connect_s'))} reaching "
                       f"or starting it): {sec(cluster.get('warm_s'))} warming its workers, {sec(cluster.get('cases_s'))} for "
-                      f"the cases{inside} on {workers} worker(s)", highlight=False)
+                      f"the cases{inside} on {workers} worker(s){busy}", highlight=False)
     elif spent.get("total_s"):
         per_timer = ", ".join(f"{name} {seconds:,.0f} s" for name, seconds in (counts.get("timers_s") or {}).items())
         timing = f"{spent['timed_s']:,.0f} s timing" + (f" ({per_timer})" if len(counts.get("timers_s") or {}) > 1 else "")

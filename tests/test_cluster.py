@@ -7,6 +7,7 @@ is the slow part); no test asserts a time."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -107,6 +108,9 @@ def test_accuracy_on_a_cluster_scores_as_one_process(address, tmp_path):
     frame = read_results(remote)
     assert (frame.status == "ok").all()
     assert (frame.median_us > 0).all() and (frame.runs >= frame.images).all()  # every image timed, per image
+    note = json.loads(sidecar_path(remote).read_text())["cluster"][0]
+    # the workers' busy seconds (Dask's task stream): some, and no more than the cases' clock on every worker
+    assert 0 < note["busy_s"] <= note["cases_s"] * len(note["workers"]) + 0.5
 
 
 def test_pipeline_on_a_cluster_gives_the_local_rows(address, tmp_path):
@@ -174,6 +178,40 @@ def test_batches_timings_merge_into_a_pass_over_every_image():
     assert merged["runs"] == a.timing.runs * 3 + b.timing.runs * 5
     assert merged["_samples"].blocks_us[0] == pytest.approx((30 / 8, 34 / 8))
     assert merge_measured([a], [3], per_image) == per_image(a, 3)
+
+
+def test_busy_seconds_add_the_compute_spans_of_every_task():
+    class Stream:
+        data = [{"startstops": ({"action": "compute", "start": 10.0, "stop": 12.5},
+                                {"action": "transfer", "start": 9.0, "stop": 10.0})},
+                {"startstops": ({"action": "compute", "start": 11.0, "stop": 11.25},)}, {}]
+
+    assert cluster.busy_seconds(Stream()) == 2.75
+
+
+def test_a_worker_keeps_the_last_sources_it_loaded(monkeypatch):
+    """A worker's tasks come from every group at once: it keeps SOURCES_KEPT sources
+    loaded (the oldest dropped first), not one that each change of group reloads."""
+    from nmsbench import cluster_accuracy
+    from nmsbench.accuracy_bench import AccuracyGrid
+
+    loads = []
+
+    class Bench:
+        @staticmethod
+        def load_source(grid, name):
+            loads.append(name)
+            return SimpleNamespace(to=lambda device: (name, device))
+
+    monkeypatch.setattr(cluster_accuracy, "_SOURCES", {})
+    grid = AccuracyGrid(impls=["torchvision"], images=4)
+    names = ["scenes-sparse", "scenes-crowd", "scenes-clustered", "scenes-sparse", "scenes-crowd", "scenes-sparse"]
+    got = [cluster_accuracy._source(Bench, grid, name, "cpu") for name in names]
+    assert got == [(name, "cpu") for name in names]
+    assert loads == ["scenes-sparse", "scenes-crowd", "scenes-clustered"]
+    cluster_accuracy._source(Bench, grid, "coco", "cpu")  # a fourth: the oldest goes
+    assert loads[-1] == "coco" and len(cluster_accuracy._SOURCES) == cluster_accuracy.SOURCES_KEPT
+    assert ("scenes-sparse", "cpu") not in [v for v in cluster_accuracy._SOURCES.values()]
 
 
 def test_a_group_gets_only_its_written_cases():
