@@ -442,10 +442,12 @@ def load_average() -> Optional[tuple[float, float, float]]:
 
 
 def load_warning(threads: int) -> str:
-    """A warning when the load leaves fewer free CPUs than ``threads`` ("" otherwise)."""
+    """A warning when the load leaves fewer free CPUs than ``threads`` ("" otherwise); a
+    CPU counts as busy when the load keeps it so more than half the last minute (the
+    starting command itself adds a little)."""
     load = load_average()
     cpus = len(usable_cpus())
-    if load is None or cpus - load[0] >= threads:
+    if load is None or cpus - math.floor(load[0] + 0.5) >= threads:
         return ""
     return (f"the 1-minute load average is {load[0]:.1f} on {cpus} CPU(s), which leaves fewer free than --threads "
             f"{threads}: parallel CPU backends will wait for cores (their rows are flagged noisy when the meter sees it; "

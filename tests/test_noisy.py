@@ -120,6 +120,9 @@ def test_load_warning_when_the_load_leaves_fewer_free_cpus_than_threads(monkeypa
     assert timing.load_warning(0) == ""
     monkeypatch.setattr(timing, "load_average", lambda: (0.2, 0.1, 0.1))
     assert timing.load_warning(1) == ""
+    assert timing.load_warning(2) == ""  # a fifth of one CPU busy: both still count as free
+    monkeypatch.setattr(timing, "load_average", lambda: (0.6, 0.1, 0.1))
+    assert "load average is 0.6 on 2 CPU(s)" in timing.load_warning(2)
 
 
 def test_expected_range_is_the_control_chart_constant():
