@@ -454,16 +454,10 @@ class ClusterRun:
         return round(time.perf_counter() - self.started, 2) if self.started is not None else 0.0
 
 
-def task_stream(client):
-    """Dask's record of every task's compute time on the workers, for :func:`busy_seconds`."""
-    from distributed import get_task_stream
-
-    return get_task_stream(client)
-
-
 def busy_seconds(stream) -> float:
-    """Seconds the workers spent computing tasks, summed over workers (from ``task_stream``):
-    against the cases' seconds times the workers, how busy the cluster was."""
+    """Seconds the workers spent computing tasks, summed over workers (from Dask's
+    ``get_task_stream``): against the cases' seconds times the workers, how busy the
+    cluster was."""
     return round(sum(part["stop"] - part["start"] for task in stream.data for part in task.get("startstops", ())
                      if part.get("action") == "compute"), 2)
 
@@ -483,7 +477,9 @@ def drive(grid, write: Callable[[dict], None], on_case: Callable[[dict], None], 
         startup = warm_workers(client, grid.cluster, preload, warm)
         run = ClusterRun(client, Deduplicated(emit, done), gpu_resources(client, grid.devices), driver_gauge,
                          between_turns)
-        with task_stream(client) as stream:
+        from distributed import get_task_stream
+
+        with get_task_stream(client) as stream:  # every task's compute span on the workers, for busy_seconds
             body(run)
         note = run.out.note(grid.cluster) | startup | {"cases_s": run.cases_s(), "busy_s": busy_seconds(stream)}
     finally:

@@ -45,13 +45,18 @@ def _key(grid, name: str) -> tuple:
     return (name, grid.images, grid.seed, grid.candidates, grid.annotations, tuple(grid.image_ids or ()))
 
 
+def _kept(cache: dict, key, make: Callable[[], object]):
+    """``cache[key]``, made by ``make()`` on a miss; the oldest entry goes first once the
+    cache holds SOURCES_KEPT."""
+    if key not in cache:
+        while len(cache) >= SOURCES_KEPT:
+            del cache[next(iter(cache))]
+        cache[key] = make()
+    return cache[key]
+
+
 def _source(bench, grid, name: str, device: str):
-    key = (*_key(grid, name), device)
-    if key not in _SOURCES:
-        while len(_SOURCES) >= SOURCES_KEPT:
-            del _SOURCES[next(iter(_SOURCES))]
-        _SOURCES[key] = bench.load_source(grid, name).to(device)
-    return _SOURCES[key]
+    return _kept(_SOURCES, (*_key(grid, name), device), lambda: bench.load_source(grid, name).to(device))
 
 
 def batch_task(bench, grid, name: str, device: str, cases: list[tuple], start: int, stop: int,
@@ -137,12 +142,12 @@ def evaluate(bench, grid, name: str, tables: list) -> dict:
     from .accuracy import coco_metrics
 
     key = _key(grid, name)
-    if key not in _TRUTH:
+
+    def truth_of_source():
         source = next((s for k, s in _SOURCES.items() if k[:-1] == key), None) or bench.load_source(grid, name)
-        while len(_TRUTH) >= SOURCES_KEPT:
-            del _TRUTH[next(iter(_TRUTH))]
-        _TRUTH[key] = (source.ground_truth, source.crowded)
-    truth, crowded = _TRUTH[key]
+        return source.ground_truth, source.crowded
+
+    truth, crowded = _kept(_TRUTH, key, truth_of_source)
     rows = np.concatenate(tables) if tables else np.empty((0, 7))
     metrics = coco_metrics(truth, rows, crowded)
     return {k: "" if math.isnan(v) else v for k, v in metrics.items()}

