@@ -16,8 +16,8 @@
 //     in rank order, a tile of TILE candidates at a time, against the detections so far
 //     (the only boxes that can still matter), and write the padded outputs.
 //
-// (DECODE_THREADS, DECODE_ROWS_MAX, DECODE_CLASS_LOADS, NMS_THREADS, TILE, KEPT_CACHE and
-// COUNT_RANK_MAX come from batched_nms.DEFINES.)
+// (DECODE_THREADS, DECODE_ROWS_MAX, DECODE_CLASS_LOADS, NMS_THREADS, TILE, KEPT_CACHE,
+// COUNT_RANK_MAX and COUNT_SORT_MAX come from batched_nms.DEFINES.)
 
 #define LAYOUT_SCORES 0  // boxes [B, N, 4] and scores [B, N, C] (C = 1: scores [B, N], labels [B, N] or none)
 #define LAYOUT_YOLOV5 1  // raw [B, N, 5 + C]: cx, cy, w, h, objectness, class scores

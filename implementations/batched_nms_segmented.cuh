@@ -31,14 +31,67 @@ __device__ __forceinline__ unsigned int block_exclusive_sum(unsigned int value, 
     return before;
 }
 
+// block_sort by counting, for count <= COUNT_SORT_MAX entries: NMS_THREADS / p threads (a
+// power of two, lanes of one warp) share an entry and count, each over every share-th of
+// the entries, those that go before it (larger key, on equal keys larger tie, on equal
+// both the lower entry); a shuffle adds their counts and the first puts the entry there.
+// Thread t then takes the t-th, and threads from count to p the padding (0, 0, ~0). The
+// network below is a chain of log^2 p dependent exchanges on the candidates' few warps,
+// which at a usual image's hundred candidates took longer than all the block's threads
+// counting side by side; the counts grow as count^2, so many candidates take the network.
+__device__ void block_count_sort(unsigned long long& key, unsigned int& tie, unsigned int& val, int count, int p,
+                                 unsigned long long* x_key, unsigned int* x_tie, unsigned int* x_val) {
+    const int t = threadIdx.x;
+    if (t < count) {
+        x_key[t] = key;
+        x_tie[t] = tie;
+        x_val[t] = val;
+    }
+    __syncthreads();
+    const int share = NMS_THREADS / p, entry = t / share;
+    int before = 0;
+    if (entry < count) {
+        const unsigned long long mine = x_key[entry];
+        const unsigned int mine_tie = x_tie[entry];
+        for (int j = t % share; j < count; j += share) {
+            const unsigned long long other = x_key[j];
+            const unsigned int other_tie = x_tie[j];
+            before += other > mine || (other == mine && (other_tie > mine_tie || (other_tie == mine_tie && j < entry)));
+        }
+    }
+    for (int d = share / 2; d > 0; d >>= 1) before += __shfl_xor_sync(0xffffffffu, before, d);  // whole warps
+    if (entry < count && t % share == 0) {  // a region the counting above does not read
+        x_key[p + before] = x_key[entry];
+        x_tie[p + before] = x_tie[entry];
+        x_val[p + before] = x_val[entry];
+    }
+    __syncthreads();
+    if (t < count) {
+        key = x_key[p + t];
+        tie = x_tie[p + t];
+        val = x_val[p + t];
+    } else if (t < p) {
+        key = 0ull;
+        tie = 0u;
+        val = 0xffffffffu;
+    }
+    __syncthreads();  // x_* are free for the caller
+}
+
 // Sorts the entries (key, tie, val) of the block's first p threads (p a power of two,
 // 32 <= p <= NMS_THREADS), one a thread, so that thread t ends with the t-th: larger key
 // first, on equal keys larger tie first (entries with equal key and tie stay in some order).
-// A bitonic network: partners within a warp trade by shuffles, the others through shared
-// memory (x_*: two buffers of p entries each, used in turn, so one barrier a stage).
+// The first `count` are the entries, the rest padding (0, 0, ~0), which sorts last. Up to
+// COUNT_SORT_MAX entries by counting (block_count_sort), more by a bitonic network:
+// partners within a warp trade by shuffles, the others through shared memory (x_*: two
+// buffers of p entries each, used in turn, so one barrier a stage).
 // Every thread of the block calls it; it ends with a barrier.
-__device__ void block_sort(unsigned long long& key, unsigned int& tie, unsigned int& val, int p,
+__device__ void block_sort(unsigned long long& key, unsigned int& tie, unsigned int& val, int count, int p,
                            unsigned long long* x_key, unsigned int* x_tie, unsigned int* x_val) {
+    if (count <= COUNT_SORT_MAX) {  // uniform over the block
+        block_count_sort(key, tie, val, count, p, x_key, x_tie, x_val);
+        return;
+    }
     const int t = threadIdx.x;
     const bool active = t < p;  // whole warps
     int buffer = 0;
@@ -145,7 +198,7 @@ __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long lo
     if (__syncthreads_or(wide)) return false;
     int p = 32;
     while (p < n) p <<= 1;
-    block_sort(key, tie, val, p, x_key, x_tie, x_val);
+    block_sort(key, tie, val, n, p, x_key, x_tie, x_val);
     if (tid < n) {  // thread t holds position t from here on
         f_group[tid] = (unsigned int)(key >> 32);
         f_slot[tid] = val;
@@ -251,7 +304,7 @@ __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long lo
     }
     int q = 32;
     while (q < (int)detections) q <<= 1;
-    block_sort(rank_key, rank_tie, position, q, x_key, x_tie, x_val);
+    block_sort(rank_key, rank_tie, position, (int)detections, q, x_key, x_tie, x_val);
     const int output = min((int)detections, max_output);
     if (tid < output) {
         const long long row = image + f_slot[position];

@@ -120,13 +120,15 @@ def test_tile_edges_the_counting_rank_edge_and_detections_past_the_shared_cache(
             assert_matches(det, reference(boxes, scores, labels, iou_threshold=0.3, **kwargs), boxes.dtype)
 
 
-@pytest.mark.parametrize("n", [1, 31, 33, 500, 1024, 1025])
+@pytest.mark.parametrize("n", [1, 31, 33, 200, 320, 330, 500, 1024, 1025])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_the_class_segmented_path_equals_the_tile_path(n, dtype):
     """Up to fast_max candidates an image take the class-segmented path; fast_max=0 forces
     the tile path. Both, and the CPU backend, on ties, duplicates, many classes (runs that
     share mask words), one class for all (the largest mask), caps and labels beyond 32
-    bits (which fall back to the tile path)."""
+    bits (which fall back to the tile path). About 0.8 n candidates an image (up to 2.4 n
+    with three labels each): both sides of COUNT_SORT_MAX, where the path's two sorts go
+    from counting to the bitonic network."""
     generator = torch.Generator().manual_seed(n)
     boxes = random_boxes(generator, (3, n), span=int(8 * n**0.5) + 8, side=24).to(dtype)
     scores = (torch.randint(0, 30, (3, n, 70), generator=generator) / 30).to(dtype)  # many ties
