@@ -155,7 +155,7 @@ CHECKED_KEPT = 256
 def _check_params(*given) -> dict:
     """The call's parameters checked (ValueError naming a bad one), as a dict for the op."""
     types = tuple(map(type, given))
-    key = (given, types) if all(t in _PLAIN_VALUES for t in types) else None
+    key = (given, types) if _PLAIN_VALUES.issuperset(types) else None
     checked = _checked.get(key) if key is not None else None
     if checked is None:
         checked = _checked_params(*given)
