@@ -36,7 +36,8 @@ from nmsbench.cuda import (CompiledLaunch, CudaModule, Scratch, _current_stream,
 # image ranks by counting (a thread each, O(n^2) comparisons and two barriers) rather than
 # by the bitonic sort's log^2 barriers, and the most entries the class-segmented path's
 # two sorts rank by counting (all the block's threads sharing the O(n^2) comparisons)
-# rather than by the bitonic network.
+# rather than by the bitonic network. FAST_MAX: the most candidates of the
+# class-segmented path (a thread each, at most NMS_THREADS).
 DEFINES = {"DECODE_THREADS": 256, "DECODE_ROWS_MAX": 4, "DECODE_CLASS_LOADS": 3, "NMS_THREADS": 1024, "TILE": 256,
            "KEPT_CACHE": 512, "COUNT_RANK_MAX": 512, "COUNT_SORT_MAX": 256}
 DECODE_THREADS, DECODE_ROWS_MAX, NMS_THREADS, TILE, KEPT_CACHE = (
