@@ -26,8 +26,8 @@ from nmsbench.datasets.synthetic_raw import synthetic_raw
 from nmsbench.variants import batched_nms
 
 from _common import parse_sizes
+from batched_op import CONF, IOU, MAX_DET, kernel_times
 
-CONF, IOU, MAX_DET = 0.25, 0.45, 300
 HEADER = r'''
 __device__ unsigned long long phase_stamps[32];
 __device__ int stamp_pass;
@@ -77,20 +77,6 @@ def instrumented(text: str, twice: bool) -> str:
     return HEADER + text
 
 
-def kernel_us(call, calls: int = 50) -> dict[str, float]:
-    """Mean CUPTI µs a call of each kernel (torch.profiler)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    call()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            call()
-        torch.cuda.synchronize()
-    return {("nms" if "nms_kernel" in e.key else "decode" if "decode" in e.key else "memset"): round(
-        e.device_time_total / calls, 2) for e in prof.key_averages() if e.device_time_total}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batches", default="1")
@@ -127,7 +113,7 @@ def main() -> None:
             if args.twice:  # the second pass starts where the first wrote its detections (counts are read once)
                 passes[1].append(np.diff(np.concatenate([[stamps[last], stamps[last]], stamps[16 + 2:16 + last + 1]])))
         print(f"B = {batch}: image 0's {int(first[6][0])} candidates, {int(first[0][0])} detections; "
-              f"CUPTI µs a call {kernel_us(call)}")
+              f"CUPTI µs a call {kernel_times(call)}")
         for k, cycles in enumerate(passes):
             medians = np.median(np.array(cycles), axis=0)
             print(f"  pass {k + 1}, SM cycles (medians of {args.calls}): " + ", ".join(
