@@ -201,6 +201,12 @@ def sanitize() -> None:
         batched_nms.run(b, s.contiguous(), None, layout="scores", cxcywh=False, n=300, classes=3, multi_label=True,
                         class_agnostic=False, iou_threshold=0.5, score_threshold=0.1, max_output=700, max_per_class=700,
                         top_k=2**31 - 1, capacity=900, sort_capacity=32, fast_max=0)
+        # the whole-GPU sort (wide_sort_kernel: images of about 8,000 candidates, four chunks
+        # and merge passes), forced the same way
+        wide_b, wide_s = (t.to(dtype).cuda() for t in random_batch(2, 3000, 3, seed=2))
+        batched_nms.run(wide_b, wide_s, None, layout="scores", cxcywh=False, n=3000, classes=3, multi_label=True,
+                        class_agnostic=False, iou_threshold=0.5, score_threshold=0.1, max_output=700, max_per_class=700,
+                        top_k=2**31 - 1, capacity=9000, sort_capacity=32, fast_max=0, wide=True)
         # the class-segmented path: one class for all, and labels beyond 32 bits (its fallback)
         nmsbench.batched_nms(b, s[..., 0], labels * 2**40, iou_threshold=0.5, max_output_boxes=40)
     raw = torch.from_numpy(synthetic_raw(2, seed=3))

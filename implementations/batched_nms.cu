@@ -1,23 +1,28 @@
 // Batched, class-aware, exact greedy NMS from boxes and scores or from a detector's raw
 // head output (batched_nms.py is the host side; implementations/DESIGN.md says why it is
-// built this way). Two kernels a batch, behind one memset of the per-image counters:
+// built this way). Two kernels a batch (three with wide_sort_kernel), behind one memset of the
+// per-image counters:
 //
 //   decode_rows_kernel (YOLOv5 heads, single label) or decode_kernel (the rest): decode
 //     the boxes, find the rows' candidates (score above the threshold: the best class, or
 //     every class with multi-label), and append them to the image's candidate records
 //     through a per-image counter. The count goes on past the capacity, so an overflow is
 //     seen, never hidden.
+//   wide_sort_kernel (only where an image may hold more candidates than a block sorts in
+//     shared memory, from batched_nms.WIDE_MIN_CAPACITY): the images that do, sorted by
+//     the whole GPU (chunks a block each, then merge passes over every such image at once).
 //   nms_kernel: a block per image. Up to fast_max candidates with float scores (and no
 //     pre_nms_top_k cut) take the class-segmented path: one sort by (class, score), the
 //     suppression mask within each class, a warp resolving each class, the detections
 //     sorted by score. Otherwise: rank its candidates (higher score first, ties by the
 //     lower candidate index) by counting (a few), sort them in shared memory, or, beyond
-//     what shared memory holds, in sorted chunks merged in global memory; then greedy NMS
+//     what shared memory holds, in sorted chunks merged in global memory (or takes
+//     wide_sort_kernel's order); then greedy NMS
 //     in rank order, a tile of TILE candidates at a time, against the detections so far
 //     (the only boxes that can still matter), and write the padded outputs.
 //
 // (DECODE_THREADS, DECODE_ROWS_MAX, DECODE_CLASS_LOADS, NMS_THREADS, TILE, KEPT_CACHE,
-// COUNT_RANK_MAX and COUNT_SORT_MAX come from batched_nms.DEFINES.)
+// COUNT_RANK_MAX, COUNT_SORT_MAX, WIDE_CHUNK and WIDE_SHARE come from batched_nms.DEFINES.)
 
 #define LAYOUT_SCORES 0  // boxes [B, N, 4] and scores [B, N, C] (C = 1: scores [B, N], labels [B, N] or none)
 #define LAYOUT_YOLOV5 1  // raw [B, N, 5 + C]: cx, cy, w, h, objectness, class scores
@@ -304,35 +309,121 @@ __device__ void bitonic_sort(unsigned long long* keys, unsigned int* slots, int 
     }
 }
 
+// Output entries [begin, end) of the merge of two sorted runs in global memory, src -> dst
+// (run a: len_a entries at lo, run b: len_b entries after it): a binary search finds how
+// many of the first `begin` outputs come from run a (merge path), then a plain merge.
+__device__ void merge_share(const unsigned long long* src_keys, const unsigned int* src_slots,
+                            unsigned long long* dst_keys, unsigned int* dst_slots, int lo, int len_a, int len_b,
+                            int begin, int end, const int* cands) {
+    const unsigned long long* key_a = src_keys + lo;
+    const unsigned int* slot_a = src_slots + lo;
+    const unsigned long long* key_b = key_a + len_a;
+    const unsigned int* slot_b = slot_a + len_a;
+    int first = max(0, begin - len_b), last = min(begin, len_a);  // entries of run a among the first `begin`
+    while (first < last) {
+        const int take = (first + last) / 2, other = begin - take - 1;
+        if (ranks_before(key_a[take], slot_a[take], key_b[other], slot_b[other], cands)) first = take + 1;
+        else last = take;
+    }
+    int a = first, bb = begin - first;
+    for (int out = begin; out < end; ++out) {
+        const bool from_a = bb >= len_b || (a < len_a && ranks_before(key_a[a], slot_a[a], key_b[bb], slot_b[bb],
+                                                                         cands));
+        dst_keys[lo + out] = from_a ? key_a[a] : key_b[bb];
+        dst_slots[lo + out] = from_a ? slot_a[a] : slot_b[bb];
+        from_a ? ++a : ++bb;
+    }
+}
+
 // One merge pass over runs of `width` sorted entries (global memory), src -> dst: each
-// pair of runs is merged by the whole block, each thread finding where its share of the
-// output starts by a binary search (merge path) and merging that share.
+// pair of runs is merged by the whole block, each thread merging a share of the output.
 __device__ void merge_pass(const unsigned long long* src_keys, const unsigned int* src_slots,
                            unsigned long long* dst_keys, unsigned int* dst_slots, int n, int width, const int* cands) {
     for (int lo = 0; lo < n; lo += 2 * width) {
-        const int mid = min(lo + width, n), hi = min(lo + 2 * width, n);
-        const int len_a = mid - lo, len_b = hi - mid, len = hi - lo;
+        const int mid = min(lo + width, n), hi = min(lo + 2 * width, n), len = hi - lo;
         const int share = (len + NMS_THREADS - 1) / NMS_THREADS;
         const int begin = min(len, (int)threadIdx.x * share), end = min(len, begin + share);
-        if (begin >= end) continue;
-        const unsigned long long* key_a = src_keys + lo;
-        const unsigned int* slot_a = src_slots + lo;
-        const unsigned long long* key_b = src_keys + mid;
-        const unsigned int* slot_b = src_slots + mid;
-        int first = max(0, begin - len_b), last = min(begin, len_a);  // entries of run a among the first `begin`
-        while (first < last) {
-            const int take = (first + last) / 2, other = begin - take - 1;
-            if (ranks_before(key_a[take], slot_a[take], key_b[other], slot_b[other], cands)) first = take + 1;
-            else last = take;
+        if (begin < end)
+            merge_share(src_keys, src_slots, dst_keys, dst_slots, lo, mid - lo, hi - mid, begin, end, cands);
+    }
+}
+
+// An image's candidates, as nms_kernel counts them: none where its buffer overflowed.
+__device__ __forceinline__ int image_candidates(const unsigned int* counts, int b, int capacity) {
+    const unsigned int count = counts[b];
+    return count > (unsigned int)capacity ? 0 : (int)count;
+}
+
+// How many merge passes of the whole-GPU sort leave an image's n candidates in one run,
+// so which of its two buffers holds the result (an even count: the first).
+__device__ __forceinline__ int wide_passes(int n) {
+    int passes = 0;
+    for (int width = WIDE_CHUNK; width < n; width *= 2) ++passes;
+    return passes;
+}
+
+// ------------------------------------------------------------------ the whole-GPU sort
+// The images with more candidates than one block sorts in shared memory (sort_capacity),
+// sorted by the whole GPU rather than by their one block of nms_kernel: (1) their chunks
+// of WIDE_CHUNK candidates, a block a chunk, sorted in shared memory into the first of the
+// image's two buffers (sort_keys + 2 * image: the block path's merge buffers); (2) merge
+// passes, each over every such image at once, every thread of the grid merging shares of
+// WIDE_SHARE outputs, a grid barrier after each. nms_kernel then takes the order from the
+// buffer wide_passes says. Launched cooperatively (every block resident); `barrier` is a
+// zeroed word of the call's scratch. Which images and how many passes depend only on the
+// counts, which every block reads alike.
+__global__ void __launch_bounds__(NMS_THREADS) wide_sort_kernel(const unsigned int* counts,
+                                                                const unsigned long long* keys, const int* cands,
+                                                                int batch, int capacity, int sort_capacity,
+                                                                unsigned long long* sort_keys,
+                                                                unsigned int* sort_slots, unsigned int* barrier) {
+    __shared__ unsigned long long s_keys[WIDE_CHUNK];
+    __shared__ unsigned int s_slots[WIDE_CHUNK];
+    const int chunks = (capacity + WIDE_CHUNK - 1) / WIDE_CHUNK;  // an image's most
+    for (long long task = blockIdx.x; task < (long long)batch * chunks; task += gridDim.x) {
+        const int b = int(task / chunks), base = int(task % chunks) * WIDE_CHUNK;
+        const int n = image_candidates(counts, b, capacity);
+        if (n <= sort_capacity || base >= n) continue;  // the same for the whole block
+        const long long image = (long long)b * capacity;
+        const int m = min(WIDE_CHUNK, n - base);
+        int p = 1;
+        while (p < m) p <<= 1;
+        for (int t = threadIdx.x; t < p; t += NMS_THREADS) {
+            s_keys[t] = t < m ? keys[image + base + t] : 0ull;
+            s_slots[t] = base + t;
         }
-        int a = first, bb = begin - first;
-        for (int out = begin; out < end; ++out) {
-            const bool from_a = bb >= len_b || (a < len_a && ranks_before(key_a[a], slot_a[a], key_b[bb], slot_b[bb],
-                                                                             cands));
-            dst_keys[lo + out] = from_a ? key_a[a] : key_b[bb];
-            dst_slots[lo + out] = from_a ? slot_a[a] : slot_b[bb];
-            from_a ? ++a : ++bb;
+        __syncthreads();
+        bitonic_sort(s_keys, s_slots, p, cands + image);
+        for (int t = threadIdx.x; t < m; t += NMS_THREADS) {
+            sort_keys[2 * image + base + t] = s_keys[t];
+            sort_slots[2 * image + base + t] = s_slots[t];
         }
+        __syncthreads();  // before the next chunk refills the shared buffers
+    }
+    grid_barrier(barrier);
+    const long long thread = (long long)blockIdx.x * NMS_THREADS + threadIdx.x, threads = (long long)gridDim.x * NMS_THREADS;
+    int pass = 0;
+    for (int width = WIDE_CHUNK; width < capacity; width *= 2, ++pass) {
+        const int pairs = (capacity + 2 * width - 1) / (2 * width), shares = 2 * width / WIDE_SHARE;
+        const long long tasks = (long long)batch * pairs * shares;
+        for (long long task = thread; task < tasks; task += threads) {
+            const int b = int(task / ((long long)pairs * shares)), within = int(task % ((long long)pairs * shares));
+            const int n = image_candidates(counts, b, capacity);
+            const int lo = within / shares * 2 * width, begin = within % shares * WIDE_SHARE;
+            if (n <= sort_capacity || width >= n || lo >= n) continue;  // done, or no pass of this image
+            const int mid = min(lo + width, n), hi = min(lo + 2 * width, n), len = hi - lo;
+            if (begin >= len) continue;
+            const long long image = (long long)b * capacity;
+            unsigned long long* const keys_0 = sort_keys + 2 * image;
+            unsigned int* const slots_0 = sort_slots + 2 * image;
+            if (pass % 2 == 0)
+                merge_share(keys_0, slots_0, keys_0 + capacity, slots_0 + capacity, lo, mid - lo, hi - mid, begin,
+                            min(len, begin + WIDE_SHARE), cands + image);
+            else
+                merge_share(keys_0 + capacity, slots_0 + capacity, keys_0, slots_0, lo, mid - lo, hi - mid, begin,
+                            min(len, begin + WIDE_SHARE), cands + image);
+        }
+        grid_barrier(barrier);
     }
 }
 
@@ -386,7 +477,7 @@ template <typename T>
 __global__ void __launch_bounds__(NMS_THREADS, 1) nms_kernel(
     const unsigned int* counts, const unsigned long long* keys, const int* cands, const long long* cand_classes,
     const typename Arith<T>::type* cand_boxes, const typename Arith<T>::type* cand_scores, int capacity,
-    int sort_capacity, int fast_max, unsigned long long* sort_keys, unsigned int* sort_slots,
+    int sort_capacity, int fast_max, int wide, unsigned long long* sort_keys, unsigned int* sort_slots,
     typename Arith<T>::type* spill_boxes, long long* spill_classes, int classes, int multi_label, int class_agnostic,
     double iou_threshold, int max_output, int max_per_class, int top_k, long long* num_detections, T* out_boxes,
     T* out_scores, long long* out_classes, long long* out_indices, unsigned char* overflow, long long* num_candidates) {
@@ -451,6 +542,8 @@ __global__ void __launch_bounds__(NMS_THREADS, 1) nms_kernel(
         }
         __syncthreads();
         bitonic_sort(s_keys, s_slots, p, image_cands);
+    } else if (wide) {  // sorted by wide_sort_kernel
+        order = (wide_passes(n) % 2 == 0 ? sort_slots : sort_slots + capacity) + 2 * image;
     } else {  // sorted chunks of sort_capacity, then merged in global memory
         unsigned long long* const keys_0 = sort_keys + 2 * image;
         unsigned long long* const keys_1 = keys_0 + capacity;

@@ -1,15 +1,18 @@
 """Batched NMS on CUDA: the host side of batched_nms.cu (``nmsbench.batched_nms`` and
 ``nmsbench.batched_nms_from_head`` call :func:`run` for CUDA tensors).
 
-A call is a memset of the per-image candidate counters and two launches on torch's
-current stream, with no host synchronization and no allocation whose size depends on
-the data, so it can be captured in a CUDA graph:
+A call is a memset of the per-image candidate counters and two or three launches on
+torch's current stream, with no host synchronization and no allocation whose size
+depends on the data, so it can be captured in a CUDA graph:
 
 1. ``decode_rows_kernel`` (YOLOv5 heads, single label: a block of rows, a warp per row
    above the objectness threshold) or ``decode_kernel`` (a thread per row and image):
    decode, score threshold, and the image's candidates appended to fixed records of
    ``capacity`` rows per image;
-2. ``nms_kernel`` (a block per image): sort, greedy NMS per class, the best
+2. only where an image may hold at least ``WIDE_MIN_CAPACITY`` candidates, more than
+   nms_kernel's block sorts in shared memory: ``wide_sort_kernel`` (cooperative, the
+   whole GPU) sorts the images that do have more;
+3. ``nms_kernel`` (a block per image): sort, greedy NMS per class, the best
    ``max_output`` in rank order, padded outputs, overflow flags.
 
 The memset and the decode are queued before the outputs are allocated, so the GPU starts
@@ -38,8 +41,10 @@ from nmsbench.cuda import (CompiledLaunch, CudaModule, Scratch, _current_stream,
 # two sorts rank by counting (all the block's threads sharing the O(n^2) comparisons)
 # rather than by the bitonic network. FAST_MAX: the most candidates of the
 # class-segmented path (a thread each, at most NMS_THREADS).
+# WIDE_CHUNK: the candidates a block of wide_sort_kernel sorts in shared memory, WIDE_SHARE
+# the outputs a thread of its merge passes takes (a binary search and a short merge).
 DEFINES = {"DECODE_THREADS": 256, "DECODE_ROWS_MAX": 4, "DECODE_CLASS_LOADS": 3, "NMS_THREADS": 1024, "TILE": 256,
-           "KEPT_CACHE": 512, "COUNT_RANK_MAX": 512, "COUNT_SORT_MAX": 256}
+           "KEPT_CACHE": 512, "COUNT_RANK_MAX": 512, "COUNT_SORT_MAX": 256, "WIDE_CHUNK": 2048, "WIDE_SHARE": 4}
 DECODE_THREADS, DECODE_ROWS_MAX, NMS_THREADS, TILE, KEPT_CACHE = (
     DEFINES[k] for k in ("DECODE_THREADS", "DECODE_ROWS_MAX", "NMS_THREADS", "TILE", "KEPT_CACHE"))
 FAST_MAX = NMS_THREADS
@@ -47,6 +52,12 @@ FAST_MAX = NMS_THREADS
 # the strided objectness reads are bound by memory bandwidth, which many short blocks use
 # as well as a few long ones, while a few long ones leave a longer tail.
 DECODE_WAVES = 4
+# From this many candidates an image (its buffer's capacity, known before the data) a call
+# adds wide_sort_kernel, which sorts the images that have more candidates than one block
+# sorts in shared memory with the whole GPU: that block's chunks and merges in global
+# memory take milliseconds from tens of thousands of candidates, while below this the
+# extra launch would be a fixed cost on every call of the usual detector heads.
+WIDE_MIN_CAPACITY = 32768
 CUDA_MODULE = CudaModule(
     "batched_nms.cu",
     templates={
@@ -54,10 +65,12 @@ CUDA_MODULE = CudaModule(
         "decode_kernel": "QQQiiiiiidiQQQQQQ",
         # data | batch n classes rows_per_thread score_threshold capacity | counts records...
         "decode_rows_kernel": "QiiiidiQQQQQQ",
-        # counts records... | capacity sort_capacity fast_max | sort buffers, spill | classes multi agnostic iou
-        # max_output max_per_class top_k | outputs
-        "nms_kernel": "QQQQQQiiiQQQQiiidiiiQQQQQQQ",
+        # counts records... | capacity sort_capacity fast_max wide | sort buffers, spill | classes multi agnostic
+        # iou max_output max_per_class top_k | outputs
+        "nms_kernel": "QQQQQQiiiiQQQQiiidiiiQQQQQQQ",
     },
+    # counts keys cands | batch capacity sort_capacity | sort_keys sort_slots barrier
+    plain={"wide_sort_kernel": "QQQiiiQQQ"},
     defines=DEFINES,
 )
 LAYOUTS = {"scores": 0, "yolov5": 1, "yolov8": 2}  # batched_nms.cu's LAYOUT_*
@@ -141,7 +154,8 @@ class _Plan:
     """One call shape's launches (argument layouts compiled) and scratch layout."""
 
     def __init__(self, dtype: torch.dtype, device: torch.device, batch: int, n: int, capacity: int, max_output: int,
-                 sort_capacity: int | None, rows_kernel: bool, fast_max: int | None, rows_per_thread: int | None):
+                 sort_capacity: int | None, rows_kernel: bool, fast_max: int | None, rows_per_thread: int | None,
+                 wide: bool | None):
         index = device_index(device)
         arith = torch.float64 if dtype == torch.float64 else torch.float32
         nms = CUDA_MODULE.get("nms_kernel", dtype, device)
@@ -177,9 +191,14 @@ class _Plan:
         self.nms = CompiledLaunch(nms, (batch,), (NMS_THREADS,), CUDA_MODULE.codes["nms_kernel"], index, shared)
         records = batch * capacity
         merged = capacity > self.sort_capacity  # an image may need the global merge
+        self.wide = merged and (capacity >= WIDE_MIN_CAPACITY if wide is None else wide)
+        if self.wide:
+            kernel = CUDA_MODULE.get("wide_sort_kernel", None, device)
+            self.wide_sort = CompiledLaunch(kernel, (resident_blocks(kernel, NMS_THREADS, device),), (NMS_THREADS,),
+                                            CUDA_MODULE.codes["wide_sort_kernel"], index, cooperative=True)
         spilled = max_output > KEPT_CACHE  # detections past the shared cache
         self.buffers = dict(
-            counts=(batch, torch.int32), keys=(records, torch.int64), cands=(records, torch.int32),
+            counts=(batch + 1, torch.int32), keys=(records, torch.int64), cands=(records, torch.int32),
             classes=(records, torch.int64), boxes=(4 * records, arith), scores=(records, arith),
             sort_keys=(2 * records if merged else 0, torch.int64), sort_slots=(2 * records if merged else 0, torch.int32),
             spill_boxes=(4 * batch * max_output if spilled else 0, arith),
@@ -195,6 +214,7 @@ class _Plan:
         self.scratch_bytes = max(offset, 1)
         o = self.scratch_offsets
         self.counts_offset = o["counts"]
+        self.zeroed_bytes = 4 * (batch + 1 if self.wide else batch)  # the counts, and the barrier where it is used
         self.record_offsets = tuple(o[name] for name in ("keys", "cands", "classes", "boxes", "scores"))
         self.nms_offsets = (o["sort_keys"] if merged else None, o["sort_slots"] if merged else None,
                             o["spill_boxes"] if spilled else None, o["spill_classes"] if spilled else None)
@@ -217,7 +237,8 @@ def _zero(address: int, size: int, stream: int) -> None:
 def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | None, *, layout: str, cxcywh: bool,
         n: int, classes: int, multi_label: bool, class_agnostic: bool, iou_threshold: float, score_threshold: float,
         max_output: int, max_per_class: int, top_k: int, capacity: int, sort_capacity: int | None = None,
-        fast_max: int | None = None, rows_per_thread: int | None = None) -> tuple[torch.Tensor, ...]:
+        fast_max: int | None = None, rows_per_thread: int | None = None, wide: bool | None = None
+        ) -> tuple[torch.Tensor, ...]:
     """The padded outputs (num_detections, boxes, scores, classes, indices, overflow,
     num_candidates) for validated, contiguous CUDA inputs: ``data`` the boxes [B, N, 4] or
     the raw head, ``scores`` [B, N, classes] (layout "scores"), ``labels`` int64 [B, N] or
@@ -227,14 +248,15 @@ def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | 
     as many as fit, ``sort_capacity_for``); more take the merge in global memory.
     ``fast_max`` (likewise) the most candidates of the class-segmented path (0: never;
     None: ``fast_max_for``), ``rows_per_thread`` decode_rows_kernel's rows a thread (None:
-    ``rows_per_thread_for``)."""
+    ``rows_per_thread_for``), ``wide`` whether wide_sort_kernel sorts the images beyond
+    ``sort_capacity`` (None: from ``WIDE_MIN_CAPACITY``)."""
     device, dtype, batch = data.device, data.dtype, data.shape[0]
     if batch == 0:
         return _outputs(batch, max_output, dtype, device)
     rows_kernel = layout == "yolov5" and not multi_label
     plan = cached_plan(_plans, (dtype, device_index(device), batch, n, capacity, max_output, sort_capacity,
-                                rows_kernel, fast_max, rows_per_thread), _Plan, dtype, device, batch, n, capacity,
-                       max_output, sort_capacity, rows_kernel, fast_max, rows_per_thread)
+                                rows_kernel, fast_max, rows_per_thread, wide), _Plan, dtype, device, batch, n,
+                       capacity, max_output, sort_capacity, rows_kernel, fast_max, rows_per_thread, wide)
     # The scratch must outlive the kernels: torch's allocator is stream-ordered, so freeing
     # it when this call returns (on this stream) only lets later work on the stream reuse it.
     memory = torch.empty(plan.scratch_bytes, dtype=torch.uint8, device=device)
@@ -244,9 +266,9 @@ def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | 
     index, stream = _current_stream(device)
     if torch._C._cuda_getDevice() != index:
         with torch.cuda.device(device):
-            _zero(counts, 4 * batch, stream)
+            _zero(counts, plan.zeroed_bytes, stream)
     else:
-        _zero(counts, 4 * batch, stream)
+        _zero(counts, plan.zeroed_bytes, stream)
     if plan.rows_kernel:
         plan.decode(stream, data.data_ptr(), batch, n, classes, plan.rows_per_thread, float(score_threshold), capacity,
                     counts, *records)
@@ -255,9 +277,12 @@ def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | 
         labels_address = labels.data_ptr() if labels is not None else 0
         plan.decode(stream, data.data_ptr(), scores_address, labels_address, LAYOUTS[layout], int(cxcywh), batch, n,
                     classes, int(multi_label), float(score_threshold), capacity, counts, *records)
+    sort_buffers = tuple(0 if offset is None else base + offset for offset in plan.nms_offsets)
+    if plan.wide:
+        plan.wide_sort(stream, counts, records[0], records[1], batch, capacity, plan.sort_capacity, *sort_buffers[:2],
+                       counts + 4 * batch)
     outputs = _outputs(batch, max_output, dtype, device)  # while the GPU decodes
-    plan.nms(stream, counts, *records, capacity, plan.sort_capacity, plan.fast_max,
-             *(0 if offset is None else base + offset for offset in plan.nms_offsets),
+    plan.nms(stream, counts, *records, capacity, plan.sort_capacity, plan.fast_max, int(plan.wide), *sort_buffers,
              classes, int(multi_label), int(class_agnostic), float(iou_threshold), max_output, max_per_class, top_k,
              *(t.data_ptr() for t in outputs))
     del memory

@@ -421,16 +421,17 @@ def test_a_missing_backend_is_backend_unavailable(monkeypatch):
 # ------------------------------------------------------------------ the CUDA host side, stubbed
 
 def test_the_cuda_launches_pack_their_kernels_signatures_on_every_path(monkeypatch):
-    """Without a GPU: batched_nms.run's memset and two launches, with the driver stubbed,
-    for every layout (YOLOv5 single-label rows through decode_rows_kernel), with and
-    without the global merge, the spilled detections and the class-segmented path: each
-    launch packs its kernel's C signature, with the sizes the plan promises."""
+    """Without a GPU: batched_nms.run's memset and two or three launches, with the driver
+    stubbed, for every layout (YOLOv5 single-label rows through decode_rows_kernel), with
+    and without the global merge and the whole-GPU sort, the spilled detections and the
+    class-segmented path: each launch packs its kernel's C signature, with the sizes the
+    plan promises."""
     from test_kernel_layout import c_signatures
 
     import nmsbench.cuda as _cuda
     from nmsbench.variants import batched_nms as backend
 
-    records, zeroed = [], []
+    records, zeroed, cooperative = [], [], {}
 
     class Kernel:
         def __init__(self, name):
@@ -439,6 +440,7 @@ def test_the_cuda_launches_pack_their_kernels_signatures_on_every_path(monkeypat
     def compiled(self, stream, *values):
         assert len(values) == len(self.codes), self.function.name
         records.append((self.function.name, self.codes, self.grid, self.block, self.shared_mem, values))
+        cooperative[self.function.name] = self.cooperative
 
     monkeypatch.setattr(_cuda.CudaModule, "get", lambda self, name, dtype, device: Kernel(name))
     monkeypatch.setattr(_cuda.CompiledLaunch, "__call__", compiled)
@@ -462,19 +464,28 @@ def test_the_cuda_launches_pack_their_kernels_signatures_on_every_path(monkeypat
             outputs = backend.run(data, scores, None, layout=layout, n=n, classes=classes, multi_label=multi_label,
                                   max_output=max_output, capacity=n, **common)
             rows = layout == "yolov5" and not multi_label
-            assert [r[0] for r in records] == ["decode_rows_kernel" if rows else "decode_kernel", "nms_kernel"]
-            assert zeroed[-1] == 4 * 3
+            merged = n > backend.sort_capacity_for(n, torch.float32, 227 * 1024)
+            wide = merged and n >= backend.WIDE_MIN_CAPACITY  # a buffer beyond a block's sort: the whole GPU sorts
+            assert [r[0] for r in records] == ["decode_rows_kernel" if rows else "decode_kernel",
+                                               *(["wide_sort_kernel"] if wide else []), "nms_kernel"]
+            assert zeroed[-1] == 4 * (3 + wide)  # the counts, and the wide sort's barrier word after them
             for name, codes, *_ in records:
                 assert codes == signatures[name], name
-            (_, _, decode_grid, decode_block, _, decode_values), (_, _, nms_grid, nms_block, shared, values) = records
+            (_, _, decode_grid, decode_block, _, decode_values), *_, (_, _, nms_grid, nms_block, shared, values) = records
             per_block = backend.DECODE_THREADS * (decode_values[4] if rows else 1)
             assert decode_grid == (-(-n // per_block), 3) and nms_grid == (3,)
             assert not rows or decode_values[4] == 1  # three blocks of 100 rows are resident at once
-            merged = n > backend.sort_capacity_for(n, torch.float32, 227 * 1024)
-            assert (values[9] != 0) == merged and (values[11] != 0) == (max_output > backend.KEPT_CACHE)
+            assert values[9] == wide and (values[10] != 0) == merged and (values[12] != 0) == (
+                max_output > backend.KEPT_CACHE)
             assert values[8] == backend.fast_max_for(n, torch.float32, 227 * 1024) == (1024 if n > 1024 else 128)
             assert shared == max(backend.nms_shared_bytes(values[7], torch.float32),
                                  backend.fast_shared_bytes(values[8])) <= 227 * 1024
+            if wide:  # one cooperative block an SM's worth, the nms launch's keys, slots and sort buffers
+                _, _, wide_grid, wide_block, _, wide_values = records[1]
+                assert wide_grid == (6 * 132,) and wide_block == (backend.NMS_THREADS,) and cooperative[records[1][0]]
+                assert wide_values[:2] == (values[0], values[1]) and wide_values[2] == values[2]
+                assert wide_values[3:6] == (3, n, values[7]) and wide_values[6:8] == values[10:12]
+                assert wide_values[8] == values[0] + 4 * 3
             assert [tuple(t.shape) for t in outputs] == [(3,), (3, max_output, 4), (3, max_output), (3, max_output),
                                                          (3, max_output), (3,), (3,)]
 

@@ -1,7 +1,7 @@
 """GPU tests of the batched op's CUDA kernels (implementations/batched_nms.cu): the same
 reference as tests/test_batched_nms.py and the CPU backend, output for output and bit for
 bit, on random batches and on YOLOv5- and YOLOv8-shaped raw heads; the global merge sort
-(forced by a small shared-memory sort), detections past the shared cache, tile edges,
+(forced by a small shared-memory sort) and the whole-GPU sort, detections past the shared cache, tile edges,
 batches beyond one grid row; the class-segmented path against the tile path (forced with
 fast_max=0) at its size limits; YOLOv5 rows decoded a warp per row at several rows a
 thread and class counts; a CUDA graph's replays against eager calls; repeats;
@@ -104,6 +104,59 @@ def test_the_global_merge_sort_gives_the_same_detections(sort_capacity, dtype):
     assert_same(det, nmsbench.batched_nms(boxes, scores, **kwargs))
     assert_same(det, nmsbench.batched_nms(boxes.cuda(), scores.cuda(), **kwargs))  # the default sort
     assert (det.num_candidates > sort_capacity).all() and (det.num_detections > 0).all()
+
+
+@pytest.mark.parametrize("sort_capacity", [32, 1024])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_whole_gpu_sort_gives_the_same_detections(sort_capacity, dtype):
+    """wide_sort_kernel (forced with wide=True and a small shared-memory sort): in one batch
+    images of about 50, 1800, 3600 and 12700 candidates (below the block's sort, which then
+    sorts them itself, one chunk, two, seven with a ragged last one: up to three merge
+    passes), an overflowed image and an empty one, on many ties; the same detections as the
+    block's own merge and the CPU backend."""
+    generator = torch.Generator().manual_seed(sort_capacity)
+    n = 7000
+    boxes = random_boxes(generator, (6, n), span=900, side=30).to(dtype)
+    scores = torch.randint(1, 60, (6, n, 3), generator=generator).to(dtype) / 60  # many ties
+    keep = torch.tensor([20, 700, 1400, 5000, 5000, 0])  # rows with scores; the rest 0 (no candidate)
+    scores[torch.arange(n)[None, :] >= keep[:, None]] = 0
+    scores[4, :, 1:] = 0.5  # 15000 candidates, beyond the buffer below: overflow, no detections
+    scores[5] = 0
+    p = batched._check_params("scores", "xyxy", 0.5, 0.1, 3000, None, False, True, None, 14000)
+    b, sc = boxes.cuda(), scores.cuda()
+    wide = nmsbench.BatchedDetections(*batched._run(b, sc, None, p, sort_capacity=sort_capacity, wide=True))
+    block = nmsbench.BatchedDetections(*batched._run(b, sc, None, p, sort_capacity=sort_capacity, wide=False))
+    assert_same(wide, block)
+    kwargs = dict(iou_threshold=0.5, score_threshold=0.1, max_output_boxes=3000, multi_label=True, max_candidates=14000)
+    assert_same(wide, nmsbench.batched_nms(boxes, scores, **kwargs))
+    assert wide.overflow.tolist() == [False, False, False, False, True, False]
+    assert (wide.num_candidates[:4].cpu() > torch.tensor([32, 1024, 2048, 6 * 2048])).all()
+    assert wide.num_detections[4:].tolist() == [0, 0] and (wide.num_detections[:4] > 0).all()
+
+
+@pytest.mark.parametrize("max_output", [300, 6000])
+def test_large_images_take_the_whole_gpu_sort_and_replay_in_a_graph(max_output):
+    """From WIDE_MIN_CAPACITY candidates an image the call adds the whole-GPU sort by
+    default; its detections equal the CPU backend's, and a CUDA graph's replays follow new
+    inputs."""
+    from nmsbench.variants import batched_nms as backend
+
+    n = backend.WIDE_MIN_CAPACITY + 3000
+    generator = torch.Generator().manual_seed(max_output)
+    boxes = random_boxes(generator, (2, n), span=4000, side=40).float()
+    scores = torch.rand(2, n, generator=generator)
+    labels = torch.randint(0, 3, (2, n), generator=generator)
+    kwargs = dict(iou_threshold=0.5, max_output_boxes=max_output)
+    det = nmsbench.batched_nms(boxes.cuda(), scores.cuda(), labels.cuda(), **kwargs)
+    assert [plan.wide for key, plan in backend._plans.items() if key[2:5] == (2, n, n)] == [True]
+    assert_same(det, nmsbench.batched_nms(boxes, scores, labels, **kwargs))
+    static = [t.cuda() for t in (boxes, scores, labels)]
+    graph, captured = capture_graph(lambda: nmsbench.batched_nms(*static, **kwargs))
+    for seed in (1, 2):
+        scores = torch.rand(2, n, generator=torch.Generator().manual_seed(seed))
+        static[1].copy_(scores)
+        graph.replay()
+        assert_same(nmsbench.BatchedDetections(*captured), nmsbench.batched_nms(boxes, scores, labels, **kwargs))
 
 
 @pytest.mark.parametrize("n", [255, 256, 257, 511, 512, 513, 5000])
