@@ -50,6 +50,9 @@ def main() -> None:
     parser.add_argument("--torchvision-max", type=int, default=262144)
     parser.add_argument("--one-block-max", type=int, default=262144,
                         help="the op held to one block only up to this many boxes (its merges take seconds beyond)")
+    parser.add_argument("--all-max", type=int, default=65536,
+                        help="max-output all only up to this many boxes: nms_kernel tests each candidate against "
+                             "the detections so far, which takes seconds with hundreds of thousands of detections")
     parser.add_argument("--min-run-time", type=float, default=0.2)
     parser.add_argument("--csv", default="", help="also write the rows here")
     args = parser.parse_args()
@@ -64,6 +67,8 @@ def main() -> None:
             if n <= args.torchvision_max:
                 contenders["torchvision"] = lambda: torchvision.ops.nms(b, s, IOU)
             for k_text in args.max_output.split(","):
+                if k_text == "all" and n > args.all_max:
+                    continue
                 k = n if k_text == "all" else int(k_text)
                 contenders[f"op K={k_text}"] = op_call(b, s, k, None)
                 if n <= args.one_block_max:
