@@ -148,7 +148,7 @@ def test_large_images_take_the_whole_gpu_sort_and_replay_in_a_graph(max_output):
     labels = torch.randint(0, 3, (2, n), generator=generator)
     kwargs = dict(iou_threshold=0.5, max_output_boxes=max_output)
     det = nmsbench.batched_nms(boxes.cuda(), scores.cuda(), labels.cuda(), **kwargs)
-    assert [plan.wide for key, plan in backend._plans.items() if key[2:5] == (2, n, n)] == [True]
+    assert [plan.wide for key, plan in backend._plans.items() if key[2:6] == (2, n, n, max_output)] == [True]
     assert_same(det, nmsbench.batched_nms(boxes, scores, labels, **kwargs))
     static = [t.cuda() for t in (boxes, scores, labels)]
     graph, captured = capture_graph(lambda: nmsbench.batched_nms(*static, **kwargs))
