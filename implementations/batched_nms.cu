@@ -348,6 +348,11 @@ __device__ void merge_pass(const unsigned long long* src_keys, const unsigned in
     }
 }
 
+// Whether two candidates' classes make them compete (class_agnostic: every pair does).
+__device__ __forceinline__ bool same_group(long long class_a, long long class_b, int class_agnostic) {
+    return class_agnostic || class_a == class_b;
+}
+
 // An image's candidates, as nms_kernel counts them: none where its buffer overflowed.
 __device__ __forceinline__ int image_candidates(const unsigned int* counts, int b, int capacity) {
     const unsigned int count = counts[b];
@@ -362,46 +367,81 @@ __device__ __forceinline__ int wide_passes(int n) {
     return passes;
 }
 
-// ------------------------------------------------------------------ the whole-GPU sort
-// The images with more candidates than one block sorts in shared memory (sort_capacity),
-// sorted by the whole GPU rather than by their one block of nms_kernel: (1) their chunks
-// of WIDE_CHUNK candidates, a block a chunk, sorted in shared memory into the first of the
-// image's two buffers (sort_keys + 2 * image: the block path's merge buffers); (2) merge
-// passes, each over every such image at once, every thread of the grid merging shares of
-// WIDE_SHARE outputs, a grid barrier after each. nms_kernel then takes the order from the
-// buffer wide_passes says. Launched cooperatively (every block resident); `barrier` is a
-// zeroed word of the call's scratch. Which images and how many passes depend only on the
-// counts, which every block reads alike.
-__global__ void __launch_bounds__(NMS_THREADS) wide_sort_kernel(const unsigned int* counts,
-                                                                const unsigned long long* keys, const int* cands,
-                                                                int batch, int capacity, int sort_capacity,
-                                                                unsigned long long* sort_keys,
-                                                                unsigned int* sort_slots, unsigned int* barrier) {
-    __shared__ unsigned long long s_keys[WIDE_CHUNK];
-    __shared__ unsigned int s_slots[WIDE_CHUNK];
+// ------------------------------------------------------------------ the whole-GPU pass
+// wide_sort_kernel: the images with more than `wide_min` candidates, on the whole GPU rather
+// than their one block of nms_kernel (launched cooperatively: every block resident; its
+// grid barriers use a zeroed word of the call's scratch). Which images, how many passes and
+// rounds depend only on the counts and the states, which every block reads alike.
+//
+// (1) The rank sort (wide_sort): chunks of WIDE_CHUNK entries, a block a chunk, sorted in
+//     shared memory into the first of the image's two buffers (out + 2 * image: the block
+//     path's merge buffers), then merge passes over every such image at once, every thread
+//     of the grid merging shares of WIDE_SHARE outputs, a grid barrier after each.
+//     nms_kernel takes the order from the buffer wide_passes says.
+// (2) With `graph` (many detections wanted), greedy NMS on the overlap graph rather than
+//     nms_kernel's tests of each candidate against every detection so far: the candidates
+//     sorted again by x1 the same way, so those whose box can intersect a box [x1, x2] lie
+//     in one run of that order (x1 in [x1 - the widest box, x2)); then rounds over the
+//     whole grid (the overlap graph's greedy rounds, the rows found again each round by a
+//     scan of that run): an undecided candidate with a kept higher-ranked neighbour (same
+//     group, IoU above the threshold) is removed, one whose such neighbours are all removed
+//     is kept. Both decisions are final and the definition's, so a neighbour decided in the
+//     same round or not yet is safe to read either way, and each round decides at least the
+//     highest-ranked undecided candidate. nms_kernel then writes the kept ones in rank
+//     order (the per-class cap and max_output as ever). Candidates past top_k take no part.
+
+#define STATE_UNDECIDED 0
+#define STATE_KEPT 1
+#define STATE_REMOVED 2
+
+// A double's order as a 64-bit key (its bits, the sign bit flipped for positives and every
+// bit for negatives): unsigned comparison orders the keys as the doubles.
+__device__ __forceinline__ unsigned long long double_order_key(double v) {
+    const unsigned long long bits = (unsigned long long)__double_as_longlong(v);
+    return bits >> 63 ? ~bits : bits | 0x8000000000000000ull;
+}
+
+// The first of `n` entries (keys descending) whose key is at most `key`.
+__device__ __forceinline__ int first_at_most(const unsigned long long* keys, int n, unsigned long long key) {
+    int first = 0, last = n;
+    while (first < last) {
+        const int mid = (first + last) / 2;
+        if (keys[mid] > key) first = mid + 1;
+        else last = mid;
+    }
+    return first;
+}
+
+// (1) above: each image with more than wide_min candidates sorted into rank order (for the
+// x-sort, the order of its keys), entries read from in + b * in_stride (slot s at [s]).
+__device__ void wide_sort(const unsigned int* counts, const unsigned long long* in, long long in_stride,
+                          const int* cands, int batch, int capacity, int wide_min, unsigned long long* out_keys,
+                          unsigned int* out_slots, unsigned int* barrier, unsigned long long* s_keys,
+                          unsigned int* s_slots) {
     const int chunks = (capacity + WIDE_CHUNK - 1) / WIDE_CHUNK;  // an image's most
     for (long long task = blockIdx.x; task < (long long)batch * chunks; task += gridDim.x) {
         const int b = int(task / chunks), base = int(task % chunks) * WIDE_CHUNK;
         const int n = image_candidates(counts, b, capacity);
-        if (n <= sort_capacity || base >= n) continue;  // the same for the whole block
+        if (n <= wide_min || base >= n) continue;  // the same for the whole block
         const long long image = (long long)b * capacity;
         const int m = min(WIDE_CHUNK, n - base);
         int p = 1;
         while (p < m) p <<= 1;
         for (int t = threadIdx.x; t < p; t += NMS_THREADS) {
-            s_keys[t] = t < m ? keys[image + base + t] : 0ull;
+            s_keys[t] = t < m ? in[b * in_stride + base + t] : 0ull;
             s_slots[t] = base + t;
         }
         __syncthreads();
         bitonic_sort(s_keys, s_slots, p, cands + image);
         for (int t = threadIdx.x; t < m; t += NMS_THREADS) {
-            sort_keys[2 * image + base + t] = s_keys[t];
-            sort_slots[2 * image + base + t] = s_slots[t];
+            out_keys[2 * image + base + t] = s_keys[t];
+            out_slots[2 * image + base + t] = s_slots[t];
         }
         __syncthreads();  // before the next chunk refills the shared buffers
     }
     grid_barrier(barrier);
-    const long long thread = (long long)blockIdx.x * NMS_THREADS + threadIdx.x, threads = (long long)gridDim.x * NMS_THREADS;
+    const long long thread = (long long)blockIdx.x * NMS_THREADS + threadIdx.x;
+    const long long threads = (long long)gridDim.x * NMS_THREADS;
     int pass = 0;
     for (int width = WIDE_CHUNK; width < capacity; width *= 2, ++pass) {
         const int pairs = (capacity + 2 * width - 1) / (2 * width), shares = 2 * width / WIDE_SHARE;
@@ -410,12 +450,12 @@ __global__ void __launch_bounds__(NMS_THREADS) wide_sort_kernel(const unsigned i
             const int b = int(task / ((long long)pairs * shares)), within = int(task % ((long long)pairs * shares));
             const int n = image_candidates(counts, b, capacity);
             const int lo = within / shares * 2 * width, begin = within % shares * WIDE_SHARE;
-            if (n <= sort_capacity || width >= n || lo >= n) continue;  // done, or no pass of this image
+            if (n <= wide_min || width >= n || lo >= n) continue;  // done, or no pass of this image
             const int mid = min(lo + width, n), hi = min(lo + 2 * width, n), len = hi - lo;
             if (begin >= len) continue;
             const long long image = (long long)b * capacity;
-            unsigned long long* const keys_0 = sort_keys + 2 * image;
-            unsigned int* const slots_0 = sort_slots + 2 * image;
+            unsigned long long* const keys_0 = out_keys + 2 * image;
+            unsigned int* const slots_0 = out_slots + 2 * image;
             if (pass % 2 == 0)
                 merge_share(keys_0, slots_0, keys_0 + capacity, slots_0 + capacity, lo, mid - lo, hi - mid, begin,
                             min(len, begin + WIDE_SHARE), cands + image);
@@ -427,9 +467,145 @@ __global__ void __launch_bounds__(NMS_THREADS) wide_sort_kernel(const unsigned i
     }
 }
 
-__device__ __forceinline__ bool same_group(long long class_a, long long class_b, int class_agnostic) {
-    return class_agnostic || class_a == class_b;
+// A box's size class in the x-sort: floor(log2(widest / its width)), at most
+// WIDE_SIZE_CLASSES - 1; WIDE_SIZE_CLASSES for a box that intersects nothing (a NaN, or no
+// width or height: an intersection needs both above 0). By size so that a few wide boxes
+// do not widen every candidate's run: each class is searched with its own widest box.
+template <typename A>
+__device__ __forceinline__ int x_class(const Box<A>& box, double widest) {
+    if (!(box.x2 > box.x1 && box.y2 > box.y1)) return WIDE_SIZE_CLASSES;
+    const double ratio = widest / (double(box.x2) - double(box.x1));
+    if (!(ratio >= 2.0)) return 0;  // below 2, or NaN (infinite widths): the first class
+    return min(ilogb(ratio), WIDE_SIZE_CLASSES - 1);
 }
+
+// The x-sort's key: classes in order, within a class a larger key for a smaller x1 (the
+// sorts put larger keys first); x1 rounded to float (the runs' bounds round outwards), so
+// the low 24 bits are free and no key is 0, which pads a sort.
+__device__ __forceinline__ unsigned long long x_key(int size_class, float x) {
+    const unsigned int bits = __float_as_uint(x);
+    const unsigned int order = bits >> 31 ? ~bits : bits | 0x80000000u;  // unsigned order = float order
+    return (unsigned long long)(255 - size_class) << 56 | (unsigned long long)(~order) << 24;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(NMS_THREADS) wide_sort_kernel(
+    const unsigned int* counts, const unsigned long long* keys, const int* cands, const long long* cand_classes,
+    const typename Arith<T>::type* cand_boxes, int batch, int capacity, int wide_min, int graph, int class_agnostic,
+    double iou_threshold, int top_k, unsigned long long* sort_keys, unsigned int* sort_slots, int* rank_of,
+    int* state, unsigned long long* x_keys, unsigned int* x_slots, unsigned long long* extents,
+    unsigned int* barrier) {
+    typedef typename Arith<T>::type A;
+    __shared__ unsigned long long s_keys[WIDE_CHUNK];
+    __shared__ unsigned int s_slots[WIDE_CHUNK];
+    const long long thread = (long long)blockIdx.x * NMS_THREADS + threadIdx.x;
+    const long long threads = (long long)gridDim.x * NMS_THREADS;
+    // extents, per image: the widest box, then each size class's widest box and count (the
+    // widths as double_order_key); zeroed here, first added to after the rank sort's barriers
+    const int per_image = 1 + 2 * WIDE_SIZE_CLASSES;
+    if (graph)
+        for (long long e = thread; e < (long long)batch * per_image; e += threads) extents[e] = 0ull;
+    wide_sort(counts, keys, capacity, cands, batch, capacity, wide_min, sort_keys, sort_slots, barrier, s_keys, s_slots);
+    if (!graph) return;
+    // (a) each candidate's rank, its state undecided, the image's widest box that can intersect
+    for (long long task = thread; task < (long long)batch * capacity; task += threads) {
+        const int b = int(task / capacity), r = int(task % capacity);
+        const int n = image_candidates(counts, b, capacity);
+        if (n <= wide_min || r >= n) continue;
+        const long long image = (long long)b * capacity;
+        const long long row = image + (wide_passes(n) % 2 == 0 ? sort_slots : sort_slots + capacity)[2 * image + r];
+        rank_of[row] = r;
+        state[row] = STATE_UNDECIDED;
+        const Box<A> box = {cand_boxes[4 * row], cand_boxes[4 * row + 1], cand_boxes[4 * row + 2],
+                            cand_boxes[4 * row + 3]};
+        if (x_class(box, 0.0) < WIDE_SIZE_CLASSES)
+            atomicMax(extents + b * per_image, double_order_key(double(box.x2) - double(box.x1)));
+    }
+    grid_barrier(barrier);
+    // (b) each candidate's size class and x-sort key (the sort's input: the second x buffer),
+    // each class's widest box and count
+    for (long long task = thread; task < (long long)batch * capacity; task += threads) {
+        const int b = int(task / capacity), slot = int(task % capacity);
+        const int n = image_candidates(counts, b, capacity);
+        if (n <= wide_min || slot >= n) continue;
+        const long long image = (long long)b * capacity, row = image + slot;
+        const Box<A> box = {cand_boxes[4 * row], cand_boxes[4 * row + 1], cand_boxes[4 * row + 2],
+                            cand_boxes[4 * row + 3]};
+        unsigned long long* const extent = extents + b * per_image;
+        const int size_class = x_class(box, __longlong_as_double((long long)(extent[0] & 0x7fffffffffffffffull)));
+        x_keys[2 * image + capacity + slot] = x_key(size_class, float(box.x1));
+        if (size_class < WIDE_SIZE_CLASSES) {
+            atomicMax(extent + 1 + size_class, double_order_key(double(box.x2) - double(box.x1)));
+            atomicAdd(extent + 1 + WIDE_SIZE_CLASSES + size_class, 1ull);
+        }
+    }
+    grid_barrier(barrier);
+    wide_sort(counts, x_keys + capacity, 2ll * capacity, cands, batch, capacity, wide_min, x_keys, x_slots, barrier,
+              s_keys, s_slots);
+    // (c) the rounds
+    unsigned int* const counters = barrier + 1;  // three words: round r's undecided in counters[r % 3]
+    const IouThreshold threshold(iou_threshold);
+    for (int round = 0;; ++round) {
+        if (thread == 0) counters[(round + 1) % 3] = 0u;  // last read two rounds ago
+        int undecided = 0;
+        for (long long task = thread; task < (long long)batch * capacity; task += threads) {
+            const int b = int(task / capacity), slot = int(task % capacity);
+            const int n = image_candidates(counts, b, capacity);
+            if (n <= wide_min || slot >= n) continue;
+            const long long image = (long long)b * capacity, row = image + slot;
+            if (__ldcg(state + row) != STATE_UNDECIDED) continue;
+            const int rank = rank_of[row];
+            if (rank >= top_k) continue;  // past the cut: no candidate
+            const Box<A> box = {cand_boxes[4 * row], cand_boxes[4 * row + 1], cand_boxes[4 * row + 2],
+                                cand_boxes[4 * row + 3]};
+            const A area = box_area(box);
+            const long long cls = cand_classes[row];
+            const bool odd = wide_passes(n) % 2 != 0;
+            const unsigned long long* const xk = x_keys + 2 * image + (odd ? capacity : 0);
+            const unsigned int* const xs = x_slots + 2 * image + (odd ? capacity : 0);
+            const unsigned long long* const extent = extents + b * per_image;
+            bool kept_neighbour = false, pending = false;
+            // a box that intersects nothing has no neighbours: kept (class WIDE_SIZE_CLASSES)
+            int first = 0;  // the class's first position in the x order
+            for (int k = 0; k < WIDE_SIZE_CLASSES && x_class(box, 0.0) < WIDE_SIZE_CLASSES && !kept_neighbour; ++k) {
+                const int members = int(extent[1 + WIDE_SIZE_CLASSES + k]);
+                const int end = first + members;
+                if (members == 0) continue;
+                // the class's boxes whose x1 lies in [x1 - its widest box (less a margin for the
+                // double arithmetic), x2], the bounds rounded outwards to float
+                const double widest = __longlong_as_double((long long)(extent[1 + k] & 0x7fffffffffffffffull));
+                const double x1 = double(box.x1), from = x1 - widest - (fabs(x1) + widest) * 1e-9;
+                const float from_f = from == from ? __double2float_rd(from) : -infinity(0.0f);
+                const int lo = first + first_at_most(xk + first, members, x_key(k, from_f));
+                const int hi = first + first_at_most(xk + first, members, x_key(k, __double2float_ru(double(box.x2))) - 1);
+                first = end;
+                for (int q = lo; q < hi; ++q) {
+                    const long long other_row = image + xs[q];
+                    if (rank_of[other_row] >= rank || !same_group(cand_classes[other_row], cls, class_agnostic))
+                        continue;
+                    const int other_state = __ldcg(state + other_row);
+                    if (other_state == STATE_REMOVED) continue;
+                    const Box<A> higher = {cand_boxes[4 * other_row], cand_boxes[4 * other_row + 1],
+                                           cand_boxes[4 * other_row + 2], cand_boxes[4 * other_row + 3]};
+                    if (!overlaps_decisive(higher, box_area(higher), box, area, threshold)) continue;
+                    if (other_state == STATE_KEPT) {
+                        kept_neighbour = true;
+                        break;
+                    }
+                    pending = true;
+                }
+            }
+            if (kept_neighbour) __stcg(state + row, STATE_REMOVED);
+            else if (!pending) __stcg(state + row, STATE_KEPT);
+            else ++undecided;
+        }
+        undecided = warp_sum(undecided);
+        if (threadIdx.x % 32 == 0 && undecided != 0) atomicAdd(counters + round % 3, unsigned(undecided));
+        grid_barrier(barrier);
+        if (__ldcg(counters + round % 3) == 0u) break;  // the same in every block
+    }
+}
+
 
 // Dynamic shared memory, carved in this order, each part rounded up to 16 bytes
 // (batched_nms.nms_shared_bytes computes the same total).
@@ -477,7 +653,8 @@ template <typename T>
 __global__ void __launch_bounds__(NMS_THREADS, 1) nms_kernel(
     const unsigned int* counts, const unsigned long long* keys, const int* cands, const long long* cand_classes,
     const typename Arith<T>::type* cand_boxes, const typename Arith<T>::type* cand_scores, int capacity,
-    int sort_capacity, int fast_max, int wide, unsigned long long* sort_keys, unsigned int* sort_slots,
+    int sort_capacity, int fast_max, int wide_min, int graph, unsigned long long* sort_keys,
+    unsigned int* sort_slots, const int* state,
     typename Arith<T>::type* spill_boxes, long long* spill_classes, int classes, int multi_label, int class_agnostic,
     double iou_threshold, int max_output, int max_per_class, int top_k, long long* num_detections, T* out_boxes,
     T* out_scores, long long* out_classes, long long* out_indices, unsigned char* overflow, long long* num_candidates) {
@@ -523,7 +700,11 @@ __global__ void __launch_bounds__(NMS_THREADS, 1) nms_kernel(
 
     // Rank order: `order` lists the image's record slots by rank.
     const unsigned int* order = s_slots;
-    if (n <= COUNT_RANK_MAX && n <= sort_capacity) {  // a thread a candidate counts those before it: two barriers
+    const bool wide = n > wide_min;  // sorted by wide_sort_kernel (and, with graph, resolved by it)
+    const bool resolved = wide && graph;
+    if (wide) {
+        order = (wide_passes(n) % 2 == 0 ? sort_slots : sort_slots + capacity) + 2 * image;
+    } else if (n <= COUNT_RANK_MAX && n <= sort_capacity) {  // a thread a candidate counts those before it: two barriers
         for (int t = tid; t < n; t += NMS_THREADS) s_keys[t] = keys[image + t];
         __syncthreads();
         if (tid < n) {
@@ -542,8 +723,6 @@ __global__ void __launch_bounds__(NMS_THREADS, 1) nms_kernel(
         }
         __syncthreads();
         bitonic_sort(s_keys, s_slots, p, image_cands);
-    } else if (wide) {  // sorted by wide_sort_kernel
-        order = (wide_passes(n) % 2 == 0 ? sort_slots : sort_slots + capacity) + 2 * image;
     } else {  // sorted chunks of sort_capacity, then merged in global memory
         unsigned long long* const keys_0 = sort_keys + 2 * image;
         unsigned long long* const keys_1 = keys_0 + capacity;
@@ -603,8 +782,13 @@ __global__ void __launch_bounds__(NMS_THREADS, 1) nms_kernel(
             t_output[tid] = 0u;
         }
         __syncthreads();
+        if (resolved) {  // wide_sort_kernel decided every candidate: the removed ones are dead, the rest keeps
+            for (int t = tid; t < m; t += NMS_THREADS)
+                if (state[image + t_slot[t]] != STATE_KEPT) atomicOr(&t_dead[t / 32], 1u << (t % 32));
+            __syncthreads();
+        }
         // (a) against the detections so far: NMS_THREADS / TILE threads a candidate
-        if (detections > 0) {
+        if (detections > 0 && !resolved) {
             const int per = NMS_THREADS / TILE, t = tid / per;
             if (t < m) {
                 const Box<A> box = t_box[t];
@@ -627,7 +811,8 @@ __global__ void __launch_bounds__(NMS_THREADS, 1) nms_kernel(
             __syncthreads();
         }
         // (b) the tile's own mask: row r, word w, bit k: live r suppresses live w * 32 + k > r
-        for (int task = tid; task < m * TILE_WORDS; task += NMS_THREADS) {
+        // (none where resolved: its live candidates are all keeps)
+        for (int task = tid; task < (resolved ? 0 : m * TILE_WORDS); task += NMS_THREADS) {
             const int r = task / TILE_WORDS, w = task % TILE_WORDS;
             if (w < r / 32 || (t_dead[r / 32] >> (r % 32)) & 1u) continue;  // never read
             const unsigned int live = ~t_dead[w];
@@ -658,7 +843,7 @@ __global__ void __launch_bounds__(NMS_THREADS, 1) nms_kernel(
                 if (lane == 0) t_keep[keeps] = r;
                 ++keeps;
                 if (lane == word) removed |= 1u << (r % 32);
-                if (lane >= word && lane < TILE_WORDS) removed |= t_mask[r * TILE_WORDS + lane];
+                if (!resolved && lane >= word && lane < TILE_WORDS) removed |= t_mask[r * TILE_WORDS + lane];
             }
             if (lane == 0) s_keeps = keeps;
         }

@@ -10,8 +10,11 @@ depends on the data, so it can be captured in a CUDA graph:
    decode, score threshold, and the image's candidates appended to fixed records of
    ``capacity`` rows per image;
 2. only where an image may hold at least ``WIDE_MIN_CAPACITY`` candidates, more than
-   nms_kernel's block sorts in shared memory: ``wide_sort_kernel`` (cooperative, the
-   whole GPU) sorts the images that do have more;
+   nms_kernel's block sorts in shared memory, or where ``max_output`` is at least
+   ``GRAPH_MIN_OUTPUT``: ``wide_sort_kernel`` (cooperative, the whole GPU) sorts the
+   images that have more candidates than that block sorts (with many detections wanted:
+   than ``GRAPH_MIN_CANDIDATES``) and, in the second case, resolves them by greedy NMS
+   on the overlap graph;
 3. ``nms_kernel`` (a block per image): sort, greedy NMS per class, the best
    ``max_output`` in rank order, padded outputs, overflow flags.
 
@@ -42,9 +45,11 @@ from nmsbench.cuda import (CompiledLaunch, CudaModule, Scratch, _current_stream,
 # rather than by the bitonic network. FAST_MAX: the most candidates of the
 # class-segmented path (a thread each, at most NMS_THREADS).
 # WIDE_CHUNK: the candidates a block of wide_sort_kernel sorts in shared memory, WIDE_SHARE
-# the outputs a thread of its merge passes takes (a binary search and a short merge).
+# the outputs a thread of its merge passes takes (a binary search and a short merge),
+# WIDE_SIZE_CLASSES the box widths its overlap graph searches apart (factors of two).
 DEFINES = {"DECODE_THREADS": 256, "DECODE_ROWS_MAX": 4, "DECODE_CLASS_LOADS": 3, "NMS_THREADS": 1024, "TILE": 256,
-           "KEPT_CACHE": 512, "COUNT_RANK_MAX": 512, "COUNT_SORT_MAX": 256, "WIDE_CHUNK": 2048, "WIDE_SHARE": 4}
+           "KEPT_CACHE": 512, "COUNT_RANK_MAX": 512, "COUNT_SORT_MAX": 256, "WIDE_CHUNK": 2048, "WIDE_SHARE": 4,
+           "WIDE_SIZE_CLASSES": 16}
 DECODE_THREADS, DECODE_ROWS_MAX, NMS_THREADS, TILE, KEPT_CACHE = (
     DEFINES[k] for k in ("DECODE_THREADS", "DECODE_ROWS_MAX", "NMS_THREADS", "TILE", "KEPT_CACHE"))
 FAST_MAX = NMS_THREADS
@@ -58,6 +63,13 @@ DECODE_WAVES = 4
 # memory take milliseconds from tens of thousands of candidates, while below this the
 # extra launch would be a fixed cost on every call of the usual detector heads.
 WIDE_MIN_CAPACITY = 32768
+# From this many detections an image wide_sort_kernel also resolves the images of more than
+# GRAPH_MIN_CANDIDATES candidates on the overlap graph: nms_kernel tests each candidate
+# against every detection so far, which for thousands of detections costs milliseconds to
+# seconds on one block, where the graph tests only the candidates whose boxes can meet.
+GRAPH_MIN_OUTPUT = 1024
+GRAPH_MIN_CANDIDATES = 1024
+INT32_MAX = 2**31 - 1
 CUDA_MODULE = CudaModule(
     "batched_nms.cu",
     templates={
@@ -65,12 +77,13 @@ CUDA_MODULE = CudaModule(
         "decode_kernel": "QQQiiiiiidiQQQQQQ",
         # data | batch n classes rows_per_thread score_threshold capacity | counts records...
         "decode_rows_kernel": "QiiiidiQQQQQQ",
-        # counts records... | capacity sort_capacity fast_max wide | sort buffers, spill | classes multi agnostic
-        # iou max_output max_per_class top_k | outputs
-        "nms_kernel": "QQQQQQiiiiQQQQiiidiiiQQQQQQQ",
+        # counts records... | capacity sort_capacity fast_max wide_min graph | sort buffers, state, spill |
+        # classes multi agnostic iou max_output max_per_class top_k | outputs
+        "nms_kernel": "QQQQQQiiiiiQQQQQiiidiiiQQQQQQQ",
+        # counts keys cands classes boxes | batch capacity wide_min graph agnostic iou top_k | sort buffers,
+        # rank_of state, x buffers, extents, barrier
+        "wide_sort_kernel": "QQQQQiiiiidiQQQQQQQQ",
     },
-    # counts keys cands | batch capacity sort_capacity | sort_keys sort_slots barrier
-    plain={"wide_sort_kernel": "QQQiiiQQQ"},
     defines=DEFINES,
 )
 LAYOUTS = {"scores": 0, "yolov5": 1, "yolov8": 2}  # batched_nms.cu's LAYOUT_*
@@ -155,7 +168,7 @@ class _Plan:
 
     def __init__(self, dtype: torch.dtype, device: torch.device, batch: int, n: int, capacity: int, max_output: int,
                  sort_capacity: int | None, rows_kernel: bool, fast_max: int | None, rows_per_thread: int | None,
-                 wide: bool | None):
+                 wide: bool | None, graph: bool | None):
         index = device_index(device)
         arith = torch.float64 if dtype == torch.float64 else torch.float32
         nms = CUDA_MODULE.get("nms_kernel", dtype, device)
@@ -191,16 +204,26 @@ class _Plan:
         self.nms = CompiledLaunch(nms, (batch,), (NMS_THREADS,), CUDA_MODULE.codes["nms_kernel"], index, shared)
         records = batch * capacity
         merged = capacity > self.sort_capacity  # an image may need the global merge
-        self.wide = merged and (capacity >= WIDE_MIN_CAPACITY if wide is None else wide)
+        self.graph = (max_output >= GRAPH_MIN_OUTPUT and capacity > GRAPH_MIN_CANDIDATES) if graph is None else graph
+        self.wide = self.graph or (merged and capacity >= WIDE_MIN_CAPACITY if wide is None else wide)
+        if wide is False and self.graph:
+            raise ValueError("graph=True needs the whole-GPU pass (wide)")
+        # the images wide_sort_kernel takes: those of more than wide_min candidates
+        self.wide_min = (GRAPH_MIN_CANDIDATES if self.graph else self.sort_capacity) if self.wide else INT32_MAX
         if self.wide:
-            kernel = CUDA_MODULE.get("wide_sort_kernel", None, device)
+            kernel = CUDA_MODULE.get("wide_sort_kernel", dtype, device)
             self.wide_sort = CompiledLaunch(kernel, (resident_blocks(kernel, NMS_THREADS, device),), (NMS_THREADS,),
                                             CUDA_MODULE.codes["wide_sort_kernel"], index, cooperative=True)
+        sorted_globally = merged or self.wide
         spilled = max_output > KEPT_CACHE  # detections past the shared cache
         self.buffers = dict(
-            counts=(batch + 1, torch.int32), keys=(records, torch.int64), cands=(records, torch.int32),
+            counts=(batch + 4, torch.int32), keys=(records, torch.int64), cands=(records, torch.int32),
             classes=(records, torch.int64), boxes=(4 * records, arith), scores=(records, arith),
-            sort_keys=(2 * records if merged else 0, torch.int64), sort_slots=(2 * records if merged else 0, torch.int32),
+            sort_keys=(2 * records if sorted_globally else 0, torch.int64),
+            sort_slots=(2 * records if sorted_globally else 0, torch.int32),
+            rank_of=(records if self.graph else 0, torch.int32), state=(records if self.graph else 0, torch.int32),
+            x_keys=(2 * records if self.graph else 0, torch.int64), x_slots=(2 * records if self.graph else 0, torch.int32),
+            extents=(batch * (1 + 2 * DEFINES["WIDE_SIZE_CLASSES"]) if self.graph else 0, torch.int64),
             spill_boxes=(4 * batch * max_output if spilled else 0, arith),
             spill_classes=(batch * max_output if spilled else 0, torch.int64),
         )
@@ -214,10 +237,14 @@ class _Plan:
         self.scratch_bytes = max(offset, 1)
         o = self.scratch_offsets
         self.counts_offset = o["counts"]
-        self.zeroed_bytes = 4 * (batch + 1 if self.wide else batch)  # the counts, and the barrier where it is used
+        # the counts, and where wide_sort_kernel runs its grid barrier's word and three round counters
+        self.zeroed_bytes = 4 * (batch + 4 if self.wide else batch)
         self.record_offsets = tuple(o[name] for name in ("keys", "cands", "classes", "boxes", "scores"))
-        self.nms_offsets = (o["sort_keys"] if merged else None, o["sort_slots"] if merged else None,
+        self.nms_offsets = (o["sort_keys"] if sorted_globally else None, o["sort_slots"] if sorted_globally else None,
+                            o["state"] if self.graph else None,
                             o["spill_boxes"] if spilled else None, o["spill_classes"] if spilled else None)
+        self.graph_offsets = tuple(o[name] if self.graph else None for name in ("rank_of", "state", "x_keys", "x_slots",
+                                                                                  "extents"))
 
 
 _plans: dict = {}
@@ -237,8 +264,8 @@ def _zero(address: int, size: int, stream: int) -> None:
 def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | None, *, layout: str, cxcywh: bool,
         n: int, classes: int, multi_label: bool, class_agnostic: bool, iou_threshold: float, score_threshold: float,
         max_output: int, max_per_class: int, top_k: int, capacity: int, sort_capacity: int | None = None,
-        fast_max: int | None = None, rows_per_thread: int | None = None, wide: bool | None = None
-        ) -> tuple[torch.Tensor, ...]:
+        fast_max: int | None = None, rows_per_thread: int | None = None, wide: bool | None = None,
+        graph: bool | None = None) -> tuple[torch.Tensor, ...]:
     """The padded outputs (num_detections, boxes, scores, classes, indices, overflow,
     num_candidates) for validated, contiguous CUDA inputs: ``data`` the boxes [B, N, 4] or
     the raw head, ``scores`` [B, N, classes] (layout "scores"), ``labels`` int64 [B, N] or
@@ -249,14 +276,15 @@ def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | 
     ``fast_max`` (likewise) the most candidates of the class-segmented path (0: never;
     None: ``fast_max_for``), ``rows_per_thread`` decode_rows_kernel's rows a thread (None:
     ``rows_per_thread_for``), ``wide`` whether wide_sort_kernel sorts the images beyond
-    ``sort_capacity`` (None: from ``WIDE_MIN_CAPACITY``)."""
+    ``sort_capacity`` (None: from ``WIDE_MIN_CAPACITY``), ``graph`` whether it also
+    resolves those beyond ``GRAPH_MIN_CANDIDATES`` (None: from ``GRAPH_MIN_OUTPUT``)."""
     device, dtype, batch = data.device, data.dtype, data.shape[0]
     if batch == 0:
         return _outputs(batch, max_output, dtype, device)
     rows_kernel = layout == "yolov5" and not multi_label
     plan = cached_plan(_plans, (dtype, device_index(device), batch, n, capacity, max_output, sort_capacity,
-                                rows_kernel, fast_max, rows_per_thread, wide), _Plan, dtype, device, batch, n,
-                       capacity, max_output, sort_capacity, rows_kernel, fast_max, rows_per_thread, wide)
+                                rows_kernel, fast_max, rows_per_thread, wide, graph), _Plan, dtype, device, batch, n,
+                       capacity, max_output, sort_capacity, rows_kernel, fast_max, rows_per_thread, wide, graph)
     # The scratch must outlive the kernels: torch's allocator is stream-ordered, so freeing
     # it when this call returns (on this stream) only lets later work on the stream reuse it.
     memory = torch.empty(plan.scratch_bytes, dtype=torch.uint8, device=device)
@@ -277,12 +305,14 @@ def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | 
         labels_address = labels.data_ptr() if labels is not None else 0
         plan.decode(stream, data.data_ptr(), scores_address, labels_address, LAYOUTS[layout], int(cxcywh), batch, n,
                     classes, int(multi_label), float(score_threshold), capacity, counts, *records)
-    sort_buffers = tuple(0 if offset is None else base + offset for offset in plan.nms_offsets)
+    nms_buffers = tuple(0 if offset is None else base + offset for offset in plan.nms_offsets)
     if plan.wide:
-        plan.wide_sort(stream, counts, records[0], records[1], batch, capacity, plan.sort_capacity, *sort_buffers[:2],
-                       counts + 4 * batch)
+        plan.wide_sort(stream, counts, *records[:4], batch, capacity, plan.wide_min, int(plan.graph),
+                       int(class_agnostic), float(iou_threshold), top_k, *nms_buffers[:2],
+                       *(0 if offset is None else base + offset for offset in plan.graph_offsets), counts + 4 * batch)
     outputs = _outputs(batch, max_output, dtype, device)  # while the GPU decodes
-    plan.nms(stream, counts, *records, capacity, plan.sort_capacity, plan.fast_max, int(plan.wide), *sort_buffers,
+    plan.nms(stream, counts, *records, capacity, plan.sort_capacity, plan.fast_max, plan.wide_min, int(plan.graph),
+             *nms_buffers,
              classes, int(multi_label), int(class_agnostic), float(iou_threshold), max_output, max_per_class, top_k,
              *(t.data_ptr() for t in outputs))
     del memory

@@ -459,33 +459,37 @@ def test_the_cuda_launches_pack_their_kernels_signatures_on_every_path(monkeypat
             ("yolov5", torch.zeros(3, 100, 85), None, 100, 80, False),
             ("yolov5", torch.zeros(3, 100, 85), None, 100, 80, True),
             ("yolov8", torch.zeros(3, 84, 100), None, 100, 80, False)):
-        for max_output in (300, backend.KEPT_CACHE + 1):
+        for max_output in (300, backend.KEPT_CACHE + 1, backend.GRAPH_MIN_OUTPUT):
             records.clear()
             outputs = backend.run(data, scores, None, layout=layout, n=n, classes=classes, multi_label=multi_label,
                                   max_output=max_output, capacity=n, **common)
             rows = layout == "yolov5" and not multi_label
             merged = n > backend.sort_capacity_for(n, torch.float32, 227 * 1024)
-            wide = merged and n >= backend.WIDE_MIN_CAPACITY  # a buffer beyond a block's sort: the whole GPU sorts
+            # the overlap graph for many detections, the whole-GPU sort for a buffer beyond a block's sort
+            graph = max_output >= backend.GRAPH_MIN_OUTPUT and n > backend.GRAPH_MIN_CANDIDATES
+            wide = graph or (merged and n >= backend.WIDE_MIN_CAPACITY)
             assert [r[0] for r in records] == ["decode_rows_kernel" if rows else "decode_kernel",
                                                *(["wide_sort_kernel"] if wide else []), "nms_kernel"]
-            assert zeroed[-1] == 4 * (3 + wide)  # the counts, and the wide sort's barrier word after them
+            assert zeroed[-1] == 4 * (3 + 4 * wide)  # the counts, then the barrier word and three round counters
             for name, codes, *_ in records:
                 assert codes == signatures[name], name
             (_, _, decode_grid, decode_block, _, decode_values), *_, (_, _, nms_grid, nms_block, shared, values) = records
             per_block = backend.DECODE_THREADS * (decode_values[4] if rows else 1)
             assert decode_grid == (-(-n // per_block), 3) and nms_grid == (3,)
             assert not rows or decode_values[4] == 1  # three blocks of 100 rows are resident at once
-            assert values[9] == wide and (values[10] != 0) == merged and (values[12] != 0) == (
-                max_output > backend.KEPT_CACHE)
+            wide_min = (backend.GRAPH_MIN_CANDIDATES if graph else values[7]) if wide else 2**31 - 1
+            assert values[9:11] == (wide_min, graph) and (values[11] != 0) == (merged or wide)
+            assert (values[13] != 0) == graph and (values[14] != 0) == (max_output > backend.KEPT_CACHE)
             assert values[8] == backend.fast_max_for(n, torch.float32, 227 * 1024) == (1024 if n > 1024 else 128)
             assert shared == max(backend.nms_shared_bytes(values[7], torch.float32),
                                  backend.fast_shared_bytes(values[8])) <= 227 * 1024
-            if wide:  # one cooperative block an SM's worth, the nms launch's keys, slots and sort buffers
+            if wide:  # one cooperative block an SM's worth, the nms launch's records, sort buffers and state
                 _, _, wide_grid, wide_block, _, wide_values = records[1]
                 assert wide_grid == (6 * 132,) and wide_block == (backend.NMS_THREADS,) and cooperative[records[1][0]]
-                assert wide_values[:2] == (values[0], values[1]) and wide_values[2] == values[2]
-                assert wide_values[3:6] == (3, n, values[7]) and wide_values[6:8] == values[10:12]
-                assert wide_values[8] == values[0] + 4 * 3
+                assert wide_values[:5] == values[:5] and wide_values[5:9] == (3, n, wide_min, graph)
+                assert wide_values[11] == 2**31 - 1 and wide_values[12:14] == values[11:13]
+                assert wide_values[15] == values[13] and all(v != 0 for v in wide_values[14:19]) == graph
+                assert wide_values[19] == values[0] + 4 * 3
             assert [tuple(t.shape) for t in outputs] == [(3,), (3, max_output, 4), (3, max_output), (3, max_output),
                                                          (3, max_output), (3,), (3,)]
 

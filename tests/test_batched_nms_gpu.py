@@ -159,6 +159,64 @@ def test_large_images_take_the_whole_gpu_sort_and_replay_in_a_graph(max_output):
         assert_same(nmsbench.BatchedDetections(*captured), nmsbench.batched_nms(boxes, scores, labels, **kwargs))
 
 
+def hostile_boxes(generator, batch: int, n: int, span: int, side: int) -> torch.Tensor:
+    """Integer-grid boxes (duplicates, shared edges, zero areas) with, in each image, NaN
+    coordinates, inverted boxes, one box of infinite width and a far outlier."""
+    boxes = random_boxes(generator, (batch, n), span=span, side=side)
+    boxes[:, 5, 0] = math.nan
+    boxes[:, 6, 3] = math.nan
+    boxes[:, 7, 2] = boxes[:, 7, 0] - 3  # inverted: intersects nothing
+    boxes[:, 8, 0] = -math.inf
+    boxes[:, 9] = torch.tensor([1e6, 1e6, 1e6 + 5, 1e6 + 5], dtype=boxes.dtype)
+    boxes[:, 10:40] = boxes[:, 40:70]  # duplicates
+    return boxes
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+@pytest.mark.parametrize("scene", ["spread", "crowded"])
+def test_many_detections_are_resolved_on_the_overlap_graph(dtype, scene):
+    """From GRAPH_MIN_OUTPUT detections an image the whole-GPU pass resolves images of more
+    than GRAPH_MIN_CANDIDATES candidates on the overlap graph (rounds over x1-sorted runs):
+    the same detections as nms_kernel's own tests (graph=False) and the CPU backend, with
+    labels or class-agnostic, multi-label, a per-class cap, a pre_nms_top_k cut, ties,
+    duplicates and hostile boxes; an image below the limit beside two above it (multi-label:
+    all three above); a CUDA graph's replay follows new scores."""
+    from nmsbench.variants import batched_nms as backend
+
+    generator = torch.Generator().manual_seed(7 if scene == "spread" else 8)
+    n = 3000
+    span, side = (1200, 40) if scene == "spread" else (150, 60)  # crowded: long chains, many rounds
+    boxes = hostile_boxes(generator, 3, n, span, side).to(dtype)
+    scores = torch.randint(1, 30, (3, n, 3), generator=generator).to(dtype) / 30  # many ties
+    scores[2, 900:] = 0  # the last image: about 860 candidates, below GRAPH_MIN_CANDIDATES
+    labels = torch.randint(0, 3, (3, n), generator=generator)
+    b, sc, lab = boxes.cuda(), scores.cuda(), labels.cuda()
+    for kwargs in (dict(max_output_boxes=n), dict(max_output_boxes=2000, class_agnostic=True),
+                   dict(max_output_boxes=1500, max_output_boxes_per_class=400, pre_nms_top_k=2500),
+                   dict(max_output_boxes=4 * n, multi_label=True)):
+        args = (sc, None) if kwargs.get("multi_label") else (sc[..., 0], lab)
+        cpu_args = (scores, None) if kwargs.get("multi_label") else (scores[..., 0], labels)
+        kwargs.update(iou_threshold=0.4, score_threshold=0.05)
+        p = batched._check_params("scores", "xyxy", 0.4, 0.05, kwargs["max_output_boxes"],
+                                  kwargs.get("max_output_boxes_per_class"), kwargs.get("class_agnostic", False),
+                                  kwargs.get("multi_label", False), kwargs.get("pre_nms_top_k"), None)
+        det = nmsbench.batched_nms(b, *args, **kwargs)
+        multi = kwargs.get("multi_label", False)
+        shape = (3, n, batched.candidate_capacity(n, 3 if multi else 1, multi, None), kwargs["max_output_boxes"])
+        assert [plan.graph for key, plan in backend._plans.items() if key[0] == dtype and key[2:6] == shape] == [True]
+        tiles = nmsbench.BatchedDetections(*batched._run(b, *args, p, graph=False))
+        assert_same(det, tiles)
+        assert_same(det, nmsbench.batched_nms(boxes, *cpu_args, **kwargs))
+        assert (det.num_candidates[:2] > backend.GRAPH_MIN_CANDIDATES).all()
+        assert (det.num_candidates[2] <= backend.GRAPH_MIN_CANDIDATES) != multi and (det.num_detections > 0).all()
+    graph, captured = capture_graph(lambda: nmsbench.batched_nms(b, sc[..., 0], lab, iou_threshold=0.4,
+                                                                 max_output_boxes=n))
+    sc[..., 0] = sc[..., 0].flip(1)
+    graph.replay()
+    assert_same(nmsbench.BatchedDetections(*captured),
+                nmsbench.batched_nms(boxes, scores[..., 0].flip(1), labels, iou_threshold=0.4, max_output_boxes=n))
+
+
 @pytest.mark.parametrize("n", [255, 256, 257, 511, 512, 513, 5000])
 def test_tile_edges_the_counting_rank_edge_and_detections_past_the_shared_cache(n):
     generator = torch.Generator().manual_seed(n)
