@@ -1,7 +1,9 @@
 """The batched op (``nmsbench.batched_nms``) on images of many candidates: the op as it
-runs (from ``WIDE_MIN_CAPACITY`` candidates an image the whole GPU sorts them,
-``wide_sort_kernel``), the op held to one block an image (``wide=False``: nms_kernel's
-chunks and merges in global memory), the overlap graph's greedy NMS (``hard_graph``, one
+runs (from ``WIDE_MIN_CAPACITY`` candidates an image the whole GPU sorts them, and from
+``GRAPH_MIN_OUTPUT`` detections it also resolves them on the overlap graph:
+``wide_sort_kernel``), the op held to one block an image (``wide=False, graph=False``:
+nms_kernel's chunks and merges in global memory, each candidate tested against the
+detections so far), the overlap graph's greedy NMS (``hard_graph``, one
 image, the whole GPU) and torchvision's ``nms``, on the same boxes (one class, every box a
 candidate), with the op's detections checked against torchvision's first ``max_output``
 keeps (hard_graph's where torchvision is skipped). Times are CUPTI device times
@@ -32,14 +34,14 @@ from batched_op import kernel_times
 IOU = 0.5
 
 
-def op_call(boxes: torch.Tensor, scores: torch.Tensor, max_output: int, wide: bool | None):
-    """The op on a batch of one through the CUDA backend (``wide`` as ``batched_nms.run`` takes it)."""
+def op_call(boxes: torch.Tensor, scores: torch.Tensor, max_output: int, one_block: bool):
+    """The op on a batch of one through the CUDA backend (``one_block``: no whole-GPU pass)."""
     n = boxes.shape[0]
     data, values = boxes[None].contiguous(), scores[None].contiguous()
     return lambda: batched_nms.run(data, values, None, layout="scores", cxcywh=False, n=n, classes=1,
                                    multi_label=False, class_agnostic=False, iou_threshold=IOU, score_threshold=-1.0,
                                    max_output=max_output, max_per_class=max_output, top_k=2**31 - 1, capacity=n,
-                                   wide=wide)
+                                   **(dict(wide=False, graph=False) if one_block else {}))
 
 
 def main() -> None:
@@ -51,8 +53,8 @@ def main() -> None:
     parser.add_argument("--one-block-max", type=int, default=262144,
                         help="the op held to one block only up to this many boxes (its merges take seconds beyond)")
     parser.add_argument("--all-max", type=int, default=65536,
-                        help="max-output all only up to this many boxes: nms_kernel tests each candidate against "
-                             "the detections so far, which takes seconds with hundreds of thousands of detections")
+                        help="max-output all held to one block only up to this many boxes: nms_kernel tests each "
+                             "candidate against the detections so far (seconds at hundreds of thousands)")
     parser.add_argument("--min-run-time", type=float, default=0.2)
     parser.add_argument("--csv", default="", help="also write the rows here")
     args = parser.parse_args()
@@ -67,12 +69,10 @@ def main() -> None:
             if n <= args.torchvision_max:
                 contenders["torchvision"] = lambda: torchvision.ops.nms(b, s, IOU)
             for k_text in args.max_output.split(","):
-                if k_text == "all" and n > args.all_max:
-                    continue
                 k = n if k_text == "all" else int(k_text)
-                contenders[f"op K={k_text}"] = op_call(b, s, k, None)
-                if n <= args.one_block_max:
-                    contenders[f"op one block K={k_text}"] = op_call(b, s, k, False)
+                contenders[f"op K={k_text}"] = op_call(b, s, k, False)
+                if n <= args.one_block_max and (k_text != "all" or n <= args.all_max):
+                    contenders[f"op one block K={k_text}"] = op_call(b, s, k, True)
             for name, call in contenders.items():
                 out = call()
                 torch.cuda.synchronize()

@@ -207,6 +207,11 @@ def sanitize() -> None:
         batched_nms.run(wide_b, wide_s, None, layout="scores", cxcywh=False, n=3000, classes=3, multi_label=True,
                         class_agnostic=False, iou_threshold=0.5, score_threshold=0.1, max_output=700, max_per_class=700,
                         top_k=2**31 - 1, capacity=9000, sort_capacity=32, fast_max=0, wide=True)
+        # its overlap graph's rounds (forced), per class and class-agnostic
+        for agnostic in (False, True):
+            batched_nms.run(wide_b, wide_s, None, layout="scores", cxcywh=False, n=3000, classes=3, multi_label=True,
+                            class_agnostic=agnostic, iou_threshold=0.5, score_threshold=0.1, max_output=700,
+                            max_per_class=700, top_k=2**31 - 1, capacity=9000, graph=True)
         # the class-segmented path: one class for all, and labels beyond 32 bits (its fallback)
         nmsbench.batched_nms(b, s[..., 0], labels * 2**40, iou_threshold=0.5, max_output_boxes=40)
     raw = torch.from_numpy(synthetic_raw(2, seed=3))
