@@ -488,13 +488,59 @@ __device__ __forceinline__ unsigned long long x_key(int size_class, float x) {
     return (unsigned long long)(255 - size_class) << 56 | (unsigned long long)(~order) << 24;
 }
 
+// Candidate `slot` of image b's higher-ranked neighbours: the candidates of its group
+// ranked before it whose IoU with it is above the threshold, found in the x order's runs
+// (each size class: x1 in [its x1 - the class's widest box, its x2], the bounds rounded
+// outwards to float and widened by a margin for the double arithmetic); visit(row) for
+// each, in x order, until it returns true. A box that intersects nothing (size class
+// WIDE_SIZE_CLASSES) has none.
+template <typename T, typename Visit>
+__device__ __forceinline__ void higher_neighbours(int b, int slot, int n, int capacity, const int* cands,
+                                                  const long long* cand_classes,
+                                                  const typename Arith<T>::type* cand_boxes, int class_agnostic,
+                                                  const IouThreshold& threshold, const int* rank_of,
+                                                  const unsigned long long* x_keys, const unsigned int* x_slots,
+                                                  const unsigned long long* extents, Visit visit) {
+    typedef typename Arith<T>::type A;
+    const long long image = (long long)b * capacity, row = image + slot;
+    const Box<A> box = {cand_boxes[4 * row], cand_boxes[4 * row + 1], cand_boxes[4 * row + 2], cand_boxes[4 * row + 3]};
+    if (x_class(box, 0.0) == WIDE_SIZE_CLASSES) return;
+    const A area = box_area(box);
+    const long long cls = cand_classes[row];
+    const int rank = rank_of[row];
+    const bool odd = wide_passes(n) % 2 != 0;
+    const unsigned long long* const xk = x_keys + 2 * image + (odd ? capacity : 0);
+    const unsigned int* const xs = x_slots + 2 * image + (odd ? capacity : 0);
+    const unsigned long long* const extent = extents + b * (1 + 2 * WIDE_SIZE_CLASSES);
+    const double x1 = double(box.x1);
+    const float to = __double2float_ru(double(box.x2));
+    int first = 0;  // the class's first position in the x order
+    for (int k = 0; k < WIDE_SIZE_CLASSES; ++k) {
+        const int members = int(extent[1 + WIDE_SIZE_CLASSES + k]);
+        if (members == 0) continue;
+        const double widest = __longlong_as_double((long long)(extent[1 + k] & 0x7fffffffffffffffull));
+        const double from = x1 - widest - (fabs(x1) + widest) * 1e-9;
+        const float from_f = from == from ? __double2float_rd(from) : -infinity(0.0f);
+        const int lo = first + first_at_most(xk + first, members, x_key(k, from_f));
+        const int hi = first + first_at_most(xk + first, members, x_key(k, to) - 1);
+        first += members;
+        for (int q = lo; q < hi; ++q) {
+            const long long other_row = image + xs[q];
+            if (rank_of[other_row] >= rank || !same_group(cand_classes[other_row], cls, class_agnostic)) continue;
+            const Box<A> higher = {cand_boxes[4 * other_row], cand_boxes[4 * other_row + 1],
+                                   cand_boxes[4 * other_row + 2], cand_boxes[4 * other_row + 3]};
+            if (overlaps_decisive(higher, box_area(higher), box, area, threshold) && visit(other_row)) return;
+        }
+    }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(NMS_THREADS) wide_sort_kernel(
     const unsigned int* counts, const unsigned long long* keys, const int* cands, const long long* cand_classes,
     const typename Arith<T>::type* cand_boxes, int batch, int capacity, int wide_min, int graph, int class_agnostic,
     double iou_threshold, int top_k, unsigned long long* sort_keys, unsigned int* sort_slots, int* rank_of,
-    int* state, unsigned long long* x_keys, unsigned int* x_slots, unsigned long long* extents,
-    unsigned int* barrier) {
+    int* state, unsigned long long* x_keys, unsigned int* x_slots, unsigned long long* extents, int* rows,
+    int* row_lengths, unsigned int* barrier) {
     typedef typename Arith<T>::type A;
     __shared__ unsigned long long s_keys[WIDE_CHUNK];
     __shared__ unsigned int s_slots[WIDE_CHUNK];
@@ -542,9 +588,27 @@ __global__ void __launch_bounds__(NMS_THREADS) wide_sort_kernel(
     grid_barrier(barrier);
     wide_sort(counts, x_keys + capacity, 2ll * capacity, cands, batch, capacity, wide_min, x_keys, x_slots, barrier,
               s_keys, s_slots);
-    // (c) the rounds
-    unsigned int* const counters = barrier + 1;  // three words: round r's undecided in counters[r % 3]
+    // (c) each candidate's row: its higher-ranked neighbours (same group, IoU above the
+    // threshold), up to WIDE_ROW_SLOTS of them; a longer row is marked WIDE_ROW_SLOTS + 1 and
+    // found again by a scan in each round that needs it
     const IouThreshold threshold(iou_threshold);
+    for (long long task = thread; task < (long long)batch * capacity; task += threads) {
+        const int b = int(task / capacity), slot = int(task % capacity);
+        const int n = image_candidates(counts, b, capacity);
+        if (n <= wide_min || slot >= n) continue;
+        const long long row = (long long)b * capacity + slot;
+        if (rank_of[row] >= top_k) continue;  // past the cut: no candidate
+        int length = 0;
+        higher_neighbours<T>(b, slot, n, capacity, cands, cand_classes, cand_boxes, class_agnostic, threshold, rank_of,
+                             x_keys, x_slots, extents, [&](long long other_row) {
+                                 if (length < WIDE_ROW_SLOTS) rows[row * WIDE_ROW_SLOTS + length] = int(other_row - (row - slot));
+                                 return ++length > WIDE_ROW_SLOTS;  // stop: too long to keep
+                             });
+        row_lengths[row] = length;
+    }
+    grid_barrier(barrier);
+    // (d) the rounds
+    unsigned int* const counters = barrier + 1;  // three words: round r's undecided in counters[r % 3]
     for (int round = 0;; ++round) {
         if (thread == 0) counters[(round + 1) % 3] = 0u;  // last read two rounds ago
         int undecided = 0;
@@ -552,48 +616,22 @@ __global__ void __launch_bounds__(NMS_THREADS) wide_sort_kernel(
             const int b = int(task / capacity), slot = int(task % capacity);
             const int n = image_candidates(counts, b, capacity);
             if (n <= wide_min || slot >= n) continue;
-            const long long image = (long long)b * capacity, row = image + slot;
-            if (__ldcg(state + row) != STATE_UNDECIDED) continue;
-            const int rank = rank_of[row];
-            if (rank >= top_k) continue;  // past the cut: no candidate
-            const Box<A> box = {cand_boxes[4 * row], cand_boxes[4 * row + 1], cand_boxes[4 * row + 2],
-                                cand_boxes[4 * row + 3]};
-            const A area = box_area(box);
-            const long long cls = cand_classes[row];
-            const bool odd = wide_passes(n) % 2 != 0;
-            const unsigned long long* const xk = x_keys + 2 * image + (odd ? capacity : 0);
-            const unsigned int* const xs = x_slots + 2 * image + (odd ? capacity : 0);
-            const unsigned long long* const extent = extents + b * per_image;
+            const long long row = (long long)b * capacity + slot;
+            if (__ldcg(state + row) != STATE_UNDECIDED || rank_of[row] >= top_k) continue;
             bool kept_neighbour = false, pending = false;
-            // a box that intersects nothing has no neighbours: kept (class WIDE_SIZE_CLASSES)
-            int first = 0;  // the class's first position in the x order
-            for (int k = 0; k < WIDE_SIZE_CLASSES && x_class(box, 0.0) < WIDE_SIZE_CLASSES && !kept_neighbour; ++k) {
-                const int members = int(extent[1 + WIDE_SIZE_CLASSES + k]);
-                const int end = first + members;
-                if (members == 0) continue;
-                // the class's boxes whose x1 lies in [x1 - its widest box (less a margin for the
-                // double arithmetic), x2], the bounds rounded outwards to float
-                const double widest = __longlong_as_double((long long)(extent[1 + k] & 0x7fffffffffffffffull));
-                const double x1 = double(box.x1), from = x1 - widest - (fabs(x1) + widest) * 1e-9;
-                const float from_f = from == from ? __double2float_rd(from) : -infinity(0.0f);
-                const int lo = first + first_at_most(xk + first, members, x_key(k, from_f));
-                const int hi = first + first_at_most(xk + first, members, x_key(k, __double2float_ru(double(box.x2))) - 1);
-                first = end;
-                for (int q = lo; q < hi; ++q) {
-                    const long long other_row = image + xs[q];
-                    if (rank_of[other_row] >= rank || !same_group(cand_classes[other_row], cls, class_agnostic))
-                        continue;
-                    const int other_state = __ldcg(state + other_row);
-                    if (other_state == STATE_REMOVED) continue;
-                    const Box<A> higher = {cand_boxes[4 * other_row], cand_boxes[4 * other_row + 1],
-                                           cand_boxes[4 * other_row + 2], cand_boxes[4 * other_row + 3]};
-                    if (!overlaps_decisive(higher, box_area(higher), box, area, threshold)) continue;
-                    if (other_state == STATE_KEPT) {
-                        kept_neighbour = true;
-                        break;
-                    }
-                    pending = true;
+            const auto visit = [&](long long other_row) {
+                const int other_state = __ldcg(state + other_row);
+                kept_neighbour = other_state == STATE_KEPT;
+                pending = pending || other_state == STATE_UNDECIDED;
+                return kept_neighbour;
+            };
+            const int length = row_lengths[row];
+            if (length <= WIDE_ROW_SLOTS) {
+                for (int e = 0; e < length && !visit(row - slot + rows[row * WIDE_ROW_SLOTS + e]); ++e) {
                 }
+            } else {
+                higher_neighbours<T>(b, slot, n, capacity, cands, cand_classes, cand_boxes, class_agnostic, threshold,
+                                     rank_of, x_keys, x_slots, extents, visit);
             }
             if (kept_neighbour) __stcg(state + row, STATE_REMOVED);
             else if (!pending) __stcg(state + row, STATE_KEPT);
@@ -830,7 +868,21 @@ __global__ void __launch_bounds__(NMS_THREADS, 1) nms_kernel(
         }
         __syncthreads();
         // (c) one warp keeps the tile's live candidates in rank order: lane w holds removed word w
-        if (warp == 0) {
+        // (where resolved every live candidate is a keep: its place is the live ones before it)
+        if (resolved) {
+            for (int t = tid; t < m; t += NMS_THREADS) {
+                const unsigned int live = ~t_dead[t / 32];
+                if (!((live >> (t % 32)) & 1u)) continue;
+                int q = __popc(live & ((1u << (t % 32)) - 1u));
+                for (int w = 0; w < t / 32; ++w) q += __popc(~t_dead[w]);
+                t_keep[q] = t;
+            }
+            if (tid == 0) {
+                int keeps = 0;
+                for (int w = 0; w < TILE_WORDS; ++w) keeps += __popc(~t_dead[w]);
+                s_keeps = keeps;
+            }
+        } else if (warp == 0) {
             unsigned int removed = lane < TILE_WORDS ? t_dead[lane] : 0xffffffffu;
             int keeps = 0;
             const int wanted = max_output - detections;  // without the cap, keeps past this are no detections

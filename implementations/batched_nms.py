@@ -46,10 +46,11 @@ from nmsbench.cuda import (CompiledLaunch, CudaModule, Scratch, _current_stream,
 # class-segmented path (a thread each, at most NMS_THREADS).
 # WIDE_CHUNK: the candidates a block of wide_sort_kernel sorts in shared memory, WIDE_SHARE
 # the outputs a thread of its merge passes takes (a binary search and a short merge),
-# WIDE_SIZE_CLASSES the box widths its overlap graph searches apart (factors of two).
+# WIDE_SIZE_CLASSES the box widths its overlap graph searches apart (factors of two),
+# WIDE_ROW_SLOTS the neighbours a candidate's row keeps (a longer one is scanned again).
 DEFINES = {"DECODE_THREADS": 256, "DECODE_ROWS_MAX": 4, "DECODE_CLASS_LOADS": 3, "NMS_THREADS": 1024, "TILE": 256,
            "KEPT_CACHE": 512, "COUNT_RANK_MAX": 512, "COUNT_SORT_MAX": 256, "WIDE_CHUNK": 2048, "WIDE_SHARE": 4,
-           "WIDE_SIZE_CLASSES": 16}
+           "WIDE_SIZE_CLASSES": 16, "WIDE_ROW_SLOTS": 16}
 DECODE_THREADS, DECODE_ROWS_MAX, NMS_THREADS, TILE, KEPT_CACHE = (
     DEFINES[k] for k in ("DECODE_THREADS", "DECODE_ROWS_MAX", "NMS_THREADS", "TILE", "KEPT_CACHE"))
 FAST_MAX = NMS_THREADS
@@ -81,8 +82,8 @@ CUDA_MODULE = CudaModule(
         # classes multi agnostic iou max_output max_per_class top_k | outputs
         "nms_kernel": "QQQQQQiiiiiQQQQQiiidiiiQQQQQQQ",
         # counts keys cands classes boxes | batch capacity wide_min graph agnostic iou top_k | sort buffers,
-        # rank_of state, x buffers, extents, barrier
-        "wide_sort_kernel": "QQQQQiiiiidiQQQQQQQQ",
+        # rank_of state, x buffers, extents, rows, row lengths, barrier
+        "wide_sort_kernel": "QQQQQiiiiidiQQQQQQQQQQ",
     },
     defines=DEFINES,
 )
@@ -204,7 +205,9 @@ class _Plan:
         self.nms = CompiledLaunch(nms, (batch,), (NMS_THREADS,), CUDA_MODULE.codes["nms_kernel"], index, shared)
         records = batch * capacity
         merged = capacity > self.sort_capacity  # an image may need the global merge
-        self.graph = (max_output >= GRAPH_MIN_OUTPUT and capacity > GRAPH_MIN_CANDIDATES) if graph is None else graph
+        if graph is None:  # wide=False holds every image to its block
+            graph = wide is not False and max_output >= GRAPH_MIN_OUTPUT and capacity > GRAPH_MIN_CANDIDATES
+        self.graph = graph
         self.wide = self.graph or (merged and capacity >= WIDE_MIN_CAPACITY if wide is None else wide)
         if wide is False and self.graph:
             raise ValueError("graph=True needs the whole-GPU pass (wide)")
@@ -224,6 +227,8 @@ class _Plan:
             rank_of=(records if self.graph else 0, torch.int32), state=(records if self.graph else 0, torch.int32),
             x_keys=(2 * records if self.graph else 0, torch.int64), x_slots=(2 * records if self.graph else 0, torch.int32),
             extents=(batch * (1 + 2 * DEFINES["WIDE_SIZE_CLASSES"]) if self.graph else 0, torch.int64),
+            rows=(records * DEFINES["WIDE_ROW_SLOTS"] if self.graph else 0, torch.int32),
+            row_lengths=(records if self.graph else 0, torch.int32),
             spill_boxes=(4 * batch * max_output if spilled else 0, arith),
             spill_classes=(batch * max_output if spilled else 0, torch.int64),
         )
@@ -244,7 +249,7 @@ class _Plan:
                             o["state"] if self.graph else None,
                             o["spill_boxes"] if spilled else None, o["spill_classes"] if spilled else None)
         self.graph_offsets = tuple(o[name] if self.graph else None for name in ("rank_of", "state", "x_keys", "x_slots",
-                                                                                  "extents"))
+                                                                                  "extents", "rows", "row_lengths"))
 
 
 _plans: dict = {}

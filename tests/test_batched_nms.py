@@ -488,8 +488,8 @@ def test_the_cuda_launches_pack_their_kernels_signatures_on_every_path(monkeypat
                 assert wide_grid == (6 * 132,) and wide_block == (backend.NMS_THREADS,) and cooperative[records[1][0]]
                 assert wide_values[:5] == values[:5] and wide_values[5:9] == (3, n, wide_min, graph)
                 assert wide_values[11] == 2**31 - 1 and wide_values[12:14] == values[11:13]
-                assert wide_values[15] == values[13] and all(v != 0 for v in wide_values[14:19]) == graph
-                assert wide_values[19] == values[0] + 4 * 3
+                assert wide_values[15] == values[13] and all(v != 0 for v in wide_values[14:21]) == graph
+                assert wide_values[21] == values[0] + 4 * 3
             assert [tuple(t.shape) for t in outputs] == [(3,), (3, max_output, 4), (3, max_output), (3, max_output),
                                                          (3, max_output), (3,), (3,)]
 

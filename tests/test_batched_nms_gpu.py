@@ -35,11 +35,16 @@ def cuda(t):
 
 
 def assert_same(a, b) -> None:
-    """Two BatchedDetections equal field for field (bit for bit), wherever they are."""
+    """Two BatchedDetections equal field for field (bit for bit, but any NaN equals any NaN:
+    the payload of a NaN box's coordinates may change on its way through float32), wherever
+    they are."""
     for name, x, y in zip(a._fields, a, b):
         assert x.dtype == y.dtype and x.shape == y.shape, name
         x, y = x.cpu(), y.cpu()
         if x.is_floating_point():
+            assert torch.equal(x.isnan(), y.isnan()), name
+            x, y = x.nan_to_num(0.0, posinf=math.inf, neginf=-math.inf), y.nan_to_num(0.0, posinf=math.inf,
+                                                                                      neginf=-math.inf)
             x, y = x.view(torch.int16 if x.element_size() == 2 else torch.int32 if x.element_size() == 4 else
                           torch.int64), y.view(torch.int16 if y.element_size() == 2 else torch.int32
                                                if y.element_size() == 4 else torch.int64)
@@ -124,7 +129,8 @@ def test_the_whole_gpu_sort_gives_the_same_detections(sort_capacity, dtype):
     scores[5] = 0
     p = batched._check_params("scores", "xyxy", 0.5, 0.1, 3000, None, False, True, None, 14000)
     b, sc = boxes.cuda(), scores.cuda()
-    wide = nmsbench.BatchedDetections(*batched._run(b, sc, None, p, sort_capacity=sort_capacity, wide=True))
+    wide = nmsbench.BatchedDetections(*batched._run(b, sc, None, p, sort_capacity=sort_capacity, wide=True,
+                                                    graph=False))
     block = nmsbench.BatchedDetections(*batched._run(b, sc, None, p, sort_capacity=sort_capacity, wide=False))
     assert_same(wide, block)
     kwargs = dict(iou_threshold=0.5, score_threshold=0.1, max_output_boxes=3000, multi_label=True, max_candidates=14000)
@@ -203,7 +209,8 @@ def test_many_detections_are_resolved_on_the_overlap_graph(dtype, scene):
         det = nmsbench.batched_nms(b, *args, **kwargs)
         multi = kwargs.get("multi_label", False)
         shape = (3, n, batched.candidate_capacity(n, 3 if multi else 1, multi, None), kwargs["max_output_boxes"])
-        assert [plan.graph for key, plan in backend._plans.items() if key[0] == dtype and key[2:6] == shape] == [True]
+        assert [plan.graph for key, plan in backend._plans.items()
+                if key[0] == dtype and key[2:6] == shape and key[-2:] == (None, None)] == [True]
         tiles = nmsbench.BatchedDetections(*batched._run(b, *args, p, graph=False))
         assert_same(det, tiles)
         assert_same(det, nmsbench.batched_nms(boxes, *cpu_args, **kwargs))
