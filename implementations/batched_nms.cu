@@ -467,69 +467,97 @@ __device__ void wide_sort(const unsigned int* counts, const unsigned long long* 
     }
 }
 
-// A box's size class in the x-sort: floor(log2(widest / its width)), at most
+// A box's size class in the overlap graph: floor(log2(widest / its width)), at most
 // WIDE_SIZE_CLASSES - 1; WIDE_SIZE_CLASSES for a box that intersects nothing (a NaN, or no
 // width or height: an intersection needs both above 0). By size so that a few wide boxes
-// do not widen every candidate's run: each class is searched with its own widest box.
+// do not widen every candidate's search: each class is searched with its own extents.
 template <typename A>
-__device__ __forceinline__ int x_class(const Box<A>& box, double widest) {
+__device__ __forceinline__ int size_class_of(const Box<A>& box, double widest) {
     if (!(box.x2 > box.x1 && box.y2 > box.y1)) return WIDE_SIZE_CLASSES;
     const double ratio = widest / (double(box.x2) - double(box.x1));
     if (!(ratio >= 2.0)) return 0;  // below 2, or NaN (infinite widths): the first class
     return min(ilogb(ratio), WIDE_SIZE_CLASSES - 1);
 }
 
-// The x-sort's key: classes in order, within a class a larger key for a smaller x1 (the
-// sorts put larger keys first); x1 rounded to float (the runs' bounds round outwards), so
-// the low 24 bits are free and no key is 0, which pads a sort.
-__device__ __forceinline__ unsigned long long x_key(int size_class, float x) {
-    const unsigned int bits = __float_as_uint(x);
+// An image's extents, a row of 1 + WIDE_EXTENTS * WIDE_SIZE_CLASSES 64-bit words (WIDE_EXTENTS
+// = 5): the widest box, then per size class its widest box, tallest box, largest area
+// (doubles as double_order_key), smallest x1 (the complemented key: a minimum by atomicMax)
+// and count.
+#define WIDE_MAX_COLUMNS 64  // a search of more columns reads the whole class instead
+__device__ __forceinline__ double order_value(unsigned long long key) {  // double_order_key's inverse
+    return __longlong_as_double((long long)(key >> 63 ? key & 0x7fffffffffffffffull : ~key));
+}
+__device__ __forceinline__ double extent_value(unsigned long long key) { return order_value(key); }
+
+// A class's column of x1 (columns as wide as the class's widest box, from its smallest x1),
+// in double and clamped into 24 bits before any conversion to an integer: monotone in x1.
+__device__ __forceinline__ int column_of(double x1, double x0, double side) {
+    const double c = floor((x1 - x0) / side);
+    return !(c > 0.0) ? 0 : (c >= 16777215.0 ? 16777215 : int(c));
+}
+
+// The overlap graph's sort key: classes in order, in a class columns in order, in a column
+// a larger key for a smaller y1 (the sorts put larger keys first); y1 rounded to float (the
+// searches' bounds round outwards). Never 0, which pads a sort.
+__device__ __forceinline__ unsigned long long cell_key(int size_class, int column, float y) {
+    const unsigned int bits = __float_as_uint(y);
     const unsigned int order = bits >> 31 ? ~bits : bits | 0x80000000u;  // unsigned order = float order
-    return (unsigned long long)(255 - size_class) << 56 | (unsigned long long)(~order) << 24;
+    return (unsigned long long)(255 - size_class) << 56 | (unsigned long long)(16777215 - column) << 32 | ~order;
 }
 
 // Candidate `slot` of image b's higher-ranked neighbours: the candidates of its group
-// ranked before it whose IoU with it is above the threshold, found in the x order's runs
-// (each size class: x1 in [its x1 - the class's widest box, its x2], the bounds rounded
-// outwards to float and widened by a margin for the double arithmetic); visit(row) for
-// each, in x order, until it returns true. A box that intersects nothing (size class
-// WIDE_SIZE_CLASSES) has none.
+// ranked before it whose IoU with it is above the threshold; visit(row) for each until it
+// returns true. In each size class whose largest area can reach the threshold (IoU is at
+// most the smaller area over the larger), the columns that x1 in [its x1 - the class's
+// widest box, its x2] covers, and in each column y1 in [its y1 - the class's tallest box,
+// its y2] (margins for the double arithmetic, float bounds rounded outwards): every box of
+// the class that can intersect it. A box that intersects nothing has none.
 template <typename T, typename Visit>
-__device__ __forceinline__ void higher_neighbours(int b, int slot, int n, int capacity, const int* cands,
-                                                  const long long* cand_classes,
+__device__ __forceinline__ void higher_neighbours(int b, int slot, int n, int capacity, const long long* cand_classes,
                                                   const typename Arith<T>::type* cand_boxes, int class_agnostic,
                                                   const IouThreshold& threshold, const int* rank_of,
-                                                  const unsigned long long* x_keys, const unsigned int* x_slots,
+                                                  const unsigned long long* cell_keys, const unsigned int* cell_slots,
                                                   const unsigned long long* extents, Visit visit) {
     typedef typename Arith<T>::type A;
     const long long image = (long long)b * capacity, row = image + slot;
     const Box<A> box = {cand_boxes[4 * row], cand_boxes[4 * row + 1], cand_boxes[4 * row + 2], cand_boxes[4 * row + 3]};
-    if (x_class(box, 0.0) == WIDE_SIZE_CLASSES) return;
+    if (size_class_of(box, 0.0) == WIDE_SIZE_CLASSES) return;
     const A area = box_area(box);
     const long long cls = cand_classes[row];
     const int rank = rank_of[row];
     const bool odd = wide_passes(n) % 2 != 0;
-    const unsigned long long* const xk = x_keys + 2 * image + (odd ? capacity : 0);
-    const unsigned int* const xs = x_slots + 2 * image + (odd ? capacity : 0);
-    const unsigned long long* const extent = extents + b * (1 + 2 * WIDE_SIZE_CLASSES);
-    const double x1 = double(box.x1);
-    const float to = __double2float_ru(double(box.x2));
-    int first = 0;  // the class's first position in the x order
+    const unsigned long long* const keys = cell_keys + 2 * image + (odd ? capacity : 0);
+    const unsigned int* const slots = cell_slots + 2 * image + (odd ? capacity : 0);
+    const unsigned long long* const extent = extents + b * (1 + WIDE_EXTENTS * WIDE_SIZE_CLASSES);
+    const double x1 = double(box.x1), y1 = double(box.y1);
+    const double reach = threshold.exact * (double(box.x2) - x1) * (double(box.y2) - y1) * (1.0 - 1e-5);
+    const float to_y = __double2float_ru(double(box.y2));
+    int first = 0;  // the class's first position in the cell order
     for (int k = 0; k < WIDE_SIZE_CLASSES; ++k) {
-        const int members = int(extent[1 + WIDE_SIZE_CLASSES + k]);
-        if (members == 0) continue;
-        const double widest = __longlong_as_double((long long)(extent[1 + k] & 0x7fffffffffffffffull));
-        const double from = x1 - widest - (fabs(x1) + widest) * 1e-9;
-        const float from_f = from == from ? __double2float_rd(from) : -infinity(0.0f);
-        const int lo = first + first_at_most(xk + first, members, x_key(k, from_f));
-        const int hi = first + first_at_most(xk + first, members, x_key(k, to) - 1);
+        const unsigned long long* const e = extent + 1 + WIDE_EXTENTS * k;
+        const int members = int(e[4]);
+        const int begin = first;
         first += members;
-        for (int q = lo; q < hi; ++q) {
-            const long long other_row = image + xs[q];
-            if (rank_of[other_row] >= rank || !same_group(cand_classes[other_row], cls, class_agnostic)) continue;
-            const Box<A> higher = {cand_boxes[4 * other_row], cand_boxes[4 * other_row + 1],
-                                   cand_boxes[4 * other_row + 2], cand_boxes[4 * other_row + 3]};
-            if (overlaps_decisive(higher, box_area(higher), box, area, threshold) && visit(other_row)) return;
+        if (members == 0 || extent_value(e[2]) < reach) continue;  // empty, or no box large enough
+        const double widest = extent_value(e[0]), tallest = extent_value(e[1]);
+        const double x0 = order_value(~e[3]);
+        const double from_x = x1 - widest - (fabs(x1) + widest) * 1e-9;
+        const double from_y = y1 - tallest - (fabs(y1) + tallest) * 1e-9;
+        const float from_yf = from_y == from_y ? __double2float_rd(from_y) : -infinity(0.0f);
+        const int first_column = from_x == from_x ? column_of(from_x, x0, widest) : 0;
+        const int last_column = column_of(double(box.x2), x0, widest);
+        const bool all = last_column - first_column >= WIDE_MAX_COLUMNS;  // a box far wider: the whole class
+        for (int column = first_column; column <= (all ? first_column : last_column); ++column) {
+            const int lo = all ? begin : begin + first_at_most(keys + begin, members, cell_key(k, column, from_yf));
+            const int hi = all ? first : begin + first_at_most(keys + begin, members, cell_key(k, column, to_y) - 1);
+            for (int q = lo; q < hi; ++q) {
+                const long long other_row = image + slots[q];
+                if (rank_of[other_row] >= rank || !same_group(cand_classes[other_row], cls, class_agnostic))
+                    continue;
+                const Box<A> higher = {cand_boxes[4 * other_row], cand_boxes[4 * other_row + 1],
+                                       cand_boxes[4 * other_row + 2], cand_boxes[4 * other_row + 3]};
+                if (overlaps_decisive(higher, box_area(higher), box, area, threshold) && visit(other_row)) return;
+            }
         }
     }
 }
@@ -539,17 +567,15 @@ __global__ void __launch_bounds__(NMS_THREADS) wide_sort_kernel(
     const unsigned int* counts, const unsigned long long* keys, const int* cands, const long long* cand_classes,
     const typename Arith<T>::type* cand_boxes, int batch, int capacity, int wide_min, int graph, int class_agnostic,
     double iou_threshold, int top_k, unsigned long long* sort_keys, unsigned int* sort_slots, int* rank_of,
-    int* state, unsigned long long* x_keys, unsigned int* x_slots, unsigned long long* extents, int* rows,
+    int* state, unsigned long long* cell_keys, unsigned int* cell_slots, unsigned long long* extents, int* rows,
     int* row_lengths, unsigned int* barrier) {
     typedef typename Arith<T>::type A;
     __shared__ unsigned long long s_keys[WIDE_CHUNK];
     __shared__ unsigned int s_slots[WIDE_CHUNK];
     const long long thread = (long long)blockIdx.x * NMS_THREADS + threadIdx.x;
     const long long threads = (long long)gridDim.x * NMS_THREADS;
-    // extents, per image: the widest box, then each size class's widest box and count (the
-    // widths as double_order_key); zeroed here, first added to after the rank sort's barriers
-    const int per_image = 1 + 2 * WIDE_SIZE_CLASSES;
-    if (graph)
+    const int per_image = 1 + WIDE_EXTENTS * WIDE_SIZE_CLASSES;
+    if (graph)  // zeroed here, first added to after the rank sort's barriers
         for (long long e = thread; e < (long long)batch * per_image; e += threads) extents[e] = 0ull;
     wide_sort(counts, keys, capacity, cands, batch, capacity, wide_min, sort_keys, sort_slots, barrier, s_keys, s_slots);
     if (!graph) return;
@@ -564,12 +590,31 @@ __global__ void __launch_bounds__(NMS_THREADS) wide_sort_kernel(
         state[row] = STATE_UNDECIDED;
         const Box<A> box = {cand_boxes[4 * row], cand_boxes[4 * row + 1], cand_boxes[4 * row + 2],
                             cand_boxes[4 * row + 3]};
-        if (x_class(box, 0.0) < WIDE_SIZE_CLASSES)
+        if (size_class_of(box, 0.0) < WIDE_SIZE_CLASSES)
             atomicMax(extents + b * per_image, double_order_key(double(box.x2) - double(box.x1)));
     }
     grid_barrier(barrier);
-    // (b) each candidate's size class and x-sort key (the sort's input: the second x buffer),
-    // each class's widest box and count
+    // (b) each size class's extents (the boxes of no class intersect nothing)
+    for (long long task = thread; task < (long long)batch * capacity; task += threads) {
+        const int b = int(task / capacity), slot = int(task % capacity);
+        const int n = image_candidates(counts, b, capacity);
+        if (n <= wide_min || slot >= n) continue;
+        const long long row = (long long)b * capacity + slot;
+        const Box<A> box = {cand_boxes[4 * row], cand_boxes[4 * row + 1], cand_boxes[4 * row + 2],
+                            cand_boxes[4 * row + 3]};
+        unsigned long long* const extent = extents + b * per_image;
+        const int k = size_class_of(box, extent_value(extent[0]));
+        if (k == WIDE_SIZE_CLASSES) continue;
+        unsigned long long* const e = extent + 1 + WIDE_EXTENTS * k;
+        const double w = double(box.x2) - double(box.x1), h = double(box.y2) - double(box.y1);
+        atomicMax(e, double_order_key(w));
+        atomicMax(e + 1, double_order_key(h));
+        atomicMax(e + 2, double_order_key(w * h));
+        atomicMax(e + 3, ~double_order_key(double(box.x1)));
+        atomicAdd(e + 4, 1ull);
+    }
+    grid_barrier(barrier);
+    // (c) each candidate's cell key (class, column, y1), the sort's input in the second buffer
     for (long long task = thread; task < (long long)batch * capacity; task += threads) {
         const int b = int(task / capacity), slot = int(task % capacity);
         const int n = image_candidates(counts, b, capacity);
@@ -577,37 +622,47 @@ __global__ void __launch_bounds__(NMS_THREADS) wide_sort_kernel(
         const long long image = (long long)b * capacity, row = image + slot;
         const Box<A> box = {cand_boxes[4 * row], cand_boxes[4 * row + 1], cand_boxes[4 * row + 2],
                             cand_boxes[4 * row + 3]};
-        unsigned long long* const extent = extents + b * per_image;
-        const int size_class = x_class(box, __longlong_as_double((long long)(extent[0] & 0x7fffffffffffffffull)));
-        x_keys[2 * image + capacity + slot] = x_key(size_class, float(box.x1));
-        if (size_class < WIDE_SIZE_CLASSES) {
-            atomicMax(extent + 1 + size_class, double_order_key(double(box.x2) - double(box.x1)));
-            atomicAdd(extent + 1 + WIDE_SIZE_CLASSES + size_class, 1ull);
-        }
+        const unsigned long long* const extent = extents + b * per_image;
+        const int k = size_class_of(box, extent_value(extent[0]));
+        const unsigned long long* const e = extent + 1 + WIDE_EXTENTS * min(k, WIDE_SIZE_CLASSES - 1);
+        const int column = k == WIDE_SIZE_CLASSES ? 0 : column_of(double(box.x1), order_value(~e[3]), extent_value(e[0]));
+        cell_keys[2 * image + capacity + slot] = cell_key(k, column, float(box.y1));
     }
     grid_barrier(barrier);
-    wide_sort(counts, x_keys + capacity, 2ll * capacity, cands, batch, capacity, wide_min, x_keys, x_slots, barrier,
-              s_keys, s_slots);
-    // (c) each candidate's row: its higher-ranked neighbours (same group, IoU above the
-    // threshold), up to WIDE_ROW_SLOTS of them; a longer row is marked WIDE_ROW_SLOTS + 1 and
-    // found again by a scan in each round that needs it
+    wide_sort(counts, cell_keys + capacity, 2ll * capacity, cands, batch, capacity, wide_min, cell_keys, cell_slots,
+              barrier, s_keys, s_slots);
+    // (d) each candidate's row: its WIDE_ROW_SLOTS highest-ranked higher neighbours (same group,
+    // IoU above the threshold) and how many it has in all (more than WIDE_ROW_SLOTS: found
+    // again by a search in a round where the stored ones are all removed)
     const IouThreshold threshold(iou_threshold);
     for (long long task = thread; task < (long long)batch * capacity; task += threads) {
         const int b = int(task / capacity), slot = int(task % capacity);
         const int n = image_candidates(counts, b, capacity);
         if (n <= wide_min || slot >= n) continue;
-        const long long row = (long long)b * capacity + slot;
+        const long long image = (long long)b * capacity, row = image + slot;
         if (rank_of[row] >= top_k) continue;  // past the cut: no candidate
-        int length = 0;
-        higher_neighbours<T>(b, slot, n, capacity, cands, cand_classes, cand_boxes, class_agnostic, threshold, rank_of,
-                             x_keys, x_slots, extents, [&](long long other_row) {
-                                 if (length < WIDE_ROW_SLOTS) rows[row * WIDE_ROW_SLOTS + length] = int(other_row - (row - slot));
-                                 return ++length > WIDE_ROW_SLOTS;  // stop: too long to keep
+        int stored[WIDE_ROW_SLOTS], stored_rank[WIDE_ROW_SLOTS];
+        int length = 0, lowest = 0;  // lowest: the stored entry ranked last, once full
+        higher_neighbours<T>(b, slot, n, capacity, cand_classes, cand_boxes, class_agnostic, threshold, rank_of,
+                             cell_keys, cell_slots, extents, [&](long long other_row) {
+                                 const int other_rank = rank_of[other_row];
+                                 if (length < WIDE_ROW_SLOTS) {
+                                     stored[length] = int(other_row - image);
+                                     stored_rank[length] = other_rank;
+                                 } else if (other_rank < stored_rank[lowest]) {
+                                     stored[lowest] = int(other_row - image);
+                                     stored_rank[lowest] = other_rank;
+                                 }
+                                 if (++length >= WIDE_ROW_SLOTS)
+                                     for (int e = 0; e < WIDE_ROW_SLOTS; ++e)
+                                         if (stored_rank[e] > stored_rank[lowest]) lowest = e;
+                                 return false;
                              });
+        for (int e = 0; e < min(length, WIDE_ROW_SLOTS); ++e) rows[row * WIDE_ROW_SLOTS + e] = stored[e];
         row_lengths[row] = length;
     }
     grid_barrier(barrier);
-    // (d) the rounds
+    // (e) the rounds
     unsigned int* const counters = barrier + 1;  // three words: round r's undecided in counters[r % 3]
     for (int round = 0;; ++round) {
         if (thread == 0) counters[(round + 1) % 3] = 0u;  // last read two rounds ago
@@ -616,7 +671,7 @@ __global__ void __launch_bounds__(NMS_THREADS) wide_sort_kernel(
             const int b = int(task / capacity), slot = int(task % capacity);
             const int n = image_candidates(counts, b, capacity);
             if (n <= wide_min || slot >= n) continue;
-            const long long row = (long long)b * capacity + slot;
+            const long long image = (long long)b * capacity, row = image + slot;
             if (__ldcg(state + row) != STATE_UNDECIDED || rank_of[row] >= top_k) continue;
             bool kept_neighbour = false, pending = false;
             const auto visit = [&](long long other_row) {
@@ -626,13 +681,11 @@ __global__ void __launch_bounds__(NMS_THREADS) wide_sort_kernel(
                 return kept_neighbour;
             };
             const int length = row_lengths[row];
-            if (length <= WIDE_ROW_SLOTS) {
-                for (int e = 0; e < length && !visit(row - slot + rows[row * WIDE_ROW_SLOTS + e]); ++e) {
-                }
-            } else {
-                higher_neighbours<T>(b, slot, n, capacity, cands, cand_classes, cand_boxes, class_agnostic, threshold,
-                                     rank_of, x_keys, x_slots, extents, visit);
+            for (int e = 0; e < min(length, WIDE_ROW_SLOTS) && !visit(image + rows[row * WIDE_ROW_SLOTS + e]); ++e) {
             }
+            if (length > WIDE_ROW_SLOTS && !kept_neighbour && !pending)  // the stored ones all removed: the rest
+                higher_neighbours<T>(b, slot, n, capacity, cand_classes, cand_boxes, class_agnostic, threshold,
+                                     rank_of, cell_keys, cell_slots, extents, visit);
             if (kept_neighbour) __stcg(state + row, STATE_REMOVED);
             else if (!pending) __stcg(state + row, STATE_KEPT);
             else ++undecided;

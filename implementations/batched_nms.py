@@ -46,11 +46,12 @@ from nmsbench.cuda import (CompiledLaunch, CudaModule, Scratch, _current_stream,
 # class-segmented path (a thread each, at most NMS_THREADS).
 # WIDE_CHUNK: the candidates a block of wide_sort_kernel sorts in shared memory, WIDE_SHARE
 # the outputs a thread of its merge passes takes (a binary search and a short merge),
-# WIDE_SIZE_CLASSES the box widths its overlap graph searches apart (factors of two),
-# WIDE_ROW_SLOTS the neighbours a candidate's row keeps (a longer one is scanned again).
+# WIDE_SIZE_CLASSES the box widths its overlap graph searches apart (factors of two), with
+# WIDE_EXTENTS numbers each, WIDE_ROW_SLOTS the higher neighbours a candidate's row keeps
+# (the highest-ranked; a longer row is searched again where those are all removed).
 DEFINES = {"DECODE_THREADS": 256, "DECODE_ROWS_MAX": 4, "DECODE_CLASS_LOADS": 3, "NMS_THREADS": 1024, "TILE": 256,
            "KEPT_CACHE": 512, "COUNT_RANK_MAX": 512, "COUNT_SORT_MAX": 256, "WIDE_CHUNK": 2048, "WIDE_SHARE": 4,
-           "WIDE_SIZE_CLASSES": 16, "WIDE_ROW_SLOTS": 16}
+           "WIDE_SIZE_CLASSES": 16, "WIDE_EXTENTS": 5, "WIDE_ROW_SLOTS": 16}
 DECODE_THREADS, DECODE_ROWS_MAX, NMS_THREADS, TILE, KEPT_CACHE = (
     DEFINES[k] for k in ("DECODE_THREADS", "DECODE_ROWS_MAX", "NMS_THREADS", "TILE", "KEPT_CACHE"))
 FAST_MAX = NMS_THREADS
@@ -82,7 +83,7 @@ CUDA_MODULE = CudaModule(
         # classes multi agnostic iou max_output max_per_class top_k | outputs
         "nms_kernel": "QQQQQQiiiiiQQQQQiiidiiiQQQQQQQ",
         # counts keys cands classes boxes | batch capacity wide_min graph agnostic iou top_k | sort buffers,
-        # rank_of state, x buffers, extents, rows, row lengths, barrier
+        # rank_of state, cell buffers, extents, rows, row lengths, barrier
         "wide_sort_kernel": "QQQQQiiiiidiQQQQQQQQQQ",
     },
     defines=DEFINES,
@@ -225,8 +226,10 @@ class _Plan:
             sort_keys=(2 * records if sorted_globally else 0, torch.int64),
             sort_slots=(2 * records if sorted_globally else 0, torch.int32),
             rank_of=(records if self.graph else 0, torch.int32), state=(records if self.graph else 0, torch.int32),
-            x_keys=(2 * records if self.graph else 0, torch.int64), x_slots=(2 * records if self.graph else 0, torch.int32),
-            extents=(batch * (1 + 2 * DEFINES["WIDE_SIZE_CLASSES"]) if self.graph else 0, torch.int64),
+            cell_keys=(2 * records if self.graph else 0, torch.int64),
+            cell_slots=(2 * records if self.graph else 0, torch.int32),
+            extents=(batch * (1 + DEFINES["WIDE_EXTENTS"] * DEFINES["WIDE_SIZE_CLASSES"]) if self.graph else 0,
+                     torch.int64),
             rows=(records * DEFINES["WIDE_ROW_SLOTS"] if self.graph else 0, torch.int32),
             row_lengths=(records if self.graph else 0, torch.int32),
             spill_boxes=(4 * batch * max_output if spilled else 0, arith),
@@ -248,7 +251,7 @@ class _Plan:
         self.nms_offsets = (o["sort_keys"] if sorted_globally else None, o["sort_slots"] if sorted_globally else None,
                             o["state"] if self.graph else None,
                             o["spill_boxes"] if spilled else None, o["spill_classes"] if spilled else None)
-        self.graph_offsets = tuple(o[name] if self.graph else None for name in ("rank_of", "state", "x_keys", "x_slots",
+        self.graph_offsets = tuple(o[name] if self.graph else None for name in ("rank_of", "state", "cell_keys", "cell_slots",
                                                                                   "extents", "rows", "row_lengths"))
 
 

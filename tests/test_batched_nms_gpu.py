@@ -167,7 +167,8 @@ def test_large_images_take_the_whole_gpu_sort_and_replay_in_a_graph(max_output):
 
 def hostile_boxes(generator, batch: int, n: int, span: int, side: int) -> torch.Tensor:
     """Integer-grid boxes (duplicates, shared edges, zero areas) with, in each image, NaN
-    coordinates, inverted boxes, one box of infinite width and a far outlier."""
+    coordinates, inverted boxes, one box of infinite width, a far outlier, and boxes as
+    wide or as tall as the scene."""
     boxes = random_boxes(generator, (batch, n), span=span, side=side)
     boxes[:, 5, 0] = math.nan
     boxes[:, 6, 3] = math.nan
@@ -175,6 +176,8 @@ def hostile_boxes(generator, batch: int, n: int, span: int, side: int) -> torch.
     boxes[:, 8, 0] = -math.inf
     boxes[:, 9] = torch.tensor([1e6, 1e6, 1e6 + 5, 1e6 + 5], dtype=boxes.dtype)
     boxes[:, 10:40] = boxes[:, 40:70]  # duplicates
+    boxes[:, 70:73, 0], boxes[:, 70:73, 2] = 0, span  # as wide as the scene
+    boxes[:, 73:76, 1], boxes[:, 73:76, 3] = 0, span  # as tall
     return boxes
 
 
@@ -184,8 +187,9 @@ def test_many_detections_are_resolved_on_the_overlap_graph(dtype, scene):
     """From GRAPH_MIN_OUTPUT detections an image the whole-GPU pass resolves images of more
     than GRAPH_MIN_CANDIDATES candidates on the overlap graph (rounds over x1-sorted runs):
     the same detections as nms_kernel's own tests (graph=False) and the CPU backend, with
-    labels or class-agnostic, multi-label, a per-class cap, a pre_nms_top_k cut, ties,
-    duplicates and hostile boxes; an image below the limit beside two above it (multi-label:
+    labels or class-agnostic, multi-label, a per-class cap, a pre_nms_top_k cut, IoU
+    threshold 0 (any overlap: a wide box searches every column), ties, duplicates and
+    hostile boxes; an image below the limit beside two above it (multi-label:
     all three above); a CUDA graph's replay follows new scores."""
     from nmsbench.variants import batched_nms as backend
 
@@ -199,11 +203,11 @@ def test_many_detections_are_resolved_on_the_overlap_graph(dtype, scene):
     b, sc, lab = boxes.cuda(), scores.cuda(), labels.cuda()
     for kwargs in (dict(max_output_boxes=n), dict(max_output_boxes=2000, class_agnostic=True),
                    dict(max_output_boxes=1500, max_output_boxes_per_class=400, pre_nms_top_k=2500),
-                   dict(max_output_boxes=4 * n, multi_label=True)):
+                   dict(max_output_boxes=4 * n, multi_label=True), dict(max_output_boxes=n, iou_threshold=0.0)):
         args = (sc, None) if kwargs.get("multi_label") else (sc[..., 0], lab)
         cpu_args = (scores, None) if kwargs.get("multi_label") else (scores[..., 0], labels)
-        kwargs.update(iou_threshold=0.4, score_threshold=0.05)
-        p = batched._check_params("scores", "xyxy", 0.4, 0.05, kwargs["max_output_boxes"],
+        kwargs = dict(iou_threshold=0.4, score_threshold=0.05) | kwargs
+        p = batched._check_params("scores", "xyxy", kwargs["iou_threshold"], 0.05, kwargs["max_output_boxes"],
                                   kwargs.get("max_output_boxes_per_class"), kwargs.get("class_agnostic", False),
                                   kwargs.get("multi_label", False), kwargs.get("pre_nms_top_k"), None)
         det = nmsbench.batched_nms(b, *args, **kwargs)
