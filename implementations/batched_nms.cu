@@ -379,16 +379,20 @@ __device__ __forceinline__ int wide_passes(int n) {
 //     of the grid merging shares of WIDE_SHARE outputs, a grid barrier after each.
 //     nms_kernel takes the order from the buffer wide_passes says.
 // (2) With `graph` (many detections wanted), greedy NMS on the overlap graph rather than
-//     nms_kernel's tests of each candidate against every detection so far: the candidates
-//     sorted again by x1 the same way, so those whose box can intersect a box [x1, x2] lie
-//     in one run of that order (x1 in [x1 - the widest box, x2)); then rounds over the
-//     whole grid (the overlap graph's greedy rounds, the rows found again each round by a
-//     scan of that run): an undecided candidate with a kept higher-ranked neighbour (same
-//     group, IoU above the threshold) is removed, one whose such neighbours are all removed
-//     is kept. Both decisions are final and the definition's, so a neighbour decided in the
-//     same round or not yet is safe to read either way, and each round decides at least the
-//     highest-ranked undecided candidate. nms_kernel then writes the kept ones in rank
-//     order (the per-class cap and max_output as ever). Candidates past top_k take no part.
+//     nms_kernel's tests of each candidate against every detection so far. The candidates
+//     are binned by size class (their width against the image's widest) and, within a
+//     class, by column of x1 (columns as wide as the class's widest box), and sorted the
+//     same way by (class, column, y1), so that the boxes of a class that can intersect a
+//     box lie in a few runs of that order. Each candidate's row, its highest-ranked
+//     WIDE_ROW_SLOTS higher neighbours (same group, IoU above the threshold), is found
+//     once; then rounds over the whole grid (the overlap graph's greedy rounds): an
+//     undecided candidate with a kept higher neighbour is removed, one whose higher
+//     neighbours are all removed is kept (a longer row than its slots is searched again
+//     where the stored ones are all removed). Both decisions are final and the
+//     definition's, so a neighbour decided in the same round or not yet is safe to read
+//     either way, and each round decides at least the highest-ranked undecided candidate.
+//     nms_kernel then writes the kept ones in rank order (the per-class cap and max_output
+//     as ever). Candidates past top_k take no part.
 
 #define STATE_UNDECIDED 0
 #define STATE_KEPT 1
@@ -415,9 +419,9 @@ __device__ __forceinline__ int first_at_most(const unsigned long long* keys, int
 // (1) above: each image with more than wide_min candidates sorted into rank order (for the
 // x-sort, the order of its keys), entries read from in + b * in_stride (slot s at [s]).
 __device__ void wide_sort(const unsigned int* counts, const unsigned long long* in, long long in_stride,
-                          const int* cands, int batch, int capacity, int wide_min, unsigned long long* out_keys,
-                          unsigned int* out_slots, unsigned int* barrier, unsigned long long* s_keys,
-                          unsigned int* s_slots) {
+                          const int* cands, int batch, int capacity, int wide_min, int longest,
+                          unsigned long long* out_keys, unsigned int* out_slots, unsigned int* barrier,
+                          unsigned long long* s_keys, unsigned int* s_slots) {
     const int chunks = (capacity + WIDE_CHUNK - 1) / WIDE_CHUNK;  // an image's most
     for (long long task = blockIdx.x; task < (long long)batch * chunks; task += gridDim.x) {
         const int b = int(task / chunks), base = int(task % chunks) * WIDE_CHUNK;
@@ -443,7 +447,7 @@ __device__ void wide_sort(const unsigned int* counts, const unsigned long long* 
     const long long thread = (long long)blockIdx.x * NMS_THREADS + threadIdx.x;
     const long long threads = (long long)gridDim.x * NMS_THREADS;
     int pass = 0;
-    for (int width = WIDE_CHUNK; width < capacity; width *= 2, ++pass) {
+    for (int width = WIDE_CHUNK; width < longest; width *= 2, ++pass) {
         const int pairs = (capacity + 2 * width - 1) / (2 * width), shares = 2 * width / WIDE_SHARE;
         const long long tasks = (long long)batch * pairs * shares;
         for (long long task = thread; task < tasks; task += threads) {
@@ -574,10 +578,23 @@ __global__ void __launch_bounds__(NMS_THREADS) wide_sort_kernel(
     __shared__ unsigned int s_slots[WIDE_CHUNK];
     const long long thread = (long long)blockIdx.x * NMS_THREADS + threadIdx.x;
     const long long threads = (long long)gridDim.x * NMS_THREADS;
+    // the most candidates of an image it takes: every block finds the same, and with none
+    // they all return before any grid barrier
+    __shared__ int s_longest;
+    if (threadIdx.x == 0) s_longest = 0;
+    __syncthreads();
+    for (int b = threadIdx.x; b < batch; b += NMS_THREADS) {
+        const int n = image_candidates(counts, b, capacity);
+        if (n > wide_min) atomicMax(&s_longest, n);
+    }
+    __syncthreads();
+    const int longest = s_longest;
+    if (longest == 0) return;
     const int per_image = 1 + WIDE_EXTENTS * WIDE_SIZE_CLASSES;
     if (graph)  // zeroed here, first added to after the rank sort's barriers
         for (long long e = thread; e < (long long)batch * per_image; e += threads) extents[e] = 0ull;
-    wide_sort(counts, keys, capacity, cands, batch, capacity, wide_min, sort_keys, sort_slots, barrier, s_keys, s_slots);
+    wide_sort(counts, keys, capacity, cands, batch, capacity, wide_min, longest, sort_keys, sort_slots, barrier, s_keys,
+              s_slots);
     if (!graph) return;
     // (a) each candidate's rank, its state undecided, the image's widest box that can intersect
     for (long long task = thread; task < (long long)batch * capacity; task += threads) {
@@ -629,8 +646,8 @@ __global__ void __launch_bounds__(NMS_THREADS) wide_sort_kernel(
         cell_keys[2 * image + capacity + slot] = cell_key(k, column, float(box.y1));
     }
     grid_barrier(barrier);
-    wide_sort(counts, cell_keys + capacity, 2ll * capacity, cands, batch, capacity, wide_min, cell_keys, cell_slots,
-              barrier, s_keys, s_slots);
+    wide_sort(counts, cell_keys + capacity, 2ll * capacity, cands, batch, capacity, wide_min, longest, cell_keys,
+              cell_slots, barrier, s_keys, s_slots);
     // (d) each candidate's row: its WIDE_ROW_SLOTS highest-ranked higher neighbours (same group,
     // IoU above the threshold) and how many it has in all (more than WIDE_ROW_SLOTS: found
     // again by a search in a round where the stored ones are all removed)
