@@ -492,6 +492,14 @@ def test_the_cuda_launches_pack_their_kernels_signatures_on_every_path(monkeypat
                 assert wide_values[21] == values[0] + 4 * 3
             assert [tuple(t.shape) for t in outputs] == [(3,), (3, max_output, 4), (3, max_output), (3, max_output),
                                                          (3, max_output), (3,), (3,)]
+    # the overlap graph runs in the whole-GPU pass: asking for it without that pass is refused
+    with pytest.raises(ValueError, match="graph=True needs the whole-GPU pass"):
+        backend.run(torch.zeros(3, 40000, 4), torch.zeros(3, 40000, 2), None, layout="scores", n=40000, classes=2,
+                    multi_label=False, max_output=300, capacity=40000, wide=False, graph=True, **common)
+    records.clear()  # wide=False holds every image to its block, however many detections are wanted
+    backend.run(torch.zeros(3, 40000, 4), torch.zeros(3, 40000, 2), None, layout="scores", n=40000, classes=2,
+                multi_label=False, max_output=backend.GRAPH_MIN_OUTPUT, capacity=40000, wide=False, **common)
+    assert [r[0] for r in records] == ["decode_kernel", "nms_kernel"] and records[-1][-1][9:11] == (2**31 - 1, 0)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
