@@ -367,6 +367,13 @@ __device__ __forceinline__ int wide_passes(int n) {
     return passes;
 }
 
+// The whole-GPU sort's result for an image of n candidates (records from `image`): the one
+// of its two buffers (at buffers + 2 * image) that wide_passes says.
+template <typename P>
+__device__ __forceinline__ P* wide_sorted(P* buffers, long long image, int capacity, int n) {
+    return buffers + 2 * image + (wide_passes(n) % 2 == 0 ? 0 : capacity);
+}
+
 // ------------------------------------------------------------------ the whole-GPU pass
 // wide_sort_kernel: the images with more than `wide_min` candidates, on the whole GPU rather
 // than their one block of nms_kernel (launched cooperatively: every block resident; its
@@ -397,13 +404,6 @@ __device__ __forceinline__ int wide_passes(int n) {
 #define STATE_UNDECIDED 0
 #define STATE_KEPT 1
 #define STATE_REMOVED 2
-
-// A double's order as a 64-bit key (its bits, the sign bit flipped for positives and every
-// bit for negatives): unsigned comparison orders the keys as the doubles.
-__device__ __forceinline__ unsigned long long double_order_key(double v) {
-    const unsigned long long bits = (unsigned long long)__double_as_longlong(v);
-    return bits >> 63 ? ~bits : bits | 0x8000000000000000ull;
-}
 
 // The first of `n` entries (keys descending) whose key is at most `key`.
 __device__ __forceinline__ int first_at_most(const unsigned long long* keys, int n, unsigned long long key) {
@@ -485,13 +485,9 @@ __device__ __forceinline__ int size_class_of(const Box<A>& box, double widest) {
 
 // An image's extents, a row of 1 + WIDE_EXTENTS * WIDE_SIZE_CLASSES 64-bit words (WIDE_EXTENTS
 // = 5): the widest box, then per size class its widest box, tallest box, largest area
-// (doubles as double_order_key), smallest x1 (the complemented key: a minimum by atomicMax)
+// (doubles as order_key), smallest x1 (the complemented key: a minimum by atomicMax)
 // and count.
 #define WIDE_MAX_COLUMNS 64  // a search of more columns reads the whole class instead
-__device__ __forceinline__ double order_value(unsigned long long key) {  // double_order_key's inverse
-    return __longlong_as_double((long long)(key >> 63 ? key & 0x7fffffffffffffffull : ~key));
-}
-__device__ __forceinline__ double extent_value(unsigned long long key) { return order_value(key); }
 
 // A class's column of x1 (columns as wide as the class's widest box, from its smallest x1),
 // in double and clamped into 24 bits before any conversion to an integer: monotone in x1.
@@ -524,14 +520,13 @@ __device__ __forceinline__ void higher_neighbours(int b, int slot, int n, int ca
                                                   const unsigned long long* extents, Visit visit) {
     typedef typename Arith<T>::type A;
     const long long image = (long long)b * capacity, row = image + slot;
-    const Box<A> box = {cand_boxes[4 * row], cand_boxes[4 * row + 1], cand_boxes[4 * row + 2], cand_boxes[4 * row + 3]};
+    const Box<A> box = load_box(cand_boxes, row);
     if (size_class_of(box, 0.0) == WIDE_SIZE_CLASSES) return;
     const A area = box_area(box);
     const long long cls = cand_classes[row];
     const int rank = rank_of[row];
-    const bool odd = wide_passes(n) % 2 != 0;
-    const unsigned long long* const keys = cell_keys + 2 * image + (odd ? capacity : 0);
-    const unsigned int* const slots = cell_slots + 2 * image + (odd ? capacity : 0);
+    const unsigned long long* const keys = wide_sorted(cell_keys, image, capacity, n);
+    const unsigned int* const slots = wide_sorted(cell_slots, image, capacity, n);
     const unsigned long long* const extent = extents + b * (1 + WIDE_EXTENTS * WIDE_SIZE_CLASSES);
     const double x1 = double(box.x1), y1 = double(box.y1);
     const double reach = threshold.exact * (double(box.x2) - x1) * (double(box.y2) - y1) * (1.0 - 1e-5);
@@ -542,9 +537,9 @@ __device__ __forceinline__ void higher_neighbours(int b, int slot, int n, int ca
         const int members = int(e[4]);
         const int begin = first;
         first += members;
-        if (members == 0 || extent_value(e[2]) < reach) continue;  // empty, or no box large enough
-        const double widest = extent_value(e[0]), tallest = extent_value(e[1]);
-        const double x0 = order_value(~e[3]);
+        if (members == 0 || key_value(e[2]) < reach) continue;  // empty, or no box large enough
+        const double widest = key_value(e[0]), tallest = key_value(e[1]);
+        const double x0 = key_value(~e[3]);
         const double from_x = x1 - widest - (fabs(x1) + widest) * 1e-9;
         const double from_y = y1 - tallest - (fabs(y1) + tallest) * 1e-9;
         const float from_yf = from_y == from_y ? __double2float_rd(from_y) : -infinity(0.0f);
@@ -558,11 +553,24 @@ __device__ __forceinline__ void higher_neighbours(int b, int slot, int n, int ca
                 const long long other_row = image + slots[q];
                 if (rank_of[other_row] >= rank || !same_group(cand_classes[other_row], cls, class_agnostic))
                     continue;
-                const Box<A> higher = {cand_boxes[4 * other_row], cand_boxes[4 * other_row + 1],
-                                       cand_boxes[4 * other_row + 2], cand_boxes[4 * other_row + 3]};
+                const Box<A> higher = load_box(cand_boxes, other_row);
                 if (overlaps_decisive(higher, box_area(higher), box, area, threshold) && visit(other_row)) return;
             }
         }
+    }
+}
+
+// f(b, i, n, image) for each record i < n of each image b with n > wide_min candidates (its
+// records from `image`), the records spread over the whole grid.
+template <typename F>
+__device__ __forceinline__ void each_wide_record(const unsigned int* counts, int batch, int capacity, int wide_min,
+                                                 F f) {
+    const long long threads = (long long)gridDim.x * NMS_THREADS;
+    for (long long task = (long long)blockIdx.x * NMS_THREADS + threadIdx.x; task < (long long)batch * capacity;
+         task += threads) {
+        const int b = int(task / capacity), i = int(task % capacity);
+        const int n = image_candidates(counts, b, capacity);
+        if (n > wide_min && i < n) f(b, i, n, (long long)b * capacity);
     }
 }
 
@@ -597,54 +605,41 @@ __global__ void __launch_bounds__(NMS_THREADS) wide_sort_kernel(
               s_slots);
     if (!graph) return;
     // (a) each candidate's rank, its state undecided, the image's widest box that can intersect
-    for (long long task = thread; task < (long long)batch * capacity; task += threads) {
-        const int b = int(task / capacity), r = int(task % capacity);
-        const int n = image_candidates(counts, b, capacity);
-        if (n <= wide_min || r >= n) continue;
-        const long long image = (long long)b * capacity;
-        const long long row = image + (wide_passes(n) % 2 == 0 ? sort_slots : sort_slots + capacity)[2 * image + r];
+    each_wide_record(counts, batch, capacity, wide_min, [&](int b, int r, int n, long long image) {
+        const long long row = image + wide_sorted(sort_slots, image, capacity, n)[r];
         rank_of[row] = r;
         state[row] = STATE_UNDECIDED;
-        const Box<A> box = {cand_boxes[4 * row], cand_boxes[4 * row + 1], cand_boxes[4 * row + 2],
-                            cand_boxes[4 * row + 3]};
+        const Box<A> box = load_box(cand_boxes, row);
         if (size_class_of(box, 0.0) < WIDE_SIZE_CLASSES)
-            atomicMax(extents + b * per_image, double_order_key(double(box.x2) - double(box.x1)));
-    }
+            atomicMax(extents + b * per_image, order_key(double(box.x2) - double(box.x1)));
+    });
     grid_barrier(barrier);
     // (b) each size class's extents (the boxes of no class intersect nothing)
-    for (long long task = thread; task < (long long)batch * capacity; task += threads) {
-        const int b = int(task / capacity), slot = int(task % capacity);
-        const int n = image_candidates(counts, b, capacity);
-        if (n <= wide_min || slot >= n) continue;
-        const long long row = (long long)b * capacity + slot;
-        const Box<A> box = {cand_boxes[4 * row], cand_boxes[4 * row + 1], cand_boxes[4 * row + 2],
-                            cand_boxes[4 * row + 3]};
+    each_wide_record(counts, batch, capacity, wide_min, [&](int b, int slot, int n, long long image) {
+        const long long row = image + slot;
+        const Box<A> box = load_box(cand_boxes, row);
         unsigned long long* const extent = extents + b * per_image;
-        const int k = size_class_of(box, extent_value(extent[0]));
-        if (k == WIDE_SIZE_CLASSES) continue;
+        const int k = size_class_of(box, key_value(extent[0]));
+        if (k == WIDE_SIZE_CLASSES) return;
         unsigned long long* const e = extent + 1 + WIDE_EXTENTS * k;
         const double w = double(box.x2) - double(box.x1), h = double(box.y2) - double(box.y1);
-        atomicMax(e, double_order_key(w));
-        atomicMax(e + 1, double_order_key(h));
-        atomicMax(e + 2, double_order_key(w * h));
-        atomicMax(e + 3, ~double_order_key(double(box.x1)));
+        atomicMax(e, order_key(w));
+        atomicMax(e + 1, order_key(h));
+        atomicMax(e + 2, order_key(w * h));
+        atomicMax(e + 3, ~order_key(double(box.x1)));
         atomicAdd(e + 4, 1ull);
-    }
+    });
     grid_barrier(barrier);
     // (c) each candidate's cell key (class, column, y1), the sort's input in the second buffer
-    for (long long task = thread; task < (long long)batch * capacity; task += threads) {
-        const int b = int(task / capacity), slot = int(task % capacity);
-        const int n = image_candidates(counts, b, capacity);
-        if (n <= wide_min || slot >= n) continue;
-        const long long image = (long long)b * capacity, row = image + slot;
-        const Box<A> box = {cand_boxes[4 * row], cand_boxes[4 * row + 1], cand_boxes[4 * row + 2],
-                            cand_boxes[4 * row + 3]};
+    each_wide_record(counts, batch, capacity, wide_min, [&](int b, int slot, int n, long long image) {
+        const long long row = image + slot;
+        const Box<A> box = load_box(cand_boxes, row);
         const unsigned long long* const extent = extents + b * per_image;
-        const int k = size_class_of(box, extent_value(extent[0]));
+        const int k = size_class_of(box, key_value(extent[0]));
         const unsigned long long* const e = extent + 1 + WIDE_EXTENTS * min(k, WIDE_SIZE_CLASSES - 1);
-        const int column = k == WIDE_SIZE_CLASSES ? 0 : column_of(double(box.x1), order_value(~e[3]), extent_value(e[0]));
+        const int column = k == WIDE_SIZE_CLASSES ? 0 : column_of(double(box.x1), key_value(~e[3]), key_value(e[0]));
         cell_keys[2 * image + capacity + slot] = cell_key(k, column, float(box.y1));
-    }
+    });
     grid_barrier(barrier);
     wide_sort(counts, cell_keys + capacity, 2ll * capacity, cands, batch, capacity, wide_min, longest, cell_keys,
               cell_slots, barrier, s_keys, s_slots);
@@ -652,12 +647,9 @@ __global__ void __launch_bounds__(NMS_THREADS) wide_sort_kernel(
     // IoU above the threshold) and how many it has in all (more than WIDE_ROW_SLOTS: found
     // again by a search in a round where the stored ones are all removed)
     const IouThreshold threshold(iou_threshold);
-    for (long long task = thread; task < (long long)batch * capacity; task += threads) {
-        const int b = int(task / capacity), slot = int(task % capacity);
-        const int n = image_candidates(counts, b, capacity);
-        if (n <= wide_min || slot >= n) continue;
-        const long long image = (long long)b * capacity, row = image + slot;
-        if (rank_of[row] >= top_k) continue;  // past the cut: no candidate
+    each_wide_record(counts, batch, capacity, wide_min, [&](int b, int slot, int n, long long image) {
+        const long long row = image + slot;
+        if (rank_of[row] >= top_k) return;  // past the cut: no candidate
         int stored[WIDE_ROW_SLOTS], stored_rank[WIDE_ROW_SLOTS];
         int length = 0, lowest = 0;  // lowest: the stored entry ranked last, once full
         higher_neighbours<T>(b, slot, n, capacity, cand_classes, cand_boxes, class_agnostic, threshold, rank_of,
@@ -677,19 +669,16 @@ __global__ void __launch_bounds__(NMS_THREADS) wide_sort_kernel(
                              });
         for (int e = 0; e < min(length, WIDE_ROW_SLOTS); ++e) rows[row * WIDE_ROW_SLOTS + e] = stored[e];
         row_lengths[row] = length;
-    }
+    });
     grid_barrier(barrier);
     // (e) the rounds
     unsigned int* const counters = barrier + 1;  // three words: round r's undecided in counters[r % 3]
     for (int round = 0;; ++round) {
         if (thread == 0) counters[(round + 1) % 3] = 0u;  // last read two rounds ago
         int undecided = 0;
-        for (long long task = thread; task < (long long)batch * capacity; task += threads) {
-            const int b = int(task / capacity), slot = int(task % capacity);
-            const int n = image_candidates(counts, b, capacity);
-            if (n <= wide_min || slot >= n) continue;
-            const long long image = (long long)b * capacity, row = image + slot;
-            if (__ldcg(state + row) != STATE_UNDECIDED || rank_of[row] >= top_k) continue;
+        each_wide_record(counts, batch, capacity, wide_min, [&](int b, int slot, int n, long long image) {
+            const long long row = image + slot;
+            if (__ldcg(state + row) != STATE_UNDECIDED || rank_of[row] >= top_k) return;
             bool kept_neighbour = false, pending = false;
             const auto visit = [&](long long other_row) {
                 const int other_state = __ldcg(state + other_row);
@@ -706,7 +695,7 @@ __global__ void __launch_bounds__(NMS_THREADS) wide_sort_kernel(
             if (kept_neighbour) __stcg(state + row, STATE_REMOVED);
             else if (!pending) __stcg(state + row, STATE_KEPT);
             else ++undecided;
-        }
+        });
         undecided = warp_sum(undecided);
         if (threadIdx.x % 32 == 0 && undecided != 0) atomicAdd(counters + round % 3, unsigned(undecided));
         grid_barrier(barrier);
@@ -811,7 +800,7 @@ __global__ void __launch_bounds__(NMS_THREADS, 1) nms_kernel(
     const bool wide = n > wide_min;  // sorted by wide_sort_kernel (and, with graph, resolved by it)
     const bool resolved = wide && graph;
     if (wide) {
-        order = (wide_passes(n) % 2 == 0 ? sort_slots : sort_slots + capacity) + 2 * image;
+        order = wide_sorted(sort_slots, image, capacity, n);
     } else if (n <= COUNT_RANK_MAX && n <= sort_capacity) {  // a thread a candidate counts those before it: two barriers
         for (int t = tid; t < n; t += NMS_THREADS) s_keys[t] = keys[image + t];
         __syncthreads();
@@ -877,8 +866,7 @@ __global__ void __launch_bounds__(NMS_THREADS, 1) nms_kernel(
         for (int t = tid; t < m; t += NMS_THREADS) {
             const unsigned int slot = order[base + t];
             const long long row = image + slot;
-            const Box<A> box = {cand_boxes[4 * row], cand_boxes[4 * row + 1], cand_boxes[4 * row + 2],
-                                cand_boxes[4 * row + 3]};
+            const Box<A> box = load_box(cand_boxes, row);
             t_box[t] = box;
             t_area[t] = box_area(box);
             t_class[t] = cand_classes[row];
@@ -965,7 +953,7 @@ __global__ void __launch_bounds__(NMS_THREADS, 1) nms_kernel(
                 if (lane == 0) t_keep[keeps] = r;
                 ++keeps;
                 if (lane == word) removed |= 1u << (r % 32);
-                if (!resolved && lane >= word && lane < TILE_WORDS) removed |= t_mask[r * TILE_WORDS + lane];
+                if (lane >= word && lane < TILE_WORDS) removed |= t_mask[r * TILE_WORDS + lane];
             }
             if (lane == 0) s_keeps = keeps;
         }

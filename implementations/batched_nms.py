@@ -72,6 +72,7 @@ WIDE_MIN_CAPACITY = 32768
 GRAPH_MIN_OUTPUT = 1024
 GRAPH_MIN_CANDIDATES = 1024
 INT32_MAX = 2**31 - 1
+WIDE_WORDS = 4  # after the counts: wide_sort_kernel's grid barrier word and three round counters
 CUDA_MODULE = CudaModule(
     "batched_nms.cu",
     templates={
@@ -221,7 +222,7 @@ class _Plan:
         sorted_globally = merged or self.wide
         spilled = max_output > KEPT_CACHE  # detections past the shared cache
         self.buffers = dict(
-            counts=(batch + 4, torch.int32), keys=(records, torch.int64), cands=(records, torch.int32),
+            counts=(batch + WIDE_WORDS, torch.int32), keys=(records, torch.int64), cands=(records, torch.int32),
             classes=(records, torch.int64), boxes=(4 * records, arith), scores=(records, arith),
             sort_keys=(2 * records if sorted_globally else 0, torch.int64),
             sort_slots=(2 * records if sorted_globally else 0, torch.int32),
@@ -245,14 +246,13 @@ class _Plan:
         self.scratch_bytes = max(offset, 1)
         o = self.scratch_offsets
         self.counts_offset = o["counts"]
-        # the counts, and where wide_sort_kernel runs its grid barrier's word and three round counters
-        self.zeroed_bytes = 4 * (batch + 4 if self.wide else batch)
+        self.zeroed_bytes = 4 * (batch + WIDE_WORDS if self.wide else batch)
         self.record_offsets = tuple(o[name] for name in ("keys", "cands", "classes", "boxes", "scores"))
         self.nms_offsets = (o["sort_keys"] if sorted_globally else None, o["sort_slots"] if sorted_globally else None,
                             o["state"] if self.graph else None,
                             o["spill_boxes"] if spilled else None, o["spill_classes"] if spilled else None)
-        self.graph_offsets = tuple(o[name] if self.graph else None for name in ("rank_of", "state", "cell_keys", "cell_slots",
-                                                                                  "extents", "rows", "row_lengths"))
+        graph_buffers = ("rank_of", "state", "cell_keys", "cell_slots", "extents", "rows", "row_lengths")
+        self.graph_offsets = tuple(o[name] if self.graph else None for name in graph_buffers)
 
 
 _plans: dict = {}

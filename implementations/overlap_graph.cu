@@ -25,8 +25,7 @@ __device__ __forceinline__ void window(double lo, double hi, double origin, doub
 }
 
 // grid_layout's statistics on the GPU, in two launches and no host read between them.
-// Doubles are reduced through order-preserving 64-bit keys (a double's bits, its sign bit
-// flipped for positives and every bit for negatives), so atomicMax orders them as doubles
+// Doubles are reduced through order_key (_common.cuh), so atomicMax orders them as doubles
 // (and a minimum as the maximum of the complemented keys). extent: [largest size, min x1,
 // min y1 (complemented), max x1, max y1, max |x1|, max |y1|]; every slot starts at 0.
 // classes: per size class its count, then its largest size, x1 and y1 (keys). A box's
@@ -34,15 +33,6 @@ __device__ __forceinline__ void window(double lo, double hi, double origin, doub
 // 2^SIZE_CLASSES))), taken exactly as the ratio's binary exponent (ilogb; log2 would bring
 // an approximate reciprocal that flushes subnormals), at most SIZE_CLASSES - 1 (0 where
 // every box is a point).
-__device__ __forceinline__ unsigned long long order_key(double v) {
-    const unsigned long long bits = (unsigned long long)__double_as_longlong(v);
-    return bits >> 63 ? ~bits : bits | 0x8000000000000000ull;
-}
-
-__device__ __forceinline__ double key_value(unsigned long long key) {
-    return __longlong_as_double((long long)(key >> 63 ? key & 0x7fffffffffffffffull : ~key));
-}
-
 template <typename T>
 __global__ void __launch_bounds__(ROW_THREADS) grid_extent_kernel(const T* boxes, int n,
                                                                   unsigned long long* extent) {

@@ -75,6 +75,17 @@ __device__ __forceinline__ unsigned long long score_key(double score) {
     const unsigned long long bits = (unsigned long long)__double_as_longlong(score + 0.0);
     return (bits >> 63) ? ~bits : (bits | 0x8000000000000000ull);
 }
+// A double's order as a 64-bit key (its bits, the sign bit flipped for positives and every
+// bit for negatives; unlike score_key, NaNs and -0.0 keep their own keys): unsigned
+// comparison orders the keys as the doubles, so atomicMax reduces doubles (and a minimum is
+// the maximum of the complemented keys). key_value is its inverse.
+__device__ __forceinline__ unsigned long long order_key(double v) {
+    const unsigned long long bits = (unsigned long long)__double_as_longlong(v);
+    return bits >> 63 ? ~bits : bits | 0x8000000000000000ull;
+}
+__device__ __forceinline__ double key_value(unsigned long long key) {
+    return __longlong_as_double((long long)(key >> 63 ? key & 0x7fffffffffffffffull : ~key));
+}
 __device__ __forceinline__ bool ranks_above(unsigned long long key_i, int i, unsigned long long key_j, int j) {
     return key_i > key_j || (key_i == key_j && i < j);
 }
