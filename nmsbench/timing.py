@@ -408,7 +408,9 @@ def time_events(fn: Callable[[], object], *, min_run_time: float, min_runs: int 
 def capture_graph(fn: Callable[[], object]):
     """Capture ``fn()`` in a CUDA graph, after a warm-up on a side stream as PyTorch's
     graph documentation asks. Returns ``(graph, output)``: ``output`` is the captured
-    call's result, whose tensors every ``graph.replay()`` rewrites."""
+    call's result, whose tensors every ``graph.replay()`` rewrites. The graph keeps
+    ``fn`` (``graph.captured_call``): its replays read the memory of the tensors that
+    ``fn`` holds, which must not be freed and reused while the graph lives."""
     import torch
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -419,6 +421,7 @@ def capture_graph(fn: Callable[[], object]):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         output = fn()
+    graph.captured_call = fn
     return graph, output
 
 

@@ -107,3 +107,30 @@ def test_hard_fused_equals_torchvision_at_large_n(scenario, n):
         assert torch.equal(got, expected)
         again = nmsbench.run_nms("hard_fused", data.boxes, data.scores, 0.5, labels=labels).keep
         assert torch.equal(again, got)
+
+
+def test_a_captured_graph_keeps_the_inputs_its_call_holds():
+    """capture_graph keeps the captured call, so the tensors it holds live as long as the
+    graph: the graph's replays read their memory, which must not go to another tensor."""
+    import gc
+    import weakref
+
+    data = datasets.generate("clustered", 256, seed=3).to("cuda")
+    expected = call("hard_fused", data, padded=False).keep
+
+    def captured_call():  # holds copies of the inputs that nothing else holds, as a benchmark's builder does
+        boxes, scores, labels = data.boxes.clone(), data.scores.clone(), data.labels.clone()
+        return weakref.ref(boxes), lambda: nmsbench.run_nms("hard_fused", boxes, scores, 0.5, labels=labels,
+                                                            padded=True)
+
+    alive, fn = captured_call()
+    graph, padded = capture_graph(fn)
+    del fn
+    gc.collect()
+    assert alive() is not None
+    taken = [torch.rand_like(data.boxes) for _ in range(4)]  # what a freed input's block would go to
+    graph.replay()
+    assert torch.equal(padded.trimmed().keep, expected)
+    del graph, taken
+    gc.collect()
+    assert alive() is None
