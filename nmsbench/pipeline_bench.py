@@ -12,7 +12,9 @@ compared), and each of its stages is a contender of the engine (:mod:`nmsbench.e
 ``decode`` on the raw batch, ``nms`` on the candidates that decode produced, ``total``
 end to end. Every stage of every pipeline of one (source, batch, threshold, device) is
 timed together in rotated rounds, under the host gauge and the noise rule, like the
-sweep's implementations of one box set.
+sweep's implementations of one box set. After the timing each pipeline runs once more:
+detections other than its warm-up call's make its rows error rows (the timed calls did not
+compute what was checked: a CUDA graph reading freed memory, state left by a call).
 
 A stage is part of its total, so a stage timed above its total beyond the noise is an
 impossible measurement (:func:`impossible`); the case group is re-timed once, and where
@@ -340,8 +342,30 @@ def _run_group(known: dict, members: list, device: str, raw: np.ndarray, config:
     if retimed:  # a stage above its total beyond the noise: once more, all of the group
         outcomes = time_in_rounds(contenders, settings, gauge, between_turns)
     flags = _impossible_pairs(contenders, outcomes)
+    changed = {name: _rechecked(stage.built) for name, stage in {c.name: c for c in contenders}.items()}
     for contender, outcome in zip(contenders, outcomes):
-        yield from _rows(contender, outcome, device, retimed, flags)
+        if changed[contender.name]:
+            yield from error_rows(contender.rows, RuntimeError(changed[contender.name]))
+        else:
+            yield from _rows(contender, outcome, device, retimed, flags)
+
+
+def _changed(after: list, before: list) -> str:
+    """Why a pipeline's detections after its timing are not its warm-up call's ("" when they are)."""
+    agreement = compare_detections(after, before)
+    if agreement["jaccard"] == 1.0 and not agreement["mismatched"]:
+        return ""
+    return (f"its detections after timing differ from its checked warm-up call's (Jaccard {agreement['jaccard']:.4f}, "
+            f"{agreement['extra']} extra, {agreement['missing']} missing, {agreement['mismatched']} changed): the timed "
+            "calls did not compute what was checked, so their times are not reported")
+
+
+def _rechecked(built: dict) -> str:
+    """Runs a pipeline once more after its timing: :func:`_changed`, or the error that call raised."""
+    try:
+        return built["recheck"]()
+    except Exception as exc:
+        return f"its call after timing failed: {error_text(exc)}"
 
 
 def _build(pipeline: Pipeline, name: str, device: str, raw: np.ndarray, config: PipelineConfig, reference,
@@ -358,7 +382,8 @@ def _build(pipeline: Pipeline, name: str, device: str, raw: np.ndarray, config: 
     if device == "cuda":
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated() - before
-    built |= {"agreement": compare_detections(detections, reference), "peak": peak, "skipped": {}}
+    built |= {"agreement": compare_detections(detections, reference), "peak": peak, "skipped": {},
+              "recheck": lambda: _changed(prepared.detections(), detections)}
     ops = {"total": prepared.run}
     if "decode" in prepared.stages:
         candidates = prepared.decode()

@@ -111,6 +111,40 @@ def test_a_stage_above_its_total_that_persists_is_flagged(monkeypatch, staged):
     assert all(row["status"] == "ok" and row["attempts"] == 2 for row in rows.values())
 
 
+def test_a_pipeline_whose_detections_change_after_its_warm_up_gives_error_rows(monkeypatch):
+    """Its timed calls computed something else than the checked warm-up call (as a CUDA graph
+    reading freed memory did): no times are reported for it, and the rows say why."""
+    fake_wall(monkeypatch, [], lambda what, k: 10)
+    calls = []
+
+    def build(raw, config, device):
+        reference = get_pipeline("numpy").build(raw, config, device)
+
+        def nms(candidates):
+            calls.append(1)
+            detections = reference.nms(candidates)
+            if len(calls) > 1:  # every call after the warm-up loses image 0's last detection
+                first = detections[0]
+                detections[0] = type(first)(first.rows[:-1], first.boxes[:-1], first.scores[:-1], first.labels[:-1])
+            return detections
+
+        return Prepared(reference.decode, nms)
+
+    register_pipeline(Pipeline("test_drifts", "numpy, then one detection fewer", ("cpu",), "hard", build))
+    try:
+        rows: list[dict] = []
+        grid = PipelineGrid(pipelines=["test_drifts", "numpy"], sources=["real"], batches=[1], timers=["wall"], **FAST)
+        run_pipeline_bench(grid, rows.append, gauge=SteadyHost())
+    finally:
+        unregister_pipeline("test_drifts")
+    drifting = [row for row in rows if row["impl"] == "test_drifts"]
+    assert len(drifting) == 3 and len(calls) > 1
+    for row in drifting:
+        assert row["status"] == "error" and "differ from its checked warm-up call's" in row["error"]
+        assert "1 missing" in row["error"] and "median_us" not in row
+    assert all(row["status"] == "ok" for row in rows if row["impl"] == "numpy")
+
+
 def test_the_impossible_rule_allows_the_noise():
     def timing(median, iqr):
         return Timing(median_us=median, iqr_us=iqr, runs=10)
