@@ -18,10 +18,12 @@ depends on the data, so it can be captured in a CUDA graph:
 3. ``nms_kernel`` (a block per image): sort, greedy NMS per class, the best
    ``max_output`` in rank order, padded outputs, overflow flags.
 
-The memset and the decode are queued before the outputs are allocated, so the GPU starts
-while the host allocates. Outputs and scratch are torch allocations (one for the
-scratch). Inputs are validated by ``nmsbench.batched`` before they get here. Why the
-kernels are built this way: implementations/DESIGN.md.
+The memset and the decode are queued before the outputs are taken, so the GPU starts
+while the host works; the outputs were allocated by the previous call of the same shape
+on the same stream, after its nms launch (``_next_outputs``), or now on a first call.
+Outputs and scratch are torch allocations (one for the scratch). Inputs are validated by
+``nmsbench.batched`` before they get here. Why the kernels are built this way:
+implementations/DESIGN.md.
 """
 
 from __future__ import annotations
@@ -257,6 +259,15 @@ class _Plan:
 
 _plans: dict = {}
 _runtime = None  # cupy_backends' runtime API, imported on the first call
+# Outputs allocated ahead, with their addresses, one set per (plan, raw stream): a call
+# takes the set that the previous call of its shape on its stream allocated after that
+# call's nms launch (while the GPU worked), and leaves one for the next call the same way.
+# So a call's seven output allocations are off the path to its nms launch, where a batch
+# of one waits on them. Only a set made on the call's own stream is taken (torch's
+# allocator gives a freed block back to the stream it was made on); none is taken or made
+# while a CUDA graph is captured.
+_next_outputs: dict = {}
+NEXT_OUTPUTS_KEPT = 64  # sets held at most before the cache is emptied
 
 
 def _zero(address: int, size: int, stream: int) -> None:
@@ -318,13 +329,25 @@ def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | 
         plan.wide_sort(stream, counts, *records[:4], batch, capacity, plan.wide_min, int(plan.graph),
                        int(class_agnostic), float(iou_threshold), top_k, *nms_buffers[:2],
                        *(0 if offset is None else base + offset for offset in plan.graph_offsets), counts + 4 * batch)
-    outputs = _outputs(batch, max_output, dtype, device)  # while the GPU decodes
+    capturing = torch._C._cuda_isCurrentStreamCapturing()
+    ready = None if capturing else _next_outputs.pop((plan, stream), None)
+    outputs, addresses = ready or _outputs_and_addresses(batch, max_output, dtype, device)  # while the GPU decodes
     plan.nms(stream, counts, *records, capacity, plan.sort_capacity, plan.fast_max, plan.wide_min, int(plan.graph),
              *nms_buffers,
              classes, int(multi_label), int(class_agnostic), float(iou_threshold), max_output, max_per_class, top_k,
-             *(t.data_ptr() for t in outputs))
+             *addresses)
+    if not capturing:  # the next call's outputs, while the GPU runs this one's NMS
+        if len(_next_outputs) >= NEXT_OUTPUTS_KEPT:
+            _next_outputs.clear()
+        _next_outputs[plan, stream] = _outputs_and_addresses(batch, max_output, dtype, device)
     del memory
     return outputs
+
+
+def _outputs_and_addresses(batch: int, max_output: int, dtype: torch.dtype, device: torch.device):
+    """(:func:`_outputs`, their device addresses)."""
+    outputs = _outputs(batch, max_output, dtype, device)
+    return outputs, tuple(t.data_ptr() for t in outputs)
 
 
 def _outputs(batch: int, max_output: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:

@@ -450,6 +450,7 @@ def test_the_cuda_launches_pack_their_kernels_signatures_on_every_path(monkeypat
     monkeypatch.setattr(backend, "_zero", lambda address, size, stream: zeroed.append(size))
     monkeypatch.setattr(backend, "device_index", lambda device: 0)
     monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0)
+    monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: False)
     monkeypatch.setattr(backend, "_plans", {})
     signatures = c_signatures(backend.CUDA_MODULE.source())
     common = dict(cxcywh=True, class_agnostic=False, iou_threshold=0.5, score_threshold=0.25, max_per_class=300,

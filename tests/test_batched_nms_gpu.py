@@ -347,3 +347,31 @@ def test_compile_export_and_a_graph_on_cuda():
     graph.replay()
     torch.cuda.synchronize()
     assert all(torch.equal(a, b) for a, b in zip(eager, captured))
+
+
+def test_every_call_gets_outputs_of_its_own_that_later_calls_leave_alone():
+    """A call's outputs were allocated by the previous call of its shape on its stream, after
+    that call's launch: each call's tensors are its own (none shares memory with another
+    call's still held), results held across later calls of the same shape keep their values,
+    and calls on another stream and under graph capture get outputs of their own too."""
+    first_raw, second_raw = synthetic(4, seed=6), synthetic(4, seed=7)
+    expected = [nmsbench.batched_nms_from_head(r) for r in (first_raw, second_raw)]
+    gpu = [first_raw.cuda(), second_raw.cuda()]
+    held = [nmsbench.batched_nms_from_head(gpu[k % 2]) for k in range(6)]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        held.append(nmsbench.batched_nms_from_head(gpu[0]))
+    torch.cuda.current_stream().wait_stream(side)
+    graph, captured = capture_graph(lambda: nmsbench.batched_nms_from_head(gpu[1]))
+    graph.replay()
+    held.append(nmsbench.BatchedDetections(*captured))
+    held.append(nmsbench.batched_nms_from_head(gpu[0]))
+    torch.cuda.synchronize()
+    pointers = [t.data_ptr() for det in held for t in det if t.numel()]
+    assert len(set(pointers)) == len(pointers)
+    for k, det in enumerate(held[:6]):
+        assert_same(det, expected[k % 2])
+    assert_same(held[6], expected[0])
+    assert_same(held[7], expected[1])
+    assert_same(held[8], expected[0])
