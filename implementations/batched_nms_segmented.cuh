@@ -237,25 +237,40 @@ __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long lo
     const int segments = total & 0x7ffu, mask_words = total >> 11;
     __syncthreads();
 
-    // 3. the masks: word q is segment s's row first + (q - off) % m against word w0 + (q - off) / m
+    // 3. the masks: word q is segment s's row first + (q - off) % m against word w0 + (q - off) / m.
+    //    g lanes a word (g a power of two: the most that still give each group of g lanes
+    //    one word at most, where the words are few), each testing every g-th of the word's 32
+    //    positions; an OR across the g lanes makes the word. With one thread a word, a usual
+    //    image's hundred candidates were one chain of up to 31 dependent tests per thread.
     const IouThreshold threshold(iou_threshold);
-    for (int q = tid; q < mask_words; q += NMS_THREADS) {
-        int lo = 0, hi = segments - 1;  // the last segment whose words start at or before q
-        while (lo < hi) {
-            const int mid = (lo + hi + 1) / 2;
-            if ((int)f_seg_off[mid] <= q) lo = mid;
-            else hi = mid - 1;
-        }
-        const int first = f_seg_first[lo], last = f_seg_end[lo], m = last - first, local = q - (int)f_seg_off[lo];
-        const int w = first / 32 + local / m, r = first + local % m;
-        if (w < r / 32) continue;  // read by no resolve
-        const Box<A> box = f_box[r];
-        const A area = f_area[r];
-        const int from = max(r + 1, 32 * w), to = min(last, 32 * w + 32);
+    int g = 1;
+    while (g < 32 && mask_words * (2 * g) <= NMS_THREADS) g <<= 1;
+    for (int base = 0; base < mask_words; base += NMS_THREADS / g) {  // block-uniform: every lane shuffles
+        const int q = base + tid / g, k0 = tid % g;
         unsigned int bits = 0u;
-        for (int j = from; j < to; ++j)
-            if (overlaps_decisive(box, area, f_box[j], f_area[j], threshold)) bits |= 1u << (j - 32 * w);
-        f_mask[q] = bits;
+        bool store = false;
+        if (q < mask_words) {
+            int lo = 0, hi = segments - 1;  // the last segment whose words start at or before q
+            while (lo < hi) {
+                const int mid = (lo + hi + 1) / 2;
+                if ((int)f_seg_off[mid] <= q) lo = mid;
+                else hi = mid - 1;
+            }
+            const int first = f_seg_first[lo], last = f_seg_end[lo], m = last - first, local = q - (int)f_seg_off[lo];
+            const int w = first / 32 + local / m, r = first + local % m;
+            if (w >= r / 32) {  // else read by no resolve
+                store = k0 == 0;
+                const Box<A> box = f_box[r];
+                const A area = f_area[r];
+                const int k_from = max(r + 1 - 32 * w, 0), k_to = min(last - 32 * w, 32);
+                int k = k0;
+                if (k < k_from) k += (k_from - k + g - 1) / g * g;  // the first of this lane's positions past r
+                for (; k < k_to; k += g)
+                    if (overlaps_decisive(box, area, f_box[32 * w + k], f_area[32 * w + k], threshold)) bits |= 1u << k;
+            }
+        }
+        for (int d = 1; d < g; d <<= 1) bits |= __shfl_xor_sync(0xffffffffu, bits, d);
+        if (store) f_mask[q] = bits;
     }
     __syncthreads();
 
