@@ -1,6 +1,7 @@
 """Where the batched op's nms_kernel spends one image's time, phase by phase: a copy of
 the kernel whose thread 0 of block 0 reads ``clock64`` at the end of each phase of the
-class-segmented path (the path a usual image takes), run on synthetic YOLOv5 batches;
+class-segmented path (the path a usual image takes), run on synthetic YOLOv5 batches
+(``--block`` stamps another image's block);
 the medians of the phases' SM cycles and the kernels' CUPTI times beside them:
 
     python benchmarks/batched_phases.py --batches 1,8 --calls 200
@@ -31,7 +32,7 @@ from batched_op import CONF, IOU, MAX_DET, kernel_times
 HEADER = r'''
 __device__ unsigned long long phase_stamps[32];
 __device__ int stamp_pass;
-#define STAMP(k) do { if (threadIdx.x == 0 && blockIdx.x == 0) phase_stamps[(k) + 16 * stamp_pass] = clock64(); } while (0)
+#define STAMP(k) do { if (threadIdx.x == 0 && blockIdx.x == STAMP_BLOCK) phase_stamps[(k) + 16 * stamp_pass] = clock64(); } while (0)
 '''
 # (the phase a stamp ends, the kernel line it follows); the first marks the kernel's entry
 STAMPS = [
@@ -40,7 +41,7 @@ STAMPS = [
     ("sort", "    block_sort(key, tie, val, n, p, x_key, x_tie, x_val);\n"),
     ("boxes", "    if (tid < fast_max / 32) f_keep[tid] = 0u;\n    __syncthreads();\n"),
     ("segments", "    const int segments = total & 0x7ffu, mask_words = total >> 11;\n    __syncthreads();\n"),
-    ("masks", "        f_mask[q] = bits;\n    }\n    __syncthreads();\n"),
+    ("masks", "f_mask[q] = bits;\n    }\n    __syncthreads();\n"),
     ("resolve", "removed |= f_mask[off + lane * m + (r - first)];\n        }\n    }\n    __syncthreads();\n"),
     ("keeps' sort", "    block_sort(rank_key, rank_tie, position, (int)detections, q, x_key, x_tie, x_val);\n"),
 ]
@@ -59,8 +60,8 @@ KERNEL = "template <typename T>\n__global__ void __launch_bounds__(NMS_THREADS, 
 PHASES = [name for name, _ in STAMPS[1:]] + ["written"]
 
 
-def instrumented(text: str, twice: bool) -> str:
-    """The module's source with the stamps in (and the path run twice)."""
+def instrumented(text: str, twice: bool, block: int = 0) -> str:
+    """The module's source with the stamps in, on block ``block`` (and the path run twice)."""
     def once(anchor: str) -> None:
         if text.count(anchor) != 1:
             raise SystemExit(f"batched_phases: the kernel no longer has this line once; update STAMPS:\n{anchor}")
@@ -74,7 +75,7 @@ def instrumented(text: str, twice: bool) -> str:
     if twice:
         once(KERNEL)
         text = text.replace(KERNEL, TWICE + KERNEL).replace("if (segmented_nms<T>(", "if (segmented_twice<T>(")
-    return HEADER + text
+    return f"#define STAMP_BLOCK {block}\n" + HEADER + text
 
 
 def main() -> None:
@@ -82,10 +83,11 @@ def main() -> None:
     parser.add_argument("--batches", default="1")
     parser.add_argument("--calls", type=int, default=200, help="stamped calls a batch (medians)")
     parser.add_argument("--twice", action="store_true", help="the path twice in one launch; both passes reported")
+    parser.add_argument("--block", type=int, default=0, help="the image whose block is stamped (default 0)")
     args = parser.parse_args()
     module = batched_nms.CUDA_MODULE
     plain = module.source
-    module.source = lambda: instrumented(plain(), args.twice)  # before the module's first compile
+    module.source = lambda: instrumented(plain(), args.twice, args.block)  # before the module's first compile
     from cupy_backends.cuda.api import runtime
 
     raw64 = torch.from_numpy(synthetic_raw(16, seed=0)).repeat(4, 1, 1)
@@ -112,7 +114,10 @@ def main() -> None:
             passes[0].append(np.diff(stamps[:last + 1]))
             if args.twice:  # the second pass starts where the first wrote its detections (counts are read once)
                 passes[1].append(np.diff(np.concatenate([[stamps[last], stamps[last]], stamps[16 + 2:16 + last + 1]])))
-        print(f"B = {batch}: image 0's {int(first[6][0])} candidates, {int(first[0][0])} detections; "
+        if args.block >= batch:
+            continue
+        image = args.block
+        print(f"B = {batch}: image {image}'s {int(first[6][image])} candidates, {int(first[0][image])} detections; "
               f"CUPTI µs a call {kernel_times(call)}")
         for k, cycles in enumerate(passes):
             medians = np.median(np.array(cycles), axis=0)

@@ -136,6 +136,21 @@ __device__ void block_sort(unsigned long long& key, unsigned int& tie, unsigned 
     __syncthreads();  // x_* are free for the caller
 }
 
+// Bits k of row r's mask word at positions base + k, for this lane's k = k0, k0 + G, ... in
+// [k_from, k_to): set where r's box suppresses that position's (G lanes make one word).
+template <int G, typename A>
+__device__ __forceinline__ unsigned int mask_bits(const Box<A>* f_box, const A* f_area, int r, int base, int k_from,
+                                                  int k_to, int k0, const IouThreshold& threshold) {
+    const Box<A> box = f_box[r];
+    const A area = f_area[r];
+    unsigned int bits = 0u;
+    int k = k0;
+    if (k < k_from) k += (k_from - k + G - 1) / G * G;  // this lane's first position past r
+    for (; k < k_to; k += G)
+        if (overlaps_decisive(box, area, f_box[base + k], f_area[base + k], threshold)) bits |= 1u << k;
+    return bits;
+}
+
 // Greedy NMS per class of image b's n candidates (n <= fast_max, float scores, no
 // pre_nms_top_k cut), the padded outputs written; false (nothing written, block-uniform)
 // where a class does not fit 32 bits. The steps, each over the whole block:
@@ -260,13 +275,15 @@ __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long lo
             const int w = first / 32 + local / m, r = first + local % m;
             if (w >= r / 32) {  // else read by no resolve
                 store = k0 == 0;
-                const Box<A> box = f_box[r];
-                const A area = f_area[r];
                 const int k_from = max(r + 1 - 32 * w, 0), k_to = min(last - 32 * w, 32);
-                int k = k0;
-                if (k < k_from) k += (k_from - k + g - 1) / g * g;  // the first of this lane's positions past r
-                for (; k < k_to; k += g)
-                    if (overlaps_decisive(box, area, f_box[32 * w + k], f_area[32 * w + k], threshold)) bits |= 1u << k;
+                switch (g) {  // block-uniform; a constant stride keeps each loop as tight as one thread's
+                    case 1: bits = mask_bits<1>(f_box, f_area, r, 32 * w, k_from, k_to, 0, threshold); break;
+                    case 2: bits = mask_bits<2>(f_box, f_area, r, 32 * w, k_from, k_to, k0, threshold); break;
+                    case 4: bits = mask_bits<4>(f_box, f_area, r, 32 * w, k_from, k_to, k0, threshold); break;
+                    case 8: bits = mask_bits<8>(f_box, f_area, r, 32 * w, k_from, k_to, k0, threshold); break;
+                    case 16: bits = mask_bits<16>(f_box, f_area, r, 32 * w, k_from, k_to, k0, threshold); break;
+                    default: bits = mask_bits<32>(f_box, f_area, r, 32 * w, k_from, k_to, k0, threshold);
+                }
             }
         }
         for (int d = 1; d < g; d <<= 1) bits |= __shfl_xor_sync(0xffffffffu, bits, d);

@@ -115,7 +115,7 @@ def test_a_captured_graph_keeps_the_inputs_its_call_holds():
     import gc
     import weakref
 
-    data = datasets.generate("clustered", 256, seed=3).to("cuda")
+    data = datasets.generate("clustered", 256, seed=3, classes=2).to("cuda")
     expected = call("hard_fused", data, padded=False).keep
 
     def captured_call():  # holds copies of the inputs that nothing else holds, as a benchmark's builder does
