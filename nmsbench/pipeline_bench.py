@@ -530,7 +530,9 @@ HELP = """Time post-processing from raw detector output to final detections, sta
     pipeline has total only) go to the sweep's CSV schema with benchmark=pipeline, batch,
     stage, candidates, and agreement with the numpy reference. The stages of one source,
     batch, threshold and device are timed together in rotated rounds (--rounds); a stage
-    timed above its total beyond the noise is re-timed once, then flagged noisy.
+    timed above its total beyond the noise is re-timed once, then flagged noisy. Each
+    pipeline runs once more after its timing: other detections than its checked warm-up
+    call's make its rows error rows (no time is reported for work that was not checked).
     """
 
 
