@@ -420,14 +420,10 @@ def test_a_missing_backend_is_backend_unavailable(monkeypatch):
 
 # ------------------------------------------------------------------ the CUDA host side, stubbed
 
-def test_the_cuda_launches_pack_their_kernels_signatures_on_every_path(monkeypatch):
-    """Without a GPU: batched_nms.run's memset and two or three launches, with the driver
-    stubbed, for every layout (YOLOv5 single-label rows through decode_rows_kernel), with
-    and without the global merge and the whole-GPU sort, the spilled detections and the
-    class-segmented path: each launch packs its kernel's C signature, with the sizes the
-    plan promises."""
-    from test_kernel_layout import c_signatures
-
+def stub_cuda_launches(monkeypatch, stream=lambda: 5, capturing=lambda: False):
+    """The CUDA backend's launches, memset and device queries stubbed (CPU tensors stand in
+    for the device's): returns the launches' records (kernel name, argument codes, grid,
+    block, shared bytes, values), the memset sizes and each kernel's cooperative flag."""
     import nmsbench.cuda as _cuda
     from nmsbench.variants import batched_nms as backend
 
@@ -444,14 +440,29 @@ def test_the_cuda_launches_pack_their_kernels_signatures_on_every_path(monkeypat
 
     monkeypatch.setattr(_cuda.CudaModule, "get", lambda self, name, dtype, device: Kernel(name))
     monkeypatch.setattr(_cuda.CompiledLaunch, "__call__", compiled)
-    monkeypatch.setattr(backend, "_current_stream", lambda device: (0, 5))
+    monkeypatch.setattr(backend, "_current_stream", lambda device: (0, stream()))
     monkeypatch.setattr(backend, "opted_in_shared_limit", lambda kernel, device: 227 * 1024)
     monkeypatch.setattr(backend, "resident_blocks", lambda kernel, threads, device: 6 * 132)
     monkeypatch.setattr(backend, "_zero", lambda address, size, stream: zeroed.append(size))
     monkeypatch.setattr(backend, "device_index", lambda device: 0)
     monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0)
-    monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: False)
+    monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", capturing)
     monkeypatch.setattr(backend, "_plans", {})
+    monkeypatch.setattr(backend, "_next_outputs", {})
+    return records, zeroed, cooperative
+
+
+def test_the_cuda_launches_pack_their_kernels_signatures_on_every_path(monkeypatch):
+    """Without a GPU: batched_nms.run's memset and two or three launches, with the driver
+    stubbed, for every layout (YOLOv5 single-label rows through decode_rows_kernel), with
+    and without the global merge and the whole-GPU sort, the spilled detections and the
+    class-segmented path: each launch packs its kernel's C signature, with the sizes the
+    plan promises."""
+    from test_kernel_layout import c_signatures
+
+    from nmsbench.variants import batched_nms as backend
+
+    records, zeroed, cooperative = stub_cuda_launches(monkeypatch)
     signatures = c_signatures(backend.CUDA_MODULE.source())
     common = dict(cxcywh=True, class_agnostic=False, iou_threshold=0.5, score_threshold=0.25, max_per_class=300,
                   top_k=batched.INT32_MAX)
@@ -501,6 +512,44 @@ def test_the_cuda_launches_pack_their_kernels_signatures_on_every_path(monkeypat
     backend.run(torch.zeros(3, 40000, 4), torch.zeros(3, 40000, 2), None, layout="scores", n=40000, classes=2,
                 multi_label=False, max_output=backend.GRAPH_MIN_OUTPUT, capacity=40000, wide=False, **common)
     assert [r[0] for r in records] == ["decode_kernel", "nms_kernel"] and records[-1][-1][9:11] == (2**31 - 1, 0)
+
+
+def test_each_call_writes_outputs_of_its_own_that_the_previous_call_allocated(monkeypatch):
+    """A call takes the output set that the previous call of its shape on its stream
+    allocated after its nms launch, and leaves one for the next: the nms launch gets the
+    returned tensors' addresses, no two calls share an output, a set is only taken on the
+    stream it was made for, and under graph capture none is taken or left."""
+    from nmsbench.variants import batched_nms as backend
+
+    stream, capturing = [5], [False]
+    records, _, _ = stub_cuda_launches(monkeypatch, stream=lambda: stream[0], capturing=lambda: capturing[0])
+    data = torch.zeros(2, 100, 85)
+
+    def call():
+        return backend.run(data, None, None, layout="yolov5", cxcywh=True, n=100, classes=80, multi_label=False,
+                           class_agnostic=False, iou_threshold=0.5, score_threshold=0.25, max_output=300,
+                           max_per_class=300, top_k=batched.INT32_MAX, capacity=100)
+
+    def addresses(outputs):
+        return tuple(t.data_ptr() for t in outputs)
+
+    held = []
+    for s, capture in ((5, False), (5, False), (6, False), (5, False), (5, True), (6, False), (5, False)):
+        stream[0], capturing[0] = s, capture
+        before = {key[1]: addresses(value[0]) for key, value in backend._next_outputs.items()}
+        outputs = call()
+        assert records[-1][0] == "nms_kernel" and records[-1][-1][-7:] == addresses(outputs)
+        after = {key[1]: addresses(value[0]) for key, value in backend._next_outputs.items()}
+        if capture:  # a fresh set, and the ones waiting are left as they were
+            assert addresses(outputs) not in before.values() and after == before
+        else:
+            assert addresses(outputs) == before.get(s, addresses(outputs))  # the set made for it, if any
+            assert after[s] != addresses(outputs) and {k: v for k, v in after.items() if k != s} == {
+                k: v for k, v in before.items() if k != s}
+        held.append(outputs)
+    pointers = [p for outputs in held for p in addresses(outputs)]
+    assert len(set(pointers)) == len(pointers)  # every call's outputs are its own
+    assert [o[1].shape for o in held] == [(2, 300, 4)] * len(held)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
