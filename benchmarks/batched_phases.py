@@ -41,7 +41,7 @@ STAMPS = [
     ("sort", "    block_sort(key, tie, val, n, p, x_key, x_tie, x_val);\n"),
     ("boxes", "    if (tid < fast_max / 32) f_keep[tid] = 0u;\n    __syncthreads();\n"),
     ("segments", "    const int segments = total & 0x7ffu, mask_words = total >> 11;\n    __syncthreads();\n"),
-    ("masks", "f_mask[q] = bits;\n    }\n    __syncthreads();\n"),
+    ("masks", "    __syncthreads();\n\n    // 4. a warp a segment\n"),
     ("resolve", "removed |= f_mask[off + lane * m + (r - first)];\n        }\n    }\n    __syncthreads();\n"),
     ("keeps' sort", "    block_sort(rank_key, rank_tie, position, (int)detections, q, x_key, x_tie, x_val);\n"),
 ]
