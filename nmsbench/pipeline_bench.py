@@ -350,22 +350,24 @@ def _run_group(known: dict, members: list, device: str, raw: np.ndarray, config:
             yield from _rows(contender, outcome, device, retimed, flags)
 
 
-def _changed(after: list, before: list) -> str:
-    """Why a pipeline's detections after its timing are not its warm-up call's ("" when they are)."""
-    agreement = compare_detections(after, before)
+def _difference(detections: list, checked: list) -> str:
+    """How ``detections`` differ from the ``checked`` ones ("" where they are identical)."""
+    agreement = compare_detections(detections, checked)
     if agreement["jaccard"] == 1.0 and not agreement["mismatched"]:
         return ""
-    return (f"its detections after timing differ from its checked warm-up call's (Jaccard {agreement['jaccard']:.4f}, "
-            f"{agreement['extra']} extra, {agreement['missing']} missing, {agreement['mismatched']} changed): the timed "
-            "calls did not compute what was checked, so their times are not reported")
+    return (f"Jaccard {agreement['jaccard']:.4f}, {agreement['extra']} extra, {agreement['missing']} missing, "
+            f"{agreement['mismatched']} changed")
 
 
 def _rechecked(built: dict) -> str:
-    """Runs a pipeline once more after its timing: :func:`_changed`, or the error that call raised."""
+    """Runs a pipeline once more after its timing: why its times cannot be reported ("" where
+    its detections are still its checked warm-up call's)."""
     try:
-        return built["recheck"]()
+        difference = built["recheck"]()
     except Exception as exc:
         return f"its call after timing failed: {error_text(exc)}"
+    return difference and (f"its detections after timing differ from its checked warm-up call's ({difference}): the "
+                           "timed calls did not compute what was checked, so their times are not reported")
 
 
 def _build(pipeline: Pipeline, name: str, device: str, raw: np.ndarray, config: PipelineConfig, reference,
@@ -383,7 +385,7 @@ def _build(pipeline: Pipeline, name: str, device: str, raw: np.ndarray, config: 
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated() - before
     built |= {"agreement": compare_detections(detections, reference), "peak": peak, "skipped": {},
-              "recheck": lambda: _changed(prepared.detections(), detections)}
+              "recheck": lambda: _difference(prepared.detections(), detections)}
     ops = {"total": prepared.run}
     if "decode" in prepared.stages:
         candidates = prepared.decode()
@@ -391,9 +393,9 @@ def _build(pipeline: Pipeline, name: str, device: str, raw: np.ndarray, config: 
 
     def same_detections(timer: str, output) -> None:
         output = output if isinstance(output, list) else prepared.finish(output)  # api: run_pipeline's detections
-        agreement = compare_detections(output, detections)
-        if agreement["jaccard"] != 1.0 or agreement["mismatched"]:
-            raise RuntimeError(f"the {timer} timer's call gives other detections than the pipeline's")
+        difference = _difference(output, detections)
+        if difference:
+            raise RuntimeError(f"the {timer} timer's call gives other detections than the pipeline's ({difference})")
 
     for stage in stages:
         public = (lambda: run_pipeline(name, raw, config, device)) if stage.stage == "total" else None
