@@ -43,7 +43,7 @@ STAMPS = [
     ("segments", "    const int segments = total & 0x7ffu, mask_words = total >> 11;\n    __syncthreads();\n"),
     ("masks", "    __syncthreads();\n\n    // 4. a warp a segment\n"),
     ("resolve", "removed |= f_mask[off + lane * m + (r - first)];\n        }\n    }\n    __syncthreads();\n"),
-    ("keeps' sort", "    block_sort(rank_key, rank_tie, position, (int)detections, q, x_key, x_tie, x_val);\n"),
+    ("keeps staged", "        staged_val[e] = tid;\n    }\n    __syncthreads();\n"),
 ]
 WRITTEN = "    if (tid == 0) num_detections[b] = output;\n    return true;"  # the last stamp goes before it
 TWICE = r'''

@@ -748,7 +748,7 @@ __device__ __forceinline__ void pad_detections(int b, int first, int max_output,
 
 template <typename T>
 __global__ void __launch_bounds__(NMS_THREADS, 1) nms_kernel(
-    const unsigned int* counts, const unsigned long long* keys, const int* cands, const long long* cand_classes,
+    unsigned int* counts, const unsigned long long* keys, const int* cands, const long long* cand_classes,
     const typename Arith<T>::type* cand_boxes, const typename Arith<T>::type* cand_scores, int capacity,
     int sort_capacity, int fast_max, int wide_min, int graph, unsigned long long* sort_keys,
     unsigned int* sort_slots, const int* state,
@@ -778,6 +778,7 @@ __global__ void __launch_bounds__(NMS_THREADS, 1) nms_kernel(
     const int* image_cands = cands + image;
     if (tid == 0) {
         const unsigned int count = counts[b];
+        counts[b] = 0u;  // zeroed for the next call that keeps this scratch (batched_nms.py, _kept_scratch)
         num_candidates[b] = count;
         overflow[b] = count > (unsigned int)capacity;
         s_count = count > (unsigned int)capacity ? 0 : (int)count;  // an overflowing image gives no detections

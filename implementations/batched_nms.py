@@ -21,6 +21,9 @@ depends on the data, so it can be captured in a CUDA graph:
 The memset and the decode are queued before the outputs are taken, so the GPU starts
 while the host works; the outputs were allocated by the previous call of the same shape
 on the same stream, after its nms launch (``_next_outputs``), or now on a first call.
+An eager call without the whole-GPU pass also takes the scratch that the previous call
+of its shape on its stream left (``_kept_scratch``): nms_kernel zeroes each image's
+counter once it has read it, so that call needs neither an allocation nor the memset.
 Outputs and scratch are torch allocations (one for the scratch). Inputs are validated by
 ``nmsbench.batched`` before they get here. Why the kernels are built this way:
 implementations/DESIGN.md.
@@ -246,6 +249,7 @@ class _Plan:
             self.scratch_offsets[name] = offset
             offset += -(-count * item.itemsize // Scratch.ALIGN) * Scratch.ALIGN
         self.scratch_bytes = max(offset, 1)
+        self.keeps_scratch = not self.wide and self.scratch_bytes <= KEPT_SCRATCH_BYTES
         o = self.scratch_offsets
         self.counts_offset = o["counts"]
         self.zeroed_bytes = 4 * (batch + WIDE_WORDS if self.wide else batch)
@@ -268,6 +272,18 @@ _runtime = None  # cupy_backends' runtime API, imported on the first call
 # while a CUDA graph is captured.
 _next_outputs: dict = {}
 NEXT_OUTPUTS_KEPT = 64  # sets held at most before the cache is emptied
+# Scratch left by eager calls, one per (plan, raw stream), for plans without the whole-GPU
+# pass (whose grid barrier and round counters the memset also zeroes) and of at most
+# KEPT_SCRATCH_BYTES: nms_kernel zeroes each image's candidate counter once it has read
+# it, so the next call on that stream finds its counters zeroed, after the previous call's
+# kernels in stream order, and skips the scratch's allocation and the memset, host steps
+# that a batch of one's eager call waits on. A call takes the scratch out of the cache
+# and puts it back after its nms launch: two threads calling on one stream never share
+# one, and a call that fails between the two leaves none behind. Under graph capture none
+# is taken or left (the graph's scratch belongs to its pool, zeroed by its memset node).
+_kept_scratch: dict = {}
+KEPT_SCRATCH_BYTES = 16 * 2**20
+KEPT_SCRATCH_SETS = 8  # scratch held at most before the cache is emptied
 
 
 def _zero(address: int, size: int, stream: int) -> None:
@@ -304,17 +320,22 @@ def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | 
     plan = cached_plan(_plans, (dtype, device_index(device), batch, n, capacity, max_output, sort_capacity,
                                 rows_kernel, fast_max, rows_per_thread, wide, graph), _Plan, dtype, device, batch, n,
                        capacity, max_output, sort_capacity, rows_kernel, fast_max, rows_per_thread, wide, graph)
+    index, stream = _current_stream(device)
+    capturing = torch._C._cuda_isCurrentStreamCapturing()
+    keep = plan.keeps_scratch and not capturing
     # The scratch must outlive the kernels: torch's allocator is stream-ordered, so freeing
     # it when this call returns (on this stream) only lets later work on the stream reuse it.
-    memory = torch.empty(plan.scratch_bytes, dtype=torch.uint8, device=device)
+    memory = _kept_scratch.pop((plan, stream), None) if keep else None
+    fresh = memory is None
+    if fresh:
+        memory = torch.empty(plan.scratch_bytes, dtype=torch.uint8, device=device)
     base = memory.data_ptr()
     counts = base + plan.counts_offset
     records = tuple(base + offset for offset in plan.record_offsets)
-    index, stream = _current_stream(device)
-    if torch._C._cuda_getDevice() != index:
+    if fresh and torch._C._cuda_getDevice() != index:
         with torch.cuda.device(device):
             _zero(counts, plan.zeroed_bytes, stream)
-    else:
+    elif fresh:
         _zero(counts, plan.zeroed_bytes, stream)
     if plan.rows_kernel:
         plan.decode(stream, data.data_ptr(), batch, n, classes, plan.rows_per_thread, float(score_threshold), capacity,
@@ -329,13 +350,16 @@ def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | 
         plan.wide_sort(stream, counts, *records[:4], batch, capacity, plan.wide_min, int(plan.graph),
                        int(class_agnostic), float(iou_threshold), top_k, *nms_buffers[:2],
                        *(0 if offset is None else base + offset for offset in plan.graph_offsets), counts + 4 * batch)
-    capturing = torch._C._cuda_isCurrentStreamCapturing()
     ready = None if capturing else _next_outputs.pop((plan, stream), None)
     outputs, addresses = ready or _outputs_and_addresses(batch, max_output, dtype, device)  # while the GPU decodes
     plan.nms(stream, counts, *records, capacity, plan.sort_capacity, plan.fast_max, plan.wide_min, int(plan.graph),
              *nms_buffers,
              classes, int(multi_label), int(class_agnostic), float(iou_threshold), max_output, max_per_class, top_k,
              *addresses)
+    if keep:  # its counters are zero once this call's nms_kernel has run
+        if len(_kept_scratch) >= KEPT_SCRATCH_SETS:
+            _kept_scratch.clear()
+        _kept_scratch[plan, stream] = memory
     if not capturing:  # the next call's outputs, while the GPU runs this one's NMS
         if len(_next_outputs) >= NEXT_OUTPUTS_KEPT:
             _next_outputs.clear()

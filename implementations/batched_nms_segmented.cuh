@@ -319,29 +319,55 @@ __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long lo
     }
     __syncthreads();
 
-    // 5. the keeps in rank order: score key << 32 | tie, unique
-    const bool kept = tid < n && ((f_keep[tid / 32] >> (tid % 32)) & 1u);
-    unsigned int detections;
-    const unsigned int e = block_exclusive_sum(kept ? 1u : 0u, f_scan, detections);
-    if (kept) {
+    // 5. the keeps in rank order (score key << 32 | tie, unique), staged in position order:
+    //    each thread finds its keep's place among them from the keep bits, no scan. Up to
+    //    COUNT_SORT_MAX keeps, NMS_THREADS / q threads share a keep and count the keeps that
+    //    rank before it, and the first writes it there: one barrier in all, where a scan and
+    //    the block sort took seven for a usual image's few keeps. More keeps take the sort.
+    const int keep_words = (n + 31) / 32;
+    int detections = 0, e = 0;
+    for (int w = 0; w < keep_words; ++w) {  // every thread: the same total
+        const int bits = __popc(f_keep[w]);
+        detections += bits;
+        if (w < tid / 32) e += bits;
+    }
+    if (tid < n && ((f_keep[tid / 32] >> (tid % 32)) & 1u)) {
+        e += __popc(f_keep[tid / 32] & ((1u << (tid % 32)) - 1u));
         staged_key[e] = (key << 32) | tie;
         staged_val[e] = tid;
     }
     __syncthreads();
-    unsigned long long rank_key = 0ull;
-    unsigned int rank_tie = 0u, position = 0xffffffffu;
-    if (tid < (int)detections) {
-        rank_key = staged_key[tid];
-        position = staged_val[tid];
-    }
+    const int output = min(detections, max_output);
     int q = 32;
-    while (q < (int)detections) q <<= 1;
-    block_sort(rank_key, rank_tie, position, (int)detections, q, x_key, x_tie, x_val);
-    const int output = min((int)detections, max_output);
-    if (tid < output) {
-        const long long row = image + f_slot[position];
-        write_detection((long long)b * max_output + tid, f_box[position], cand_scores[row], cand_classes[row], cands[row],
-                        multi_label, classes, out_boxes, out_scores, out_classes, out_indices);
+    while (q < detections) q <<= 1;
+    if (detections <= COUNT_SORT_MAX) {  // block-uniform
+        const int share = NMS_THREADS / q, entry = tid / share;
+        int before = 0;
+        unsigned long long mine = 0ull;
+        if (entry < detections) {
+            mine = staged_key[entry];
+            for (int j = tid % share; j < detections; j += share) before += staged_key[j] > mine;
+        }
+        for (int d = share / 2; d > 0; d >>= 1) before += __shfl_xor_sync(0xffffffffu, before, d);  // whole warps
+        if (entry < detections && tid % share == 0 && before < output) {
+            const unsigned int position = staged_val[entry];
+            const long long row = image + f_slot[position];
+            write_detection((long long)b * max_output + before, f_box[position], cand_scores[row], cand_classes[row],
+                            cands[row], multi_label, classes, out_boxes, out_scores, out_classes, out_indices);
+        }
+    } else {
+        unsigned long long rank_key = 0ull;
+        unsigned int rank_tie = 0u, position = 0xffffffffu;
+        if (tid < detections) {
+            rank_key = staged_key[tid];
+            position = staged_val[tid];
+        }
+        block_sort(rank_key, rank_tie, position, detections, q, x_key, x_tie, x_val);
+        if (tid < output) {
+            const long long row = image + f_slot[position];
+            write_detection((long long)b * max_output + tid, f_box[position], cand_scores[row], cand_classes[row],
+                            cands[row], multi_label, classes, out_boxes, out_scores, out_classes, out_indices);
+        }
     }
     pad_detections(b, output, max_output, out_boxes, out_scores, out_classes, out_indices);
     if (tid == 0) num_detections[b] = output;

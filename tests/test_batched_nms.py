@@ -449,6 +449,7 @@ def stub_cuda_launches(monkeypatch, stream=lambda: 5, capturing=lambda: False):
     monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", capturing)
     monkeypatch.setattr(backend, "_plans", {})
     monkeypatch.setattr(backend, "_next_outputs", {})
+    monkeypatch.setattr(backend, "_kept_scratch", {})
     return records, zeroed, cooperative
 
 
@@ -473,6 +474,7 @@ def test_the_cuda_launches_pack_their_kernels_signatures_on_every_path(monkeypat
             ("yolov8", torch.zeros(3, 84, 100), None, 100, 80, False)):
         for max_output in (300, backend.KEPT_CACHE + 1, backend.GRAPH_MIN_OUTPUT):
             records.clear()
+            backend._kept_scratch.clear()  # a fresh scratch: the memset below
             outputs = backend.run(data, scores, None, layout=layout, n=n, classes=classes, multi_label=multi_label,
                                   max_output=max_output, capacity=n, **common)
             rows = layout == "yolov5" and not multi_label
@@ -550,6 +552,64 @@ def test_each_call_writes_outputs_of_its_own_that_the_previous_call_allocated(mo
     pointers = [p for outputs in held for p in addresses(outputs)]
     assert len(set(pointers)) == len(pointers)  # every call's outputs are its own
     assert [o[1].shape for o in held] == [(2, 300, 4)] * len(held)
+
+
+def test_an_eager_call_takes_the_zeroed_scratch_that_the_previous_call_on_its_stream_left(monkeypatch):
+    """Without the whole-GPU pass, an eager call reuses the scratch that the previous call
+    of its shape on its stream left (nms_kernel leaves its counters zeroed): no memset, the
+    same counters. A first call, another stream, a graph capture, a wide plan, a scratch
+    above KEPT_SCRATCH_BYTES and a call that failed before its nms launch each get a fresh,
+    zeroed scratch; the capture leaves the kept one as it was."""
+    from nmsbench.variants import batched_nms as backend
+
+    stream, capturing, failing = [5], [False], [False]
+    records, zeroed, _ = stub_cuda_launches(monkeypatch, stream=lambda: stream[0], capturing=lambda: capturing[0])
+    launch = backend.CompiledLaunch.__call__
+
+    def maybe_failing(self, stream, *values):
+        if failing[0] and self.function.name == "nms_kernel":
+            raise RuntimeError("launch failed")
+        launch(self, stream, *values)
+
+    monkeypatch.setattr(backend.CompiledLaunch, "__call__", maybe_failing)
+    common = dict(cxcywh=True, multi_label=False, class_agnostic=False, iou_threshold=0.5, score_threshold=0.25,
+                  max_output=300, max_per_class=300, top_k=batched.INT32_MAX)
+    head, boxes, scores = torch.zeros(2, 100, 85), torch.zeros(2, 40000, 4), torch.zeros(2, 40000, 2)
+
+    def call(wide=False):
+        zeroed.clear()
+        if wide:  # a buffer beyond one block's sort: the whole-GPU pass, whose counters the memset zeroes
+            backend.run(boxes, scores, None, layout="scores", n=40000, classes=2, capacity=40000, **common)
+        else:
+            backend.run(head, None, None, layout="yolov5", n=100, classes=80, capacity=100, **common)
+        return records[-1][-1][0], zeroed[:]  # the counters' address, the memsets
+
+    first, memsets = call()
+    assert memsets == [4 * 2]
+    assert call() == (first, [])  # the same scratch, already zeroed
+    assert call() == (first, [])
+    stream[0] = 6
+    other, memsets = call()
+    assert other != first and memsets == [4 * 2]
+    stream[0], capturing[0] = 5, True
+    captured, memsets = call()
+    assert captured not in (first, other) and memsets == [4 * 2]
+    capturing[0] = False
+    assert call() == (first, [])  # the capture left stream 5's scratch as it was
+    failing[0] = True
+    with pytest.raises(RuntimeError, match="launch failed"):
+        call()
+    failing[0] = False
+    after_failure, memsets = call()
+    assert memsets == [4 * 2]  # the failed call took the kept scratch with it: a fresh one, zeroed
+    assert call() == (after_failure, [])
+    for _ in range(2):  # the whole-GPU pass: a memset every call, nothing kept
+        assert call(wide=True)[1] == [4 * (2 + 4)]
+    assert len(backend._kept_scratch) == 2  # streams 5 and 6, the head's plan
+    monkeypatch.setattr(backend, "KEPT_SCRATCH_BYTES", 1024)
+    backend._plans.clear()
+    for _ in range(2):  # too large to keep
+        assert call()[1] == [4 * 2]
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])

@@ -375,3 +375,31 @@ def test_every_call_gets_outputs_of_its_own_that_later_calls_leave_alone():
     assert_same(held[6], expected[0])
     assert_same(held[7], expected[1])
     assert_same(held[8], expected[0])
+
+
+def test_eager_calls_reuse_a_scratch_that_nms_kernel_leaves_zeroed():
+    """An eager call leaves its scratch for the next call of its shape on its stream, with
+    every image's candidate counter zeroed by nms_kernel: calls on inputs with more, then
+    fewer, then no candidates each equal the CPU backend, and after each the kept counters
+    read zero; a graph captured meanwhile (its own scratch) replays correctly."""
+    from nmsbench.variants import batched_nms as backend
+
+    raws = [synthetic(4, seed=8), synthetic(4, seed=9), synthetic(4, seed=8) * 0.0]
+    backend._kept_scratch.clear()
+    for k, raw in enumerate([*raws, raws[1], raws[0]]):
+        det = nmsbench.batched_nms_from_head(raw.cuda(), score_threshold=0.1)
+        torch.cuda.synchronize()
+        assert_same(det, nmsbench.batched_nms_from_head(raw, score_threshold=0.1))
+        assert (det.num_candidates > 0).any() == (k != 2)
+        stream = torch.cuda.current_stream().cuda_stream
+        (plan, memory), = [(p, m) for (p, s), m in backend._kept_scratch.items() if s == stream]
+        counts = memory[plan.counts_offset:plan.counts_offset + 4 * 4].view(torch.int32)
+        assert counts.tolist() == [0, 0, 0, 0]
+        if k == 1:
+            static = raws[0].cuda()
+            graph, captured = capture_graph(lambda: nmsbench.batched_nms_from_head(static, score_threshold=0.1))
+            for _ in range(2):
+                graph.replay()
+                torch.cuda.synchronize()
+                assert_same(nmsbench.BatchedDetections(*captured),
+                            nmsbench.batched_nms_from_head(raws[0], score_threshold=0.1))
