@@ -217,6 +217,7 @@ def sanitize() -> None:
     raw = torch.from_numpy(synthetic_raw(2, seed=3))
     raw = raw[:, ::8].contiguous().cuda()  # 3150 rows
     nmsbench.batched_nms_from_head(raw)
+    nmsbench.batched_nms_from_head(raw * 0.9)  # the same shape: the scratch the last call left, counters zeroed
     for rows_per_thread in (1, 4):  # decode_rows_kernel, every row listed
         batched_nms.run(raw, None, None, layout="yolov5", cxcywh=True, n=raw.shape[1], classes=80, multi_label=False,
                         class_agnostic=False, iou_threshold=0.45, score_threshold=-1.0, max_output=300,
