@@ -20,7 +20,8 @@ depends on the data, so it can be captured in a CUDA graph:
 
 The memset and the decode are queued before the outputs are taken, so the GPU starts
 while the host works; the outputs were allocated by the previous call of the same shape
-on the same stream, after its nms launch (``_next_outputs``), or now on a first call.
+on the same stream, after its nms launch (``_next_outputs``, several sets at a time), or
+now on a first call.
 An eager call without the whole-GPU pass also takes the scratch that the previous call
 of its shape on its stream left (``_kept_scratch``): nms_kernel zeroes each image's
 counter once it has read it, so that call needs neither an allocation nor the memset.
@@ -263,15 +264,20 @@ class _Plan:
 
 _plans: dict = {}
 _runtime = None  # cupy_backends' runtime API, imported on the first call
-# Outputs allocated ahead, with their addresses, one set per (plan, raw stream): a call
-# takes the set that the previous call of its shape on its stream allocated after that
-# call's nms launch (while the GPU worked), and leaves one for the next call the same way.
-# So a call's seven output allocations are off the path to its nms launch, where a batch
-# of one waits on them. Only a set made on the call's own stream is taken (torch's
-# allocator gives a freed block back to the stream it was made on); none is taken or made
-# while a CUDA graph is captured.
+# Outputs allocated ahead, with their addresses, a list of sets per (plan, raw stream): a
+# call takes a set that an earlier call of its shape on its stream allocated after its nms
+# launch (while the GPU worked). A call that leaves the list empty allocates the next
+# sets, up to OUTPUT_SETS at once: seven tensors of [sets, ...], unbound into each set's
+# own views, so a call's share of the seven allocations is a fraction of one. Both keep
+# host work off a batch of one's eager call, which waits on every host step (its nms
+# launch, then the synchronization). A held result keeps its chunk's memory, so a chunk
+# is at most OUTPUT_CHUNK_BYTES. Only a set made on the call's own stream is taken
+# (torch's allocator gives a freed block back to the stream it was made on); none is
+# taken or made while a CUDA graph is captured.
 _next_outputs: dict = {}
-NEXT_OUTPUTS_KEPT = 64  # sets held at most before the cache is emptied
+NEXT_OUTPUTS_KEPT = 64  # lists held at most before the cache is emptied
+OUTPUT_SETS = 16
+OUTPUT_CHUNK_BYTES = 2**20
 # Scratch left by eager calls, one per (plan, raw stream), for plans without the whole-GPU
 # pass (whose grid barrier and round counters the memset also zeroes) and of at most
 # KEPT_SCRATCH_BYTES: nms_kernel zeroes each image's candidate counter once it has read
@@ -315,7 +321,7 @@ def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | 
     resolves those beyond ``GRAPH_MIN_CANDIDATES`` (None: from ``GRAPH_MIN_OUTPUT``)."""
     device, dtype, batch = data.device, data.dtype, data.shape[0]
     if batch == 0:
-        return _outputs(batch, max_output, dtype, device)
+        return _output_sets(batch, max_output, dtype, device, 1)[0][0]
     rows_kernel = layout == "yolov5" and not multi_label
     plan = cached_plan(_plans, (dtype, device_index(device), batch, n, capacity, max_output, sort_capacity,
                                 rows_kernel, fast_max, rows_per_thread, wide, graph), _Plan, dtype, device, batch, n,
@@ -350,8 +356,15 @@ def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | 
         plan.wide_sort(stream, counts, *records[:4], batch, capacity, plan.wide_min, int(plan.graph),
                        int(class_agnostic), float(iou_threshold), top_k, *nms_buffers[:2],
                        *(0 if offset is None else base + offset for offset in plan.graph_offsets), counts + 4 * batch)
-    ready = None if capturing else _next_outputs.pop((plan, stream), None)
-    outputs, addresses = ready or _outputs_and_addresses(batch, max_output, dtype, device)  # while the GPU decodes
+    ready = None
+    if not capturing:
+        sets = _next_outputs.get((plan, stream))
+        if sets:
+            try:
+                ready = sets.pop()
+            except IndexError:  # another thread took the last one
+                pass
+    outputs, addresses = ready or _output_sets(batch, max_output, dtype, device, 1)[0]  # while the GPU decodes
     plan.nms(stream, counts, *records, capacity, plan.sort_capacity, plan.fast_max, plan.wide_min, int(plan.graph),
              *nms_buffers,
              classes, int(multi_label), int(class_agnostic), float(iou_threshold), max_output, max_per_class, top_k,
@@ -360,26 +373,33 @@ def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | 
         if len(_kept_scratch) >= KEPT_SCRATCH_SETS:
             _kept_scratch.clear()
         _kept_scratch[plan, stream] = memory
-    if not capturing:  # the next call's outputs, while the GPU runs this one's NMS
+    if not capturing and not _next_outputs.get((plan, stream)):  # while the GPU runs this one's NMS
         if len(_next_outputs) >= NEXT_OUTPUTS_KEPT:
             _next_outputs.clear()
-        _next_outputs[plan, stream] = _outputs_and_addresses(batch, max_output, dtype, device)
+        _next_outputs[plan, stream] = _output_sets(batch, max_output, dtype, device,
+                                                   output_sets_for(batch, max_output, dtype))
     del memory
     return outputs
 
 
-def _outputs_and_addresses(batch: int, max_output: int, dtype: torch.dtype, device: torch.device):
-    """(:func:`_outputs`, their device addresses)."""
-    outputs = _outputs(batch, max_output, dtype, device)
-    return outputs, tuple(t.data_ptr() for t in outputs)
+def output_sets_for(batch: int, max_output: int, dtype: torch.dtype) -> int:
+    """How many output sets one allocation makes: OUTPUT_SETS, fewer where they would take
+    more than OUTPUT_CHUNK_BYTES (at least one)."""
+    per_set = batch * (8 + 1 + 8) + batch * max_output * (5 * dtype.itemsize + 16)
+    return max(1, min(OUTPUT_SETS, OUTPUT_CHUNK_BYTES // max(per_set, 1)))
 
 
-def _outputs(batch: int, max_output: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """Uninitialised (num_detections, boxes, scores, classes, indices, overflow, num_candidates)."""
-    return (torch.empty(batch, dtype=torch.int64, device=device),
-            torch.empty(batch, max_output, 4, dtype=dtype, device=device),
-            torch.empty(batch, max_output, dtype=dtype, device=device),
-            torch.empty(batch, max_output, dtype=torch.int64, device=device),
-            torch.empty(batch, max_output, dtype=torch.int64, device=device),
-            torch.empty(batch, dtype=torch.bool, device=device),
-            torch.empty(batch, dtype=torch.int64, device=device))
+def _output_sets(batch: int, max_output: int, dtype: torch.dtype, device: torch.device,
+                 count: int) -> list[tuple[tuple[torch.Tensor, ...], tuple[int, ...]]]:
+    """``count`` sets of uninitialised outputs (num_detections, boxes, scores, classes,
+    indices, overflow, num_candidates), each with its device addresses: one allocation a
+    field for all of them, each set's tensors views of its own part."""
+    fields = (torch.empty(count, batch, dtype=torch.int64, device=device),
+              torch.empty(count, batch, max_output, 4, dtype=dtype, device=device),
+              torch.empty(count, batch, max_output, dtype=dtype, device=device),
+              torch.empty(count, batch, max_output, dtype=torch.int64, device=device),
+              torch.empty(count, batch, max_output, dtype=torch.int64, device=device),
+              torch.empty(count, batch, dtype=torch.bool, device=device),
+              torch.empty(count, batch, dtype=torch.int64, device=device))
+    sets = list(zip(*(field.unbind(0) for field in fields)))
+    return [(outputs, tuple(t.data_ptr() for t in outputs)) for outputs in sets]

@@ -516,15 +516,18 @@ def test_the_cuda_launches_pack_their_kernels_signatures_on_every_path(monkeypat
     assert [r[0] for r in records] == ["decode_kernel", "nms_kernel"] and records[-1][-1][9:11] == (2**31 - 1, 0)
 
 
-def test_each_call_writes_outputs_of_its_own_that_the_previous_call_allocated(monkeypatch):
-    """A call takes the output set that the previous call of its shape on its stream
-    allocated after its nms launch, and leaves one for the next: the nms launch gets the
-    returned tensors' addresses, no two calls share an output, a set is only taken on the
-    stream it was made for, and under graph capture none is taken or left."""
+def test_each_call_writes_outputs_of_its_own_that_an_earlier_call_allocated(monkeypatch):
+    """A call takes an output set that an earlier call of its shape on its stream allocated
+    after its nms launch, OUTPUT_SETS at a time (fewer where a chunk would pass
+    OUTPUT_CHUNK_BYTES), and the call that takes the last allocates the next: the nms
+    launch gets the returned tensors' addresses, no two calls share an output, a set is
+    only taken on the stream it was made for, and under graph capture none is taken or
+    made."""
     from nmsbench.variants import batched_nms as backend
 
     stream, capturing = [5], [False]
     records, _, _ = stub_cuda_launches(monkeypatch, stream=lambda: stream[0], capturing=lambda: capturing[0])
+    monkeypatch.setattr(backend, "OUTPUT_SETS", 3)
     data = torch.zeros(2, 100, 85)
 
     def call():
@@ -535,23 +538,40 @@ def test_each_call_writes_outputs_of_its_own_that_the_previous_call_allocated(mo
     def addresses(outputs):
         return tuple(t.data_ptr() for t in outputs)
 
+    def waiting():
+        return {key[1]: [addresses(outputs) for outputs, _ in sets] for key, sets in backend._next_outputs.items()}
+
     held = []
-    for s, capture in ((5, False), (5, False), (6, False), (5, False), (5, True), (6, False), (5, False)):
+    plan = [(5, False)] + [(5, False)] * 4 + [(6, False), (5, True), (5, False), (6, False), (5, False), (5, False)]
+    for s, capture in plan:
         stream[0], capturing[0] = s, capture
-        before = {key[1]: addresses(value[0]) for key, value in backend._next_outputs.items()}
+        before = waiting()
         outputs = call()
         assert records[-1][0] == "nms_kernel" and records[-1][-1][-7:] == addresses(outputs)
-        after = {key[1]: addresses(value[0]) for key, value in backend._next_outputs.items()}
+        after = waiting()
+        others = {k: v for k, v in before.items() if k != s}
+        assert {k: v for k, v in after.items() if k != s} == others  # other streams' sets left alone
         if capture:  # a fresh set, and the ones waiting are left as they were
-            assert addresses(outputs) not in before.values() and after == before
-        else:
-            assert addresses(outputs) == before.get(s, addresses(outputs))  # the set made for it, if any
-            assert after[s] != addresses(outputs) and {k: v for k, v in after.items() if k != s} == {
-                k: v for k, v in before.items() if k != s}
+            assert after == before and all(addresses(outputs) not in v for v in before.values())
+        elif before.get(s):  # a waiting set, taken; the last one taken: three more made
+            assert addresses(outputs) == before[s][-1]
+            if len(before[s]) > 1:
+                assert after[s] == before[s][:-1]
+            else:
+                assert len(after[s]) == 3 and not set(after[s]) & set(before[s])
+        else:  # the first call on this stream: a set of its own, then three for the next calls
+            assert len(after[s]) == 3 and addresses(outputs) not in after[s]
         held.append(outputs)
     pointers = [p for outputs in held for p in addresses(outputs)]
     assert len(set(pointers)) == len(pointers)  # every call's outputs are its own
     assert [o[1].shape for o in held] == [(2, 300, 4)] * len(held)
+    assert [len(o) for o in held] == [7] * len(held)
+    # a chunk of fewer sets where OUTPUT_SETS of them would pass OUTPUT_CHUNK_BYTES
+    per_set = 2 * 17 + 2 * 300 * (5 * 4 + 16)
+    monkeypatch.setattr(backend, "OUTPUT_CHUNK_BYTES", 2 * per_set + 1)
+    assert backend.output_sets_for(2, 300, torch.float32) == 2
+    monkeypatch.setattr(backend, "OUTPUT_CHUNK_BYTES", 1)
+    assert backend.output_sets_for(2, 300, torch.float32) == 1
 
 
 def test_an_eager_call_takes_the_zeroed_scratch_that_the_previous_call_on_its_stream_left(monkeypatch):
