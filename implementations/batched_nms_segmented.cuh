@@ -148,9 +148,10 @@ __device__ void block_sort(unsigned long long& key, unsigned int& tie, unsigned 
 //   5. the keeps sorted by rank (score, then lower index); the first max_output are the
 //      detections.
 // Shared memory (dynamic, carved in this order; batched_nms.fast_shared_bytes computes the
-// same): by slot the tie keys; by position the classes, slots, boxes and areas; by
-// segment first, end and mask offset; the keep bits; the scan's words; then one region
-// that holds the mask, or the sort's buffers and the keeps staged for the second sort.
+// same): by slot the candidate indices, scores and classes (loaded with the keys, so the
+// detections are written from shared memory); by position the classes, slots, boxes and
+// areas; by segment first, end and mask offset; the keep bits; the scan's words; then one
+// region that holds the mask, or the sort's buffers and the keeps staged for the second sort.
 template <typename T>
 __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long long* keys, const int* cands,
                               const long long* cand_classes, const typename Arith<T>::type* cand_boxes,
@@ -161,7 +162,9 @@ __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long lo
     typedef typename Arith<T>::type A;
     extern __shared__ __align__(16) unsigned char shared[];
     unsigned char* at = shared;
-    unsigned int* f_tie = (unsigned int*)carve(at, 4ull * fast_max);
+    int* f_cand = (int*)carve(at, 4ull * fast_max);
+    A* f_score = (A*)carve(at, sizeof(A) * fast_max);
+    long long* f_class = (long long*)carve(at, 8ull * fast_max);
     unsigned int* f_group = (unsigned int*)carve(at, 4ull * fast_max);
     unsigned int* f_slot = (unsigned int*)carve(at, 4ull * fast_max);
     Box<A>* f_box = (Box<A>*)carve(at, sizeof(Box<A>) * fast_max);
@@ -189,6 +192,9 @@ __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long lo
     if (tid < n) {
         const unsigned long long record = keys[image + tid];  // score key << 32 | ~candidate
         const long long cls = cand_classes[image + tid];
+        f_cand[tid] = cands[image + tid];
+        f_score[tid] = cand_scores[image + tid];
+        f_class[tid] = cls;
         wide = !class_agnostic && cls != (long long)(int)cls;
         const unsigned int group = class_agnostic ? 0u : (unsigned int)(int)cls;
         key = ((unsigned long long)group << 32) | (record >> 32);
@@ -353,10 +359,9 @@ __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long lo
         }
         for (int d = share / 2; d > 0; d >>= 1) before += __shfl_xor_sync(0xffffffffu, before, d);  // whole warps
         if (entry < detections && tid % share == 0 && before < output) {
-            const unsigned int position = staged_val[entry];
-            const long long row = image + f_slot[position];
-            write_detection((long long)b * max_output + before, f_box[position], cand_scores[row], cand_classes[row],
-                            cands[row], multi_label, classes, out_boxes, out_scores, out_classes, out_indices);
+            const unsigned int position = staged_val[entry], slot = f_slot[position];
+            write_detection((long long)b * max_output + before, f_box[position], f_score[slot], f_class[slot],
+                            f_cand[slot], multi_label, classes, out_boxes, out_scores, out_classes, out_indices);
         }
     } else {
         unsigned long long rank_key = 0ull;
@@ -367,9 +372,9 @@ __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long lo
         }
         block_sort(rank_key, rank_tie, position, detections, q, x_key, x_tie, x_val);
         if (tid < output) {
-            const long long row = image + f_slot[position];
-            write_detection((long long)b * max_output + tid, f_box[position], cand_scores[row], cand_classes[row],
-                            cands[row], multi_label, classes, out_boxes, out_scores, out_classes, out_indices);
+            const unsigned int slot = f_slot[position];
+            write_detection((long long)b * max_output + tid, f_box[position], f_score[slot], f_class[slot],
+                            f_cand[slot], multi_label, classes, out_boxes, out_scores, out_classes, out_indices);
         }
     }
     pad_detections(b, output, max_output, out_boxes, out_scores, out_classes, out_indices);
