@@ -10,6 +10,7 @@ tests/test_batched_nms_gpu.py holds the CUDA kernels to the same reference on a 
 from __future__ import annotations
 
 import math
+import re
 from typing import NamedTuple
 
 import numpy as np
@@ -676,3 +677,33 @@ def test_decode_rows_take_the_fewest_rows_a_thread_that_keep_the_grid_within_its
     assert backend.rows_per_thread_for(64, 25200, resident) == 3  # 64 x 99 and 64 x 50 blocks are too many
     assert 64 * 99 > waves and 64 * 50 > waves and 64 * 33 <= waves
     assert backend.rows_per_thread_for(10**4, 25200, resident) == backend.DECODE_ROWS_MAX
+
+
+def _carved_parts(source: str, function: str, end: str, sizes: dict) -> list[int]:
+    """The byte counts of ``carve(at, ...)`` calls in ``function``'s body up to ``end``,
+    evaluated with ``sizes`` (names in the expressions -> numbers)."""
+    body = source[source.index(function):]
+    body = body[:body.index(end)]
+    parts = []
+    for expression in re.findall(r"carve\(at, ([^;]+)\);", body):
+        for name, value in sizes.items():
+            expression = expression.replace(name, str(value))
+        parts.append(int(eval(expression.replace("ull", ""), {})))  # only numbers and arithmetic are left
+    return parts
+
+
+def test_the_host_sizes_the_class_segmented_paths_shared_memory_as_the_kernel_carves_it():
+    """fast_shared_bytes (the launch's dynamic shared memory) against the carve calls of
+    segmented_nms in the kernel's text, for every fast_max: each part rounded to 16 bytes,
+    then the region of the masks or the sorts' buffers and staged keeps. Read off the
+    source, so a part added on one side only fails here rather than overrunning on a GPU."""
+    from nmsbench.variants import batched_nms as backend
+
+    source = backend.CUDA_MODULE.source()
+    for fast_max in (32, 64, 128, 256, 512, 1024):
+        sizes = {"sizeof(Box<A>)": 16, "sizeof(A)": 4, "fast_max": fast_max,
+                 "NMS_WARPS": backend.NMS_THREADS // 32}
+        parts = _carved_parts(source, "__device__ bool segmented_nms(", "unsigned char* region = at;", sizes)
+        assert len(parts) >= 10
+        region = max(4 * fast_max * (fast_max // 32), 44 * fast_max)
+        assert backend.fast_shared_bytes(fast_max) == sum(-(-p // 16) * 16 for p in parts) + region
