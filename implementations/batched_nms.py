@@ -120,15 +120,15 @@ def nms_shared_bytes(sort_capacity: int, dtype: torch.dtype) -> int:
 def fast_shared_bytes(fast_max: int) -> int:
     """The class-segmented path's dynamic shared memory for ``fast_max`` candidates (a power
     of two, 0: no such path), carved in batched_nms.cu's order (each part rounded up to 16
-    bytes): by slot candidate indices, scores, classes; by position classes, slots, boxes,
-    areas; by segment first, end and mask offset; the keep bits and the scan's words; then one region for
+    bytes): by slot the tie keys; by position classes, slots, boxes, areas; by segment
+    first, end and mask offset; the keep bits and the scan's words; then one region for
     the masks (at most fast_max rows of fast_max / 32 words) or the sorts' buffers and
     staged keeps (44 bytes a candidate). Float arithmetic only."""
     if not fast_max:
         return 0
     region = max(fast_max * fast_max // 8, 44 * fast_max)
-    parts = (4 * fast_max, 4 * fast_max, 8 * fast_max, 4 * fast_max, 4 * fast_max, 16 * fast_max, 4 * fast_max,
-             4 * fast_max, 4 * fast_max, 4 * fast_max, 4 * (fast_max // 32), 4 * (NMS_THREADS // 32 + 1), region)
+    parts = (4 * fast_max, 4 * fast_max, 4 * fast_max, 16 * fast_max, 4 * fast_max, 4 * fast_max, 4 * fast_max,
+             4 * fast_max, 4 * (fast_max // 32), 4 * (NMS_THREADS // 32 + 1), region)
     return sum(_round16(p) for p in parts)
 
 

@@ -136,6 +136,21 @@ __device__ void block_sort(unsigned long long& key, unsigned int& tie, unsigned 
     __syncthreads();  // x_* are free for the caller
 }
 
+// Bits k of row r's mask word at positions base + k, for this lane's k = k0, k0 + G, ... in
+// [k_from, k_to): set where r's box suppresses that position's (G lanes make one word).
+template <int G, typename A>
+__device__ __forceinline__ unsigned int mask_bits(const Box<A>* f_box, const A* f_area, int r, int base, int k_from,
+                                                  int k_to, int k0, const IouThreshold& threshold) {
+    const Box<A> box = f_box[r];
+    const A area = f_area[r];
+    unsigned int bits = 0u;
+    int k = k0;
+    if (k < k_from) k += (k_from - k + G - 1) / G * G;  // this lane's first position past r
+    for (; k < k_to; k += G)
+        if (overlaps_decisive(box, area, f_box[base + k], f_area[base + k], threshold)) bits |= 1u << k;
+    return bits;
+}
+
 // Greedy NMS per class of image b's n candidates (n <= fast_max, float scores, no
 // pre_nms_top_k cut), the padded outputs written; false (nothing written, block-uniform)
 // where a class does not fit 32 bits. The steps, each over the whole block:
@@ -148,10 +163,9 @@ __device__ void block_sort(unsigned long long& key, unsigned int& tie, unsigned 
 //   5. the keeps sorted by rank (score, then lower index); the first max_output are the
 //      detections.
 // Shared memory (dynamic, carved in this order; batched_nms.fast_shared_bytes computes the
-// same): by slot the candidate indices, scores and classes (loaded with the keys, so the
-// detections are written from shared memory); by position the classes, slots, boxes and
-// areas; by segment first, end and mask offset; the keep bits; the scan's words; then one
-// region that holds the mask, or the sort's buffers and the keeps staged for the second sort.
+// same): by slot the tie keys; by position the classes, slots, boxes and areas; by
+// segment first, end and mask offset; the keep bits; the scan's words; then one region
+// that holds the mask, or the sort's buffers and the keeps staged for the second sort.
 template <typename T>
 __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long long* keys, const int* cands,
                               const long long* cand_classes, const typename Arith<T>::type* cand_boxes,
@@ -162,9 +176,7 @@ __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long lo
     typedef typename Arith<T>::type A;
     extern __shared__ __align__(16) unsigned char shared[];
     unsigned char* at = shared;
-    int* f_cand = (int*)carve(at, 4ull * fast_max);
-    A* f_score = (A*)carve(at, sizeof(A) * fast_max);
-    long long* f_class = (long long*)carve(at, 8ull * fast_max);
+    unsigned int* f_tie = (unsigned int*)carve(at, 4ull * fast_max);
     unsigned int* f_group = (unsigned int*)carve(at, 4ull * fast_max);
     unsigned int* f_slot = (unsigned int*)carve(at, 4ull * fast_max);
     Box<A>* f_box = (Box<A>*)carve(at, sizeof(Box<A>) * fast_max);
@@ -192,9 +204,6 @@ __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long lo
     if (tid < n) {
         const unsigned long long record = keys[image + tid];  // score key << 32 | ~candidate
         const long long cls = cand_classes[image + tid];
-        f_cand[tid] = cands[image + tid];
-        f_score[tid] = cand_scores[image + tid];
-        f_class[tid] = cls;
         wide = !class_agnostic && cls != (long long)(int)cls;
         const unsigned int group = class_agnostic ? 0u : (unsigned int)(int)cls;
         key = ((unsigned long long)group << 32) | (record >> 32);
@@ -244,16 +253,18 @@ __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long lo
     __syncthreads();
 
     // 3. the masks: word q is segment s's row first + (q - off) % m against word w0 + (q - off) / m.
-    //    Where the words are few (a usual image), g lanes make a word (g a power of two: the
-    //    most that still give each group of g lanes one word at most), each testing every g-th
-    //    of its 32 positions, and an OR across the g lanes joins them: one thread a word was a
-    //    chain of up to 31 dependent tests while most of the block's threads had none. With
-    //    as many words as threads or more, one thread a word, in a loop of its own.
+    //    g lanes a word (g a power of two: the most that still give each group of g lanes
+    //    one word at most, where the words are few), each testing every g-th of the word's 32
+    //    positions; an OR across the g lanes makes the word. With one thread a word, a usual
+    //    image's hundred candidates were one chain of up to 31 dependent tests per thread.
     const IouThreshold threshold(iou_threshold);
     int g = 1;
     while (g < 32 && mask_words * (2 * g) <= NMS_THREADS) g <<= 1;
-    if (g == 1) {
-        for (int q = tid; q < mask_words; q += NMS_THREADS) {
+    for (int base = 0; base < mask_words; base += NMS_THREADS / g) {  // block-uniform: every lane shuffles
+        const int q = base + tid / g, k0 = tid % g;
+        unsigned int bits = 0u;
+        bool store = false;
+        if (q < mask_words) {
             int lo = 0, hi = segments - 1;  // the last segment whose words start at or before q
             while (lo < hi) {
                 const int mid = (lo + hi + 1) / 2;
@@ -262,40 +273,20 @@ __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long lo
             }
             const int first = f_seg_first[lo], last = f_seg_end[lo], m = last - first, local = q - (int)f_seg_off[lo];
             const int w = first / 32 + local / m, r = first + local % m;
-            if (w < r / 32) continue;  // read by no resolve
-            const Box<A> box = f_box[r];
-            const A area = f_area[r];
-            const int from = max(r + 1, 32 * w), to = min(last, 32 * w + 32);
-            unsigned int bits = 0u;
-            for (int j = from; j < to; ++j)
-                if (overlaps_decisive(box, area, f_box[j], f_area[j], threshold)) bits |= 1u << (j - 32 * w);
-            f_mask[q] = bits;
-        }
-    } else {  // one pass: groups >= words
-        const int q = tid / g, k0 = tid % g;
-        unsigned int bits = 0u;
-        bool store = false;
-        if (q < mask_words) {
-            int lo = 0, hi = segments - 1;
-            while (lo < hi) {
-                const int mid = (lo + hi + 1) / 2;
-                if ((int)f_seg_off[mid] <= q) lo = mid;
-                else hi = mid - 1;
-            }
-            const int first = f_seg_first[lo], last = f_seg_end[lo], m = last - first;
-            const int local = q - (int)f_seg_off[lo], w = first / 32 + local / m, r = first + local % m;
             if (w >= r / 32) {  // else read by no resolve
                 store = k0 == 0;
-                const Box<A> box = f_box[r];
-                const A area = f_area[r];
                 const int k_from = max(r + 1 - 32 * w, 0), k_to = min(last - 32 * w, 32);
-                int k = k0;
-                if (k < k_from) k += (k_from - k + g - 1) / g * g;  // this lane's first position past r
-                for (; k < k_to; k += g)
-                    if (overlaps_decisive(box, area, f_box[32 * w + k], f_area[32 * w + k], threshold)) bits |= 1u << k;
+                switch (g) {  // block-uniform; a constant stride keeps each loop as tight as one thread's
+                    case 1: bits = mask_bits<1>(f_box, f_area, r, 32 * w, k_from, k_to, 0, threshold); break;
+                    case 2: bits = mask_bits<2>(f_box, f_area, r, 32 * w, k_from, k_to, k0, threshold); break;
+                    case 4: bits = mask_bits<4>(f_box, f_area, r, 32 * w, k_from, k_to, k0, threshold); break;
+                    case 8: bits = mask_bits<8>(f_box, f_area, r, 32 * w, k_from, k_to, k0, threshold); break;
+                    case 16: bits = mask_bits<16>(f_box, f_area, r, 32 * w, k_from, k_to, k0, threshold); break;
+                    default: bits = mask_bits<32>(f_box, f_area, r, 32 * w, k_from, k_to, k0, threshold);
+                }
             }
         }
-        for (int d = 1; d < g; d <<= 1) bits |= __shfl_xor_sync(0xffffffffu, bits, d);  // every lane takes part
+        for (int d = 1; d < g; d <<= 1) bits |= __shfl_xor_sync(0xffffffffu, bits, d);
         if (store) f_mask[q] = bits;
     }
     __syncthreads();
@@ -359,9 +350,10 @@ __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long lo
         }
         for (int d = share / 2; d > 0; d >>= 1) before += __shfl_xor_sync(0xffffffffu, before, d);  // whole warps
         if (entry < detections && tid % share == 0 && before < output) {
-            const unsigned int position = staged_val[entry], slot = f_slot[position];
-            write_detection((long long)b * max_output + before, f_box[position], f_score[slot], f_class[slot],
-                            f_cand[slot], multi_label, classes, out_boxes, out_scores, out_classes, out_indices);
+            const unsigned int position = staged_val[entry];
+            const long long row = image + f_slot[position];
+            write_detection((long long)b * max_output + before, f_box[position], cand_scores[row], cand_classes[row],
+                            cands[row], multi_label, classes, out_boxes, out_scores, out_classes, out_indices);
         }
     } else {
         unsigned long long rank_key = 0ull;
@@ -372,9 +364,9 @@ __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long lo
         }
         block_sort(rank_key, rank_tie, position, detections, q, x_key, x_tie, x_val);
         if (tid < output) {
-            const unsigned int slot = f_slot[position];
-            write_detection((long long)b * max_output + tid, f_box[position], f_score[slot], f_class[slot],
-                            f_cand[slot], multi_label, classes, out_boxes, out_scores, out_classes, out_indices);
+            const long long row = image + f_slot[position];
+            write_detection((long long)b * max_output + tid, f_box[position], cand_scores[row], cand_classes[row],
+                            cands[row], multi_label, classes, out_boxes, out_scores, out_classes, out_indices);
         }
     }
     pad_detections(b, output, max_output, out_boxes, out_scores, out_classes, out_indices);
