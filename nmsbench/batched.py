@@ -65,7 +65,9 @@ MULTI_LABEL_MIN = 32768
 class BatchedDetections(NamedTuple):
     """Padded detections of a batch of B images, K = ``max_output_boxes`` slots each, best
     first. Slots past ``num_detections[b]`` are padding: boxes and scores 0, classes and
-    indices -1."""
+    indices -1. On CUDA a field may be a view of an allocation shared with other eager
+    calls' results (up to 1 MiB a field, allocated ahead to keep host work off the call):
+    ``torch.save`` of the view writes that whole allocation; ``.clone()`` one to keep it alone."""
 
     num_detections: Tensor  # [B] int64
     boxes: Tensor  # [B, K, 4] the input dtype, x1, y1, x2, y2
