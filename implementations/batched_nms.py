@@ -1,8 +1,9 @@
 """Batched NMS on CUDA: the host side of batched_nms.cu (``nmsbench.batched_nms`` and
 ``nmsbench.batched_nms_from_head`` call :func:`run` for CUDA tensors).
 
-A call is a memset of the per-image candidate counters and two or three launches on
-torch's current stream, with no host synchronization and no allocation whose size
+A call is a memset of the per-image candidate counters (unless it reuses a scratch whose
+counters the last call left zeroed, below) and two or three launches on torch's current
+stream, with no host synchronization and no allocation whose size
 depends on the data, so it can be captured in a CUDA graph:
 
 1. ``decode_rows_kernel`` (YOLOv5 heads, single label: a block of rows, a warp per row
@@ -338,11 +339,12 @@ def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | 
     base = memory.data_ptr()
     counts = base + plan.counts_offset
     records = tuple(base + offset for offset in plan.record_offsets)
-    if fresh and torch._C._cuda_getDevice() != index:
-        with torch.cuda.device(device):
+    if fresh:
+        if torch._C._cuda_getDevice() != index:
+            with torch.cuda.device(device):
+                _zero(counts, plan.zeroed_bytes, stream)
+        else:
             _zero(counts, plan.zeroed_bytes, stream)
-    elif fresh:
-        _zero(counts, plan.zeroed_bytes, stream)
     if plan.rows_kernel:
         plan.decode(stream, data.data_ptr(), batch, n, classes, plan.rows_per_thread, float(score_threshold), capacity,
                     counts, *records)
