@@ -262,6 +262,15 @@ class _Plan:
         graph_buffers = ("rank_of", "state", "cell_keys", "cell_slots", "extents", "rows", "row_lengths")
         self.graph_offsets = tuple(o[name] if self.graph else None for name in graph_buffers)
 
+    def addresses(self, base: int) -> tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        """The device addresses of a scratch at ``base``: the counts, the records, nms_kernel's
+        buffers and the overlap graph's (0 for a buffer the plan does not use). Made once per
+        scratch: a kept scratch carries them."""
+        def at(offsets):
+            return tuple(0 if offset is None else base + offset for offset in offsets)
+
+        return base + self.counts_offset, at(self.record_offsets), at(self.nms_offsets), at(self.graph_offsets)
+
 
 _plans: dict = {}
 _runtime = None  # cupy_backends' runtime API, imported on the first call
@@ -332,13 +341,12 @@ def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | 
     keep = plan.keeps_scratch and not capturing
     # The scratch must outlive the kernels: torch's allocator is stream-ordered, so freeing
     # it when this call returns (on this stream) only lets later work on the stream reuse it.
-    memory = _kept_scratch.pop((plan, stream), None) if keep else None
-    fresh = memory is None
+    scratch = _kept_scratch.pop((plan, stream), None) if keep else None
+    fresh = scratch is None
     if fresh:
         memory = torch.empty(plan.scratch_bytes, dtype=torch.uint8, device=device)
-    base = memory.data_ptr()
-    counts = base + plan.counts_offset
-    records = tuple(base + offset for offset in plan.record_offsets)
+        scratch = memory, plan.addresses(memory.data_ptr())
+    memory, (counts, records, nms_buffers, graph_buffers) = scratch
     if fresh:
         if torch._C._cuda_getDevice() != index:
             with torch.cuda.device(device):
@@ -353,11 +361,10 @@ def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | 
         labels_address = labels.data_ptr() if labels is not None else 0
         plan.decode(stream, data.data_ptr(), scores_address, labels_address, LAYOUTS[layout], int(cxcywh), batch, n,
                     classes, int(multi_label), float(score_threshold), capacity, counts, *records)
-    nms_buffers = tuple(0 if offset is None else base + offset for offset in plan.nms_offsets)
     if plan.wide:
         plan.wide_sort(stream, counts, *records[:4], batch, capacity, plan.wide_min, int(plan.graph),
-                       int(class_agnostic), float(iou_threshold), top_k, *nms_buffers[:2],
-                       *(0 if offset is None else base + offset for offset in plan.graph_offsets), counts + 4 * batch)
+                       int(class_agnostic), float(iou_threshold), top_k, *nms_buffers[:2], *graph_buffers,
+                       counts + 4 * batch)
     ready = None
     if not capturing:
         sets = _next_outputs.get((plan, stream))
@@ -374,13 +381,13 @@ def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | 
     if keep:  # its counters are zero once this call's nms_kernel has run
         if len(_kept_scratch) >= KEPT_SCRATCH_SETS:
             _kept_scratch.clear()
-        _kept_scratch[plan, stream] = memory
+        _kept_scratch[plan, stream] = scratch
     if not capturing and not _next_outputs.get((plan, stream)):  # while the GPU runs this one's NMS
         if len(_next_outputs) >= NEXT_OUTPUTS_KEPT:
             _next_outputs.clear()
         _next_outputs[plan, stream] = _output_sets(batch, max_output, dtype, device,
                                                    output_sets_for(batch, max_output, dtype))
-    del memory
+    del memory, scratch
     return outputs
 
 

@@ -143,7 +143,7 @@ def _check_tensor(name: str, tensor, device=None) -> None:
         raise ValueError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
     if tensor.layout != torch.strided:
         raise ValueError(f"{name} must be a dense tensor, got layout {tensor.layout}")
-    if tensor.device.type not in ("cpu", "cuda"):
+    if not (tensor.is_cuda or tensor.is_cpu):  # the flags: a device object per call costs more
         raise ValueError(f"{name} is on {tensor.device}; batched NMS takes cpu and cuda tensors")
     if device is not None and tensor.device != device:
         raise ValueError(f"{name} is on {tensor.device} but the boxes are on {device}")
@@ -247,7 +247,7 @@ def _run(data, scores, labels, p: dict, **backend_options) -> tuple[Tensor, ...]
     max_output = p["max_output_boxes"]
     per_class = p["max_output_boxes_per_class"]
     top_k = p["pre_nms_top_k"]
-    device = data.device.type
+    device = "cuda" if data.is_cuda else "cpu"  # _check_inputs allows no other
     backend = _backends.get(device) or _backend(device)
     return backend.run(
         data.contiguous(), None if scores is None else scores.contiguous(),

@@ -392,7 +392,7 @@ def test_eager_calls_reuse_a_scratch_that_nms_kernel_leaves_zeroed():
         assert_same(det, nmsbench.batched_nms_from_head(raw, score_threshold=0.1))
         assert (det.num_candidates > 0).any() == (k != 2)
         stream = torch.cuda.current_stream().cuda_stream
-        (plan, memory), = [(p, m) for (p, s), m in backend._kept_scratch.items() if s == stream]
+        (plan, memory), = [(p, m) for (p, s), (m, _) in backend._kept_scratch.items() if s == stream]
         counts = memory[plan.counts_offset:plan.counts_offset + 4 * 4].view(torch.int32)
         assert counts.tolist() == [0, 0, 0, 0]
         if k == 1:
