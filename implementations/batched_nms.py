@@ -410,5 +410,8 @@ def _output_sets(batch: int, max_output: int, dtype: torch.dtype, device: torch.
               torch.empty(count, batch, max_output, dtype=torch.int64, device=device),
               torch.empty(count, batch, dtype=torch.bool, device=device),
               torch.empty(count, batch, dtype=torch.int64, device=device))
-    sets = list(zip(*(field.unbind(0) for field in fields)))
-    return [(outputs, tuple(t.data_ptr() for t in outputs)) for outputs in sets]
+    sets = zip(*(field.unbind(0) for field in fields))
+    bases = [field.data_ptr() for field in fields]
+    # set k's view starts k steps on (an empty field's views all have address 0, as its own)
+    steps = [field.stride(0) * field.element_size() if field.numel() else 0 for field in fields]
+    return [(outputs, tuple([base + k * step for base, step in zip(bases, steps)])) for k, outputs in enumerate(sets)]

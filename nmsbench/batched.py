@@ -272,8 +272,9 @@ def _plain(*tensors) -> bool:
     """Whether a call may go straight to the backend: not traced, plain tensors, no dispatch mode."""
     if torch.compiler.is_compiling():
         return False
-    if any(t is not None and type(t) is not torch.Tensor for t in tensors):
-        return False
+    for t in tensors:
+        if t is not None and type(t) is not torch.Tensor:
+            return False
     return torch._C._len_torch_dispatch_stack() == 0
 
 

@@ -575,6 +575,27 @@ def test_each_call_writes_outputs_of_its_own_that_an_earlier_call_allocated(monk
     assert backend.output_sets_for(2, 300, torch.float32) == 1
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
+def test_output_sets_carry_their_own_tensors_addresses(dtype):
+    """The addresses each output set carries (computed from its chunk's, not read per view)
+    are its tensors' own, empty fields (no batch, no slots) included; every set has the
+    op's shapes and dtypes and shares no memory with another."""
+    from nmsbench.variants import batched_nms as backend
+
+    for batch, max_output, count in ((1, 300, 16), (3, 0, 5), (0, 5, 2), (2, 7, 1), (64, 300, 3)):
+        sets = backend._output_sets(batch, max_output, dtype, torch.device("cpu"), count)
+        assert len(sets) == count
+        for outputs, addresses in sets:
+            assert addresses == tuple(t.data_ptr() for t in outputs)
+            assert [tuple(t.shape) for t in outputs] == [(batch,), (batch, max_output, 4), (batch, max_output),
+                                                         (batch, max_output), (batch, max_output), (batch,), (batch,)]
+            assert [t.dtype for t in outputs] == [torch.int64, dtype, dtype, torch.int64, torch.int64, torch.bool,
+                                                  torch.int64]
+        spans = sorted((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size())
+                       for outputs, _ in sets for t in outputs if t.numel())
+        assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:]))  # no two overlap
+
+
 def test_an_eager_call_takes_the_zeroed_scratch_that_the_previous_call_on_its_stream_left(monkeypatch):
     """Without the whole-GPU pass, an eager call reuses the scratch that the previous call
     of its shape on its stream left (nms_kernel leaves its counters zeroed): no memset, the
