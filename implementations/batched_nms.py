@@ -391,6 +391,13 @@ def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | 
     return outputs
 
 
+def release() -> None:
+    """Drop the scratch and output sets kept for later eager calls
+    (``nmsbench.release_batched_memory``); a set already taken by a call is that call's."""
+    _kept_scratch.clear()
+    _next_outputs.clear()
+
+
 def output_sets_for(batch: int, max_output: int, dtype: torch.dtype) -> int:
     """How many output sets one allocation makes: OUTPUT_SETS, fewer where they would take
     more than OUTPUT_CHUNK_BYTES (at least one)."""

@@ -21,6 +21,7 @@ _PUBLIC = {
     "batched_nms": "batched",
     "batched_nms_from_head": "batched",
     "BatchedDetections": "batched",
+    "release_batched_memory": "batched",
     "BoxSet": "boxes",
     "NMSResult": "boxes",
     "PaddedNMSResult": "boxes",

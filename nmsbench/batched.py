@@ -258,6 +258,17 @@ def _run(data, scores, labels, p: dict, **backend_options) -> tuple[Tensor, ...]
         top_k=INT32_MAX if top_k is None else top_k, capacity=capacity, **backend_options)
 
 
+def release_batched_memory() -> None:
+    """Let go of the GPU memory the CUDA backend keeps between eager calls for the next ones
+    (each call shape's scratch and output sets made ahead: a few MiB for usual heads,
+    bounded in all). It goes back to torch's caching allocator, so ``torch.cuda.empty_cache()``
+    can then return it to the driver; the next call allocates again. Results already
+    returned are not touched."""
+    backend = _backends.get("cuda")
+    if backend is not None:
+        backend.release()
+
+
 def candidate_capacity(n: int, classes: int, multi_label: bool, max_candidates: Optional[int]) -> int:
     """Candidates an image's buffer holds: ``max_candidates``, by default every box (single
     label: it cannot overflow) or, with multi-label, ``max(4 N, 32768)``; never more than

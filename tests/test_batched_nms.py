@@ -575,6 +575,33 @@ def test_each_call_writes_outputs_of_its_own_that_an_earlier_call_allocated(monk
     assert backend.output_sets_for(2, 300, torch.float32) == 1
 
 
+def test_release_batched_memory_drops_what_the_cuda_backend_keeps_for_later_calls(monkeypatch):
+    """nmsbench.release_batched_memory empties the CUDA backend's kept scratch and output
+    sets (and does nothing before the backend was ever used): the next call allocates and
+    zeroes a fresh scratch, and results already returned keep their values."""
+    from nmsbench.variants import batched_nms as backend
+
+    monkeypatch.setattr(batched, "_backends", {})
+    nmsbench.release_batched_memory()  # the CUDA backend not loaded yet: nothing to drop
+    _, zeroed, _ = stub_cuda_launches(monkeypatch)
+    monkeypatch.setitem(batched._backends, "cuda", backend)
+    data = torch.zeros(2, 100, 85)
+
+    def call():
+        return backend.run(data, None, None, layout="yolov5", cxcywh=True, n=100, classes=80, multi_label=False,
+                           class_agnostic=False, iou_threshold=0.5, score_threshold=0.25, max_output=300,
+                           max_per_class=300, top_k=batched.INT32_MAX, capacity=100)
+
+    held = call()
+    held[1].fill_(7.0)
+    call()
+    assert backend._kept_scratch and backend._next_outputs and len(zeroed) == 1  # the second call reused both
+    nmsbench.release_batched_memory()
+    assert not backend._kept_scratch and not backend._next_outputs
+    call()
+    assert len(zeroed) == 2 and bool((held[1] == 7.0).all())  # a fresh scratch, zeroed; the held result untouched
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
 def test_output_sets_carry_their_own_tensors_addresses(dtype):
     """The addresses each output set carries (computed from its chunk's, not read per view)
