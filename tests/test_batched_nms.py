@@ -454,6 +454,14 @@ def stub_cuda_launches(monkeypatch, stream=lambda: 5, capturing=lambda: False):
     return records, zeroed, cooperative
 
 
+def _stubbed_head_call(backend):
+    """``backend.run`` on a zero YOLOv5 head [2, 100, 85] (conf 0.25, IoU 0.5, 300 a image):
+    the call the host-side tests below repeat, with the CUDA launches stubbed."""
+    return backend.run(torch.zeros(2, 100, 85), None, None, layout="yolov5", cxcywh=True, n=100, classes=80,
+                       multi_label=False, class_agnostic=False, iou_threshold=0.5, score_threshold=0.25,
+                       max_output=300, max_per_class=300, top_k=batched.INT32_MAX, capacity=100)
+
+
 def test_the_cuda_launches_pack_their_kernels_signatures_on_every_path(monkeypatch):
     """Without a GPU: batched_nms.run's memset and two or three launches, with the driver
     stubbed, for every layout (YOLOv5 single-label rows through decode_rows_kernel), with
@@ -529,12 +537,9 @@ def test_each_call_writes_outputs_of_its_own_that_an_earlier_call_allocated(monk
     stream, capturing = [5], [False]
     records, _, _ = stub_cuda_launches(monkeypatch, stream=lambda: stream[0], capturing=lambda: capturing[0])
     monkeypatch.setattr(backend, "OUTPUT_SETS", 3)
-    data = torch.zeros(2, 100, 85)
 
     def call():
-        return backend.run(data, None, None, layout="yolov5", cxcywh=True, n=100, classes=80, multi_label=False,
-                           class_agnostic=False, iou_threshold=0.5, score_threshold=0.25, max_output=300,
-                           max_per_class=300, top_k=batched.INT32_MAX, capacity=100)
+        return _stubbed_head_call(backend)
 
     def addresses(outputs):
         return tuple(t.data_ptr() for t in outputs)
@@ -585,12 +590,9 @@ def test_release_batched_memory_drops_what_the_cuda_backend_keeps_for_later_call
     nmsbench.release_batched_memory()  # the CUDA backend not loaded yet: nothing to drop
     _, zeroed, _ = stub_cuda_launches(monkeypatch)
     monkeypatch.setitem(batched._backends, "cuda", backend)
-    data = torch.zeros(2, 100, 85)
 
     def call():
-        return backend.run(data, None, None, layout="yolov5", cxcywh=True, n=100, classes=80, multi_label=False,
-                           class_agnostic=False, iou_threshold=0.5, score_threshold=0.25, max_output=300,
-                           max_per_class=300, top_k=batched.INT32_MAX, capacity=100)
+        return _stubbed_head_call(backend)
 
     held = call()
     held[1].fill_(7.0)
@@ -641,16 +643,16 @@ def test_an_eager_call_takes_the_zeroed_scratch_that_the_previous_call_on_its_st
         launch(self, stream, *values)
 
     monkeypatch.setattr(backend.CompiledLaunch, "__call__", maybe_failing)
-    common = dict(cxcywh=True, multi_label=False, class_agnostic=False, iou_threshold=0.5, score_threshold=0.25,
-                  max_output=300, max_per_class=300, top_k=batched.INT32_MAX)
-    head, boxes, scores = torch.zeros(2, 100, 85), torch.zeros(2, 40000, 4), torch.zeros(2, 40000, 2)
+    boxes, scores = torch.zeros(2, 40000, 4), torch.zeros(2, 40000, 2)
 
     def call(wide=False):
         zeroed.clear()
         if wide:  # a buffer beyond one block's sort: the whole-GPU pass, whose counters the memset zeroes
-            backend.run(boxes, scores, None, layout="scores", n=40000, classes=2, capacity=40000, **common)
+            backend.run(boxes, scores, None, layout="scores", cxcywh=True, n=40000, classes=2, multi_label=False,
+                        class_agnostic=False, iou_threshold=0.5, score_threshold=0.25, max_output=300,
+                        max_per_class=300, top_k=batched.INT32_MAX, capacity=40000)
         else:
-            backend.run(head, None, None, layout="yolov5", n=100, classes=80, capacity=100, **common)
+            _stubbed_head_call(backend)
         return records[-1][-1][0], zeroed[:]  # the counters' address, the memsets
 
     first, memsets = call()
