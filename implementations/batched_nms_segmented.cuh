@@ -136,21 +136,6 @@ __device__ void block_sort(unsigned long long& key, unsigned int& tie, unsigned 
     __syncthreads();  // x_* are free for the caller
 }
 
-// Bits k of row r's mask word at positions base + k, for this lane's k = k0, k0 + G, ... in
-// [k_from, k_to): set where r's box suppresses that position's (G lanes make one word).
-template <int G, typename A>
-__device__ __forceinline__ unsigned int mask_bits(const Box<A>* f_box, const A* f_area, int r, int base, int k_from,
-                                                  int k_to, int k0, const IouThreshold& threshold) {
-    const Box<A> box = f_box[r];
-    const A area = f_area[r];
-    unsigned int bits = 0u;
-    int k = k0;
-    if (k < k_from) k += (k_from - k + G - 1) / G * G;  // this lane's first position past r
-    for (; k < k_to; k += G)
-        if (overlaps_decisive(box, area, f_box[base + k], f_area[base + k], threshold)) bits |= 1u << k;
-    return bits;
-}
-
 // Greedy NMS per class of image b's n candidates (n <= fast_max, float scores, no
 // pre_nms_top_k cut), the padded outputs written; false (nothing written, block-uniform)
 // where a class does not fit 32 bits. The steps, each over the whole block:
@@ -253,18 +238,16 @@ __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long lo
     __syncthreads();
 
     // 3. the masks: word q is segment s's row first + (q - off) % m against word w0 + (q - off) / m.
-    //    g lanes a word (g a power of two: the most that still give each group of g lanes
-    //    one word at most, where the words are few), each testing every g-th of the word's 32
-    //    positions; an OR across the g lanes makes the word. With one thread a word, a usual
-    //    image's hundred candidates were one chain of up to 31 dependent tests per thread.
+    //    Where the words are few (a usual image), g lanes make a word (g a power of two: the
+    //    most that still give each group of g lanes one word at most), each testing every g-th
+    //    of its 32 positions, and an OR across the g lanes joins them: one thread a word was a
+    //    chain of up to 31 dependent tests while most of the block's threads had none. With
+    //    as many words as threads or more, one thread a word, in a loop of its own.
     const IouThreshold threshold(iou_threshold);
     int g = 1;
     while (g < 32 && mask_words * (2 * g) <= NMS_THREADS) g <<= 1;
-    for (int base = 0; base < mask_words; base += NMS_THREADS / g) {  // block-uniform: every lane shuffles
-        const int q = base + tid / g, k0 = tid % g;
-        unsigned int bits = 0u;
-        bool store = false;
-        if (q < mask_words) {
+    if (g == 1) {
+        for (int q = tid; q < mask_words; q += NMS_THREADS) {
             int lo = 0, hi = segments - 1;  // the last segment whose words start at or before q
             while (lo < hi) {
                 const int mid = (lo + hi + 1) / 2;
@@ -273,20 +256,40 @@ __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long lo
             }
             const int first = f_seg_first[lo], last = f_seg_end[lo], m = last - first, local = q - (int)f_seg_off[lo];
             const int w = first / 32 + local / m, r = first + local % m;
+            if (w < r / 32) continue;  // read by no resolve
+            const Box<A> box = f_box[r];
+            const A area = f_area[r];
+            const int from = max(r + 1, 32 * w), to = min(last, 32 * w + 32);
+            unsigned int bits = 0u;
+            for (int j = from; j < to; ++j)
+                if (overlaps_decisive(box, area, f_box[j], f_area[j], threshold)) bits |= 1u << (j - 32 * w);
+            f_mask[q] = bits;
+        }
+    } else {  // one pass: groups >= words
+        const int q = tid / g, k0 = tid % g;
+        unsigned int bits = 0u;
+        bool store = false;
+        if (q < mask_words) {
+            int lo = 0, hi = segments - 1;
+            while (lo < hi) {
+                const int mid = (lo + hi + 1) / 2;
+                if ((int)f_seg_off[mid] <= q) lo = mid;
+                else hi = mid - 1;
+            }
+            const int first = f_seg_first[lo], last = f_seg_end[lo], m = last - first;
+            const int local = q - (int)f_seg_off[lo], w = first / 32 + local / m, r = first + local % m;
             if (w >= r / 32) {  // else read by no resolve
                 store = k0 == 0;
+                const Box<A> box = f_box[r];
+                const A area = f_area[r];
                 const int k_from = max(r + 1 - 32 * w, 0), k_to = min(last - 32 * w, 32);
-                switch (g) {  // block-uniform; a constant stride keeps each loop as tight as one thread's
-                    case 1: bits = mask_bits<1>(f_box, f_area, r, 32 * w, k_from, k_to, 0, threshold); break;
-                    case 2: bits = mask_bits<2>(f_box, f_area, r, 32 * w, k_from, k_to, k0, threshold); break;
-                    case 4: bits = mask_bits<4>(f_box, f_area, r, 32 * w, k_from, k_to, k0, threshold); break;
-                    case 8: bits = mask_bits<8>(f_box, f_area, r, 32 * w, k_from, k_to, k0, threshold); break;
-                    case 16: bits = mask_bits<16>(f_box, f_area, r, 32 * w, k_from, k_to, k0, threshold); break;
-                    default: bits = mask_bits<32>(f_box, f_area, r, 32 * w, k_from, k_to, k0, threshold);
-                }
+                int k = k0;
+                if (k < k_from) k += (k_from - k + g - 1) / g * g;  // this lane's first position past r
+                for (; k < k_to; k += g)
+                    if (overlaps_decisive(box, area, f_box[32 * w + k], f_area[32 * w + k], threshold)) bits |= 1u << k;
             }
         }
-        for (int d = 1; d < g; d <<= 1) bits |= __shfl_xor_sync(0xffffffffu, bits, d);
+        for (int d = 1; d < g; d <<= 1) bits |= __shfl_xor_sync(0xffffffffu, bits, d);  // every lane takes part
         if (store) f_mask[q] = bits;
     }
     __syncthreads();
