@@ -288,6 +288,7 @@ _next_outputs: dict = {}
 NEXT_OUTPUTS_KEPT = 64  # lists held at most before the cache is emptied
 OUTPUT_SETS = 16
 OUTPUT_CHUNK_BYTES = 2**20
+OUTPUT_ALIGN = 256  # bytes; cudaMalloc's alignment, which code after the op may assume
 # Scratch left by eager calls, one per (plan, raw stream), for plans without the whole-GPU
 # pass (whose grid barrier and round counters the memset also zeroes) and of at most
 # KEPT_SCRATCH_BYTES: nms_kernel zeroes each image's candidate counter once it has read
@@ -398,27 +399,41 @@ def release() -> None:
     _next_outputs.clear()
 
 
+def _set_stride(numel: int, itemsize: int) -> int:
+    """Elements from one set's view of a field to the next: its own, rounded up to
+    OUTPUT_ALIGN bytes."""
+    return -(-numel * itemsize // OUTPUT_ALIGN) * OUTPUT_ALIGN // itemsize
+
+
 def output_sets_for(batch: int, max_output: int, dtype: torch.dtype) -> int:
     """How many output sets one allocation makes: OUTPUT_SETS, fewer where they would take
     more than OUTPUT_CHUNK_BYTES (at least one)."""
-    per_set = batch * (8 + 1 + 8) + batch * max_output * (5 * dtype.itemsize + 16)
+    per_set = sum(_set_stride(numel, item) * item for numel, item in _fields(batch, max_output, dtype.itemsize))
     return max(1, min(OUTPUT_SETS, OUTPUT_CHUNK_BYTES // max(per_set, 1)))
+
+
+def _fields(batch: int, max_output: int, itemsize: int) -> tuple[tuple[int, int], ...]:
+    """(elements, bytes an element) of one set's seven fields, in output order."""
+    slots = batch * max_output
+    return (batch, 8), (4 * slots, itemsize), (slots, itemsize), (slots, 8), (slots, 8), (batch, 1), (batch, 8)
 
 
 def _output_sets(batch: int, max_output: int, dtype: torch.dtype, device: torch.device,
                  count: int) -> list[tuple[tuple[torch.Tensor, ...], tuple[int, ...]]]:
     """``count`` sets of uninitialised outputs (num_detections, boxes, scores, classes,
     indices, overflow, num_candidates), each with its device addresses: one allocation a
-    field for all of them, each set's tensors views of its own part."""
-    fields = (torch.empty(count, batch, dtype=torch.int64, device=device),
-              torch.empty(count, batch, max_output, 4, dtype=dtype, device=device),
-              torch.empty(count, batch, max_output, dtype=dtype, device=device),
-              torch.empty(count, batch, max_output, dtype=torch.int64, device=device),
-              torch.empty(count, batch, max_output, dtype=torch.int64, device=device),
-              torch.empty(count, batch, dtype=torch.bool, device=device),
-              torch.empty(count, batch, dtype=torch.int64, device=device))
+    field for all of them, each set's tensors views of its own part, starting on an
+    OUTPUT_ALIGN boundary as a fresh allocation would (torch.compile asserts that a custom
+    op's outputs are 16-byte aligned)."""
+    shapes = ((batch,), (batch, max_output, 4), (batch, max_output), (batch, max_output), (batch, max_output),
+              (batch,), (batch,))
+    dtypes = (torch.int64, dtype, dtype, torch.int64, torch.int64, torch.bool, torch.int64)
+    fields, steps = [], []
+    for shape, field_dtype, (numel, itemsize) in zip(shapes, dtypes, _fields(batch, max_output, dtype.itemsize)):
+        stride = _set_stride(numel, itemsize)
+        inner = {1: (1,), 2: (max_output, 1), 3: (4 * max_output, 4, 1)}[len(shape)]  # each set contiguous
+        fields.append(torch.empty_strided((count, *shape), (stride, *inner), dtype=field_dtype, device=device))
+        steps.append(stride * itemsize if numel else 0)  # an empty field's views all have address 0, as its own
     sets = zip(*(field.unbind(0) for field in fields))
-    bases = [field.data_ptr() for field in fields]
-    # set k's view starts k steps on (an empty field's views all have address 0, as its own)
-    steps = [field.stride(0) * field.element_size() if field.numel() else 0 for field in fields]
+    bases = [field.data_ptr() if step else 0 for field, step in zip(fields, steps)]
     return [(outputs, tuple([base + k * step for base, step in zip(bases, steps)])) for k, outputs in enumerate(sets)]

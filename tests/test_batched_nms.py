@@ -573,9 +573,13 @@ def test_each_call_writes_outputs_of_its_own_that_an_earlier_call_allocated(monk
     assert [o[1].shape for o in held] == [(2, 300, 4)] * len(held)
     assert [len(o) for o in held] == [7] * len(held)
     # a chunk of fewer sets where OUTPUT_SETS of them would pass OUTPUT_CHUNK_BYTES
-    per_set = 2 * 17 + 2 * 300 * (5 * 4 + 16)
+    # each field rounded up to 256 bytes: num_detections, boxes, scores, classes, indices, overflow, num_candidates
+    assert backend.OUTPUT_ALIGN == 256
+    per_set = 256 + 9728 + 2560 + 4864 + 4864 + 256 + 256
     monkeypatch.setattr(backend, "OUTPUT_CHUNK_BYTES", 2 * per_set + 1)
     assert backend.output_sets_for(2, 300, torch.float32) == 2
+    monkeypatch.setattr(backend, "OUTPUT_CHUNK_BYTES", 2 * per_set - 1)
+    assert backend.output_sets_for(2, 300, torch.float32) == 1
     monkeypatch.setattr(backend, "OUTPUT_CHUNK_BYTES", 1)
     assert backend.output_sets_for(2, 300, torch.float32) == 1
 
@@ -608,7 +612,8 @@ def test_release_batched_memory_drops_what_the_cuda_backend_keeps_for_later_call
 def test_output_sets_carry_their_own_tensors_addresses(dtype):
     """The addresses each output set carries (computed from its chunk's, not read per view)
     are its tensors' own, empty fields (no batch, no slots) included; every set has the
-    op's shapes and dtypes and shares no memory with another."""
+    op's shapes and dtypes, is contiguous, starts on an OUTPUT_ALIGN boundary (torch.compile
+    asserts 16-byte aligned outputs of a custom op) and shares no memory with another."""
     from nmsbench.variants import batched_nms as backend
 
     for batch, max_output, count in ((1, 300, 16), (3, 0, 5), (0, 5, 2), (2, 7, 1), (64, 300, 3)):
@@ -620,6 +625,8 @@ def test_output_sets_carry_their_own_tensors_addresses(dtype):
                                                          (batch, max_output), (batch, max_output), (batch,), (batch,)]
             assert [t.dtype for t in outputs] == [torch.int64, dtype, dtype, torch.int64, torch.int64, torch.bool,
                                                   torch.int64]
+            assert all(t.is_contiguous() for t in outputs)
+            assert all(t.storage_offset() * t.element_size() % backend.OUTPUT_ALIGN == 0 for t in outputs if t.numel())
         spans = sorted((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size())
                        for outputs, _ in sets for t in outputs if t.numel())
         assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:]))  # no two overlap
