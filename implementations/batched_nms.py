@@ -49,7 +49,7 @@ from nmsbench.cuda import (CompiledLaunch, CudaModule, Scratch, _current_stream,
 # image ranks by counting (a thread each, O(n^2) comparisons and two barriers) rather than
 # by the bitonic sort's log^2 barriers, and the most entries the class-segmented path's
 # two sorts rank by counting (all the block's threads sharing the O(n^2) comparisons)
-# rather than by the bitonic network. FAST_MAX: the most candidates of the
+# rather than by the merge sort. FAST_MAX: the most candidates of the
 # class-segmented path (a thread each, at most NMS_THREADS).
 # WIDE_CHUNK: the candidates a block of wide_sort_kernel sorts in shared memory, WIDE_SHARE
 # the outputs a thread of its merge passes takes (a binary search and a short merge),

@@ -82,9 +82,12 @@ __device__ void block_count_sort(unsigned long long& key, unsigned int& tie, uns
 // 32 <= p <= NMS_THREADS), one a thread, so that thread t ends with the t-th: larger key
 // first, on equal keys larger tie first (entries with equal key and tie stay in some order).
 // The first `count` are the entries, the rest padding (0, 0, ~0), which sorts last. Up to
-// COUNT_SORT_MAX entries by counting (block_count_sort), more by a bitonic network:
-// partners within a warp trade by shuffles, the others through shared memory (x_*: two
-// buffers of p entries each, used in turn, so one barrier a stage).
+// COUNT_SORT_MAX entries by counting (block_count_sort), more by merging: each warp sorts
+// its 32 entries by a bitonic network of shuffles, then each round merges pairs of sorted
+// runs, an entry going to its place in its own run plus the number of the other run's
+// entries that go before it (a binary search; on equal key and tie the lower run's go
+// first), through the two buffers of p entries (x_*) in turn, one barrier a round. (A
+// bitonic network over the whole block took log p rounds more, each through shared memory.)
 // Every thread of the block calls it; it ends with a barrier.
 __device__ void block_sort(unsigned long long& key, unsigned int& tie, unsigned int& val, int count, int p,
                            unsigned long long* x_key, unsigned int* x_tie, unsigned int* x_val) {
@@ -92,39 +95,20 @@ __device__ void block_sort(unsigned long long& key, unsigned int& tie, unsigned 
         block_count_sort(key, tie, val, count, p, x_key, x_tie, x_val);
         return;
     }
-    const int t = threadIdx.x;
+    const int t = threadIdx.x, lane = t % 32;
     const bool active = t < p;  // whole warps
-    int buffer = 0;
-    for (int k = 2; k <= p; k <<= 1) {
-        for (int j = k >> 1; j > 0; j >>= 1) {
-            unsigned long long other_key = 0ull;
-            unsigned int other_tie = 0u, other_val = 0u;
-            if (j >= 32) {  // uniform over the block
-                unsigned long long* bk = x_key + buffer * p;
-                unsigned int* bt = x_tie + buffer * p;
-                unsigned int* bv = x_val + buffer * p;
-                if (active) {
-                    bk[t] = key;
-                    bt[t] = tie;
-                    bv[t] = val;
-                }
-                __syncthreads();
-                if (active) {
-                    other_key = bk[t ^ j];
-                    other_tie = bt[t ^ j];
-                    other_val = bv[t ^ j];
-                }
-                buffer ^= 1;
-            } else if (active) {
-                other_key = __shfl_xor_sync(0xffffffffu, key, j);
-                other_tie = __shfl_xor_sync(0xffffffffu, tie, j);
-                other_val = __shfl_xor_sync(0xffffffffu, val, j);
-            }
-            if (active) {
-                // the lower of the pair keeps the entry that ranks first where bit k of t is
-                // clear (so the whole run ends in rank order), the other one elsewhere
-                const bool keep_first = ((t & k) == 0) == ((t & j) == 0);
-                const bool other_first = other_key > key || (other_key == key && other_tie > tie);
+    if (active) {  // each warp's run, larger first (lane & 32 is 0: one direction at k = 32)
+        for (int k = 2; k <= 32; k <<= 1) {
+            for (int j = k >> 1; j > 0; j >>= 1) {
+                const unsigned long long other_key = __shfl_xor_sync(0xffffffffu, key, j);
+                const unsigned int other_tie = __shfl_xor_sync(0xffffffffu, tie, j);
+                const unsigned int other_val = __shfl_xor_sync(0xffffffffu, val, j);
+                // the lower of the pair keeps the entry that ranks first where bit k of the
+                // lane is clear (so the whole run ends in rank order), the other one elsewhere;
+                // of two equal entries the lower lane's ranks first (each lane keeps its own)
+                const bool keep_first = ((lane & k) == 0) == ((lane & j) == 0);
+                const bool other_first = other_key > key || (other_key == key && (other_tie > tie ||
+                                                                                  (other_tie == tie && (lane & j))));
                 if (other_first == keep_first) {
                     key = other_key;
                     tie = other_tie;
@@ -132,6 +116,41 @@ __device__ void block_sort(unsigned long long& key, unsigned int& tie, unsigned 
                 }
             }
         }
+        x_key[t] = key;
+        x_tie[t] = tie;
+        x_val[t] = val;
+    }
+    __syncthreads();
+    int from = 0;  // the buffer that holds the runs
+    for (int width = 32; width < p; width <<= 1) {
+        if (active) {
+            const unsigned long long* run_key = x_key + from * p;
+            const unsigned int* run_tie = x_tie + from * p;
+            key = run_key[t];
+            tie = run_tie[t];
+            val = x_val[from * p + t];
+            const int run = t / width, other = (run ^ 1) * width;
+            const bool upper = run & 1;  // on equal key and tie, the other run's entries go first
+            int lo = 0, hi = width;  // the other run's entries that go before this one: a prefix
+            while (lo < hi) {
+                const int mid = (lo + hi) / 2;
+                const unsigned long long k = run_key[other + mid];
+                const unsigned int i = run_tie[other + mid];
+                if (k > key || (k == key && (i > tie || (i == tie && upper)))) lo = mid + 1;
+                else hi = mid;
+            }
+            const int to = (1 - from) * p + (run & ~1) * width + t % width + lo;
+            x_key[to] = key;
+            x_tie[to] = tie;
+            x_val[to] = val;
+        }
+        from = 1 - from;
+        __syncthreads();
+    }
+    if (active) {
+        key = x_key[from * p + t];
+        tie = x_tie[from * p + t];
+        val = x_val[from * p + t];
     }
     __syncthreads();  // x_* are free for the caller
 }

@@ -250,7 +250,7 @@ def test_the_class_segmented_path_equals_the_tile_path(n, dtype):
     share mask words), one class for all (the largest mask), caps and labels beyond 32
     bits (which fall back to the tile path). About 0.8 n candidates an image (up to 2.4 n
     with three labels each): both sides of COUNT_SORT_MAX, where the path's two sorts go
-    from counting to the bitonic network."""
+    from counting to the merge sort."""
     generator = torch.Generator().manual_seed(n)
     boxes = random_boxes(generator, (3, n), span=int(8 * n**0.5) + 8, side=24).to(dtype)
     scores = (torch.randint(0, 30, (3, n, 70), generator=generator) / 30).to(dtype)  # many ties
