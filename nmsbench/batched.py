@@ -242,6 +242,14 @@ def _backend(device: str):
 def _run(data, scores, labels, p: dict, **backend_options) -> tuple[Tensor, ...]:
     """Validate the tensors and run the device's backend (``backend_options``: its own
     arguments for tests and probes, e.g. the CUDA backend's ``sort_capacity``)."""
+    backend, arguments = _backend_arguments(data, scores, labels, p)
+    return backend.run(
+        data.contiguous(), None if scores is None else scores.contiguous(),
+        None if labels is None else labels.to(torch.int64).contiguous(), **arguments, **backend_options)
+
+
+def _backend_arguments(data, scores, labels, p: dict) -> tuple[object, dict]:
+    """The device's backend and its keyword arguments for these tensors (validated here)."""
     n, classes = _check_inputs(data, scores, labels, p["layout"], p["multi_label"])
     capacity = candidate_capacity(n, classes, p["multi_label"], p["max_candidates"])
     max_output = p["max_output_boxes"]
@@ -249,13 +257,11 @@ def _run(data, scores, labels, p: dict, **backend_options) -> tuple[Tensor, ...]
     top_k = p["pre_nms_top_k"]
     device = "cuda" if data.is_cuda else "cpu"  # _check_inputs allows no other
     backend = _backends.get(device) or _backend(device)
-    return backend.run(
-        data.contiguous(), None if scores is None else scores.contiguous(),
-        None if labels is None else labels.to(torch.int64).contiguous(), layout=p["layout"],
-        cxcywh=p["box_format"] == "cxcywh", n=n, classes=classes, multi_label=p["multi_label"],
+    return backend, dict(
+        layout=p["layout"], cxcywh=p["box_format"] == "cxcywh", n=n, classes=classes, multi_label=p["multi_label"],
         class_agnostic=p["class_agnostic"], iou_threshold=p["iou_threshold"], score_threshold=p["score_threshold"],
         max_output=max_output, max_per_class=max_output if per_class is None else min(per_class, max_output),
-        top_k=INT32_MAX if top_k is None else top_k, capacity=capacity, **backend_options)
+        top_k=INT32_MAX if top_k is None else top_k, capacity=capacity)
 
 
 def release_batched_memory() -> None:
@@ -289,10 +295,37 @@ def _plain(*tensors) -> bool:
     return torch._C._len_torch_dispatch_stack() == 0
 
 
+# A head call's backend and arguments, by its parameters as given (plain values and their
+# types) and the raw tensor's dtype, shape, strides and device type: a detector calls with
+# the same ones every time, and its later calls skip the checks, which take a batch of one's
+# eager call a good part of its host time. Only a contiguous raw tensor that passed the
+# checks is kept; anything else (scores, a subclass, tracing, a dispatch mode) goes the
+# checked way.
+_heads: dict = {}
+HEADS_KEPT = 256
+
+
 def _call(data, scores, labels, layout, box_format, iou_threshold, score_threshold, max_output_boxes,
           max_output_boxes_per_class, class_agnostic, multi_label, pre_nms_top_k, max_candidates) -> BatchedDetections:
-    p = _check_params(layout, box_format, iou_threshold, score_threshold, max_output_boxes, max_output_boxes_per_class,
-                      class_agnostic, multi_label, pre_nms_top_k, max_candidates)
+    given = (layout, box_format, iou_threshold, score_threshold, max_output_boxes, max_output_boxes_per_class,
+             class_agnostic, multi_label, pre_nms_top_k, max_candidates)
+    key = None
+    if scores is None and labels is None and _plain(data):
+        types = tuple(map(type, given))
+        if _PLAIN_VALUES.issuperset(types):
+            key = (given, types, data.dtype, data.shape, data.stride(), data.is_cuda)
+            known = _heads.get(key)
+            if known is not None:
+                backend, arguments = known
+                return BatchedDetections(*backend.run(data, None, None, **arguments))
+    p = _check_params(*given)
+    if key is not None:  # a plain head call
+        backend, arguments = _backend_arguments(data, None, None, p)
+        if data.is_contiguous():
+            if len(_heads) >= HEADS_KEPT:
+                _heads.clear()
+            _heads[key] = backend, arguments
+        return BatchedDetections(*backend.run(data.contiguous(), None, None, **arguments))
     if _plain(data, scores, labels):
         return BatchedDetections(*_run(data, scores, labels, p))
     _check_inputs(data, scores, labels, layout, p["multi_label"])  # a ValueError before any tracing of the op

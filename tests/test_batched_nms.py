@@ -335,6 +335,52 @@ def test_the_op_path_equals_the_direct_path():
     assert all(torch.equal(a, b) for a, b in zip(direct, through_op))
 
 
+def test_a_head_call_like_an_earlier_one_skips_the_checks_and_gives_the_same_answer(monkeypatch):
+    """A head call with the parameters (values and types) and raw layout (dtype, shape,
+    strides, device type) of an earlier one that passed the checks goes straight to the
+    backend, with the earlier call's arguments; anything else is checked: another value or
+    type of a parameter, another shape or dtype, a non-contiguous raw (never kept), a bad
+    raw after a good one. Every answer equals the checked path's."""
+    monkeypatch.setattr(batched, "_heads", {})
+    checks = []
+    check_inputs = batched._check_inputs
+    monkeypatch.setattr(batched, "_check_inputs", lambda *a: checks.append(a[0].shape) or check_inputs(*a))
+
+    def checked(raw, **kwargs):  # the checked path's answer
+        p = batched._check_params(kwargs.get("layout", "yolov5"), "cxcywh", kwargs.get("iou_threshold", 0.45), 0.25,
+                                  kwargs.get("max_output_boxes", 300), None, False, False, None, None)
+        return nmsbench.BatchedDetections(*batched._run(raw, None, None, p))
+
+    def same(a, b):
+        return all(torch.equal(x, y) for x, y in zip(a, b))
+
+    raw, other = yolov5_raw(), yolov5_raw(seed=1)
+    first = nmsbench.batched_nms_from_head(raw)
+    assert len(checks) == 1 and len(batched._heads) == 1
+    for r in (raw, other, other.clone()):  # the same layout: no checks
+        assert same(nmsbench.batched_nms_from_head(r), checked(r))
+    assert len(checks) == 1 + 3  # (the three reference answers' own checks)
+    assert same(first, checked(raw))
+    checks.clear()
+    nmsbench.batched_nms_from_head(raw, iou_threshold=0.5)  # another value
+    nmsbench.batched_nms_from_head(raw, max_output_boxes=300)  # the default given: the same key as the first
+    nmsbench.batched_nms_from_head(raw, iou_threshold=1)  # another type (int)
+    nmsbench.batched_nms_from_head(raw.double())  # another dtype
+    nmsbench.batched_nms_from_head(raw[:1])  # another shape
+    assert len(checks) == 4 and len(batched._heads) == 5
+    strided = torch.cat([raw, raw], dim=2)[..., ::2]  # the same shape and dtype, not contiguous
+    assert not strided.is_contiguous()
+    for _ in range(2):
+        assert same(nmsbench.batched_nms_from_head(strided), checked(strided.contiguous()))
+    assert len(checks) == 4 + 2 + 2 and len(batched._heads) == 5  # checked both times, never kept
+    with pytest.raises(ValueError, match="must be a number"):
+        nmsbench.batched_nms_from_head(raw, iou_threshold=math.nan)
+    with pytest.raises(ValueError, match=r"shape \[B, R, 5 \+ C\]"):
+        nmsbench.batched_nms_from_head(raw[..., :5])
+    with pytest.raises(ValueError, match="max_output_boxes must be"):
+        nmsbench.batched_nms_from_head(raw, max_output_boxes=300.0)
+
+
 def test_a_module_ending_in_it_compiles_with_fullgraph():
     raw, module = yolov5_raw(), Head()
     eager = module(raw)
