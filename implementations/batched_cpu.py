@@ -40,13 +40,43 @@ def _row_value(layout, data, b, i, k):
 
 
 @njit(**JIT)
+def _channels_first_scan(data, b, n, classes, threshold, multi_label):
+    """YOLOv8's channels-first image read a class at a time, along its contiguous anchors
+    (an anchor's class scores are a whole row apart): per anchor, with multi-label how many
+    classes are above the threshold, else the best class above it (the first of equal best,
+    as an anchor's own loop finds it; -1 where none)."""
+    if multi_label:
+        above = np.zeros(n, dtype=np.int64)
+        for c in range(classes):
+            for i in range(n):
+                above[i] += data[b, 4 + c, i] > threshold
+        return above
+    best_score = np.full(n, threshold, dtype=data.dtype)
+    best = np.full(n, -1, dtype=np.int64)
+    for c in range(classes):
+        for i in range(n):
+            s = data[b, 4 + c, i]
+            if s > best_score[i]:
+                best_score[i] = s
+                best[i] = c
+    return best
+
+
+@njit(**JIT)
 def _image(b, layout, data, scores, labels, has_labels, cxcywh, n, classes, multi_label, threshold, half, iou_threshold,
            max_output, max_per_class, class_agnostic, top_k, capacity, out_boxes, out_scores, out_classes, out_indices,
            num_detections, overflow, num_candidates):
     """One image (``threshold`` and ``half`` are scalars of the arithmetic type)."""
+    # YOLOv8: which anchors have candidates, from a scan along the anchors (an anchor's own
+    # loop over its classes would stride across the whole image)
+    scanned = layout == LAYOUT_YOLOV8
+    best = _channels_first_scan(data, b, n, classes, threshold, multi_label) if scanned else np.empty(0, np.int64)
     # pass 1: count the candidates (single label: a row is one if any class is above)
     count = 0
     for i in range(n):
+        if scanned:
+            count += best[i] if multi_label else best[i] >= 0
+            continue
         objectness = half  # read by the YOLOv5 layout only
         if layout == LAYOUT_YOLOV5:
             objectness = data[b, i, 4]
@@ -73,18 +103,22 @@ def _image(b, layout, data, scores, labels, has_labels, cxcywh, n, classes, mult
             objectness = data[b, i, 4]
             if not objectness > threshold:
                 continue
-        first, stop, best, best_score = 0, 0, -1, threshold
+        if scanned and best[i] <= (0 if multi_label else -1):
+            continue
+        first, stop, top, top_score = 0, 0, -1, threshold
         if multi_label:
             first, stop = 0, classes
+        elif scanned:
+            first, stop = best[i], best[i] + 1
         else:
             for c in range(classes):
                 s = _class_score(layout, data, scores, b, i, c, objectness)
-                if s > best_score:
-                    best_score = s
-                    best = c
-            if best < 0:
+                if s > top_score:
+                    top_score = s
+                    top = c
+            if top < 0:
                 continue
-            first, stop = best, best + 1
+            first, stop = top, top + 1
         x0 = _row_value(layout, data, b, i, 0)
         y0 = _row_value(layout, data, b, i, 1)
         x1 = _row_value(layout, data, b, i, 2)

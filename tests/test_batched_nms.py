@@ -295,6 +295,26 @@ def test_nan_scores_never_pass_and_nan_boxes_overlap_nothing():
     assert det.num_detections.tolist() == [3]
 
 
+@pytest.mark.parametrize("multi_label", [False, True])
+def test_the_yolov8_layout_equals_the_same_boxes_and_scores_row_by_row(multi_label):
+    """The CPU backend reads YOLOv8's channels-first head a class at a time; its detections
+    equal those of the same boxes (cxcywh) and scores given row by row: ties between an
+    anchor's classes (the first of equal best), NaN scores (never above) and anchors with
+    no class above included."""
+    generator = torch.Generator().manual_seed(8)
+    batch, n, classes = 3, 500, 4
+    boxes = random_boxes(generator, (batch, n), span=64)
+    centre = torch.cat([(boxes[..., :2] + boxes[..., 2:]) / 2, boxes[..., 2:] - boxes[..., :2]], dim=-1)
+    scores = random_values(generator, (batch, n, classes), [0.0, 0.1, 0.2, 0.25, 0.5, 0.9, 0.9, 1.0])
+    scores[torch.rand(batch, n, classes, generator=generator) < 0.05] = math.nan
+    raw = torch.cat([centre, scores], dim=-1).transpose(1, 2).contiguous()  # [B, 4 + C, A]
+    kwargs = dict(iou_threshold=0.45, score_threshold=0.25, multi_label=multi_label, max_output_boxes=2000)
+    v8 = nmsbench.batched_nms_from_head(raw, "yolov8", **kwargs)
+    rows = nmsbench.batched_nms(centre, scores, box_format="cxcywh", **kwargs)
+    assert all(torch.equal(a, b) for a, b in zip(v8, rows))
+    assert (v8.num_detections > 5).all() and (v8.num_candidates < n * (classes if multi_label else 1)).all()
+
+
 def test_empty_inputs_give_padded_outputs():
     for batch, n, k in ((0, 5, 3), (2, 0, 3), (2, 5, 0)):
         det = nmsbench.batched_nms(torch.zeros(batch, n, 4), torch.ones(batch, n, 2), iou_threshold=0.5,
