@@ -4,8 +4,10 @@ for bit. ``nmsbench.batched`` validates the inputs and calls :func:`run` for CPU
 
 Per image: the candidates (score above the threshold: the best class, the first of equal
 best, or with multi-label every class), in candidate-index order (box i, then class c:
-index i * C + c with multi-label, i otherwise); none at all where more than ``capacity``
-passed (the overflow the CUDA buffer reports); a stable sort by descending score; the
+index i * C + c with multi-label, i otherwise), gathered in one pass over the rows that
+can have any (YOLOv5: objectness above the threshold; YOLOv8: a class above it, found by
+a scan along the anchors); none at all where more than ``capacity`` passed (the overflow
+the CUDA buffer reports); a stable sort by descending score; the
 first ``top_k``; then greedy NMS in that order against the detections so far, which is
 greedy NMS per class (a kept candidate of a class that already has ``max_per_class``
 detections is no detection, and could only suppress candidates of its class, which are
@@ -63,6 +65,29 @@ def _channels_first_scan(data, b, n, classes, threshold, multi_label):
 
 
 @njit(**JIT)
+def _grown(values, size):
+    """``values`` (1-D or rows of 2-D) copied into the first rows of a new array of ``size`` rows."""
+    out = np.empty((size,) + values.shape[1:], dtype=values.dtype)
+    out[:values.shape[0]] = values
+    return out
+
+
+@njit(**JIT)
+def _rows_above(data, b, n, threshold):
+    """YOLOv5: the rows of image b whose objectness is above ``threshold``, in order."""
+    rows = np.empty(n, dtype=np.int64)
+    k = 0
+    for i in range(n):
+        if data[b, i, 4] > threshold:
+            rows[k] = i
+            k += 1
+    return rows[:k]
+
+
+FIRST_CANDIDATES = 4096  # the candidate arrays' first size (they double as they fill)
+
+
+@njit(**JIT)
 def _image(b, layout, data, scores, labels, has_labels, cxcywh, n, classes, multi_label, threshold, half, iou_threshold,
            max_output, max_per_class, class_agnostic, top_k, capacity, out_boxes, out_scores, out_classes, out_indices,
            num_detections, overflow, num_candidates):
@@ -71,40 +96,24 @@ def _image(b, layout, data, scores, labels, has_labels, cxcywh, n, classes, mult
     # loop over its classes would stride across the whole image)
     scanned = layout == LAYOUT_YOLOV8
     best = _channels_first_scan(data, b, n, classes, threshold, multi_label) if scanned else np.empty(0, np.int64)
-    # pass 1: count the candidates (single label: a row is one if any class is above)
+    # the candidates in candidate-index order, in one pass over the rows: up to `capacity`
+    # kept (the arrays grow as they fill), all counted; none where more than `capacity` passed
+    limit = min(capacity, n * classes if multi_label else n)
+    size = max(1, min(limit, FIRST_CANDIDATES))
+    cand_score = np.empty(size, dtype=out_scores.dtype)
+    cand_box = np.empty((size, 4), dtype=out_boxes.dtype)
+    cand_class = np.empty(size, dtype=np.int64)
+    cand_index = np.empty(size, dtype=np.int64)
+    # YOLOv5: the rows whose objectness is above the threshold, found by a loop of their own
+    # (the rows' loop below, with the candidates' work in it, ran it several times slower)
+    objectness_first = layout == LAYOUT_YOLOV5
+    rows = _rows_above(data, b, n, threshold) if objectness_first else np.empty(0, np.int64)
     count = 0
-    for i in range(n):
-        if scanned:
-            count += best[i] if multi_label else best[i] >= 0
-            continue
-        objectness = half  # read by the YOLOv5 layout only
-        if layout == LAYOUT_YOLOV5:
-            objectness = data[b, i, 4]
-            if not objectness > threshold:
-                continue
-        for c in range(classes):
-            if _class_score(layout, data, scores, b, i, c, objectness) > threshold:
-                count += 1
-                if not multi_label:
-                    break
-    num_candidates[b] = count
-    overflow[b] = count > capacity
-    if count > capacity:
-        return
-    # pass 2: the candidates, in candidate-index order
-    cand_score = np.empty(count, dtype=out_scores.dtype)
-    cand_box = np.empty((count, 4), dtype=out_boxes.dtype)
-    cand_class = np.empty(count, dtype=np.int64)
-    cand_index = np.empty(count, dtype=np.int64)
-    k = 0
-    for i in range(n):
-        objectness = half
-        if layout == LAYOUT_YOLOV5:
-            objectness = data[b, i, 4]
-            if not objectness > threshold:
-                continue
+    for r in range(rows.shape[0] if objectness_first else n):
+        i = rows[r] if objectness_first else r
         if scanned and best[i] <= (0 if multi_label else -1):
             continue
+        objectness = data[b, i, 4] if objectness_first else half  # read by the YOLOv5 layout only
         first, stop, top, top_score = 0, 0, -1, threshold
         if multi_label:
             first, stop = 0, classes
@@ -130,17 +139,26 @@ def _image(b, layout, data, scores, labels, has_labels, cxcywh, n, classes, mult
             s = _class_score(layout, data, scores, b, i, c, objectness)
             if not s > threshold:
                 continue
-            cand_score[k] = s
-            cand_box[k, 0] = x0
-            cand_box[k, 1] = y0
-            cand_box[k, 2] = x1
-            cand_box[k, 3] = y1
-            cand_class[k] = labels[b, i] if has_labels else c
-            cand_index[k] = i * classes + c if multi_label else i
-            k += 1
+            if count < limit:
+                if count == size:
+                    size = min(limit, 2 * size)
+                    cand_score, cand_box = _grown(cand_score, size), _grown(cand_box, size)
+                    cand_class, cand_index = _grown(cand_class, size), _grown(cand_index, size)
+                cand_score[count] = s
+                cand_box[count, 0] = x0
+                cand_box[count, 1] = y0
+                cand_box[count, 2] = x1
+                cand_box[count, 3] = y1
+                cand_class[count] = labels[b, i] if has_labels else c
+                cand_index[count] = i * classes + c if multi_label else i
+            count += 1
+    num_candidates[b] = count
+    overflow[b] = count > capacity
+    if count > capacity:
+        return
     # rank order: descending score, ties by the lower candidate index (the fill order);
     # -0.0 and 0.0 are equal, as in the kernels' keys
-    order = np.argsort(-cand_score, kind="mergesort")
+    order = np.argsort(-cand_score[:count], kind="mergesort")
     ranked = min(count, top_k)
     kept = np.empty(max(1, min(ranked, max_output)), dtype=np.int64)
     out = 0

@@ -286,6 +286,31 @@ def test_an_overflowing_image_is_reported_and_gets_no_detections():
     assert det.num_detections[1] == 0 and not det.overflow[1]
 
 
+def test_candidates_past_the_cpu_backends_first_arrays_and_an_overflow_beyond_them():
+    """More candidates than the CPU backend's first candidate arrays hold (they grow as they
+    fill): the reference's detections, on every layout; and an image past a max_candidates
+    above that first size overflows, counted in full, with no detections."""
+    from nmsbench.variants import batched_cpu
+
+    generator = torch.Generator().manual_seed(3)
+    n, classes = 3000, 3
+    boxes = random_boxes(generator, (2, n), span=400).float()
+    scores = torch.rand(2, n, classes, generator=generator)
+    kwargs = dict(iou_threshold=0.5, score_threshold=0.05, multi_label=True, max_output_boxes=1000)
+    count = int((scores[0] > 0.05).sum())
+    assert count > batched_cpu.FIRST_CANDIDATES
+    det = nmsbench.batched_nms(boxes, scores, **kwargs)
+    assert_matches(det, reference(boxes, scores, **kwargs), torch.float32)
+    centre = torch.cat([(boxes[..., :2] + boxes[..., 2:]) / 2, boxes[..., 2:] - boxes[..., :2]], dim=-1)
+    for layout, raw in (("yolov5", torch.cat([centre, torch.ones(2, n, 1), scores], dim=-1)),
+                        ("yolov8", torch.cat([centre, scores], dim=-1).transpose(1, 2).contiguous())):
+        head = nmsbench.batched_nms_from_head(raw, layout, **kwargs)
+        assert all(torch.equal(a, b) for a, b in zip(head, det)), layout
+    limit = batched_cpu.FIRST_CANDIDATES + 100
+    over = nmsbench.batched_nms(boxes, scores, max_candidates=limit, **kwargs)
+    assert over.num_candidates[0] == count > limit and over.overflow[0] and over.num_detections[0] == 0
+
+
 def test_nan_scores_never_pass_and_nan_boxes_overlap_nothing():
     boxes = torch.tensor([[[0.0, 0, 10, 10], [0, 0, 10, 10], [math.nan, 0, 10, 10], [0, 0, 10, 10]]])
     scores = torch.tensor([[[math.nan, 0.2], [0.9, math.nan], [0.8, 0.1], [0.7, 0.7]]])
