@@ -34,6 +34,7 @@ implementations/DESIGN.md.
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 
@@ -399,23 +400,27 @@ def release() -> None:
     _next_outputs.clear()
 
 
-def _set_stride(numel: int, itemsize: int) -> int:
-    """Elements from one set's view of a field to the next: its own, rounded up to
-    OUTPUT_ALIGN bytes."""
-    return -(-numel * itemsize // OUTPUT_ALIGN) * OUTPUT_ALIGN // itemsize
+@functools.lru_cache(maxsize=256)
+def _set_layout(batch: int, max_output: int, dtype: torch.dtype) -> tuple[tuple, ...]:
+    """One output set's seven fields in output order: each field's [sets, ...] shape after
+    the sets, its strides (from one set's view to the next: its own elements, rounded up
+    to OUTPUT_ALIGN bytes; then contiguous), its dtype and its bytes from set to set."""
+    slots = (batch, max_output)
+    layout = []
+    for shape, field_dtype in (((batch,), torch.int64), ((*slots, 4), dtype), (slots, dtype), (slots, torch.int64),
+                               (slots, torch.int64), ((batch,), torch.bool), ((batch,), torch.int64)):
+        itemsize = field_dtype.itemsize
+        step = -(-math.prod(shape) * itemsize // OUTPUT_ALIGN) * OUTPUT_ALIGN  # 0 for an empty field
+        strides = (step // itemsize, *(math.prod(shape[k + 1:]) for k in range(len(shape))))
+        layout.append((shape, strides, field_dtype, step))
+    return tuple(layout)
 
 
 def output_sets_for(batch: int, max_output: int, dtype: torch.dtype) -> int:
     """How many output sets one allocation makes: OUTPUT_SETS, fewer where they would take
     more than OUTPUT_CHUNK_BYTES (at least one)."""
-    per_set = sum(_set_stride(numel, item) * item for numel, item in _fields(batch, max_output, dtype.itemsize))
+    per_set = sum(step for _, _, _, step in _set_layout(batch, max_output, dtype))
     return max(1, min(OUTPUT_SETS, OUTPUT_CHUNK_BYTES // max(per_set, 1)))
-
-
-def _fields(batch: int, max_output: int, itemsize: int) -> tuple[tuple[int, int], ...]:
-    """(elements, bytes an element) of one set's seven fields, in output order."""
-    slots = batch * max_output
-    return (batch, 8), (4 * slots, itemsize), (slots, itemsize), (slots, 8), (slots, 8), (batch, 1), (batch, 8)
 
 
 def _output_sets(batch: int, max_output: int, dtype: torch.dtype, device: torch.device,
@@ -425,15 +430,11 @@ def _output_sets(batch: int, max_output: int, dtype: torch.dtype, device: torch.
     field for all of them, each set's tensors views of its own part, starting on an
     OUTPUT_ALIGN boundary as a fresh allocation would (torch.compile asserts that a custom
     op's outputs are 16-byte aligned)."""
-    shapes = ((batch,), (batch, max_output, 4), (batch, max_output), (batch, max_output), (batch, max_output),
-              (batch,), (batch,))
-    dtypes = (torch.int64, dtype, dtype, torch.int64, torch.int64, torch.bool, torch.int64)
-    fields, steps = [], []
-    for shape, field_dtype, (numel, itemsize) in zip(shapes, dtypes, _fields(batch, max_output, dtype.itemsize)):
-        stride = _set_stride(numel, itemsize)
-        inner = {1: (1,), 2: (max_output, 1), 3: (4 * max_output, 4, 1)}[len(shape)]  # each set contiguous
-        fields.append(torch.empty_strided((count, *shape), (stride, *inner), dtype=field_dtype, device=device))
-        steps.append(stride * itemsize if numel else 0)  # an empty field's views all have address 0, as its own
+    layout = _set_layout(batch, max_output, dtype)
+    fields = [torch.empty_strided((count, *shape), strides, dtype=field_dtype, device=device)
+              for shape, strides, field_dtype, _ in layout]
     sets = zip(*(field.unbind(0) for field in fields))
-    bases = [field.data_ptr() if step else 0 for field, step in zip(fields, steps)]
+    # set k's view starts k steps on (an empty field's views all have address 0, as its own)
+    bases = [field.data_ptr() if step else 0 for field, (_, _, _, step) in zip(fields, layout)]
+    steps = [step for _, _, _, step in layout]
     return [(outputs, tuple([base + k * step for base, step in zip(bases, steps)])) for k, outputs in enumerate(sets)]
