@@ -140,6 +140,11 @@ def random_boxes(generator, shape, span: int = 16, side: int = 8) -> torch.Tenso
     return torch.cat([corner, corner + size], dim=-1)
 
 
+def cxcywh(boxes: torch.Tensor) -> torch.Tensor:
+    """xyxy boxes [..., 4] as centre, width, height (a raw head's box fields)."""
+    return torch.cat([(boxes[..., :2] + boxes[..., 2:]) / 2, boxes[..., 2:] - boxes[..., :2]], dim=-1)
+
+
 def random_values(generator, shape, values=SCORE_VALUES) -> torch.Tensor:
     table = torch.tensor(values, dtype=torch.float64)
     return table[torch.randint(0, len(table), shape, generator=generator)]
@@ -194,7 +199,7 @@ def head_cases(draw, max_batch: int = 3, max_n: int = 30):
     batch, n, classes = draw(sizes(max_batch, max_n))
     generator = torch.Generator().manual_seed(draw(st.integers(0, 2**31)))
     boxes = random_boxes(generator, (batch, n), span=draw(st.sampled_from([16, 64])))
-    centre = torch.cat([(boxes[..., :2] + boxes[..., 2:]) / 2, boxes[..., 2:] - boxes[..., :2]], dim=-1)
+    centre = cxcywh(boxes)
     probabilities = [0.0, 0.2, 0.25, 0.5, 0.6, 0.9, 1.0]
     fields = [centre]
     if layout == "yolov5":
@@ -301,7 +306,7 @@ def test_candidates_past_the_cpu_backends_first_arrays_and_an_overflow_beyond_th
     assert count > batched_cpu.FIRST_CANDIDATES
     det = nmsbench.batched_nms(boxes, scores, **kwargs)
     assert_matches(det, reference(boxes, scores, **kwargs), torch.float32)
-    centre = torch.cat([(boxes[..., :2] + boxes[..., 2:]) / 2, boxes[..., 2:] - boxes[..., :2]], dim=-1)
+    centre = cxcywh(boxes)
     for layout, raw in (("yolov5", torch.cat([centre, torch.ones(2, n, 1), scores], dim=-1)),
                         ("yolov8", torch.cat([centre, scores], dim=-1).transpose(1, 2).contiguous())):
         head = nmsbench.batched_nms_from_head(raw, layout, **kwargs)
@@ -329,7 +334,7 @@ def test_the_yolov8_layout_equals_the_same_boxes_and_scores_row_by_row(multi_lab
     generator = torch.Generator().manual_seed(8)
     batch, n, classes = 3, 500, 4
     boxes = random_boxes(generator, (batch, n), span=64)
-    centre = torch.cat([(boxes[..., :2] + boxes[..., 2:]) / 2, boxes[..., 2:] - boxes[..., :2]], dim=-1)
+    centre = cxcywh(boxes)
     scores = random_values(generator, (batch, n, classes), [0.0, 0.1, 0.2, 0.25, 0.5, 0.9, 0.9, 1.0])
     scores[torch.rand(batch, n, classes, generator=generator) < 0.05] = math.nan
     raw = torch.cat([centre, scores], dim=-1).transpose(1, 2).contiguous()  # [B, 4 + C, A]
