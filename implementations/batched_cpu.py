@@ -114,12 +114,14 @@ def _image(b, layout, data, scores, labels, has_labels, cxcywh, n, classes, mult
         if scanned and best[i] <= (0 if multi_label else -1):
             continue
         objectness = data[b, i, 4] if objectness_first else half  # read by the YOLOv5 layout only
-        first, stop, top, top_score = 0, 0, -1, threshold
-        if multi_label:
-            first, stop = 0, classes
-        elif scanned:
-            first, stop = best[i], best[i] + 1
+        first, stop, top, top_score = 0, classes, -1, threshold
+        if scanned:
+            if not multi_label:
+                first, stop = best[i], best[i] + 1
         else:
+            # the best class; with multi-label, whether any is above the threshold (this tight
+            # loop is several times faster than the candidates' loop below, which then takes
+            # only the rows with a candidate)
             for c in range(classes):
                 s = _class_score(layout, data, scores, b, i, c, objectness)
                 if s > top_score:
@@ -127,7 +129,8 @@ def _image(b, layout, data, scores, labels, has_labels, cxcywh, n, classes, mult
                     top = c
             if top < 0:
                 continue
-            first, stop = top, top + 1
+            if not multi_label:
+                first, stop = top, top + 1
         x0 = _row_value(layout, data, b, i, 0)
         y0 = _row_value(layout, data, b, i, 1)
         x1 = _row_value(layout, data, b, i, 2)
@@ -135,15 +138,19 @@ def _image(b, layout, data, scores, labels, has_labels, cxcywh, n, classes, mult
         if cxcywh:  # torchvision's box_convert: cx - 0.5 * w, ...
             half_w, half_h = half * x1, half * y1
             x0, y0, x1, y1 = x0 - half_w, y0 - half_h, x0 + half_w, y0 + half_h
+        # room for the row's candidates (at most stop - first) before their loop: the loop ran
+        # faster with no array replaced inside it (results/PERFLOG.md)
+        wanted = min(limit, count + stop - first)
+        if wanted > size:
+            while size < wanted:
+                size = min(limit, 2 * size)
+            cand_score, cand_box = _grown(cand_score, size), _grown(cand_box, size)
+            cand_class, cand_index = _grown(cand_class, size), _grown(cand_index, size)
         for c in range(first, stop):
             s = _class_score(layout, data, scores, b, i, c, objectness)
             if not s > threshold:
                 continue
             if count < limit:
-                if count == size:
-                    size = min(limit, 2 * size)
-                    cand_score, cand_box = _grown(cand_score, size), _grown(cand_box, size)
-                    cand_class, cand_index = _grown(cand_class, size), _grown(cand_index, size)
                 cand_score[count] = s
                 cand_box[count, 0] = x0
                 cand_box[count, 1] = y0
