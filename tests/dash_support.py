@@ -36,9 +36,10 @@ def with_made_up_cuda_rows(frame, factor: float = 4.0):
     vs GPU views (no GPU rows are committed that were not measured on a GPU)."""
     import pandas as pd
 
+    pipeline = frame["benchmark"] == "pipeline"
+    frame = frame.assign(gpu=frame["gpu"].astype(object).where(~pipeline, "made-up GPU"))  # as a GPU machine's CPU rows
     twin = frame[(frame["benchmark"] == "pipeline") & (frame["impl"] != "numpy")].copy()
     twin["device"] = "cuda"
-    twin["gpu"] = "made-up GPU"
     twin["median_us"] = twin["median_us"] / factor
     twin["iqr_us"] = twin["iqr_us"] / factor
     if "hardware" in twin.columns:

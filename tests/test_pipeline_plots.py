@@ -84,6 +84,22 @@ def test_cuda_rows_compare_with_the_cpu_reference(frame):
     assert "| device | source | conf | pipeline | B=1 | B=8 |" in text and "| cuda | real | 0.25 | torch+allpairs |" in text
 
 
+def test_two_gpu_machines_under_one_host_name_keep_their_own_reference(frame):
+    """GPU machines share host names ("vm"): each machine's cuda rows compare with its own
+    CPU reference (its CPU rows name its GPU), never with the other's or a blend of both."""
+    first = with_made_up_cuda_rows(frame, factor=4.0)
+    second = with_made_up_cuda_rows(frame, factor=2.0).assign(gpu="another made-up GPU")
+    second["median_us"] = second["median_us"] * 3  # a slower machine throughout: the same ratios
+    rows = tables.with_pipeline_speedup(pd.concat([first, second], ignore_index=True))
+    index = ["impl", "scenario", "overlap", "batch", "stage"]
+    for gpu, factor in (("made-up GPU", 4.0), ("another made-up GPU", 2.0)):
+        own = rows[rows["gpu"] == gpu]
+        cpu = own[own["device"] == "cpu"].set_index(index)["speedup"]
+        cuda = own[own["device"] == "cuda"].set_index(index)["speedup"]
+        assert len(own) == len(first) - len(first[first["benchmark"] != "pipeline"])
+        assert np.allclose(cuda.to_numpy(), factor * cpu.loc[cuda.index].to_numpy()), gpu
+
+
 def test_device_timer_rows_have_no_cpu_twin(frame):
     both = with_made_up_cuda_rows(frame)
     device = both[both["device"] == "cuda"].assign(timer="device")

@@ -13,9 +13,10 @@ from .noise import NOISY_MARK, joined_reasons, noisy_footnote, with_noise
 PIPELINE_BASELINE = "numpy"  # the CPU reference pipeline (nmsbench.pipeline.REFERENCE_PIPELINE)
 PIPELINE_STAGES = ("decode", "nms", "total")
 # What identifies one pipeline case apart from the pipeline and its device: rows that agree
-# on these ran on the same machine and input, so their times per image compare.
-PIPELINE_CASE_KEYS = ["machine", "timer", "threads", "scenario", "image", "input_size", "overlap", "iou_threshold", "seed",
-                      "params", "batch", "stage"]
+# on these ran on the same machine and input, so their times per image compare. ``gpu``
+# with ``machine``: GPU machines share host names, and a GPU machine's CPU rows name its GPU.
+PIPELINE_CASE_KEYS = ["machine", "gpu", "timer", "threads", "scenario", "image", "input_size", "overlap",
+                      "iou_threshold", "seed", "params", "batch", "stage"]
 # Dimensions that split pipeline rows into groups (tables, panels) or lines when they vary;
 # not ``image``: a real batch names every recording in it, so it changes with the batch.
 PIPELINE_DIMS = ["device", "timer", "scenario", "overlap", "stage", "hardware", "threads", "input_size", "iou_threshold",
