@@ -235,6 +235,7 @@ def sidebar_filters(frame: pd.DataFrame) -> dict:
 
 def pipeline_view(frame: pd.DataFrame, data_key: tuple) -> None:
     rows = tables.pipeline_rows(frame)
+    rows = rows.assign(pipeline_machine=tables.pipeline_machine(rows))
     if rows.empty:
         st.info("No pipeline rows loaded. Time the post-processing (raw detector output to detections) with "
                 "`nmsbench pipeline --out results/pipeline-<machine>.csv` (add `--device cpu,cuda` on a GPU machine) "
@@ -258,9 +259,14 @@ def pipeline_view(frame: pd.DataFrame, data_key: tuple) -> None:
     timers = tables.options(measured, "timer")
     timer = c5.selectbox("Timer", timers, index=timers.index("wall") if "wall" in timers else 0, key="pipe_timer",
                          help="wall: what a caller waits for; device: what the GPU did (CUPTI); events: CUDA events (cuda rows only)")
-    machines = tables.options(measured, "machine")
-    machine = (st.multiselect("Machine", machines, key="pipe_machine", placeholder="all") if len(machines) > 1 else [])
-    choices = {"scenario": sources, "overlap": [conf], "device": devices, "impl": chosen, "timer": [timer], "machine": machine}
+    machines = tables.options(measured, "pipeline_machine")
+    machine = []
+    if len(machines) > 1:  # opens on the machine of the newest run, as the other views open on one machine
+        newest = measured.loc[measured["timestamp"].astype(str).sort_values().index[-1], "pipeline_machine"]
+        machine = st.multiselect("Machine", machines, default=[newest], key="pipe_machine", placeholder="all",
+                                 help="the host name and the GPU (a GPU machine's CPU rows name its GPU)")
+    choices = {"scenario": sources, "overlap": [conf], "device": devices, "impl": chosen, "timer": [timer],
+               "pipeline_machine": machine}
     selected = tables.select(rows, **choices)
     if tables.ok_rows(selected).empty:
         st.info("No measured pipeline rows in this selection: widen the filters above.")

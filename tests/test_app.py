@@ -461,6 +461,28 @@ def test_pipeline_view_compares_cpu_and_gpu_rows(tmp_path, monkeypatch):
     assert "numpy" not in set(table["pipeline"]) and table["B=1 speedup"].notna().all()
 
 
+def test_pipeline_view_opens_on_the_newest_machine(tmp_path, monkeypatch):
+    """Two GPU machines' pipeline runs under one host name: the view offers both machines
+    (host name and GPU), opens on the newer run's, and draws both when both are chosen."""
+    import pandas as pd
+
+    first = with_made_up_cuda_rows(pd.read_csv(PIPELINE_CSV), factor=4.0)  # made-up rows, not measurements
+    second = with_made_up_cuda_rows(pd.read_csv(PIPELINE_CSV), factor=2.0).assign(gpu="another made-up GPU")
+    second["timestamp"] = "2099-01-01T00:00:00+00:00"
+    first.to_csv(tmp_path / "first.csv", index=False)
+    second.to_csv(tmp_path / "second.csv", index=False)
+    at = show(start(tmp_path, monkeypatch), "Pipeline")
+    machine = at.multiselect(key="pipe_machine")
+    host = str(first["machine"].iloc[0])
+    assert machine.options == [f"{host}: another made-up GPU", f"{host}: made-up GPU"]
+    assert machine.value == [f"{host}: another made-up GPU"]
+    ratio = figures(at)["pipeline_cpu_vs_gpu"]
+    assert all(np.allclose(values(t, "y"), 2.0) for t in ratio["data"] if t["meta"]["role"] == "line")
+    one = len(figures(at)["pipeline_time_per_image"]["data"])
+    machine.set_value(machine.options).run()
+    assert len(figures(at)["pipeline_time_per_image"]["data"]) > one
+
+
 # --- the Accuracy view --------------------------------------------------------------------
 
 @pytest.fixture

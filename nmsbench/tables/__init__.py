@@ -24,7 +24,8 @@ from .noise import (  # noqa: F401 (re-exported)
     NOISY_MARK, HOLLOW_NOTE, noisy_mask, clean_rows, noise_kind, noise_kinds, joined_reasons, noisy_footnote, with_noise,
 )
 from .pipeline import (  # noqa: F401 (re-exported)
-    PIPELINE_BASELINE, PIPELINE_STAGES, PIPELINE_CASE_KEYS, PIPELINE_DIMS, pipeline_rows, per_image, with_pipeline_speedup,
+    PIPELINE_BASELINE, PIPELINE_STAGES, PIPELINE_CASE_KEYS, PIPELINE_DIMS, pipeline_machine, pipeline_rows, per_image,
+    with_pipeline_speedup,
     pipeline_table, wide_pipeline_table, PIPELINE_GROUP_LABELS, pipeline_caption, render_pipeline_table, pipeline_agreement,
 )
 from .accuracy import (  # noqa: F401 (re-exported)

@@ -30,6 +30,15 @@ def pipeline_rows(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[frame["benchmark"].eq("pipeline")]
 
 
+def pipeline_machine(frame: pd.DataFrame) -> pd.Series:
+    """Each row's machine as the pipeline view names it: the host name and the GPU (a GPU
+    machine's CPU rows name its GPU too), or the host name and the CPU on a machine
+    without one. GPU machines share host names, so the name alone does not tell them apart."""
+    name = frame["machine"].replace("", "unknown machine")
+    chip = frame["gpu"].where(frame["gpu"].ne(""), frame["cpu"]).replace("", "unknown hardware")
+    return name + ": " + chip
+
+
 def per_image(frame: pd.DataFrame) -> pd.DataFrame:
     """Measured pipeline rows with their time per image. A pipeline row's ``median_us`` and
     ``iqr_us`` time one call on the whole batch, so ``us_per_image`` = median_us / batch
