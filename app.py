@@ -235,7 +235,6 @@ def sidebar_filters(frame: pd.DataFrame) -> dict:
 
 def pipeline_view(frame: pd.DataFrame, data_key: tuple) -> None:
     rows = tables.pipeline_rows(frame)
-    rows = rows.assign(pipeline_machine=tables.pipeline_machine(rows))
     if rows.empty:
         st.info("No pipeline rows loaded. Time the post-processing (raw detector output to detections) with "
                 "`nmsbench pipeline --out results/pipeline-<machine>.csv` (add `--device cpu,cuda` on a GPU machine) "

@@ -138,8 +138,8 @@ def _image(b, layout, data, scores, labels, has_labels, cxcywh, n, classes, mult
         if cxcywh:  # torchvision's box_convert: cx - 0.5 * w, ...
             half_w, half_h = half * x1, half * y1
             x0, y0, x1, y1 = x0 - half_w, y0 - half_h, x0 + half_w, y0 + half_h
-        # room for the row's candidates (at most stop - first) before their loop: the loop ran
-        # faster with no array replaced inside it (results/PERFLOG.md)
+        # room for the row's candidates (at most stop - first) before their loop, so that the
+        # loop never replaces an array (numba's loop is slower where it may)
         wanted = min(limit, count + stop - first)
         if wanted > size:
             while size < wanted:

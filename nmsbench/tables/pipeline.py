@@ -13,9 +13,9 @@ from .noise import NOISY_MARK, joined_reasons, noisy_footnote, with_noise
 PIPELINE_BASELINE = "numpy"  # the CPU reference pipeline (nmsbench.pipeline.REFERENCE_PIPELINE)
 PIPELINE_STAGES = ("decode", "nms", "total")
 # What identifies one pipeline case apart from the pipeline and its device: rows that agree
-# on these ran on the same machine and input, so their times per image compare. ``gpu``
-# with ``machine``: GPU machines share host names, and a GPU machine's CPU rows name its GPU.
-PIPELINE_CASE_KEYS = ["machine", "gpu", "timer", "threads", "scenario", "image", "input_size", "overlap",
+# on these ran on the same machine (``pipeline_machine``: host name and GPU) and input, so
+# their times per image compare.
+PIPELINE_CASE_KEYS = ["pipeline_machine", "timer", "threads", "scenario", "image", "input_size", "overlap",
                       "iou_threshold", "seed", "params", "batch", "stage"]
 # Dimensions that split pipeline rows into groups (tables, panels) or lines when they vary;
 # not ``image``: a real batch names every recording in it, so it changes with the batch.
@@ -24,16 +24,18 @@ PIPELINE_DIMS = ["device", "timer", "scenario", "overlap", "stage", "hardware", 
 
 
 def pipeline_rows(frame: pd.DataFrame) -> pd.DataFrame:
-    """The rows of ``nmsbench pipeline`` (benchmark = pipeline), whatever their status."""
+    """The rows of ``nmsbench pipeline`` (benchmark = pipeline), whatever their status, with
+    their ``pipeline_machine``."""
     if "benchmark" not in frame.columns:
         return frame.iloc[0:0]
-    return frame[frame["benchmark"].eq("pipeline")]
+    rows = frame[frame["benchmark"].eq("pipeline")]
+    return rows if "pipeline_machine" in rows.columns else rows.assign(pipeline_machine=pipeline_machine(rows))
 
 
 def pipeline_machine(frame: pd.DataFrame) -> pd.Series:
-    """Each row's machine as the pipeline view names it: the host name and the GPU (a GPU
-    machine's CPU rows name its GPU too), or the host name and the CPU on a machine
-    without one. GPU machines share host names, so the name alone does not tell them apart."""
+    """Each row's machine: the host name and the GPU (a GPU machine's CPU rows name its GPU
+    too), or the host name and the CPU on a machine without one. GPU machines share host
+    names, so the name alone does not tell them apart."""
     name = frame["machine"].replace("", "unknown machine")
     chip = frame["gpu"].where(frame["gpu"].ne(""), frame["cpu"]).replace("", "unknown hardware")
     return name + ": " + chip
