@@ -68,7 +68,8 @@ def random_batch(batch: int, n: int, classes: int, seed: int, dtype=torch.float3
 
 
 def kernel_times(call, calls: int = 20) -> dict[str, float]:
-    """Mean GPU µs a call of each of the op's kernels and its memset (torch.profiler)."""
+    """Mean GPU µs a call of each of the op's kernels and its memset (torch.profiler);
+    fused_us: fused_kernel, a small batch's one launch (decode and NMS)."""
     from torch.profiler import ProfilerActivity, profile
 
     call()
@@ -77,12 +78,13 @@ def kernel_times(call, calls: int = 20) -> dict[str, float]:
         for _ in range(calls):
             call()
         torch.cuda.synchronize()
-    times = {"decode_us": 0.0, "nms_us": 0.0, "memset_us": 0.0, "other_us": 0.0}
+    times = {"decode_us": 0.0, "nms_us": 0.0, "fused_us": 0.0, "memset_us": 0.0, "other_us": 0.0}
     for event in prof.key_averages():
         total = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0.0)
         if not total or event.key.startswith(("cuda", "cu")):
             continue
         name = ("decode_us" if "decode" in event.key else "nms_us" if "nms_kernel" in event.key
+                else "fused_us" if "fused_kernel" in event.key
                 else "memset_us" if "memset" in event.key.lower() else "other_us")
         times[name] += total / calls
     return {name: round(value, 2) for name, value in times.items()}
@@ -218,13 +220,21 @@ def sanitize() -> None:
     raw = raw[:, ::8].contiguous().cuda()  # 3150 rows
     nmsbench.batched_nms_from_head(raw)
     nmsbench.batched_nms_from_head(raw * 0.9)  # the same shape: the scratch the last call left, counters zeroed
-    for rows_per_thread in (1, 4):  # decode_rows_kernel, every row listed
-        batched_nms.run(raw, None, None, layout="yolov5", cxcywh=True, n=raw.shape[1], classes=80, multi_label=False,
-                        class_agnostic=False, iou_threshold=0.45, score_threshold=-1.0, max_output=300,
-                        max_per_class=300, top_k=2**31 - 1, capacity=raw.shape[1], rows_per_thread=rows_per_thread)
-    nmsbench.batched_nms_from_head(raw, score_threshold=0.01, multi_label=True)
-    nmsbench.batched_nms_from_head(to_yolov8(raw), "yolov8")
-    nmsbench.batched_nms_from_head(raw.half())
+    full = torch.from_numpy(synthetic_raw(2, seed=4)).cuda()  # 2 x 99 decode blocks: past the SMs at once
+    for fused in (False, True):  # the two launches, and fused_kernel's one (each twice: the kept scratch)
+        for rows_per_thread in (1, 4):  # decode_rows_kernel's rows, every row listed
+            for _ in range(2):
+                batched_nms.run(raw, None, None, layout="yolov5", cxcywh=True, n=raw.shape[1], classes=80,
+                                multi_label=False, class_agnostic=False, iou_threshold=0.45, score_threshold=-1.0,
+                                max_output=300, max_per_class=300, top_k=2**31 - 1, capacity=raw.shape[1],
+                                rows_per_thread=rows_per_thread, fused=fused)
+        for head, layout, multi_label, conf in ((raw, "yolov5", True, 0.01), (to_yolov8(raw), "yolov8", False, 0.25),
+                                                (raw.half(), "yolov5", False, 0.25), (full, "yolov5", False, 0.25)):
+            n = head.shape[1] if layout == "yolov5" else head.shape[2]
+            capacity = n * 80 if multi_label else n
+            batched_nms.run(head, None, None, layout=layout, cxcywh=True, n=n, classes=80, multi_label=multi_label,
+                            class_agnostic=False, iou_threshold=0.45, score_threshold=conf, max_output=300,
+                            max_per_class=300, top_k=2**31 - 1, capacity=capacity, fused=fused)
     graph, _ = capture_graph(lambda: nmsbench.batched_nms_from_head(raw))
     graph.replay()
     torch.cuda.synchronize()

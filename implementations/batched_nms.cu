@@ -1,6 +1,6 @@
 // Batched, class-aware, exact greedy NMS from boxes and scores or from a detector's raw
 // head output (batched_nms.py is the host side; implementations/DESIGN.md says why it is
-// built this way). Two kernels a batch (three with wide_sort_kernel), behind one memset of the
+// built this way). Two kernels a batch (three with wide_sort_kernel, one for a small batch), behind one memset of the
 // per-image counters:
 //
 //   decode_rows_kernel (YOLOv5 heads, single label) or decode_kernel (the rest): decode
@@ -11,6 +11,9 @@
 //   wide_sort_kernel (only where an image may hold more candidates than a block sorts in
 //     shared memory, from batched_nms.WIDE_MIN_CAPACITY): the images that do, sorted by
 //     the whole GPU (chunks a block each, then merge passes over every such image at once).
+//   fused_kernel (instead of the two others, where the decode's grid fits the GPU's SMs at
+//     once and no wide_sort_kernel is needed: a batch of one or a few): one launch, each
+//     image's last decode block to finish runs its NMS (below).
 //   nms_kernel: a block per image. Up to fast_max candidates with float scores (and no
 //     pre_nms_top_k cut) take the class-segmented path: one sort by (class, score), the
 //     suppression mask within each class, a warp resolving each class, the detections
@@ -71,16 +74,21 @@ __device__ __forceinline__ Box<typename Arith<T>::type> row_box(const T* data, i
     return {v[0] - half_w, v[1] - half_h, v[0] + half_w, v[1] + half_h};
 }
 
+// decode_kernel's block x of rows for images b0, b0 + step, ... below batch: a thread a row
+// (DECODE_THREADS rows); a block of more threads (fused_kernel's) leaves the rest idle.
+// No barrier: whole warps may leave.
 template <typename T>
-__global__ void __launch_bounds__(DECODE_THREADS) decode_kernel(
-    const T* data, const T* scores, const long long* labels, int layout, int cxcywh, int batch, int n, int classes,
-    int multi_label, double score_threshold, int capacity, unsigned int* counts, unsigned long long* keys, int* cands,
-    long long* cand_classes, typename Arith<T>::type* cand_boxes, typename Arith<T>::type* cand_scores) {
+__device__ __forceinline__ void decode_block(
+    int x, int b0, int step, const T* data, const T* scores, const long long* labels, int layout, int cxcywh,
+    int batch, int n, int classes, int multi_label, double score_threshold, int capacity, unsigned int* counts,
+    unsigned long long* keys, int* cands, long long* cand_classes, typename Arith<T>::type* cand_boxes,
+    typename Arith<T>::type* cand_scores) {
     typedef typename Arith<T>::type A;
+    if (threadIdx.x >= DECODE_THREADS) return;  // whole warps
     const A threshold = A(score_threshold);  // rounded to the arithmetic type, as torch compares `scores > t`
     const int lane = threadIdx.x % 32;
-    const int i = blockIdx.x * DECODE_THREADS + threadIdx.x;
-    for (int b = blockIdx.y; b < batch; b += gridDim.y) {  // uniform over the block: every lane reaches the shuffles
+    const int i = x * DECODE_THREADS + threadIdx.x;
+    for (int b = b0; b < batch; b += step) {  // uniform over the warp: every lane reaches the shuffles
         // The row's candidates: with multi-label every class above the threshold, else the
         // best class (the first of equal best scores) if it is above.
         int found = 0, best = -1;
@@ -135,6 +143,15 @@ __global__ void __launch_bounds__(DECODE_THREADS) decode_kernel(
     }
 }
 
+template <typename T>
+__global__ void __launch_bounds__(DECODE_THREADS) decode_kernel(
+    const T* data, const T* scores, const long long* labels, int layout, int cxcywh, int batch, int n, int classes,
+    int multi_label, double score_threshold, int capacity, unsigned int* counts, unsigned long long* keys, int* cands,
+    long long* cand_classes, typename Arith<T>::type* cand_boxes, typename Arith<T>::type* cand_scores) {
+    decode_block<T>(blockIdx.x, blockIdx.y, gridDim.y, data, scores, labels, layout, cxcywh, batch, n, classes,
+                    multi_label, score_threshold, capacity, counts, keys, cands, cand_classes, cand_boxes, cand_scores);
+}
+
 // The best of two (score, class) pairs in every lane of the warp: the higher score, on
 // equal scores the lower class; class -1 (nothing above the threshold) loses to any other.
 // So the warp picks what a loop over the classes in order picks: the first of equal best.
@@ -152,30 +169,45 @@ __device__ __forceinline__ void warp_best_class(A& best, int& best_class) {
 }
 
 // YOLOv5 heads with a single label: a block takes DECODE_THREADS x rows_per_thread rows of
-// an image. (1) Each thread loads its rows' objectness, every load in flight at once, and
+// an image. (1) Its threads load the rows' objectness, every load in flight at once, and
 // the rows above the threshold join the block's list; (2) a warp per listed row (two rows
 // at a time) loads its class scores, adjacent classes in adjacent lanes, and a warp
 // argmax picks the best; (3) one atomic reserves the block's candidates in the image's
 // records, and the block writes them. A thread per row that reads its class scores one
 // after another waits on many more memory round trips. Six blocks an SM: the register
 // budget (40) at which the float kernels spill nothing.
-template <typename T>
-__global__ void __launch_bounds__(DECODE_THREADS, 6) decode_rows_kernel(
-    const T* data, int batch, int n, int classes, int rows_per_thread, double score_threshold, int capacity,
-    unsigned int* counts, unsigned long long* keys, int* cands, long long* cand_classes,
-    typename Arith<T>::type* cand_boxes, typename Arith<T>::type* cand_scores) {
+//
+// decode_rows_block is block x's part for images b0, b0 + step, ... below batch, by a block
+// of THREADS threads (decode_rows_kernel's DECODE_THREADS, or fused_kernel's NMS_THREADS:
+// the same rows, more warps for the class scores); `lists` is shared memory of
+// decode_lists_bytes<A>(). Every thread of the block calls it; it ends with a barrier.
+template <typename A>
+__host__ __device__ constexpr int decode_lists_bytes() {
+    return (3 * 4 + (int)sizeof(A)) * DECODE_THREADS * DECODE_ROWS_MAX;
+}
+
+template <typename T, int THREADS>
+__device__ __forceinline__ void decode_rows_block(
+    int x, int b0, int step, const T* data, int batch, int n, int classes, int rows_per_thread,
+    double score_threshold, int capacity, unsigned int* counts, unsigned long long* keys, int* cands,
+    long long* cand_classes, typename Arith<T>::type* cand_boxes, typename Arith<T>::type* cand_scores,
+    unsigned char* lists) {
     typedef typename Arith<T>::type A;
-    __shared__ int s_rows[DECODE_THREADS * DECODE_ROWS_MAX];  // rows above the objectness threshold
-    __shared__ int s_found_row[DECODE_THREADS * DECODE_ROWS_MAX];  // rows with a candidate, its class and score
-    __shared__ int s_found_class[DECODE_THREADS * DECODE_ROWS_MAX];
-    __shared__ A s_found_score[DECODE_THREADS * DECODE_ROWS_MAX];
+    constexpr int WARPS = THREADS / 32;
+    constexpr int LISTED_MAX = DECODE_THREADS * DECODE_ROWS_MAX;
+    A* s_found_score = (A*)lists;  // rows with a candidate: its score, row and class
+    int* s_found_row = (int*)(lists + sizeof(A) * LISTED_MAX);
+    int* s_found_class = s_found_row + LISTED_MAX;
+    int* s_rows = s_found_class + LISTED_MAX;  // rows above the objectness threshold
     __shared__ int s_listed, s_found;
     __shared__ unsigned int s_base;
     const A threshold = A(score_threshold);  // rounded to the arithmetic type, as torch compares `scores > t`
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const long long stride = 5 + classes;
-    const int first = blockIdx.x * DECODE_THREADS * rows_per_thread;
-    for (int b = blockIdx.y; b < batch; b += gridDim.y) {  // uniform over the block: every thread reaches the barriers
+    const int rows = DECODE_THREADS * rows_per_thread;  // the block's
+    const int first = x * rows;
+    constexpr int LOADS = (LISTED_MAX + THREADS - 1) / THREADS;  // a thread's objectness loads at most
+    for (int b = b0; b < batch; b += step) {  // uniform over the block: every thread reaches the barriers
         const long long image = (long long)b * n;
         if (tid == 0) {
             s_listed = 0;
@@ -183,16 +215,16 @@ __global__ void __launch_bounds__(DECODE_THREADS, 6) decode_rows_kernel(
         }
         __syncthreads();
         // (1) objectness first: a row below it reads no class score
-        A objectness[DECODE_ROWS_MAX];
+        A objectness[LOADS];
 #pragma unroll
-        for (int k = 0; k < DECODE_ROWS_MAX; ++k) {
-            const int i = first + k * DECODE_THREADS + tid;
-            objectness[k] = k < rows_per_thread && i < n ? load_value(data, (image + i) * stride + 4) : A(0);
+        for (int k = 0; k < LOADS; ++k) {
+            const int r = k * THREADS + tid, i = first + r;
+            objectness[k] = r < rows && i < n ? load_value(data, (image + i) * stride + 4) : A(0);
         }
 #pragma unroll
-        for (int k = 0; k < DECODE_ROWS_MAX; ++k) {
-            const int i = first + k * DECODE_THREADS + tid;
-            const bool open = k < rows_per_thread && i < n && objectness[k] > threshold;
+        for (int k = 0; k < LOADS; ++k) {
+            const int r = k * THREADS + tid, i = first + r;
+            const bool open = r < rows && i < n && objectness[k] > threshold;
             const unsigned int ballot = __ballot_sync(0xffffffffu, open);
             int base = 0;
             if (lane == 0 && ballot != 0u) base = atomicAdd(&s_listed, __popc(ballot));
@@ -202,9 +234,9 @@ __global__ void __launch_bounds__(DECODE_THREADS, 6) decode_rows_kernel(
         __syncthreads();
         // (2) the listed rows' best classes, a warp a row
         const int listed = s_listed;
-        for (int p = warp; p < listed; p += 2 * DECODE_WARPS) {
-            const bool second = p + DECODE_WARPS < listed;  // uniform over the warp
-            const int row0 = s_rows[p], row1 = second ? s_rows[p + DECODE_WARPS] : row0;
+        for (int p = warp; p < listed; p += 2 * WARPS) {
+            const bool second = p + WARPS < listed;  // uniform over the warp
+            const int row0 = s_rows[p], row1 = second ? s_rows[p + WARPS] : row0;
             const long long at0 = (image + row0) * stride, at1 = (image + row1) * stride;
             const A objectness0 = load_value(data, at0 + 4), objectness1 = load_value(data, at1 + 4);
             A best0 = threshold, best1 = threshold;
@@ -255,7 +287,7 @@ __global__ void __launch_bounds__(DECODE_THREADS, 6) decode_rows_kernel(
         __syncthreads();
         if (found > 0) {
             const unsigned int base = s_base;
-            for (int f = tid; f < found; f += DECODE_THREADS) {
+            for (int f = tid; f < found; f += THREADS) {
                 const unsigned int slot = base + (unsigned int)f;
                 if (slot >= (unsigned int)capacity) continue;  // counted, not stored: the overflow
                 const int i = s_found_row[f];
@@ -274,6 +306,17 @@ __global__ void __launch_bounds__(DECODE_THREADS, 6) decode_rows_kernel(
         }
         __syncthreads();  // the lists are refilled for the next image
     }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(DECODE_THREADS, 6) decode_rows_kernel(
+    const T* data, int batch, int n, int classes, int rows_per_thread, double score_threshold, int capacity,
+    unsigned int* counts, unsigned long long* keys, int* cands, long long* cand_classes,
+    typename Arith<T>::type* cand_boxes, typename Arith<T>::type* cand_scores) {
+    __shared__ __align__(16) unsigned char lists[decode_lists_bytes<typename Arith<T>::type>()];
+    decode_rows_block<T, DECODE_THREADS>(blockIdx.x, blockIdx.y, gridDim.y, data, batch, n, classes, rows_per_thread,
+                                         score_threshold, capacity, counts, keys, cands, cand_classes, cand_boxes,
+                                         cand_scores, lists);
 }
 
 // The rank order of two sort entries (key, slot): a larger key first; equal keys (double
@@ -746,9 +789,11 @@ __device__ __forceinline__ void pad_detections(int b, int first, int max_output,
 // ------------------------------------------------------------------ the class-segmented path
 #include "batched_nms_segmented.cuh"  // segmented_nms and the block-wide scan and sort it uses
 
+// nms_kernel's work for image b (its block's), also fused_kernel's last block of an image.
+// Every thread of the block calls it.
 template <typename T>
-__global__ void __launch_bounds__(NMS_THREADS, 1) nms_kernel(
-    unsigned int* counts, const unsigned long long* keys, const int* cands, const long long* cand_classes,
+__device__ __forceinline__ void nms_image(
+    int b, unsigned int* counts, const unsigned long long* keys, const int* cands, const long long* cand_classes,
     const typename Arith<T>::type* cand_boxes, const typename Arith<T>::type* cand_scores, int capacity,
     int sort_capacity, int fast_max, int wide_min, int graph, unsigned long long* sort_keys,
     unsigned int* sort_slots, const int* state,
@@ -773,7 +818,7 @@ __global__ void __launch_bounds__(NMS_THREADS, 1) nms_kernel(
     long long* k_class = (long long*)carve(at, 8 * KEPT_CACHE);
     __shared__ int s_count, s_out, s_keeps;
 
-    const int b = blockIdx.x, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const long long image = (long long)b * capacity;
     const int* image_cands = cands + image;
     if (tid == 0) {
@@ -1008,4 +1053,67 @@ __global__ void __launch_bounds__(NMS_THREADS, 1) nms_kernel(
     const int detections = s_out;
     pad_detections(b, detections, max_output, out_boxes, out_scores, out_classes, out_indices);
     if (tid == 0) num_detections[b] = detections;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(NMS_THREADS, 1) nms_kernel(
+    unsigned int* counts, const unsigned long long* keys, const int* cands, const long long* cand_classes,
+    const typename Arith<T>::type* cand_boxes, const typename Arith<T>::type* cand_scores, int capacity,
+    int sort_capacity, int fast_max, int wide_min, int graph, unsigned long long* sort_keys,
+    unsigned int* sort_slots, const int* state,
+    typename Arith<T>::type* spill_boxes, long long* spill_classes, int classes, int multi_label, int class_agnostic,
+    double iou_threshold, int max_output, int max_per_class, int top_k, long long* num_detections, T* out_boxes,
+    T* out_scores, long long* out_classes, long long* out_indices, unsigned char* overflow, long long* num_candidates) {
+    nms_image<T>(blockIdx.x, counts, keys, cands, cand_classes, cand_boxes, cand_scores, capacity, sort_capacity,
+                 fast_max, wide_min, graph, sort_keys, sort_slots, state, spill_boxes, spill_classes, classes,
+                 multi_label, class_agnostic, iou_threshold, max_output, max_per_class, top_k, num_detections,
+                 out_boxes, out_scores, out_classes, out_indices, overflow, num_candidates);
+}
+
+// ------------------------------------------------------------------ one launch for small batches
+// fused_kernel: the decode and nms_kernel in one launch, for a batch whose decode grid
+// (decode_rows_kernel's or decode_kernel's, grid x blocks an image, an image a grid row) fits
+// the GPU's SMs at once. Block (x, b) decodes as that decode block does, with the same rows
+// (`rows`: decode_rows_block, else decode_block); then it counts itself done in the image's
+// `done` counter, and the image's last block to finish runs nms_image for it. No block waits
+// on another: the last one finds every other block's candidates written (each block's
+// stores, then a fence, then its count; the last one's count, then a fence, then its
+// loads). The last block zeroes the image's done counter, as nms_image zeroes its candidate
+// counter, for the next call that keeps the scratch. The decode's lists live in the
+// dynamic shared memory that nms_image carves afresh after the barrier.
+template <typename T>
+__global__ void __launch_bounds__(NMS_THREADS, 1) fused_kernel(
+    const T* data, const T* scores, const long long* labels, int layout, int cxcywh, int batch, int n, int classes,
+    int multi_label, int rows, int rows_per_thread, double score_threshold, int capacity, unsigned int* counts,
+    unsigned int* done, unsigned long long* keys, int* cands, long long* cand_classes,
+    typename Arith<T>::type* cand_boxes, typename Arith<T>::type* cand_scores, int sort_capacity, int fast_max,
+    unsigned long long* sort_keys, unsigned int* sort_slots, typename Arith<T>::type* spill_boxes,
+    long long* spill_classes, int class_agnostic, double iou_threshold, int max_output, int max_per_class, int top_k,
+    long long* num_detections, T* out_boxes, T* out_scores, long long* out_classes, long long* out_indices,
+    unsigned char* overflow, long long* num_candidates) {
+    extern __shared__ __align__(16) unsigned char shared[];
+    __shared__ int s_last;
+    const int b = blockIdx.y;
+    if (rows) {
+        decode_rows_block<T, NMS_THREADS>(blockIdx.x, b, batch, data, batch, n, classes, rows_per_thread,
+                                          score_threshold, capacity, counts, keys, cands, cand_classes, cand_boxes,
+                                          cand_scores, shared);
+    } else {
+        decode_block<T>(blockIdx.x, b, batch, data, scores, labels, layout, cxcywh, batch, n, classes, multi_label,
+                        score_threshold, capacity, counts, keys, cands, cand_classes, cand_boxes, cand_scores);
+    }
+    __threadfence();  // this thread's candidates before the block's count
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        s_last = atomicAdd(&done[b], 1u) == gridDim.x - 1;
+        __threadfence();  // the other blocks' candidates after their counts
+    }
+    __syncthreads();
+    if (!s_last) return;  // uniform over the block
+    __threadfence();
+    if (threadIdx.x == 0) done[b] = 0u;
+    nms_image<T>(b, counts, keys, cands, cand_classes, cand_boxes, cand_scores, capacity, sort_capacity, fast_max,
+                 0x7fffffff, 0, sort_keys, sort_slots, nullptr, spill_boxes, spill_classes, classes, multi_label,
+                 class_agnostic, iou_threshold, max_output, max_per_class, top_k, num_detections, out_boxes,
+                 out_scores, out_classes, out_indices, overflow, num_candidates);
 }

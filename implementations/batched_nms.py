@@ -19,6 +19,10 @@ depends on the data, so it can be captured in a CUDA graph:
 3. ``nms_kernel`` (a block per image): sort, greedy NMS per class, the best
    ``max_output`` in rank order, padded outputs, overflow flags.
 
+A batch whose decode grid fits the GPU's SMs at once (``FUSED_WAVES``: a batch of one on
+the usual heads) takes one launch instead of 1 and 3: ``fused_kernel``, whose blocks
+decode as 1's do and whose last block to finish an image runs 3's NMS for it.
+
 The memset and the decode are queued before the outputs are taken, so the GPU starts
 while the host works; the outputs were allocated by the previous call of the same shape
 on the same stream, after its nms launch (``_next_outputs``, several sets at a time), or
@@ -39,7 +43,7 @@ import math
 import torch
 
 from nmsbench.cuda import (CompiledLaunch, CudaModule, Scratch, _current_stream, cached_plan, device_index,
-                           opted_in_shared_limit, resident_blocks)
+                           multiprocessors, opted_in_shared_limit, resident_blocks)
 
 # The kernels' compile-time constants (NVRTC -D): threads of the decode kernels' blocks,
 # the most rows a decode_rows_kernel thread takes (its objectness loads in flight at
@@ -79,6 +83,12 @@ WIDE_MIN_CAPACITY = 32768
 # seconds on one block, where the graph tests only the candidates whose boxes can meet.
 GRAPH_MIN_OUTPUT = 1024
 GRAPH_MIN_CANDIDATES = 1024
+# fused_kernel (decode and NMS in one launch) where the decode's grid, B times its blocks an
+# image, fits this many rounds of the GPU's SMs (a fused block takes an SM: nms_kernel's
+# shared memory): a batch of one on the usual heads. A launch less saves its host time,
+# which a small batch's eager call waits on; a larger grid would queue decode blocks behind
+# whole SMs held by fused blocks.
+FUSED_WAVES = 1
 INT32_MAX = 2**31 - 1
 WIDE_WORDS = 4  # after the counts: wide_sort_kernel's grid barrier word and three round counters
 CUDA_MODULE = CudaModule(
@@ -91,6 +101,10 @@ CUDA_MODULE = CudaModule(
         # counts records... | capacity sort_capacity fast_max wide_min graph | sort buffers, state, spill |
         # classes multi agnostic iou max_output max_per_class top_k | outputs
         "nms_kernel": "QQQQQQiiiiiQQQQQiiidiiiQQQQQQQ",
+        # data scores labels | layout cxcywh batch n classes multi_label rows rows_per_thread score_threshold
+        # capacity | counts done records... | sort_capacity fast_max | sort buffers, spill | agnostic iou max_output
+        # max_per_class top_k | outputs
+        "fused_kernel": "QQQiiiiiiiidiQQQQQQQiiQQQQidiiiQQQQQQQ",
         # counts keys cands classes boxes | batch capacity wide_min graph agnostic iou top_k | sort buffers,
         # rank_of state, cell buffers, extents, rows, row lengths, barrier
         "wide_sort_kernel": "QQQQQiiiiidiQQQQQQQQQQ",
@@ -99,6 +113,9 @@ CUDA_MODULE = CudaModule(
 )
 LAYOUTS = {"scores": 0, "yolov5": 1, "yolov8": 2}  # batched_nms.cu's LAYOUT_*
 MAX_GRID_Y = 65535  # decode_kernel's images per launch row (it loops over more)
+# decode_rows_block's lists, bytes a listed row (three ints and a score in the arithmetic
+# type: float, or double for float64); batched_nms.cu's decode_lists_bytes
+DECODE_LISTS_ROW_BYTES = (12 + 4, 12 + 8)
 MIN_SORT_CAPACITY = 32
 
 
@@ -179,7 +196,7 @@ class _Plan:
 
     def __init__(self, dtype: torch.dtype, device: torch.device, batch: int, n: int, capacity: int, max_output: int,
                  sort_capacity: int | None, rows_kernel: bool, fast_max: int | None, rows_per_thread: int | None,
-                 wide: bool | None, graph: bool | None):
+                 wide: bool | None, graph: bool | None, fused: bool | None):
         index = device_index(device)
         arith = torch.float64 if dtype == torch.float64 else torch.float32
         nms = CUDA_MODULE.get("nms_kernel", dtype, device)
@@ -204,12 +221,13 @@ class _Plan:
             self.rows_per_thread = rows_per_thread or rows_per_thread_for(batch, n, resident)
             if not 1 <= self.rows_per_thread <= DECODE_ROWS_MAX:
                 raise ValueError(f"rows_per_thread must be in [1, {DECODE_ROWS_MAX}], got {rows_per_thread}")
-            rows = DECODE_THREADS * self.rows_per_thread
-            self.decode = CompiledLaunch(kernel, (-(-max(n, 1) // rows), min(batch, MAX_GRID_Y)), (DECODE_THREADS,),
+            decode_blocks = -(-max(n, 1) // (DECODE_THREADS * self.rows_per_thread))  # an image's
+            self.decode = CompiledLaunch(kernel, (decode_blocks, min(batch, MAX_GRID_Y)), (DECODE_THREADS,),
                                          CUDA_MODULE.codes["decode_rows_kernel"], index)
         else:
+            decode_blocks = -(-max(n, 1) // DECODE_THREADS)
             self.decode = CompiledLaunch(CUDA_MODULE.get("decode_kernel", dtype, device),
-                                         (-(-max(n, 1) // DECODE_THREADS), min(batch, MAX_GRID_Y)), (DECODE_THREADS,),
+                                         (decode_blocks, min(batch, MAX_GRID_Y)), (DECODE_THREADS,),
                                          CUDA_MODULE.codes["decode_kernel"], index)
         self.rows_kernel = rows_kernel
         self.nms = CompiledLaunch(nms, (batch,), (NMS_THREADS,), CUDA_MODULE.codes["nms_kernel"], index, shared)
@@ -221,6 +239,7 @@ class _Plan:
         self.wide = self.graph or (merged and capacity >= WIDE_MIN_CAPACITY if wide is None else wide)
         if wide is False and self.graph:
             raise ValueError("graph=True needs the whole-GPU pass (wide)")
+        self.fused = self._fused(fused, dtype, device, batch, decode_blocks, shared, index)
         # the images wide_sort_kernel takes: those of more than wide_min candidates
         self.wide_min = (GRAPH_MIN_CANDIDATES if self.graph else self.sort_capacity) if self.wide else INT32_MAX
         if self.wide:
@@ -230,7 +249,9 @@ class _Plan:
         sorted_globally = merged or self.wide
         spilled = max_output > KEPT_CACHE  # detections past the shared cache
         self.buffers = dict(
-            counts=(batch + WIDE_WORDS, torch.int32), keys=(records, torch.int64), cands=(records, torch.int32),
+            # the candidate counters, then wide_sort_kernel's words or fused_kernel's done counters
+            counts=(batch + max(WIDE_WORDS, batch), torch.int32), keys=(records, torch.int64),
+            cands=(records, torch.int32),
             classes=(records, torch.int64), boxes=(4 * records, arith), scores=(records, arith),
             sort_keys=(2 * records if sorted_globally else 0, torch.int64),
             sort_slots=(2 * records if sorted_globally else 0, torch.int32),
@@ -255,13 +276,34 @@ class _Plan:
         self.keeps_scratch = not self.wide and self.scratch_bytes <= KEPT_SCRATCH_BYTES
         o = self.scratch_offsets
         self.counts_offset = o["counts"]
-        self.zeroed_bytes = 4 * (batch + WIDE_WORDS if self.wide else batch)
+        self.zeroed_bytes = 4 * (batch + WIDE_WORDS if self.wide else 2 * batch if self.fused else batch)
         self.record_offsets = tuple(o[name] for name in ("keys", "cands", "classes", "boxes", "scores"))
         self.nms_offsets = (o["sort_keys"] if sorted_globally else None, o["sort_slots"] if sorted_globally else None,
                             o["state"] if self.graph else None,
                             o["spill_boxes"] if spilled else None, o["spill_classes"] if spilled else None)
         graph_buffers = ("rank_of", "state", "cell_keys", "cell_slots", "extents", "rows", "row_lengths")
         self.graph_offsets = tuple(o[name] if self.graph else None for name in graph_buffers)
+
+    def _fused(self, fused: bool | None, dtype: torch.dtype, device: torch.device, batch: int, decode_blocks: int,
+               shared: int, index: int) -> bool:
+        """Whether the plan takes fused_kernel (``fused``: as asked, None: where the decode's
+        grid fits FUSED_WAVES rounds of the SMs), and its launch if so. Never with the
+        whole-GPU pass, or past a grid row of images."""
+        possible = not self.wide and batch <= MAX_GRID_Y
+        if fused is None:
+            fused = possible and batch * decode_blocks <= FUSED_WAVES * multiprocessors(device)
+        elif fused and not possible:
+            raise ValueError("fused=True needs a batch within one grid row and no whole-GPU pass")
+        if not fused:
+            return False
+        kernel = CUDA_MODULE.get("fused_kernel", dtype, device)
+        shared = max(shared, DECODE_LISTS_ROW_BYTES[dtype == torch.float64] * DECODE_THREADS * DECODE_ROWS_MAX)
+        limit = opted_in_shared_limit(kernel, device)
+        if shared > limit:  # its own static shared memory is a little more than nms_kernel's
+            return False
+        self.fused_launch = CompiledLaunch(kernel, (decode_blocks, batch), (NMS_THREADS,),
+                                           CUDA_MODULE.codes["fused_kernel"], index, shared)
+        return True
 
     def addresses(self, base: int) -> tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
         """The device addresses of a scratch at ``base``: the counts, the records, nms_kernel's
@@ -318,7 +360,7 @@ def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | 
         n: int, classes: int, multi_label: bool, class_agnostic: bool, iou_threshold: float, score_threshold: float,
         max_output: int, max_per_class: int, top_k: int, capacity: int, sort_capacity: int | None = None,
         fast_max: int | None = None, rows_per_thread: int | None = None, wide: bool | None = None,
-        graph: bool | None = None) -> tuple[torch.Tensor, ...]:
+        graph: bool | None = None, fused: bool | None = None) -> tuple[torch.Tensor, ...]:
     """The padded outputs (num_detections, boxes, scores, classes, indices, overflow,
     num_candidates) for validated, contiguous CUDA inputs: ``data`` the boxes [B, N, 4] or
     the raw head, ``scores`` [B, N, classes] (layout "scores"), ``labels`` int64 [B, N] or
@@ -330,14 +372,17 @@ def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | 
     None: ``fast_max_for``), ``rows_per_thread`` decode_rows_kernel's rows a thread (None:
     ``rows_per_thread_for``), ``wide`` whether wide_sort_kernel sorts the images beyond
     ``sort_capacity`` (None: from ``WIDE_MIN_CAPACITY``), ``graph`` whether it also
-    resolves those beyond ``GRAPH_MIN_CANDIDATES`` (None: from ``GRAPH_MIN_OUTPUT``)."""
+    resolves those beyond ``GRAPH_MIN_CANDIDATES`` (None: from ``GRAPH_MIN_OUTPUT``),
+    ``fused`` whether one fused_kernel launch does the decode and the NMS (None: from
+    ``FUSED_WAVES``)."""
     device, dtype, batch = data.device, data.dtype, data.shape[0]
     if batch == 0:
         return _output_sets(batch, max_output, dtype, device, 1)[0][0]
     rows_kernel = layout == "yolov5" and not multi_label
     plan = cached_plan(_plans, (dtype, device_index(device), batch, n, capacity, max_output, sort_capacity,
-                                rows_kernel, fast_max, rows_per_thread, wide, graph), _Plan, dtype, device, batch, n,
-                       capacity, max_output, sort_capacity, rows_kernel, fast_max, rows_per_thread, wide, graph)
+                                rows_kernel, fast_max, rows_per_thread, wide, graph, fused), _Plan, dtype, device,
+                       batch, n, capacity, max_output, sort_capacity, rows_kernel, fast_max, rows_per_thread, wide,
+                       graph, fused)
     index, stream = _current_stream(device)
     capturing = torch._C._cuda_isCurrentStreamCapturing()
     keep = plan.keeps_scratch and not capturing
@@ -355,7 +400,16 @@ def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | 
                 _zero(counts, plan.zeroed_bytes, stream)
         else:
             _zero(counts, plan.zeroed_bytes, stream)
-    if plan.rows_kernel:
+    if plan.fused:
+        outputs, addresses = _take_outputs(plan, stream, capturing, batch, max_output, dtype, device)
+        sort_keys, sort_slots, _, spill_boxes, spill_classes = nms_buffers
+        plan.fused_launch(stream, data.data_ptr(), scores.data_ptr() if scores is not None else 0,
+                          labels.data_ptr() if labels is not None else 0, LAYOUTS[layout], int(cxcywh), batch, n,
+                          classes, int(multi_label), int(plan.rows_kernel), plan.rows_per_thread,
+                          float(score_threshold), capacity, counts, counts + 4 * batch, *records, plan.sort_capacity,
+                          plan.fast_max, sort_keys, sort_slots, spill_boxes, spill_classes, int(class_agnostic),
+                          float(iou_threshold), max_output, max_per_class, top_k, *addresses)
+    elif plan.rows_kernel:
         plan.decode(stream, data.data_ptr(), batch, n, classes, plan.rows_per_thread, float(score_threshold), capacity,
                     counts, *records)
     else:
@@ -367,19 +421,11 @@ def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | 
         plan.wide_sort(stream, counts, *records[:4], batch, capacity, plan.wide_min, int(plan.graph),
                        int(class_agnostic), float(iou_threshold), top_k, *nms_buffers[:2], *graph_buffers,
                        counts + 4 * batch)
-    ready = None
-    if not capturing:
-        sets = _next_outputs.get((plan, stream))
-        if sets:
-            try:
-                ready = sets.pop()
-            except IndexError:  # another thread took the last one
-                pass
-    outputs, addresses = ready or _output_sets(batch, max_output, dtype, device, 1)[0]  # while the GPU decodes
-    plan.nms(stream, counts, *records, capacity, plan.sort_capacity, plan.fast_max, plan.wide_min, int(plan.graph),
-             *nms_buffers,
-             classes, int(multi_label), int(class_agnostic), float(iou_threshold), max_output, max_per_class, top_k,
-             *addresses)
+    if not plan.fused:
+        outputs, addresses = _take_outputs(plan, stream, capturing, batch, max_output, dtype, device)  # while the GPU decodes
+        plan.nms(stream, counts, *records, capacity, plan.sort_capacity, plan.fast_max, plan.wide_min,
+                 int(plan.graph), *nms_buffers, classes, int(multi_label), int(class_agnostic), float(iou_threshold),
+                 max_output, max_per_class, top_k, *addresses)
     if keep:  # its counters are zero once this call's nms_kernel has run
         if len(_kept_scratch) >= KEPT_SCRATCH_SETS:
             _kept_scratch.clear()
@@ -391,6 +437,20 @@ def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | 
                                                    output_sets_for(batch, max_output, dtype))
     del memory, scratch
     return outputs
+
+
+def _take_outputs(plan: _Plan, stream: int, capturing: bool, batch: int, max_output: int, dtype: torch.dtype,
+                  device: torch.device) -> tuple[tuple[torch.Tensor, ...], tuple[int, ...]]:
+    """A call's outputs and their addresses: a set made ahead for its plan and stream, or a
+    new one (under graph capture always new)."""
+    if not capturing:
+        sets = _next_outputs.get((plan, stream))
+        if sets:
+            try:
+                return sets.pop()
+            except IndexError:  # another thread took the last one
+                pass
+    return _output_sets(batch, max_output, dtype, device, 1)[0]
 
 
 def release() -> None:

@@ -540,6 +540,7 @@ def stub_cuda_launches(monkeypatch, stream=lambda: 5, capturing=lambda: False):
     monkeypatch.setattr(backend, "_current_stream", lambda device: (0, stream()))
     monkeypatch.setattr(backend, "opted_in_shared_limit", lambda kernel, device: 227 * 1024)
     monkeypatch.setattr(backend, "resident_blocks", lambda kernel, threads, device: 6 * 132)
+    monkeypatch.setattr(backend, "multiprocessors", lambda device: 132)
     monkeypatch.setattr(backend, "_zero", lambda address, size, stream: zeroed.append(size))
     monkeypatch.setattr(backend, "device_index", lambda device: 0)
     monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0)
@@ -550,12 +551,19 @@ def stub_cuda_launches(monkeypatch, stream=lambda: 5, capturing=lambda: False):
     return records, zeroed, cooperative
 
 
-def _stubbed_head_call(backend):
+def _stubbed_head_call(backend, fused=None):
     """``backend.run`` on a zero YOLOv5 head [2, 100, 85] (conf 0.25, IoU 0.5, 300 a image):
-    the call the host-side tests below repeat, with the CUDA launches stubbed."""
+    the call the host-side tests below repeat, with the CUDA launches stubbed (a batch this
+    small takes fused_kernel unless ``fused`` is False)."""
     return backend.run(torch.zeros(2, 100, 85), None, None, layout="yolov5", cxcywh=True, n=100, classes=80,
                        multi_label=False, class_agnostic=False, iou_threshold=0.5, score_threshold=0.25,
-                       max_output=300, max_per_class=300, top_k=batched.INT32_MAX, capacity=100)
+                       max_output=300, max_per_class=300, top_k=batched.INT32_MAX, capacity=100, fused=fused)
+
+
+def _counts_address(record) -> int:
+    """The candidate counters' address in a stubbed nms_kernel or fused_kernel launch's record."""
+    name, *_, values = record
+    return values[13] if name == "fused_kernel" else values[0]
 
 
 def test_the_cuda_launches_pack_their_kernels_signatures_on_every_path(monkeypatch):
@@ -563,7 +571,7 @@ def test_the_cuda_launches_pack_their_kernels_signatures_on_every_path(monkeypat
     stubbed, for every layout (YOLOv5 single-label rows through decode_rows_kernel), with
     and without the global merge and the whole-GPU sort, the spilled detections and the
     class-segmented path: each launch packs its kernel's C signature, with the sizes the
-    plan promises."""
+    plan promises. (One launch, fused_kernel: the next test.)"""
     from test_kernel_layout import c_signatures
 
     from nmsbench.variants import batched_nms as backend
@@ -581,7 +589,7 @@ def test_the_cuda_launches_pack_their_kernels_signatures_on_every_path(monkeypat
             records.clear()
             backend._kept_scratch.clear()  # a fresh scratch: the memset below
             outputs = backend.run(data, scores, None, layout=layout, n=n, classes=classes, multi_label=multi_label,
-                                  max_output=max_output, capacity=n, **common)
+                                  max_output=max_output, capacity=n, fused=False, **common)
             rows = layout == "yolov5" and not multi_label
             merged = n > backend.sort_capacity_for(n, torch.float32, 227 * 1024)
             # the overlap graph for many detections, the whole-GPU sort for a buffer beyond a block's sort
@@ -621,7 +629,75 @@ def test_the_cuda_launches_pack_their_kernels_signatures_on_every_path(monkeypat
     assert [r[0] for r in records] == ["decode_kernel", "nms_kernel"] and records[-1][-1][9:11] == (2**31 - 1, 0)
 
 
-def test_each_call_writes_outputs_of_its_own_that_an_earlier_call_allocated(monkeypatch):
+def test_small_batches_take_one_launch_with_the_two_kernels_arguments(monkeypatch):
+    """Without a GPU: a batch whose decode grid fits the SMs at once (FUSED_WAVES) takes one
+    fused_kernel launch on every layout, packing its C signature with the decode launch's
+    grid and values and the nms launch's, 1,024 threads, shared memory for both, its done
+    counters after the candidate counters and both zeroed on a fresh scratch; a larger grid
+    (a batch of two YOLOv5 images of 25,200 rows on 132 SMs) takes the two launches, as does
+    the whole-GPU pass, for which fused=True is refused."""
+    from test_kernel_layout import c_signatures
+
+    from nmsbench.variants import batched_nms as backend
+
+    records, zeroed, _ = stub_cuda_launches(monkeypatch)
+    signatures = c_signatures(backend.CUDA_MODULE.source())
+    common = dict(cxcywh=True, class_agnostic=False, iou_threshold=0.5, score_threshold=0.25, max_per_class=300,
+                  top_k=batched.INT32_MAX, max_output=300)
+    for layout, data, scores, n, classes, multi_label in (
+            ("scores", torch.zeros(3, 500, 4), torch.zeros(3, 500, 2), 500, 2, False),
+            ("yolov5", torch.zeros(3, 100, 85), None, 100, 80, False),
+            ("yolov5", torch.zeros(3, 100, 85), None, 100, 80, True),
+            ("yolov8", torch.zeros(3, 84, 100), None, 100, 80, False)):
+        call = dict(layout=layout, n=n, classes=classes, multi_label=multi_label, capacity=n, **common)
+        records.clear()
+        zeroed.clear()
+        backend.run(data, scores, None, fused=False, **call)
+        (decode, _, decode_grid, _, _, decode_values), (_, _, _, _, nms_shared, nms_values) = records
+        records.clear()
+        backend._kept_scratch.clear()  # a fresh scratch: the memset below
+        outputs = backend.run(data, scores, None, **call)
+        (name, codes, grid, block, shared, values), = records
+        assert name == "fused_kernel" and codes == signatures[name]
+        assert grid == decode_grid and block == (backend.NMS_THREADS,)
+        assert shared == max(nms_shared, 16 * backend.DECODE_THREADS * backend.DECODE_ROWS_MAX)
+        rows = decode == "decode_rows_kernel"
+        assert rows == (layout == "yolov5" and not multi_label) and values[9] == int(rows)
+        counts = values[13]
+        assert values[14] == counts + 4 * 3 and zeroed[-1] == 4 * 2 * 3  # the done counters, zeroed with the counts
+
+        def scratch(addresses, base):  # the two plans' scratch buffers lie at the same offsets
+            return tuple(a - base if a else 0 for a in addresses)
+
+        fused_records = scratch(values[13:14] + values[15:20], counts)
+        if rows:  # data | batch n classes rows_per_thread score_threshold capacity | counts records
+            assert (values[0], *values[5:8], values[10], *values[11:13]) == decode_values[:7]
+            assert fused_records == scratch(decode_values[7:], decode_values[7])
+        else:  # the same arguments, the rows flag and rows a thread between
+            assert values[:9] + values[11:13] == decode_values[:11]
+            assert fused_records == scratch(decode_values[11:], decode_values[11])
+        # nms_kernel's: records, capacity, sort capacity, fast_max, sort and spill buffers, the NMS's numbers
+        base = nms_values[0]
+        assert fused_records == scratch(nms_values[:6], base) and values[12] == nms_values[6]
+        assert values[20:22] == nms_values[7:9]
+        assert scratch(values[22:26], counts) == scratch(nms_values[11:13] + nms_values[14:16], base)
+        assert values[26:31] == nms_values[18:23]
+        assert values[-7:] == tuple(t.data_ptr() for t in outputs)
+    records.clear()  # 2 x 99 decode blocks: more than the SMs hold at once
+    head = dict(layout="yolov5", n=25200, classes=80, multi_label=False, capacity=25200, **common)
+    backend.run(torch.zeros(2, 25200, 85), None, None, **head)
+    backend.run(torch.zeros(1, 25200, 85), None, None, **head)
+    assert [r[0] for r in records] == ["decode_rows_kernel", "nms_kernel", "fused_kernel"]
+    records.clear()
+    wide = dict(layout="scores", n=40000, classes=2, multi_label=False, capacity=40000, **common)
+    backend.run(torch.zeros(1, 40000, 4), torch.zeros(1, 40000, 2), None, **wide)
+    assert [r[0] for r in records] == ["decode_kernel", "wide_sort_kernel", "nms_kernel"]
+    with pytest.raises(ValueError, match="fused=True needs"):
+        backend.run(torch.zeros(1, 40000, 4), torch.zeros(1, 40000, 2), None, fused=True, **wide)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_each_call_writes_outputs_of_its_own_that_an_earlier_call_allocated(monkeypatch, fused):
     """A call takes an output set that an earlier call of its shape on its stream allocated
     after its nms launch, OUTPUT_SETS at a time (fewer where a chunk would pass
     OUTPUT_CHUNK_BYTES), and the call that takes the last allocates the next: the nms
@@ -635,7 +711,7 @@ def test_each_call_writes_outputs_of_its_own_that_an_earlier_call_allocated(monk
     monkeypatch.setattr(backend, "OUTPUT_SETS", 3)
 
     def call():
-        return _stubbed_head_call(backend)
+        return _stubbed_head_call(backend, fused)
 
     def addresses(outputs):
         return tuple(t.data_ptr() for t in outputs)
@@ -649,7 +725,8 @@ def test_each_call_writes_outputs_of_its_own_that_an_earlier_call_allocated(monk
         stream[0], capturing[0] = s, capture
         before = waiting()
         outputs = call()
-        assert records[-1][0] == "nms_kernel" and records[-1][-1][-7:] == addresses(outputs)
+        assert records[-1][0] == ("fused_kernel" if fused else "nms_kernel")
+        assert records[-1][-1][-7:] == addresses(outputs)
         after = waiting()
         others = {k: v for k, v in before.items() if k != s}
         assert {k: v for k, v in after.items() if k != s} == others  # other streams' sets left alone
@@ -728,7 +805,8 @@ def test_output_sets_carry_their_own_tensors_addresses(dtype):
         assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:]))  # no two overlap
 
 
-def test_an_eager_call_takes_the_zeroed_scratch_that_the_previous_call_on_its_stream_left(monkeypatch):
+@pytest.mark.parametrize("fused", [False, True])
+def test_an_eager_call_takes_the_zeroed_scratch_that_the_previous_call_on_its_stream_left(monkeypatch, fused):
     """Without the whole-GPU pass, an eager call reuses the scratch that the previous call
     of its shape on its stream left (nms_kernel leaves its counters zeroed): no memset, the
     same counters. A first call, another stream, a graph capture, a wide plan, a scratch
@@ -741,7 +819,7 @@ def test_an_eager_call_takes_the_zeroed_scratch_that_the_previous_call_on_its_st
     launch = backend.CompiledLaunch.__call__
 
     def maybe_failing(self, stream, *values):
-        if failing[0] and self.function.name == "nms_kernel":
+        if failing[0] and self.function.name in ("nms_kernel", "fused_kernel"):
             raise RuntimeError("launch failed")
         launch(self, stream, *values)
 
@@ -755,19 +833,20 @@ def test_an_eager_call_takes_the_zeroed_scratch_that_the_previous_call_on_its_st
                         class_agnostic=False, iou_threshold=0.5, score_threshold=0.25, max_output=300,
                         max_per_class=300, top_k=batched.INT32_MAX, capacity=40000)
         else:
-            _stubbed_head_call(backend)
-        return records[-1][-1][0], zeroed[:]  # the counters' address, the memsets
+            _stubbed_head_call(backend, fused)
+        return _counts_address(records[-1]), zeroed[:]  # the counters' address, the memsets
 
+    zeroing = [4 * 2 * (2 if fused else 1)]  # the candidate counters (fused: then the done counters)
     first, memsets = call()
-    assert memsets == [4 * 2]
+    assert memsets == zeroing
     assert call() == (first, [])  # the same scratch, already zeroed
     assert call() == (first, [])
     stream[0] = 6
     other, memsets = call()
-    assert other != first and memsets == [4 * 2]
+    assert other != first and memsets == zeroing
     stream[0], capturing[0] = 5, True
     captured, memsets = call()
-    assert captured not in (first, other) and memsets == [4 * 2]
+    assert captured not in (first, other) and memsets == zeroing
     capturing[0] = False
     assert call() == (first, [])  # the capture left stream 5's scratch as it was
     failing[0] = True
@@ -775,7 +854,7 @@ def test_an_eager_call_takes_the_zeroed_scratch_that_the_previous_call_on_its_st
         call()
     failing[0] = False
     after_failure, memsets = call()
-    assert memsets == [4 * 2]  # the failed call took the kept scratch with it: a fresh one, zeroed
+    assert memsets == zeroing  # the failed call took the kept scratch with it: a fresh one, zeroed
     assert call() == (after_failure, [])
     for _ in range(2):  # the whole-GPU pass: a memset every call, nothing kept
         assert call(wide=True)[1] == [4 * (2 + 4)]
@@ -783,7 +862,7 @@ def test_an_eager_call_takes_the_zeroed_scratch_that_the_previous_call_on_its_st
     monkeypatch.setattr(backend, "KEPT_SCRATCH_BYTES", 1024)
     backend._plans.clear()
     for _ in range(2):  # too large to keep
-        assert call()[1] == [4 * 2]
+        assert call()[1] == zeroing
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])

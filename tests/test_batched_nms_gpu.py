@@ -4,7 +4,7 @@ bit, on random batches and on YOLOv5- and YOLOv8-shaped raw heads; the global me
 (forced by a small shared-memory sort) and the whole-GPU sort, detections past the shared cache, tile edges,
 batches beyond one grid row; the class-segmented path against the tile path (forced with
 fast_max=0) at its size limits; YOLOv5 rows decoded a warp per row at several rows a
-thread and class counts; a CUDA graph's replays against eager calls; repeats;
+thread and class counts; one launch (fused_kernel) against two; a CUDA graph's replays against eager calls; repeats;
 torch.compile and torch.export on CUDA.
 
 Marked ``gpu`` and skipped without a CUDA device.
@@ -299,6 +299,47 @@ def test_yolov5_rows_decoded_a_warp_a_row_equal_the_cpu_backend(classes, rows_pe
         cpu = nmsbench.batched_nms_from_head(raw, iou_threshold=0.45, score_threshold=conf)
         assert_same(det, cpu)
         assert (cpu.num_candidates > 0).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
+def test_one_launch_equals_the_two_and_the_cpu_backend(dtype):
+    """fused_kernel (decode and NMS in one launch) against decode + nms_kernel, bit for bit,
+    and both against the CPU backend: YOLOv5 rows a warp a row, multi-label, YOLOv8, boxes
+    and scores, an overflowing image, a grid of more blocks than the SMs hold at once (its
+    images' blocks finish in any order); three calls in a row on the kept scratch (its
+    done counters zeroed by each call's last blocks) and two graph replays."""
+    from nmsbench.variants import batched_nms as backend
+
+    raw = synthetic(2, seed=11).to(dtype)  # fused: 2 x 99 blocks of 1,024 threads, past one round on the SMs
+    small = raw[:, :3000].contiguous()
+    generator = torch.Generator().manual_seed(12)
+    boxes = random_boxes(generator, (2, 500), span=300, side=40).to(dtype)
+    scores = torch.rand(2, 500, 3, generator=generator).to(dtype)
+    cases = [(raw[:1].contiguous(), None, "yolov5", False, 0.25, None), (raw, None, "yolov5", False, 0.25, None),
+             (small, None, "yolov5", True, 0.01, 4 * 3000), (to_yolov8(small), None, "yolov8", False, 0.25, None),
+             (small, None, "yolov5", False, 0.01, 20), (boxes, scores, "scores", False, 0.3, None)]
+    for data, class_scores, layout, multi_label, conf, max_candidates in cases:
+        n = data.shape[2] if layout == "yolov8" else data.shape[1]
+        classes = 3 if layout == "scores" else 80
+        arguments = dict(layout=layout, cxcywh=layout != "scores", n=n, classes=classes, multi_label=multi_label,
+                         class_agnostic=False, iou_threshold=0.45, score_threshold=conf, max_output=300,
+                         max_per_class=300, top_k=batched.INT32_MAX,
+                         capacity=batched.candidate_capacity(n, classes, multi_label, max_candidates))
+        gpu, gpu_scores = data.cuda(), cuda(class_scores)
+        two = nmsbench.BatchedDetections(*backend.run(gpu, gpu_scores, None, fused=False, **arguments))
+        for _ in range(3):
+            assert_same(nmsbench.BatchedDetections(*backend.run(gpu, gpu_scores, None, fused=True, **arguments)), two)
+        graph, captured = capture_graph(lambda: backend.run(gpu, gpu_scores, None, fused=True, **arguments))
+        for _ in range(2):
+            graph.replay()
+            torch.cuda.synchronize()
+            assert_same(nmsbench.BatchedDetections(*captured), two)
+        options = dict(iou_threshold=0.45, score_threshold=conf, multi_label=multi_label, max_candidates=max_candidates)
+        cpu = (nmsbench.batched_nms(data, class_scores, **options) if layout == "scores"
+               else nmsbench.batched_nms_from_head(data, layout, **options))
+        assert_same(two, cpu)
+        overflowing = max_candidates == 20  # every image: no detections, overflow set
+        assert bool(cpu.overflow.all()) == overflowing and bool((cpu.num_detections > 0).any()) != overflowing
 
 
 def test_more_images_than_a_grid_row():

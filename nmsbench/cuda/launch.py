@@ -276,6 +276,11 @@ def opted_in_shared_limit(kernel, device: torch.device) -> int:
     return limit
 
 
+def multiprocessors(device: torch.device) -> int:
+    """The device's SMs (torch caches its properties)."""
+    return torch.cuda.get_device_properties(device_index(device)).multi_processor_count
+
+
 _resident: dict[tuple[int, int, int], int] = {}  # (kernel, threads, device index) -> blocks resident at once
 
 
@@ -289,6 +294,5 @@ def resident_blocks(kernel, threads: int, device: torch.device) -> int:
         from cupy_backends.cuda.api import driver
 
         per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, threads, 0)
-        resident = _resident[kernel.ptr, threads, index] = (
-            per_sm * torch.cuda.get_device_properties(index).multi_processor_count)
+        resident = _resident[kernel.ptr, threads, index] = per_sm * multiprocessors(device)
     return resident
