@@ -24,9 +24,8 @@ the usual heads) takes one launch instead of 1 and 3: ``fused_kernel``, whose bl
 decode as 1's do and whose last block to finish an image runs 3's NMS for it.
 
 The memset and the decode are queued before the outputs are taken, so the GPU starts
-while the host works; the outputs were allocated by the previous call of the same shape
-on the same stream, after its nms launch (``_next_outputs``, several sets at a time), or
-now on a first call.
+while the host works; the outputs are an earlier call's of the same shape on the same
+stream, written again once nothing of that result is held (``_output_rings``), or new.
 An eager call without the whole-GPU pass also takes the scratch that the previous call
 of its shape on its stream left (``_kept_scratch``): nms_kernel zeroes each image's
 counter once it has read it, so that call needs neither an allocation nor the memset.
@@ -37,8 +36,11 @@ implementations/DESIGN.md.
 
 from __future__ import annotations
 
+import collections
 import functools
+import itertools
 import math
+import sys
 
 import torch
 
@@ -317,20 +319,20 @@ class _Plan:
 
 _plans: dict = {}
 _runtime = None  # cupy_backends' runtime API, imported on the first call
-# Outputs allocated ahead, with their addresses, a list of sets per (plan, raw stream): a
-# call takes a set that an earlier call of its shape on its stream allocated after its nms
-# launch (while the GPU worked). A call that leaves the list empty allocates the next
-# sets, up to OUTPUT_SETS at once: seven tensors of [sets, ...], unbound into each set's
-# own views, so a call's share of the seven allocations is a fraction of one. Both keep
-# host work off a batch of one's eager call, which waits on every host step (its nms
-# launch, then the synchronization). A held result keeps its chunk's memory, so a chunk
-# is at most OUTPUT_CHUNK_BYTES. Only a set made on the call's own stream is taken
-# (torch's allocator gives a freed block back to the stream it was made on); none is
-# taken or made while a CUDA graph is captured.
-_next_outputs: dict = {}
-NEXT_OUTPUTS_KEPT = 64  # lists held at most before the cache is emptied
-OUTPUT_SETS = 16
-OUTPUT_CHUNK_BYTES = 2**20
+# A call's outputs are an output set: its seven tensors, views of one allocation of their
+# own, and their addresses. After a call returns a set, a short ring per (plan, raw stream)
+# keeps it, and a later call of that plan on that stream writes the ring's oldest set again
+# once nothing of it is held: no reference to its tuple or its tensors beyond the ring's
+# and no other tensor or array on its memory (each tensor's and its storage's use counts
+# as when it was made). A detector's loop, which holds at most its last result at its next
+# call, then makes no tensors at all (their seven views were a large share of a batch of
+# one's host time); a held result is never written again: such a call makes a new set, and
+# the ring forgets its oldest past OUTPUT_RING. A set is reused only on its own stream, in
+# stream order after the kernels that read it there. None is taken or kept while a CUDA
+# graph is captured (the graph's outputs belong to its pool).
+_output_rings: dict = {}
+OUTPUT_RING = 4
+OUTPUT_RINGS_KEPT = 64  # rings held at most before the cache is emptied
 OUTPUT_ALIGN = 256  # bytes; cudaMalloc's alignment, which code after the op may assume
 # Scratch left by eager calls, one per (plan, raw stream), for plans without the whole-GPU
 # pass (whose grid barrier and round counters the memset also zeroes) and of at most
@@ -377,7 +379,7 @@ def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | 
     ``FUSED_WAVES``)."""
     device, dtype, batch = data.device, data.dtype, data.shape[0]
     if batch == 0:
-        return _output_sets(batch, max_output, dtype, device, 1)[0][0]
+        return _OutputSet(batch, max_output, dtype, device).outputs
     rows_kernel = layout == "yolov5" and not multi_label
     plan = cached_plan(_plans, (dtype, device_index(device), batch, n, capacity, max_output, sort_capacity,
                                 rows_kernel, fast_max, rows_per_thread, wide, graph, fused), _Plan, dtype, device,
@@ -430,34 +432,49 @@ def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | 
         if len(_kept_scratch) >= KEPT_SCRATCH_SETS:
             _kept_scratch.clear()
         _kept_scratch[plan, stream] = scratch
-    if not capturing and not _next_outputs.get((plan, stream)):  # while the GPU runs this one's NMS
-        if len(_next_outputs) >= NEXT_OUTPUTS_KEPT:
-            _next_outputs.clear()
-        _next_outputs[plan, stream] = _output_sets(batch, max_output, dtype, device,
-                                                   output_sets_for(batch, max_output, dtype))
     del memory, scratch
     return outputs
 
 
 def _take_outputs(plan: _Plan, stream: int, capturing: bool, batch: int, max_output: int, dtype: torch.dtype,
                   device: torch.device) -> tuple[tuple[torch.Tensor, ...], tuple[int, ...]]:
-    """A call's outputs and their addresses: a set made ahead for its plan and stream, or a
-    new one (under graph capture always new)."""
-    if not capturing:
-        sets = _next_outputs.get((plan, stream))
-        if sets:
-            try:
-                return sets.pop()
-            except IndexError:  # another thread took the last one
-                pass
-    return _output_sets(batch, max_output, dtype, device, 1)[0]
+    """A call's outputs and their addresses: the oldest set of its plan's and stream's ring
+    where nothing of it is held any more, else a new set (under graph capture always a new
+    one, kept in no ring)."""
+    if capturing:
+        made = _OutputSet(batch, max_output, dtype, device)
+        return made.outputs, made.addresses
+    ring = _output_rings.get((plan, stream))
+    if ring is None:
+        if len(_output_rings) >= OUTPUT_RINGS_KEPT:
+            _output_rings.clear()
+        ring = _output_rings[plan, stream] = collections.deque()
+    for _ in range(len(ring)):  # oldest first; each goes back as the newest
+        try:
+            candidate = ring.popleft()  # out of the ring: no other thread takes it meanwhile
+        except IndexError:  # another thread took the last one
+            break
+        unheld = candidate.unheld()
+        outputs = candidate.outputs  # held from here on, for other threads too
+        ring.append(candidate)
+        if unheld:
+            return outputs, candidate.addresses
+    made = _OutputSet(batch, max_output, dtype, device)
+    outputs = made.outputs
+    ring.append(made)
+    while len(ring) > OUTPUT_RING:
+        try:
+            ring.popleft()
+        except IndexError:
+            break
+    return outputs, made.addresses
 
 
 def release() -> None:
     """Drop the scratch and output sets kept for later eager calls
     (``nmsbench.release_batched_memory``); a set already taken by a call is that call's."""
     _kept_scratch.clear()
-    _next_outputs.clear()
+    _output_rings.clear()
 
 
 @functools.lru_cache(maxsize=256)
@@ -476,25 +493,33 @@ def _set_layout(batch: int, max_output: int, dtype: torch.dtype) -> tuple[tuple,
     return tuple(layout)
 
 
-def output_sets_for(batch: int, max_output: int, dtype: torch.dtype) -> int:
-    """How many output sets one allocation makes: OUTPUT_SETS, fewer where they would take
-    more than OUTPUT_CHUNK_BYTES (at least one)."""
-    per_set = sum(step for _, _, _, step in _set_layout(batch, max_output, dtype))
-    return max(1, min(OUTPUT_SETS, OUTPUT_CHUNK_BYTES // max(per_set, 1)))
+class _OutputSet:
+    """Seven uninitialised outputs (num_detections, boxes, scores, classes, indices,
+    overflow, num_candidates) of the op's shapes and dtypes, views of one allocation, each
+    starting on an OUTPUT_ALIGN boundary as a fresh allocation would (torch.compile asserts
+    that a custom op's outputs are 16-byte aligned); their addresses; and the use counts
+    that say whether anything outside the set still holds them."""
 
+    __slots__ = ("outputs", "addresses", "_storage", "_counts")
 
-def _output_sets(batch: int, max_output: int, dtype: torch.dtype, device: torch.device,
-                 count: int) -> list[tuple[tuple[torch.Tensor, ...], tuple[int, ...]]]:
-    """``count`` sets of uninitialised outputs (num_detections, boxes, scores, classes,
-    indices, overflow, num_candidates), each with its device addresses: one allocation a
-    field for all of them, each set's tensors views of its own part, starting on an
-    OUTPUT_ALIGN boundary as a fresh allocation would (torch.compile asserts that a custom
-    op's outputs are 16-byte aligned)."""
-    layout = _set_layout(batch, max_output, dtype)
-    fields = [torch.empty_strided((count, *shape), strides, dtype=field_dtype, device=device)
-              for shape, strides, field_dtype, _ in layout]
-    sets = zip(*(field.unbind(0) for field in fields))
-    # set k's view starts k steps on (an empty field's views all have address 0, as its own)
-    bases = [field.data_ptr() if step else 0 for field, (_, _, _, step) in zip(fields, layout)]
-    steps = [step for _, _, _, step in layout]
-    return [(outputs, tuple([base + k * step for base, step in zip(bases, steps)])) for k, outputs in enumerate(sets)]
+    def __init__(self, batch: int, max_output: int, dtype: torch.dtype, device: torch.device):
+        layout = _set_layout(batch, max_output, dtype)
+        memory = torch.empty(max(OUTPUT_ALIGN, sum(step for *_, step in layout)), dtype=torch.uint8, device=device)
+        typed = {field_dtype: memory.view(field_dtype) for _, _, field_dtype, _ in layout}  # sizes: multiples of 256
+        offsets = tuple(itertools.accumulate((step for *_, step in layout), initial=0))
+        self.outputs = tuple(typed[field_dtype].as_strided(shape, strides[1:], offset // field_dtype.itemsize)
+                             for (shape, strides, field_dtype, _), offset in zip(layout, offsets))
+        base = memory.data_ptr()  # an empty field's address is 0, as a fresh empty tensor's
+        self.addresses = tuple(base + offset if step else 0 for (*_, step), offset in zip(layout, offsets))
+        del memory, typed
+        self._storage = self.outputs[0].untyped_storage()._cdata
+        self._counts = self._use_counts()
+
+    def _use_counts(self) -> tuple:
+        """The tuple's references, each tensor's references and uses, the storage's uses."""
+        return (sys.getrefcount(self.outputs), tuple((sys.getrefcount(t), t._use_count()) for t in self.outputs),
+                torch._C._storage_Use_Count(self._storage))
+
+    def unheld(self) -> bool:
+        """Whether nothing outside this set holds its tuple, its tensors or its memory."""
+        return self._use_counts() == self._counts

@@ -546,7 +546,7 @@ def stub_cuda_launches(monkeypatch, stream=lambda: 5, capturing=lambda: False):
     monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0)
     monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", capturing)
     monkeypatch.setattr(backend, "_plans", {})
-    monkeypatch.setattr(backend, "_next_outputs", {})
+    monkeypatch.setattr(backend, "_output_rings", {})
     monkeypatch.setattr(backend, "_kept_scratch", {})
     return records, zeroed, cooperative
 
@@ -697,64 +697,59 @@ def test_small_batches_take_one_launch_with_the_two_kernels_arguments(monkeypatc
 
 
 @pytest.mark.parametrize("fused", [False, True])
-def test_each_call_writes_outputs_of_its_own_that_an_earlier_call_allocated(monkeypatch, fused):
-    """A call takes an output set that an earlier call of its shape on its stream allocated
-    after its nms launch, OUTPUT_SETS at a time (fewer where a chunk would pass
-    OUTPUT_CHUNK_BYTES), and the call that takes the last allocates the next: the nms
-    launch gets the returned tensors' addresses, no two calls share an output, a set is
-    only taken on the stream it was made for, and under graph capture none is taken or
-    made."""
+def test_a_call_writes_an_earlier_calls_outputs_again_only_once_nothing_of_them_is_held(monkeypatch, fused):
+    """A call's outputs are an earlier call's of its shape on its stream once nothing of that
+    result is held, else new: the launch gets the returned tensors' addresses; a detector's
+    loop (the last result held at the next call) alternates two sets; a result held whole,
+    as a field, as a view of a field, as a NumPy array on its memory or as the backend's
+    tuple itself is never written again; another stream and a graph capture get sets of
+    their own, and the capture leaves the rings as they were; a ring keeps OUTPUT_RING sets."""
     from nmsbench.variants import batched_nms as backend
 
     stream, capturing = [5], [False]
     records, _, _ = stub_cuda_launches(monkeypatch, stream=lambda: stream[0], capturing=lambda: capturing[0])
-    monkeypatch.setattr(backend, "OUTPUT_SETS", 3)
 
     def call():
-        return _stubbed_head_call(backend, fused)
-
-    def addresses(outputs):
-        return tuple(t.data_ptr() for t in outputs)
-
-    def waiting():
-        return {key[1]: [addresses(outputs) for outputs, _ in sets] for key, sets in backend._next_outputs.items()}
-
-    held = []
-    plan = [(5, False)] + [(5, False)] * 4 + [(6, False), (5, True), (5, False), (6, False), (5, False), (5, False)]
-    for s, capture in plan:
-        stream[0], capturing[0] = s, capture
-        before = waiting()
-        outputs = call()
+        det = batched.BatchedDetections(*_stubbed_head_call(backend, fused))
         assert records[-1][0] == ("fused_kernel" if fused else "nms_kernel")
-        assert records[-1][-1][-7:] == addresses(outputs)
-        after = waiting()
-        others = {k: v for k, v in before.items() if k != s}
-        assert {k: v for k, v in after.items() if k != s} == others  # other streams' sets left alone
-        if capture:  # a fresh set, and the ones waiting are left as they were
-            assert after == before and all(addresses(outputs) not in v for v in before.values())
-        elif before.get(s):  # a waiting set, taken; the last one taken: three more made
-            assert addresses(outputs) == before[s][-1]
-            if len(before[s]) > 1:
-                assert after[s] == before[s][:-1]
-            else:
-                assert len(after[s]) == 3 and not set(after[s]) & set(before[s])
-        else:  # the first call on this stream: a set of its own, then three for the next calls
-            assert len(after[s]) == 3 and addresses(outputs) not in after[s]
-        held.append(outputs)
-    pointers = [p for outputs in held for p in addresses(outputs)]
-    assert len(set(pointers)) == len(pointers)  # every call's outputs are its own
-    assert [o[1].shape for o in held] == [(2, 300, 4)] * len(held)
-    assert [len(o) for o in held] == [7] * len(held)
-    # a chunk of fewer sets where OUTPUT_SETS of them would pass OUTPUT_CHUNK_BYTES
-    # each field rounded up to 256 bytes: num_detections, boxes, scores, classes, indices, overflow, num_candidates
-    assert backend.OUTPUT_ALIGN == 256
-    per_set = 256 + 9728 + 2560 + 4864 + 4864 + 256 + 256
-    monkeypatch.setattr(backend, "OUTPUT_CHUNK_BYTES", 2 * per_set + 1)
-    assert backend.output_sets_for(2, 300, torch.float32) == 2
-    monkeypatch.setattr(backend, "OUTPUT_CHUNK_BYTES", 2 * per_set - 1)
-    assert backend.output_sets_for(2, 300, torch.float32) == 1
-    monkeypatch.setattr(backend, "OUTPUT_CHUNK_BYTES", 1)
-    assert backend.output_sets_for(2, 300, torch.float32) == 1
+        assert records[-1][-1][-7:] == tuple(t.data_ptr() for t in det)
+        return det
+
+    def address(det):
+        return det.boxes.data_ptr()
+
+    det = call()
+    first = address(det)
+    det = call()  # the first result still held (as `det`) at this call: a second set
+    second = address(det)
+    assert second != first
+    for k in range(6):  # a detector's loop: the two sets in turn, no new one
+        det = call()
+        assert address(det) == (first if k % 2 == 0 else second)
+    del det
+    assert address(call()) in (first, second)
+    held = {"whole": call(), "field": call().scores, "view": call().boxes[0, :5], "numpy": call().classes.numpy(),
+            "tuple": _stubbed_head_call(backend, fused)}
+    def written():  # what each holder sees (no reference kept beyond the holder's own)
+        return [held["whole"].boxes, held["tuple"][1], held["field"], held["view"], torch.from_numpy(held["numpy"])]
+
+    for tensor in written():
+        tensor.fill_(3)
+    for _ in range(3):
+        det = call()
+        for field in det:
+            field.fill_(-1)  # what a later call would write
+    assert all(bool((tensor == 3).all()) for tensor in written())
+    ring = backend._output_rings[next(key for key in backend._output_rings if key[1] == 5)]
+    assert len(ring) == backend.OUTPUT_RING
+    before = {key: [s.addresses for s in ring] for key, ring in backend._output_rings.items()}
+    stream[0] = 6
+    other = call()
+    capturing[0] = True
+    captured = call()
+    assert address(captured) not in {a[1] for sets in before.values() for a in sets} | {address(other)}
+    assert {key: [s.addresses for s in ring] for key, ring in backend._output_rings.items() if key[1] == 5} == before
+    assert [len(ring) for key, ring in backend._output_rings.items() if key[1] == 6] == [1]
 
 
 def test_release_batched_memory_drops_what_the_cuda_backend_keeps_for_later_calls(monkeypatch):
@@ -774,35 +769,37 @@ def test_release_batched_memory_drops_what_the_cuda_backend_keeps_for_later_call
     held = call()
     held[1].fill_(7.0)
     call()
-    assert backend._kept_scratch and backend._next_outputs and len(zeroed) == 1  # the second call reused both
+    assert backend._kept_scratch and backend._output_rings and len(zeroed) == 1  # the second call reused both
     nmsbench.release_batched_memory()
-    assert not backend._kept_scratch and not backend._next_outputs
+    assert not backend._kept_scratch and not backend._output_rings
     call()
     assert len(zeroed) == 2 and bool((held[1] == 7.0).all())  # a fresh scratch, zeroed; the held result untouched
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
 def test_output_sets_carry_their_own_tensors_addresses(dtype):
-    """The addresses each output set carries (computed from its chunk's, not read per view)
-    are its tensors' own, empty fields (no batch, no slots) included; every set has the
-    op's shapes and dtypes, is contiguous, starts on an OUTPUT_ALIGN boundary (torch.compile
-    asserts 16-byte aligned outputs of a custom op) and shares no memory with another."""
+    """The addresses an output set carries (computed from its allocation's, not read per
+    view) are its tensors' own, empty fields (no batch, no slots) included; a set has the
+    op's shapes and dtypes, is contiguous, starts each field on an OUTPUT_ALIGN boundary
+    (torch.compile asserts 16-byte aligned outputs of a custom op), its fields do not
+    overlap, and it is unheld once only the set holds it."""
     from nmsbench.variants import batched_nms as backend
 
-    for batch, max_output, count in ((1, 300, 16), (3, 0, 5), (0, 5, 2), (2, 7, 1), (64, 300, 3)):
-        sets = backend._output_sets(batch, max_output, dtype, torch.device("cpu"), count)
-        assert len(sets) == count
-        for outputs, addresses in sets:
-            assert addresses == tuple(t.data_ptr() for t in outputs)
-            assert [tuple(t.shape) for t in outputs] == [(batch,), (batch, max_output, 4), (batch, max_output),
-                                                         (batch, max_output), (batch, max_output), (batch,), (batch,)]
-            assert [t.dtype for t in outputs] == [torch.int64, dtype, dtype, torch.int64, torch.int64, torch.bool,
-                                                  torch.int64]
-            assert all(t.is_contiguous() for t in outputs)
-            assert all(t.storage_offset() * t.element_size() % backend.OUTPUT_ALIGN == 0 for t in outputs if t.numel())
-        spans = sorted((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size())
-                       for outputs, _ in sets for t in outputs if t.numel())
+    for batch, max_output in ((1, 300), (3, 0), (0, 5), (2, 7), (64, 300)):
+        made = backend._OutputSet(batch, max_output, dtype, torch.device("cpu"))
+        outputs = made.outputs
+        assert made.addresses == tuple(t.data_ptr() if t.numel() else 0 for t in outputs)
+        assert [tuple(t.shape) for t in outputs] == [(batch,), (batch, max_output, 4), (batch, max_output),
+                                                     (batch, max_output), (batch, max_output), (batch,), (batch,)]
+        assert [t.dtype for t in outputs] == [torch.int64, dtype, dtype, torch.int64, torch.int64, torch.bool,
+                                              torch.int64]
+        assert all(t.is_contiguous() for t in outputs)
+        assert all(t.storage_offset() * t.element_size() % backend.OUTPUT_ALIGN == 0 for t in outputs if t.numel())
+        spans = sorted((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for t in outputs if t.numel())
         assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:]))  # no two overlap
+        assert not made.unheld()  # `outputs` holds the tuple
+        del outputs
+        assert made.unheld()
 
 
 @pytest.mark.parametrize("fused", [False, True])
