@@ -65,9 +65,11 @@ MULTI_LABEL_MIN = 32768
 class BatchedDetections(NamedTuple):
     """Padded detections of a batch of B images, K = ``max_output_boxes`` slots each, best
     first. Slots past ``num_detections[b]`` are padding: boxes and scores 0, classes and
-    indices -1. On CUDA a field may be a view of an allocation shared with other eager
-    calls' results (up to 1 MiB a field, allocated ahead to keep host work off the call):
-    ``torch.save`` of the view writes that whole allocation; ``.clone()`` one to keep it alone."""
+    indices -1. On CUDA an eager call's seven fields are views of one allocation of their
+    own (``torch.save`` of one writes all seven), which a later call of the same shape on
+    the same stream writes again once nothing of this result is held any more (no
+    reference to it or a field, no view or array on their memory): hold what you keep, or
+    ``.clone()`` it. A ``torch.UntypedStorage`` alone does not count as holding it."""
 
     num_detections: Tensor  # [B] int64
     boxes: Tensor  # [B, K, 4] the input dtype, x1, y1, x2, y2
@@ -266,8 +268,8 @@ def _backend_arguments(data, scores, labels, p: dict) -> tuple[object, dict]:
 
 def release_batched_memory() -> None:
     """Let go of the GPU memory the CUDA backend keeps between eager calls for the next ones
-    (each call shape's scratch and output sets made ahead: a few MiB for usual heads,
-    bounded in all). It goes back to torch's caching allocator, so ``torch.cuda.empty_cache()``
+    (each call shape's scratch and its last few results' outputs, for reuse once they are
+    no longer held: a few MiB for usual heads, bounded in all). It goes back to torch's caching allocator, so ``torch.cuda.empty_cache()``
     can then return it to the driver; the next call allocates again. Results already
     returned are not touched."""
     backend = _backends.get("cuda")
