@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import collections
 import functools
-import itertools
 import math
 import sys
 
@@ -319,20 +318,26 @@ class _Plan:
 
 _plans: dict = {}
 _runtime = None  # cupy_backends' runtime API, imported on the first call
-# A call's outputs are an output set: its seven tensors, views of one allocation of their
-# own, and their addresses. After a call returns a set, a short ring per (plan, raw stream)
-# keeps it, and a later call of that plan on that stream writes the ring's oldest set again
-# once nothing of it is held: no reference to its tuple or its tensors beyond the ring's
-# and no other tensor or array on its memory (each tensor's and its storage's use counts
-# as when it was made). A detector's loop, which holds at most its last result at its next
-# call, then makes no tensors at all (their seven views were a large share of a batch of
-# one's host time); a held result is never written again: such a call makes a new set, and
-# the ring forgets its oldest past OUTPUT_RING. A set is reused only on its own stream, in
-# stream order after the kernels that read it there. None is taken or kept while a CUDA
-# graph is captured (the graph's outputs belong to its pool).
+# A call's outputs are an output set: seven tensors and their addresses. Sets are made
+# OUTPUT_SETS at a time (seven allocations of [sets, ...], unbound into each set's views:
+# a call's share of the allocations is a fraction of one) and kept per (plan, raw stream):
+# those never returned yet, and a short ring of those returned. A later call writes a
+# returned set again once nothing of it is held: no reference to its tuple or its tensors
+# beyond the op's, and no other tensor or array on the memory of its chunk (each tensor's
+# use count, and its chunk's storages', as when they were made). It looks at the ring's
+# RING_CHECKS oldest sets, else takes a new one. A detector's loop, which holds at most
+# its last result at its next call, then makes no tensors at all (making seven views was a
+# large share of a batch of one's host time); a held result is never written again. A set
+# is reused only on its own stream, in stream order after the kernels that read it there.
+# None is taken or kept while a CUDA graph is captured (the graph's outputs belong to its
+# pool).
+_fresh_outputs: dict = {}
 _output_rings: dict = {}
+OUTPUT_SETS = 16
+OUTPUT_CHUNK_BYTES = 2**20  # a held result keeps its chunk's memory
 OUTPUT_RING = 4
-OUTPUT_RINGS_KEPT = 64  # rings held at most before the cache is emptied
+RING_CHECKS = 2
+OUTPUTS_KEPT = 64  # (plan, stream) entries held at most before the caches are emptied
 OUTPUT_ALIGN = 256  # bytes; cudaMalloc's alignment, which code after the op may assume
 # Scratch left by eager calls, one per (plan, raw stream), for plans without the whole-GPU
 # pass (whose grid barrier and round counters the memset also zeroes) and of at most
@@ -379,7 +384,7 @@ def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | 
     ``FUSED_WAVES``)."""
     device, dtype, batch = data.device, data.dtype, data.shape[0]
     if batch == 0:
-        return _OutputSet(batch, max_output, dtype, device).outputs
+        return _output_sets(batch, max_output, dtype, device, 1)[0].outputs
     rows_kernel = layout == "yolov5" and not multi_label
     plan = cached_plan(_plans, (dtype, device_index(device), batch, n, capacity, max_output, sort_capacity,
                                 rows_kernel, fast_max, rows_per_thread, wide, graph, fused), _Plan, dtype, device,
@@ -438,18 +443,19 @@ def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | 
 
 def _take_outputs(plan: _Plan, stream: int, capturing: bool, batch: int, max_output: int, dtype: torch.dtype,
                   device: torch.device) -> tuple[tuple[torch.Tensor, ...], tuple[int, ...]]:
-    """A call's outputs and their addresses: the oldest set of its plan's and stream's ring
-    where nothing of it is held any more, else a new set (under graph capture always a new
-    one, kept in no ring)."""
+    """A call's outputs and their addresses: one of the RING_CHECKS oldest sets its plan and
+    stream returned before where nothing of it is held any more, else one never returned
+    (under graph capture always a new set, kept nowhere)."""
     if capturing:
-        made = _OutputSet(batch, max_output, dtype, device)
+        made = _output_sets(batch, max_output, dtype, device, 1)[0]
         return made.outputs, made.addresses
-    ring = _output_rings.get((plan, stream))
+    key = plan, stream
+    ring = _output_rings.get(key)
     if ring is None:
-        if len(_output_rings) >= OUTPUT_RINGS_KEPT:
+        if len(_output_rings) >= OUTPUTS_KEPT:
             _output_rings.clear()
-        ring = _output_rings[plan, stream] = collections.deque()
-    for _ in range(len(ring)):  # oldest first; each goes back as the newest
+        ring = _output_rings[key] = collections.deque()
+    for _ in range(min(RING_CHECKS, len(ring))):  # oldest first; each goes back as the newest
         try:
             candidate = ring.popleft()  # out of the ring: no other thread takes it meanwhile
         except IndexError:  # another thread took the last one
@@ -459,7 +465,19 @@ def _take_outputs(plan: _Plan, stream: int, capturing: bool, batch: int, max_out
         ring.append(candidate)
         if unheld:
             return outputs, candidate.addresses
-    made = _OutputSet(batch, max_output, dtype, device)
+    made = None
+    fresh = _fresh_outputs.get(key)
+    if fresh:
+        try:
+            made = fresh.pop()
+        except IndexError:  # another thread took the last one
+            pass
+    if made is None:
+        sets = _output_sets(batch, max_output, dtype, device, output_sets_for(batch, max_output, dtype))
+        made = sets.pop()
+        if len(_fresh_outputs) >= OUTPUTS_KEPT:
+            _fresh_outputs.clear()
+        _fresh_outputs[key] = sets
     outputs = made.outputs
     ring.append(made)
     while len(ring) > OUTPUT_RING:
@@ -474,6 +492,7 @@ def release() -> None:
     """Drop the scratch and output sets kept for later eager calls
     (``nmsbench.release_batched_memory``); a set already taken by a call is that call's."""
     _kept_scratch.clear()
+    _fresh_outputs.clear()
     _output_rings.clear()
 
 
@@ -494,32 +513,49 @@ def _set_layout(batch: int, max_output: int, dtype: torch.dtype) -> tuple[tuple,
 
 
 class _OutputSet:
-    """Seven uninitialised outputs (num_detections, boxes, scores, classes, indices,
-    overflow, num_candidates) of the op's shapes and dtypes, views of one allocation, each
-    starting on an OUTPUT_ALIGN boundary as a fresh allocation would (torch.compile asserts
-    that a custom op's outputs are 16-byte aligned); their addresses; and the use counts
-    that say whether anything outside the set still holds them."""
+    """One call's seven outputs (num_detections, boxes, scores, classes, indices, overflow,
+    num_candidates), their addresses, and the use counts that say whether anything outside
+    the op still holds them or their chunk's memory."""
 
-    __slots__ = ("outputs", "addresses", "_storage", "_counts")
+    __slots__ = ("outputs", "addresses", "_storages", "_counts")
 
-    def __init__(self, batch: int, max_output: int, dtype: torch.dtype, device: torch.device):
-        layout = _set_layout(batch, max_output, dtype)
-        memory = torch.empty(max(OUTPUT_ALIGN, sum(step for *_, step in layout)), dtype=torch.uint8, device=device)
-        typed = {field_dtype: memory.view(field_dtype) for _, _, field_dtype, _ in layout}  # sizes: multiples of 256
-        offsets = tuple(itertools.accumulate((step for *_, step in layout), initial=0))
-        self.outputs = tuple(typed[field_dtype].as_strided(shape, strides[1:], offset // field_dtype.itemsize)
-                             for (shape, strides, field_dtype, _), offset in zip(layout, offsets))
-        base = memory.data_ptr()  # an empty field's address is 0, as a fresh empty tensor's
-        self.addresses = tuple(base + offset if step else 0 for (*_, step), offset in zip(layout, offsets))
-        del memory, typed
-        self._storage = self.outputs[0].untyped_storage()._cdata
-        self._counts = self._use_counts()
+    def __init__(self, outputs: tuple, addresses: tuple, storages: tuple):
+        self.outputs, self.addresses, self._storages = outputs, addresses, storages
+        self._counts = None  # set by _output_sets once only the set holds its tensors
 
     def _use_counts(self) -> tuple:
-        """The tuple's references, each tensor's references and uses, the storage's uses."""
+        """The tuple's references, each tensor's references and uses, the chunk's storages' uses."""
         return (sys.getrefcount(self.outputs), tuple((sys.getrefcount(t), t._use_count()) for t in self.outputs),
-                torch._C._storage_Use_Count(self._storage))
+                tuple(torch._C._storage_Use_Count(s) for s in self._storages))
 
     def unheld(self) -> bool:
-        """Whether nothing outside this set holds its tuple, its tensors or its memory."""
+        """Whether nothing outside the op holds this set's tuple, its tensors or its chunk's memory."""
         return self._use_counts() == self._counts
+
+
+def output_sets_for(batch: int, max_output: int, dtype: torch.dtype) -> int:
+    """How many output sets one allocation makes: OUTPUT_SETS, fewer where they would take
+    more than OUTPUT_CHUNK_BYTES (at least one)."""
+    per_set = sum(step for _, _, _, step in _set_layout(batch, max_output, dtype))
+    return max(1, min(OUTPUT_SETS, OUTPUT_CHUNK_BYTES // max(per_set, 1)))
+
+
+def _output_sets(batch: int, max_output: int, dtype: torch.dtype, device: torch.device, count: int) -> list[_OutputSet]:
+    """``count`` sets of uninitialised outputs of the op's shapes and dtypes: one allocation
+    a field for all of them (a custom op's outputs may not share memory), each set's
+    tensors views of its own part, starting on an OUTPUT_ALIGN boundary as a fresh
+    allocation would (torch.compile asserts that a custom op's outputs are 16-byte aligned)."""
+    layout = _set_layout(batch, max_output, dtype)
+    fields = [torch.empty_strided((count, *shape), strides, dtype=field_dtype, device=device)
+              for shape, strides, field_dtype, _ in layout]
+    views = [field.unbind(0) for field in fields]
+    # set k's view starts k steps on (an empty field's views all have address 0, as its own)
+    bases = [field.data_ptr() if step else 0 for field, (_, _, _, step) in zip(fields, layout)]
+    steps = [step for _, _, _, step in layout]
+    storages = tuple(field.untyped_storage()._cdata for field in fields)
+    sets = [_OutputSet(outputs, tuple([base + k * step for base, step in zip(bases, steps)]), storages)
+            for k, outputs in enumerate(zip(*views))]
+    del fields, views
+    for made in sets:  # the counts of an unheld set: no reference left but the set's own
+        made._counts = made._use_counts()
+    return sets

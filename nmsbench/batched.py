@@ -65,11 +65,12 @@ MULTI_LABEL_MIN = 32768
 class BatchedDetections(NamedTuple):
     """Padded detections of a batch of B images, K = ``max_output_boxes`` slots each, best
     first. Slots past ``num_detections[b]`` are padding: boxes and scores 0, classes and
-    indices -1. On CUDA an eager call's seven fields are views of one allocation of their
-    own (``torch.save`` of one writes all seven), which a later call of the same shape on
-    the same stream writes again once nothing of this result is held any more (no
-    reference to it or a field, no view or array on their memory): hold what you keep, or
-    ``.clone()`` it. A ``torch.UntypedStorage`` alone does not count as holding it."""
+    indices -1. On CUDA an eager call's fields are views of allocations shared with other
+    calls' results (up to 1 MiB a field: ``torch.save`` of a view writes it whole;
+    ``.clone()`` one to keep it alone), which a later call of the same shape on the same
+    stream writes again once nothing of this result is held (no reference to it or a
+    field, no view or array on that memory): hold what you keep. A
+    ``torch.UntypedStorage`` alone does not count as holding it."""
 
     num_detections: Tensor  # [B] int64
     boxes: Tensor  # [B, K, 4] the input dtype, x1, y1, x2, y2

@@ -778,28 +778,42 @@ def test_release_batched_memory_drops_what_the_cuda_backend_keeps_for_later_call
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
 def test_output_sets_carry_their_own_tensors_addresses(dtype):
-    """The addresses an output set carries (computed from its allocation's, not read per
-    view) are its tensors' own, empty fields (no batch, no slots) included; a set has the
-    op's shapes and dtypes, is contiguous, starts each field on an OUTPUT_ALIGN boundary
-    (torch.compile asserts 16-byte aligned outputs of a custom op), its fields do not
-    overlap, and it is unheld once only the set holds it."""
+    """The addresses each output set carries (computed from its chunk's, not read per view)
+    are its tensors' own, empty fields (no batch, no slots) included; every set has the
+    op's shapes and dtypes, is contiguous, starts on an OUTPUT_ALIGN boundary (torch.compile
+    asserts 16-byte aligned outputs of a custom op) and shares no memory with another or
+    between its own fields (a custom op's outputs may not); a set is unheld while only the
+    op holds it, held while its tuple, a tensor or a view on its chunk is."""
     from nmsbench.variants import batched_nms as backend
 
-    for batch, max_output in ((1, 300), (3, 0), (0, 5), (2, 7), (64, 300)):
-        made = backend._OutputSet(batch, max_output, dtype, torch.device("cpu"))
-        outputs = made.outputs
-        assert made.addresses == tuple(t.data_ptr() if t.numel() else 0 for t in outputs)
-        assert [tuple(t.shape) for t in outputs] == [(batch,), (batch, max_output, 4), (batch, max_output),
-                                                     (batch, max_output), (batch, max_output), (batch,), (batch,)]
-        assert [t.dtype for t in outputs] == [torch.int64, dtype, dtype, torch.int64, torch.int64, torch.bool,
-                                              torch.int64]
-        assert all(t.is_contiguous() for t in outputs)
-        assert all(t.storage_offset() * t.element_size() % backend.OUTPUT_ALIGN == 0 for t in outputs if t.numel())
-        spans = sorted((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for t in outputs if t.numel())
+    for batch, max_output, count in ((1, 300, 16), (3, 0, 5), (0, 5, 2), (2, 7, 1), (64, 300, 3)):
+        sets = backend._output_sets(batch, max_output, dtype, torch.device("cpu"), count)
+        assert len(sets) == count
+        for made in sets:
+            outputs = made.outputs
+            assert made.addresses == tuple(t.data_ptr() for t in outputs)
+            assert [tuple(t.shape) for t in outputs] == [(batch,), (batch, max_output, 4), (batch, max_output),
+                                                         (batch, max_output), (batch, max_output), (batch,), (batch,)]
+            assert [t.dtype for t in outputs] == [torch.int64, dtype, dtype, torch.int64, torch.int64, torch.bool,
+                                                  torch.int64]
+            assert all(t.is_contiguous() for t in outputs)
+            assert all(t.storage_offset() * t.element_size() % backend.OUTPUT_ALIGN == 0 for t in outputs if t.numel())
+            assert len({t.untyped_storage()._cdata for t in outputs}) == 7
+            del outputs
+        spans = sorted((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size())
+                       for made in sets for t in made.outputs if t.numel())
         assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:]))  # no two overlap
-        assert not made.unheld()  # `outputs` holds the tuple
-        del outputs
-        assert made.unheld()
+        assert all(made.unheld() for made in sets)
+        held = sets[0].outputs
+        assert not sets[0].unheld() and all(made.unheld() for made in sets[1:])
+        tensor = held[1]
+        del held
+        assert not sets[0].unheld()
+        del tensor
+        view = sets[-1].outputs[2][:1]  # a view on the chunk: every set of it is held
+        assert not any(made.unheld() for made in sets)
+        del view
+        assert all(made.unheld() for made in sets)
 
 
 @pytest.mark.parametrize("fused", [False, True])
