@@ -525,8 +525,9 @@ class _OutputSet:
 
     def _use_counts(self) -> tuple:
         """The tuple's references, each tensor's references and uses, the chunk's storages' uses."""
-        return (sys.getrefcount(self.outputs), tuple((sys.getrefcount(t), t._use_count()) for t in self.outputs),
-                tuple(torch._C._storage_Use_Count(s) for s in self._storages))
+        outputs = self.outputs
+        return (sys.getrefcount(outputs), tuple(map(sys.getrefcount, outputs)),
+                tuple(map(torch.Tensor._use_count, outputs)), tuple(map(torch._C._storage_Use_Count, self._storages)))
 
     def unheld(self) -> bool:
         """Whether nothing outside the op holds this set's tuple, its tensors or its chunk's memory."""
