@@ -231,7 +231,7 @@ def sanitize() -> None:
         for head, layout, multi_label, conf in ((raw, "yolov5", True, 0.01), (to_yolov8(raw), "yolov8", False, 0.25),
                                                 (raw.half(), "yolov5", False, 0.25), (full, "yolov5", False, 0.25)):
             n = head.shape[1] if layout == "yolov5" else head.shape[2]
-            capacity = n * 80 if multi_label else n
+            capacity = 4 * n if multi_label else n  # below the whole-GPU pass, which fused=True refuses
             batched_nms.run(head, None, None, layout=layout, cxcywh=True, n=n, classes=80, multi_label=multi_label,
                             class_agnostic=False, iou_threshold=0.45, score_threshold=conf, max_output=300,
                             max_per_class=300, top_k=2**31 - 1, capacity=capacity, fused=fused)

@@ -311,12 +311,12 @@ def test_one_launch_equals_the_two_and_the_cpu_backend(dtype):
     from nmsbench.variants import batched_nms as backend
 
     raw = synthetic(2, seed=11).to(dtype)  # fused: 2 x 99 blocks of 1,024 threads, past one round on the SMs
-    small = raw[:, :3000].contiguous()
+    small = raw[:, ::8].contiguous()  # 3,150 rows across the whole image
     generator = torch.Generator().manual_seed(12)
     boxes = random_boxes(generator, (2, 500), span=300, side=40).to(dtype)
     scores = torch.rand(2, 500, 3, generator=generator).to(dtype)
     cases = [(raw[:1].contiguous(), None, "yolov5", False, 0.25, None), (raw, None, "yolov5", False, 0.25, None),
-             (small, None, "yolov5", True, 0.01, 4 * 3000), (to_yolov8(small), None, "yolov8", False, 0.25, None),
+             (small, None, "yolov5", True, 0.01, 4 * 3150), (to_yolov8(small), None, "yolov8", False, 0.25, None),
              (small, None, "yolov5", False, 0.01, 20), (boxes, scores, "scores", False, 0.3, None)]
     for data, class_scores, layout, multi_label, conf, max_candidates in cases:
         n = data.shape[2] if layout == "yolov8" else data.shape[1]
