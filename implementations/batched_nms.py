@@ -19,9 +19,10 @@ depends on the data, so it can be captured in a CUDA graph:
 3. ``nms_kernel`` (a block per image): sort, greedy NMS per class, the best
    ``max_output`` in rank order, padded outputs, overflow flags.
 
-A batch whose decode grid fits the GPU's SMs at once (``FUSED_WAVES``: a batch of one on
-the usual heads) takes one launch instead of 1 and 3: ``fused_kernel``, whose blocks
-decode as 1's do and whose last block to finish an image runs 3's NMS for it.
+An eager call of a batch whose decode grid fits the GPU's SMs at once (``FUSED_WAVES``: a
+batch of one on the usual heads) takes one launch instead of 1 and 3: ``fused_kernel``,
+whose blocks decode as 1's do and whose last block to finish an image runs 3's NMS for it.
+A call captured in a CUDA graph keeps the two (a replay pays no launch's host time).
 
 The memset and the decode are queued before the outputs are taken, so the GPU starts
 while the host works; the outputs are an earlier call's of the same shape on the same
@@ -87,8 +88,9 @@ GRAPH_MIN_CANDIDATES = 1024
 # fused_kernel (decode and NMS in one launch) where the decode's grid, B times its blocks an
 # image, fits this many rounds of the GPU's SMs (a fused block takes an SM: nms_kernel's
 # shared memory): a batch of one on the usual heads. A launch less saves its host time,
-# which a small batch's eager call waits on; a larger grid would queue decode blocks behind
-# whole SMs held by fused blocks.
+# which a small batch's eager call waits on, though the fused decode takes a little more
+# GPU time; from two images of those heads the one launch was slower on every timer
+# (results/PERFLOG.md).
 FUSED_WAVES = 1
 INT32_MAX = 2**31 - 1
 WIDE_WORDS = 4  # after the counts: wide_sort_kernel's grid barrier word and three round counters
@@ -241,6 +243,9 @@ class _Plan:
         if wide is False and self.graph:
             raise ValueError("graph=True needs the whole-GPU pass (wide)")
         self.fused = self._fused(fused, dtype, device, batch, decode_blocks, shared, index)
+        # A graph replay pays no launch's host time, and the fused decode's GPU time is a
+        # little longer: captured calls take the two launches unless fused=True was asked.
+        self.fused_in_graphs = fused is True
         # the images wide_sort_kernel takes: those of more than wide_min candidates
         self.wide_min = (GRAPH_MIN_CANDIDATES if self.graph else self.sort_capacity) if self.wide else INT32_MAX
         if self.wide:
@@ -407,7 +412,8 @@ def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | 
                 _zero(counts, plan.zeroed_bytes, stream)
         else:
             _zero(counts, plan.zeroed_bytes, stream)
-    if plan.fused:
+    one_launch = plan.fused and (plan.fused_in_graphs or not capturing)
+    if one_launch:
         outputs, addresses = _take_outputs(plan, stream, capturing, batch, max_output, dtype, device)
         sort_keys, sort_slots, _, spill_boxes, spill_classes = nms_buffers
         plan.fused_launch(stream, data.data_ptr(), scores.data_ptr() if scores is not None else 0,
@@ -428,7 +434,7 @@ def run(data: torch.Tensor, scores: torch.Tensor | None, labels: torch.Tensor | 
         plan.wide_sort(stream, counts, *records[:4], batch, capacity, plan.wide_min, int(plan.graph),
                        int(class_agnostic), float(iou_threshold), top_k, *nms_buffers[:2], *graph_buffers,
                        counts + 4 * batch)
-    if not plan.fused:
+    if not one_launch:
         outputs, addresses = _take_outputs(plan, stream, capturing, batch, max_output, dtype, device)  # while the GPU decodes
         plan.nms(stream, counts, *records, capacity, plan.sort_capacity, plan.fast_max, plan.wide_min,
                  int(plan.graph), *nms_buffers, classes, int(multi_label), int(class_agnostic), float(iou_threshold),

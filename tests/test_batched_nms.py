@@ -633,9 +633,10 @@ def test_small_batches_take_one_launch_with_the_two_kernels_arguments(monkeypatc
     """Without a GPU: a batch whose decode grid fits the SMs at once (FUSED_WAVES) takes one
     fused_kernel launch on every layout, packing its C signature with the decode launch's
     grid and values and the nms launch's, 1,024 threads, shared memory for both, its done
-    counters after the candidate counters and both zeroed on a fresh scratch; a larger grid
-    (a batch of two YOLOv5 images of 25,200 rows on 132 SMs) takes the two launches, as does
-    the whole-GPU pass, for which fused=True is refused."""
+    counters after the candidate counters and both zeroed on a fresh scratch; a call under
+    graph capture takes the two launches unless fused=True; a larger grid (a batch of two
+    YOLOv5 images of 25,200 rows on 132 SMs) takes the two launches, as does the whole-GPU
+    pass, for which fused=True is refused."""
     from test_kernel_layout import c_signatures
 
     from nmsbench.variants import batched_nms as backend
@@ -683,6 +684,14 @@ def test_small_batches_take_one_launch_with_the_two_kernels_arguments(monkeypatc
         assert scratch(values[22:26], counts) == scratch(nms_values[11:13] + nms_values[14:16], base)
         assert values[26:31] == nms_values[18:23]
         assert values[-7:] == tuple(t.data_ptr() for t in outputs)
+    records.clear()  # captured in a CUDA graph: the two launches, unless one was asked for
+    monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: True)
+    for fused in (None, True):
+        backend.run(torch.zeros(3, 100, 85), None, None, layout="yolov5", n=100, classes=80, multi_label=False,
+                    capacity=100, fused=fused, **common)
+    assert [r[0] for r in records] == ["decode_rows_kernel", "nms_kernel", "fused_kernel"]
+    assert zeroed[-2:] == [4 * 2 * 3] * 2  # the plan's memset zeroes the done counters either way
+    monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: False)
     records.clear()  # 2 x 99 decode blocks: more than the SMs hold at once
     head = dict(layout="yolov5", n=25200, classes=80, multi_label=False, capacity=25200, **common)
     backend.run(torch.zeros(2, 25200, 85), None, None, **head)
