@@ -56,7 +56,7 @@ __device__ bool segmented_twice(Args... args) {
     return segmented_nms<T>(args...);
 }
 '''
-KERNEL = "template <typename T>\n__global__ void __launch_bounds__(NMS_THREADS, 1) nms_kernel("
+KERNEL = "template <typename T>\n__device__ __forceinline__ void nms_image("  # the path twice: before its caller
 PHASES = [name for name, _ in STAMPS[1:]] + ["written"]
 
 
