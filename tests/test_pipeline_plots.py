@@ -216,6 +216,11 @@ def test_pipeline_colours_follow_the_implementation():
     assert colors["numpy"] == plots.REFERENCE_COLOR and colors["torch+allpairs"] == plots.PINNED_COLORS["allpairs"]
     assert colors["torch+torchvision"] == plots.PINNED_COLORS["torchvision"]
     assert len(set(colors.values())) == len(colors)
+    # the shelf's pipelines, more than the extra colours: each its own colour
+    shelf = ["numpy", "batched_op", "batched_op_graph", "cupy_seed_kernels", "onnxruntime_nms",
+             "torchvision_batched_nms", "ultralytics_loop", "torch+hard_fused"]
+    colors = plots.pipeline_color_map(shelf)
+    assert len(set(colors.values())) == len(shelf) and colors == plots.pipeline_color_map(list(reversed(shelf)))
 
 
 @pytest.mark.parametrize("lo, hi", [(290, 814), (100, 500), (1.2, 1.9), (3, 3000), (1, 1e6)])

@@ -25,14 +25,17 @@ STAGE_NOTE = ("decode and nms are each timed on their own; the black mark is the
 
 def pipeline_color_map(names: Sequence[str]) -> dict[str, str]:
     """A colour per pipeline name: numpy (the reference) dark grey, ``torch+<impl>`` its
-    implementation's pinned colour, the rest the free colours in sorted order."""
+    implementation's pinned colour, the rest in sorted order the colours no other pipeline
+    drawn has: the extra colours, then the implementations' (a figure draws pipelines,
+    not implementations, so two pipelines share a colour only past all of them)."""
     colors = {}
     for name in names:
         if name == tables.PIPELINE_BASELINE:
             colors[name] = REFERENCE_COLOR
         elif name.startswith("torch+") and name[len("torch+"):] in PINNED_COLORS:
             colors[name] = PINNED_COLORS[name[len("torch+"):]]
-    free = [c for c in EXTRA_COLORS if c not in colors.values()]
+    pool = dict.fromkeys([*EXTRA_COLORS, *sorted(set(PINNED_COLORS.values()))])
+    free = [c for c in pool if c not in colors.values() and c != REFERENCE_COLOR]
     for i, name in enumerate(sorted(n for n in set(names) if n not in colors)):
         colors[name] = free[i % len(free)]
     return colors
