@@ -523,11 +523,15 @@ class _OutputSet:
     num_candidates), their addresses, and the use counts that say whether anything outside
     the op still holds them or their chunk's memory."""
 
-    __slots__ = ("outputs", "addresses", "_storages", "_counts")
+    __slots__ = ("outputs", "addresses", "_storages", "_chunk", "_counts")
 
-    def __init__(self, outputs: tuple, addresses: tuple, storages: tuple):
+    def __init__(self, outputs: tuple, addresses: tuple, storages: tuple, chunk: list):
         self.outputs, self.addresses, self._storages = outputs, addresses, storages
-        self._counts = None  # set by _output_sets once only the set holds its tensors
+        # Every set's outputs of the chunk, kept while any of its sets is: a set the op and
+        # its caller let go of would free its views and lower the storages' use counts, so
+        # that a view the caller holds of another set could pass for none.
+        self._chunk = chunk
+        self._counts = None  # set by _output_sets once only the op holds its tensors
 
     def _use_counts(self) -> tuple:
         """The tuple's references, each tensor's references and uses, the chunk's storages' uses."""
@@ -560,8 +564,9 @@ def _output_sets(batch: int, max_output: int, dtype: torch.dtype, device: torch.
     bases = [field.data_ptr() if step else 0 for field, (_, _, _, step) in zip(fields, layout)]
     steps = [step for _, _, _, step in layout]
     storages = tuple(field.untyped_storage()._cdata for field in fields)
-    sets = [_OutputSet(outputs, tuple([base + k * step for base, step in zip(bases, steps)]), storages)
-            for k, outputs in enumerate(zip(*views))]
+    chunk = list(zip(*views))
+    sets = [_OutputSet(outputs, tuple([base + k * step for base, step in zip(bases, steps)]), storages, chunk)
+            for k, outputs in enumerate(chunk)]
     del fields, views
     for made in sets:  # the counts of an unheld set: no reference left but the set's own
         made._counts = made._use_counts()
