@@ -1,7 +1,7 @@
 // Batched, class-aware, exact greedy NMS from boxes and scores or from a detector's raw
 // head output (batched_nms.py is the host side; implementations/DESIGN.md says why it is
-// built this way). Two kernels a batch (three with wide_sort_kernel, one for a small batch), behind one memset of the
-// per-image counters:
+// built this way). Two kernels a batch (three with wide_sort_kernel; one, fused_kernel, for an
+// eager call of a small batch), behind one memset of the per-image counters:
 //
 //   decode_rows_kernel (YOLOv5 heads, single label) or decode_kernel (the rest): decode
 //     the boxes, find the rows' candidates (score above the threshold: the best class, or
@@ -11,9 +11,9 @@
 //   wide_sort_kernel (only where an image may hold more candidates than a block sorts in
 //     shared memory, from batched_nms.WIDE_MIN_CAPACITY): the images that do, sorted by
 //     the whole GPU (chunks a block each, then merge passes over every such image at once).
-//   fused_kernel (instead of the two others, where the decode's grid fits the GPU's SMs at
-//     once and no wide_sort_kernel is needed: a batch of one or a few): one launch, each
-//     image's last decode block to finish runs its NMS (below).
+//   fused_kernel (instead of the two others in an eager call, where the decode's grid fits
+//     the GPU's SMs at once and no wide_sort_kernel is needed: a batch of one on the usual
+//     heads): one launch, each image's last decode block to finish runs its NMS (below).
 //   nms_kernel: a block per image. Up to fast_max candidates with float scores (and no
 //     pre_nms_top_k cut) take the class-segmented path: one sort by (class, score), the
 //     suppression mask within each class, a warp resolving each class, the detections

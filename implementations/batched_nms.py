@@ -89,8 +89,7 @@ GRAPH_MIN_CANDIDATES = 1024
 # image, fits this many rounds of the GPU's SMs (a fused block takes an SM: nms_kernel's
 # shared memory): a batch of one on the usual heads. A launch less saves its host time,
 # which a small batch's eager call waits on, though the fused decode takes a little more
-# GPU time; from two images of those heads the one launch was slower on every timer
-# (results/PERFLOG.md).
+# GPU time; from two images of those heads the one launch was slower on every timer.
 FUSED_WAVES = 1
 INT32_MAX = 2**31 - 1
 WIDE_WORDS = 4  # after the counts: wide_sort_kernel's grid barrier word and three round counters

@@ -270,9 +270,9 @@ def _backend_arguments(data, scores, labels, p: dict) -> tuple[object, dict]:
 def release_batched_memory() -> None:
     """Let go of the GPU memory the CUDA backend keeps between eager calls for the next ones
     (each call shape's scratch and its last few results' outputs, for reuse once they are
-    no longer held: a few MiB for usual heads, bounded in all). It goes back to torch's caching allocator, so ``torch.cuda.empty_cache()``
-    can then return it to the driver; the next call allocates again. Results already
-    returned are not touched."""
+    no longer held: a few MiB for usual heads, bounded in all). It goes back to torch's
+    caching allocator, so ``torch.cuda.empty_cache()`` can then return it to the driver;
+    the next call allocates again. Results already returned are not touched."""
     backend = _backends.get("cuda")
     if backend is not None:
         backend.release()
