@@ -42,6 +42,12 @@ DEFAULT_BASELINE = "torchvision"
 ACCURACY_METRICS = {"ap": "AP", "ap50": "AP50", "ap75": "AP75", "ar100": "AR100", "ar100_crowded": "AR100-crowded"}
 
 
+def machine_label(frame: pd.DataFrame, chip: pd.Series) -> pd.Series:
+    """Each row's "host name: chip", with a stand-in for a name or chip the file left empty
+    (``chip``: the model a view names the machine by)."""
+    return frame["machine"].replace("", "unknown machine") + ": " + chip.replace("", "unknown hardware")
+
+
 def prepare(frame: pd.DataFrame, source: str | None = None) -> pd.DataFrame:
     """A results frame made uniform for display: numbers as numbers (bad cells become NaN),
     text as text, plus ``source`` (the file it came from: ``source``, else the frame's own
@@ -62,13 +68,12 @@ def prepare(frame: pd.DataFrame, source: str | None = None) -> pd.DataFrame:
     if source is not None or "source" not in frame.columns:
         frame["source"] = source or ""
     gpu_rows = frame["device"].eq("cuda") & frame["gpu"].ne("")
-    chip = frame["cpu"].where(~gpu_rows, frame["gpu"]).replace("", "unknown hardware")
+    chip = frame["cpu"].where(~gpu_rows, frame["gpu"])
     # a GPU machine's host CPU is named with its GPU: virtual machines share host names and
     # CPU models, and a GPU machine's CPU rows must not be taken for another machine's
     hosted = ~gpu_rows & frame["gpu"].ne("") & frame["cpu"].ne("")
     chip = chip.where(~hosted, chip + " (host of " + frame["gpu"] + ")")
-    machine = frame["machine"].replace("", "unknown machine")
-    frame["hardware"] = machine + ": " + chip
+    frame["hardware"] = machine_label(frame, chip)
     return frame
 
 

@@ -7,7 +7,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .core import _impl_order, _is_true, _render_cells, format_speedup, format_us, group_dims, ok_rows, options
+from .core import (_impl_order, _is_true, _render_cells, format_speedup, format_us, group_dims, machine_label,
+                   ok_rows, options)
 from .noise import NOISY_MARK, joined_reasons, noisy_footnote, with_noise
 
 PIPELINE_BASELINE = "numpy"  # the CPU reference pipeline (nmsbench.pipeline.REFERENCE_PIPELINE)
@@ -36,9 +37,7 @@ def pipeline_machine(frame: pd.DataFrame) -> pd.Series:
     """Each row's machine: the host name and the GPU (a GPU machine's CPU rows name its GPU
     too), or the host name and the CPU on a machine without one. GPU machines share host
     names, so the name alone does not tell them apart."""
-    name = frame["machine"].replace("", "unknown machine")
-    chip = frame["gpu"].where(frame["gpu"].ne(""), frame["cpu"]).replace("", "unknown hardware")
-    return name + ": " + chip
+    return machine_label(frame, frame["gpu"].where(frame["gpu"].ne(""), frame["cpu"]))
 
 
 def per_image(frame: pd.DataFrame) -> pd.DataFrame:
