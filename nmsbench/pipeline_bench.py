@@ -34,6 +34,7 @@ images cycle through the recordings that keep raw rows); ``synthetic`` is a YOLO
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -44,6 +45,7 @@ import torch
 from . import cluster, datasets  # cluster imports no dask: a run that asks for one does
 from .engine.axes import Axis, GridError, check_axes, floats, ints, names, parse_devices
 from .engine.plugins import Benchmark, register_benchmark
+from .engine.retries import SlowHostRetries, default_slow_retries, slow_retries_axis
 from .engine.settings import DEFAULT_RUN_TIME
 from .engine.rounds import (SETTINGS_AXES, Contender, Outcome, Settings, error_rows, error_text,
                             is_real, is_whole, prepare, finish_run, start_run, time_in_rounds)
@@ -123,6 +125,7 @@ AXES = (
     Axis("timers", "--timer", names("timers"), list(DEFAULT_TIMERS), check=_among("timer", pipeline_timers),
          help="Timers of the stages (every registered timer but those needing a graph-safe backend; those of the GPU "
               "give cuda rows only; api times the public run_pipeline, for the total stage)."),
+    slow_retries_axis("case group (a source, batch and threshold on one device)"),
     cluster.cluster_axis("Run the case groups (a source, batch and threshold on one device) on Dask workers: local:K or a "
                          "scheduler's address (tcp://host:8786)."),
 )
@@ -152,10 +155,13 @@ class PipelineGrid:
     case_timeout: Optional[float] = None  # seconds a stage may take, its pipeline's build and warm-up included
     host_wait: float = 0.0
     cluster: Optional[str] = None  # local:K or a Dask scheduler's address (nmsbench.cluster_pipeline)
+    slow_retries: Optional[int] = None  # re-timings at the end of a pass of rows flagged for a slow host; None: default_slow_retries
 
     def __post_init__(self):
         if self.pipelines is None:
             self.pipelines = list(pipelines())
+        if self.slow_retries is None:
+            self.slow_retries = default_slow_retries(self.devices)
         self.validate()
 
     def validate(self) -> None:
@@ -232,6 +238,19 @@ def _pipeline_pass(grid: PipelineGrid, emit: Callable[[dict], None], done, betwe
     known = pipelines()
     gauge = gauge or HostGauge()
     loaded = {} if loaded is None else loaded
+    later = SlowHostRetries(grid.slow_retries, emit)
+    try:
+        _cases_of_pass(grid, emit, done, between_turns, gauge, loaded, known, later)
+    except BaseException:  # stopped (Ctrl-C) or failed: the rows held for a retry are written as they are
+        with contextlib.suppress(Exception):
+            later.flush()
+        raise
+
+
+def _cases_of_pass(grid: PipelineGrid, emit: Callable[[dict], None], done, between_turns: Callable[[], None],
+                   gauge: HostGauge, loaded: dict, known: dict, later: SlowHostRetries) -> None:
+    """The body of :func:`_pipeline_pass`: each source, batch and threshold's case groups,
+    then ``later``'s re-timings."""
 
     def rows_of(base: dict, name: str, device: str) -> list[dict]:
         pipeline = known.get(name)
@@ -289,8 +308,14 @@ def _pipeline_pass(grid: PipelineGrid, emit: Callable[[dict], None], done, betwe
                             for row in rows:
                                 emit(row | {"status": "error", "error": failure_case})
                         continue
-                    for row in _run_group(known, members, device, raw, config, reference, grid, between_turns, gauge):
-                        emit(row)
+                    def run(members, device=device, raw=raw, config=config, reference=reference):
+                        """The rows of ``members`` (all of the group's, or a retry's flagged ones)."""
+                        return _run_group(known, members, device, raw, config, reference, grid, between_turns, gauge)
+
+                    for row in run(members):
+                        if not later.hold(row, members, run):
+                            emit(row)
+    later.finish()
 
 
 @dataclass(eq=False)

@@ -39,6 +39,7 @@ from .boxes import BoxSet
 from .engine.axes import (Axis, GridError, check_axes, floats, ints, names, parse_devices, parse_param,
                           parse_sizes)
 from .engine.plugins import Benchmark, register_benchmark
+from .engine.retries import SlowHostRetries, default_slow_retries, slow_retries_axis
 from .engine.settings import CUDA_RUN_TIME, DEFAULT_RUN_TIME
 from .engine.rounds import (CaseTimeout, Contender, Settings, case_deadline, check_case_timeout, check_settings,  # noqa: F401
                             error_rows, error_text, finish_run, is_real, is_whole, prepare, row_emitter, start_run,
@@ -48,13 +49,10 @@ from .overlap import realized_overlap
 from .registry import Implementation, get, implementations
 from .results import case_key
 from .timers import DEFAULT_TIMERS, TIMERS, Callables, timer_passes, timers_for
-from .timing import DEFAULT_ROUNDS, HostGauge, slow_host_among
+from .timing import DEFAULT_ROUNDS, HostGauge
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16}
 REFERENCE = "torchvision"
-# rows flagged for a slow host are timed again this many times at the end of their pass (--slow-retries):
-# on a sweep of CUDA alone, whose rows are cheap to time again; CPU rows on a busy machine would double a run
-CUDA_SLOW_RETRIES = 1
 
 # From this many boxes on the greedy reference is hard_graph: index for index torchvision's
 # (the property tests hold it there) in O(N + E), where torchvision's CPU NMS, which tests
@@ -132,13 +130,7 @@ AXES = (
     Axis("timers", "--timer", names("timers"), list(DEFAULT_TIMERS), help=_timers_help(),
          check=lambda values: "" if set(values) <= set(TIMERS) else
          f"choose from {', '.join(TIMERS)}, got {', '.join(map(str, values))}"),
-    Axis("slow_retries", "--slow-retries", ints("slow_retries", 0), None, many=False, metavar="K",
-         check=lambda v: "" if is_whole(v) and v >= 0 else f"slow_retries must be a whole number >= 0, got {v!r}",
-         help="Time again, at the end of their pass (up to K times), the rows flagged noisy for a slow host (most of "
-              "their rounds ran while the host's gauge read slow): a shared host's slow stretches last seconds, so a "
-              "later turn usually finds its usual speed. A box set's flagged rows are re-timed together, in rounds; a "
-              f"row keeps the clean (else least spread) timing, `attempts` counts them. Default: {CUDA_SLOW_RETRIES} on a "
-              "sweep of --device cuda alone, else 0."),
+    slow_retries_axis("box set"),
     cluster.cluster_axis("Run the case groups on Dask workers: local:K (K worker processes here, one per GPU first) or a "
                          "scheduler's address (tcp://host:8786)."),
 )
@@ -243,12 +235,6 @@ def default_run_time(devices) -> float:
     return CUDA_RUN_TIME if devices and set(devices) == {"cuda"} else DEFAULT_RUN_TIME
 
 
-def default_slow_retries(devices) -> int:
-    """--slow-retries' default: CUDA_SLOW_RETRIES on a sweep of CUDA alone (its rows take
-    0.1 s each to time again), 0 otherwise (CPU rows on a busy machine would be timed twice)."""
-    return CUDA_SLOW_RETRIES if devices and set(devices) == {"cuda"} else 0
-
-
 def _resolve_params(impl: Implementation, given: dict) -> tuple[dict, Optional[str]]:
     """(the parameters its rows record, the error that makes its cases fail, or None)."""
     taken = impl.accepted_params(given)
@@ -338,7 +324,7 @@ def _sweep_pass(grid: Grid, emit: Callable[[dict], None], done, between_turns: C
         return [row for row in rows if case_key(row) not in done]
 
     seen: dict = {}  # real scenario: (recording, knob, N) -> the n cap that ran that box set
-    later = _SlowHostRetries(grid.slow_retries, emit)
+    later = SlowHostRetries(grid.slow_retries, emit)
     try:
         _cases_of_pass(grid, emit, pending, impls, params_by_impl, seen, box_sets, between_turns, gauge, later)
     except BaseException:  # stopped (Ctrl-C) or failed: the rows held for a retry are written as they are
@@ -463,76 +449,6 @@ def _references(state: _BoxSetState) -> tuple[Callable, Callable]:
         return None if family_results[key] is None else (name, family_results[key])
 
     return reference, family_reference
-
-
-class _SlowHostRetries:
-    """Rows flagged noisy for a slow host (most of their rounds ran while the gauge read
-    slow; a wide spread often with it), held back and timed again at the end of their pass
-    (``retries`` times at most), with the other flagged implementations of their group, so
-    their rounds still rotate together; each row then keeps the better timing (clean first,
-    then the smaller spread) and counts its attempts. A shared host's slow stretches last
-    seconds, so a later turn usually finds its usual speed (results/PERFLOG.md). Held rows
-    are written as they are when the pass stops early (:meth:`flush`)."""
-
-    def __init__(self, retries: int, emit: Callable[[dict], None]):
-        self.retries, self.emit = retries, emit
-        self.held: dict = {}  # id(members) -> (run, {case key: (template row, the row as timed)})
-
-    def hold(self, row: dict, members, run: Callable) -> bool:
-        """Hold ``row`` (True) when it is worth timing again; ``run(members)`` times its group."""
-        if not (self.retries and row.get("status") == "ok" and row.get("noisy") and slow_host_among(row.get("noise"))):
-            return False
-        key = case_key(row)
-        template = next((r for _, rows in members for r in rows if case_key(r) == key), None)
-        if template is None:
-            return False
-        self.held.setdefault(id(members), (run, members, {}))[2][key] = (template, row)
-        return True
-
-    def finish(self) -> None:
-        """Time the held rows' groups again, then write every held row once."""
-        for _ in range(self.retries):
-            again = {}
-            for ident, (run, members, held) in list(self.held.items()):
-                flagged = [(impl, [held[case_key(r)][0] for r in rows if case_key(r) in held]) for impl, rows in members]
-                flagged = [(impl, rows) for impl, rows in flagged if rows]
-                still = {}
-                for row in run(flagged):
-                    key = case_key(row)
-                    if key not in held:
-                        continue
-                    template, best = held[key]
-                    best = _better(best, row)
-                    if best["noisy"] and slow_host_among(best.get("noise")):  # held for the next retry
-                        still[key] = (template, best)
-                    else:
-                        self.emit(best)
-                    del held[key]
-                still.update(held)  # a row the re-timing did not give again (an error ended its group)
-                if still:
-                    again[ident] = (run, members, still)
-            self.held = again
-        self.flush()
-
-    def flush(self) -> None:
-        """Write the rows still held, as they are."""
-        held, self.held = self.held, {}
-        for _, _, rows in held.values():
-            for _, row in rows.values():
-                self.emit(row)
-
-
-def _better(first: dict, second: dict) -> dict:
-    """Of two timings of one row, the one to keep (clean before noisy, then the smaller
-    spread), its ``attempts`` counting both."""
-    if second.get("status") != "ok":
-        return first
-    attempts = int(first.get("attempts") or 1) + int(second.get("attempts") or 1)
-
-    def rank(row: dict) -> tuple:
-        return bool(row["noisy"]), float(row.get("rel_spread") or 0.0)
-
-    return (second if rank(second) < rank(first) else first) | {"attempts": attempts}
 
 
 def _run_group(members, device: str, dtype_name: str, iou: float, grid: Grid, box_set: BoxSet, reference,

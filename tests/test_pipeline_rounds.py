@@ -11,8 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nmsbench import accuracy
+from click.testing import CliRunner
+
+from nmsbench import accuracy, timing
 from nmsbench.accuracy_bench import AccuracyGrid, run_accuracy_bench
+from nmsbench.cli import main
 from nmsbench.engine.axes import GridError
 from nmsbench.engine.plugins import BENCHMARKS
 from nmsbench.engine.samples import read_samples
@@ -20,7 +23,7 @@ from nmsbench.pipeline import Pipeline, Prepared, get_pipeline, register_pipelin
 from nmsbench.pipeline_bench import PipelineGrid, impossible, run_pipeline_bench
 from nmsbench.results import ResultWriter, case_key
 from nmsbench.timers import TIMERS
-from nmsbench.timing import Blocks, SteadyHost, Timing
+from nmsbench.timing import Blocks, HostGauge, SteadyHost, Timing
 
 FAST = {"rounds": 3, "min_run_time": 0.003, "threads": 1}
 
@@ -189,6 +192,99 @@ def test_pipeline_grid_checks_its_axes_and_settings():
     assert grid.pipelines and grid.settings.rounds == grid.rounds
     assert BENCHMARKS["pipeline"].grid is PipelineGrid and BENCHMARKS["pipeline"].command == "pipeline"
     assert {a.name for a in BENCHMARKS["pipeline"].axes} <= {f.name for f in dataclasses.fields(PipelineGrid)}
+
+
+class SlowAfterMarked(HostGauge):
+    """A gauge that reads slow right after a measurement the fake timer marked slow."""
+
+    marked = False
+
+    def canary_us(self):
+        reading = 50.0 if SlowAfterMarked.marked else 20.0
+        SlowAfterMarked.marked = False  # the host is back by the next measurement
+        return reading
+
+
+def slow_total_rows(monkeypatch, staged, slow_totals: int, **fields) -> tuple[dict, list]:
+    """The staged pipeline's rows (by stage) and the measurement log, the host slow (the
+    total timed twice as long) during the first ``slow_totals`` measurements of the total."""
+    def times(what, k):
+        slow = what == "total" and k <= slow_totals
+        SlowAfterMarked.marked = slow
+        return {"decode": 10, "nms": 20}.get(what, 80 if slow else 40)
+
+    log = fake_wall(monkeypatch, staged, times)
+    monkeypatch.setattr(timing.CpuMeter, "contention", lambda self: "")
+    rows: list[dict] = []
+    grid = PipelineGrid(pipelines=["test_stages"], sources=["real"], batches=[1], timers=["wall"], **FAST | fields)
+    run_pipeline_bench(grid, rows.append, gauge=SlowAfterMarked())
+    assert len(rows) == 3 and len({case_key(row) for row in rows}) == 3  # each row written once
+    return {row["stage"]: row for row in rows}, log
+
+
+def test_a_pipeline_row_timed_on_a_slow_host_is_timed_again_at_the_end_of_its_pass(monkeypatch, staged):
+    """Slow in all three rounds of the total, the total row is held back and timed again, alone,
+    after the pass's other rows: the host is back, so it is clean at its usual time, two attempts."""
+    rows, log = slow_total_rows(monkeypatch, staged, slow_totals=3, slow_retries=1)
+    assert log[:9].count("total") == 3 and log[9:] == ["total"] * 3
+    total = rows["total"]
+    assert total["median_us"] == 40 and not total["noisy"] and total["attempts"] == 2 and total["rounds"] == 3
+    assert rows["decode"]["attempts"] == rows["nms"]["attempts"] == 1
+
+
+def test_a_pipeline_row_timed_on_a_slow_host_keeps_its_flag_without_retries(monkeypatch, staged):
+    rows, log = slow_total_rows(monkeypatch, staged, slow_totals=3, slow_retries=0)
+    assert len(log) == 9  # nothing timed again
+    total = rows["total"]
+    assert total["noisy"] and "the host ran slow in 3 of 3 rounds" in total["noise"] and total["attempts"] == 1
+
+
+def test_a_pipeline_row_still_slow_after_its_retries_is_written_flagged(monkeypatch, staged):
+    rows, log = slow_total_rows(monkeypatch, staged, slow_totals=9, slow_retries=2)
+    assert log.count("total") == 9  # three rounds, then twice three more
+    assert rows["total"]["noisy"] and rows["total"]["attempts"] == 3
+
+
+def test_a_pipeline_row_held_for_a_retry_is_written_as_it_was_when_the_run_stops(monkeypatch, staged):
+    """Ctrl-C during the re-timing: the total's first timing (flagged) is written, then the stop goes on."""
+    def times(what, k):
+        if what == "total" and k == 4:
+            raise KeyboardInterrupt
+        SlowAfterMarked.marked = what == "total"
+        return {"decode": 10, "nms": 20}.get(what, 80)
+
+    fake_wall(monkeypatch, staged, times)
+    monkeypatch.setattr(timing.CpuMeter, "contention", lambda self: "")
+    rows: list[dict] = []
+    grid = PipelineGrid(pipelines=["test_stages"], sources=["real"], batches=[1], timers=["wall"], slow_retries=1, **FAST)
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline_bench(grid, rows.append, gauge=SlowAfterMarked())
+    written = {row["stage"]: row for row in rows}
+    assert len(rows) == 3 and written["total"]["noisy"] and written["total"]["attempts"] == 1
+
+
+def test_pipeline_slow_retries_default_to_one_on_cuda_alone_and_are_checked():
+    assert PipelineGrid(pipelines=["numpy"], devices=["cuda"]).slow_retries == 1
+    assert PipelineGrid(pipelines=["numpy"], devices=["cpu"]).slow_retries == 0
+    assert PipelineGrid(pipelines=["numpy"], devices=["cpu", "cuda"]).slow_retries == 0
+    assert PipelineGrid(pipelines=["numpy"], devices=["cuda"], slow_retries=3).slow_retries == 3
+    with pytest.raises(GridError, match="slow_retries must be a whole number >= 0") as info:
+        PipelineGrid(pipelines=["numpy"], slow_retries=-1)
+    assert info.value.field == "slow_retries"
+
+
+def test_pipeline_slow_retries_is_an_option_free_on_resume(tmp_path):
+    out = tmp_path / "pipe.csv"
+    args = ["pipeline", "--pipeline", "numpy", "--source", "real", "--batch", "1", "--stage", "total", "--timer", "wall",
+            "--rounds", "1", "--min-run-time", "0.01", "--threads", "1"]
+    first = CliRunner().invoke(main, args + ["--slow-retries", "0", "--out", str(out)])
+    assert first.exit_code == 0, first.output
+    assert json.loads(out.with_suffix(".json").read_text())["grid"]["slow_retries"] == 0
+    again = CliRunner().invoke(main, args + ["--batch", "1,2", "--slow-retries", "2", "--resume", str(out)])
+    assert again.exit_code == 0, again.output  # a retry changes no row's measurement: resumable with another K
+    assert len(pd.read_csv(out)) == 2
+    negative = CliRunner().invoke(main, args + ["--slow-retries", "-1", "--out", str(tmp_path / "x.csv")])
+    assert negative.exit_code == 2 and "--slow-retries" in negative.output
 
 
 # --- accuracy
