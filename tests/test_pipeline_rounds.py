@@ -23,7 +23,9 @@ from nmsbench.pipeline import Pipeline, Prepared, get_pipeline, register_pipelin
 from nmsbench.pipeline_bench import PipelineGrid, impossible, run_pipeline_bench
 from nmsbench.results import ResultWriter, case_key
 from nmsbench.timers import TIMERS
-from nmsbench.timing import Blocks, HostGauge, SteadyHost, Timing
+from nmsbench.timing import Blocks, SteadyHost, Timing
+
+from test_host_gauge import SlowWhile  # the gauge that reads slow after a measurement marked slow
 
 FAST = {"rounds": 3, "min_run_time": 0.003, "threads": 1}
 
@@ -194,30 +196,19 @@ def test_pipeline_grid_checks_its_axes_and_settings():
     assert {a.name for a in BENCHMARKS["pipeline"].axes} <= {f.name for f in dataclasses.fields(PipelineGrid)}
 
 
-class SlowAfterMarked(HostGauge):
-    """A gauge that reads slow right after a measurement the fake timer marked slow."""
-
-    marked = False
-
-    def canary_us(self):
-        reading = 50.0 if SlowAfterMarked.marked else 20.0
-        SlowAfterMarked.marked = False  # the host is back by the next measurement
-        return reading
-
-
 def slow_total_rows(monkeypatch, staged, slow_totals: int, **fields) -> tuple[dict, list]:
     """The staged pipeline's rows (by stage) and the measurement log, the host slow (the
     total timed twice as long) during the first ``slow_totals`` measurements of the total."""
     def times(what, k):
         slow = what == "total" and k <= slow_totals
-        SlowAfterMarked.marked = slow
+        SlowWhile.slow_now = slow
         return {"decode": 10, "nms": 20}.get(what, 80 if slow else 40)
 
     log = fake_wall(monkeypatch, staged, times)
     monkeypatch.setattr(timing.CpuMeter, "contention", lambda self: "")
     rows: list[dict] = []
     grid = PipelineGrid(pipelines=["test_stages"], sources=["real"], batches=[1], timers=["wall"], **FAST | fields)
-    run_pipeline_bench(grid, rows.append, gauge=SlowAfterMarked())
+    run_pipeline_bench(grid, rows.append, gauge=SlowWhile())
     assert len(rows) == 3 and len({case_key(row) for row in rows}) == 3  # each row written once
     return {row["stage"]: row for row in rows}, log
 
@@ -250,7 +241,7 @@ def test_a_pipeline_row_held_for_a_retry_is_written_as_it_was_when_the_run_stops
     def times(what, k):
         if what == "total" and k == 4:
             raise KeyboardInterrupt
-        SlowAfterMarked.marked = what == "total"
+        SlowWhile.slow_now = what == "total"
         return {"decode": 10, "nms": 20}.get(what, 80)
 
     fake_wall(monkeypatch, staged, times)
@@ -258,7 +249,7 @@ def test_a_pipeline_row_held_for_a_retry_is_written_as_it_was_when_the_run_stops
     rows: list[dict] = []
     grid = PipelineGrid(pipelines=["test_stages"], sources=["real"], batches=[1], timers=["wall"], slow_retries=1, **FAST)
     with pytest.raises(KeyboardInterrupt):
-        run_pipeline_bench(grid, rows.append, gauge=SlowAfterMarked())
+        run_pipeline_bench(grid, rows.append, gauge=SlowWhile())
     written = {row["stage"]: row for row in rows}
     assert len(rows) == 3 and written["total"]["noisy"] and written["total"]["attempts"] == 1
 
