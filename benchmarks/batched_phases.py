@@ -39,10 +39,10 @@ STAMPS = [
     ("entry", "    const long long image = (long long)b * capacity;\n    const int* image_cands = cands + image;\n"),
     ("counts read", "    __syncthreads();\n    const int n = s_count;\n"),
     ("sort", "    block_sort(key, tie, val, n, p, x_key, x_tie, x_val);\n"),
-    ("boxes", "    if (tid < fast_max / 32) f_keep[tid] = 0u;\n    __syncthreads();\n"),
-    ("segments", "    const int segments = total & 0x7ffu, mask_words = total >> 11;\n    __syncthreads();\n"),
-    ("masks", "    __syncthreads();\n\n    // 4. a warp a segment\n"),
-    ("resolve", "removed |= f_mask[off + lane * m + (r - first)];\n        }\n    }\n    __syncthreads();\n"),
+    ("gather", "        s_masked = 0u;\n    }\n    __syncthreads();\n"),
+    ("segments", "    const int segments = s_segments, masked = s_masked & 0x7ffu, mask_words = s_masked >> 11;\n"),
+    ("masks", "    // 4. a warp a segment\n"),
+    ("resolve", "removed |= f_mask[off + lane * m + (r - first)];\n            }\n        }\n    }\n    __syncthreads();\n"),
     ("keeps staged", "        staged_val[e] = tid;\n    }\n    __syncthreads();\n"),
 ]
 WRITTEN = "    if (tid == 0) num_detections[b] = output;\n    return true;"  # the last stamp goes before it

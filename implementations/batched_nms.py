@@ -57,14 +57,16 @@ from nmsbench.cuda import (CompiledLaunch, CudaModule, Scratch, _current_stream,
 # by the bitonic sort's log^2 barriers, and the most entries the class-segmented path's
 # two sorts rank by counting (all the block's threads sharing the O(n^2) comparisons)
 # rather than by the merge sort. FAST_MAX: the most candidates of the
-# class-segmented path (a thread each, at most NMS_THREADS).
+# class-segmented path (a thread each, at most NMS_THREADS); LAZY_MAX: the most candidates
+# of a class that path resolves lazily (a warp testing each keep's row; a multiple of 32,
+# its words in each lane's registers), larger classes from suppression masks.
 # WIDE_CHUNK: the candidates a block of wide_sort_kernel sorts in shared memory, WIDE_SHARE
 # the outputs a thread of its merge passes takes (a binary search and a short merge),
 # WIDE_SIZE_CLASSES the box widths its overlap graph searches apart (factors of two), with
 # WIDE_EXTENTS numbers each, WIDE_ROW_SLOTS the higher neighbours a candidate's row keeps
 # (the highest-ranked; a longer row is searched again where those are all removed).
 DEFINES = {"DECODE_THREADS": 256, "DECODE_ROWS_MAX": 4, "DECODE_CLASS_LOADS": 3, "NMS_THREADS": 1024, "TILE": 256,
-           "KEPT_CACHE": 512, "COUNT_RANK_MAX": 512, "COUNT_SORT_MAX": 256, "WIDE_CHUNK": 2048, "WIDE_SHARE": 4,
+           "KEPT_CACHE": 512, "COUNT_RANK_MAX": 512, "COUNT_SORT_MAX": 256, "LAZY_MAX": 256, "WIDE_CHUNK": 2048, "WIDE_SHARE": 4,
            "WIDE_SIZE_CLASSES": 16, "WIDE_EXTENTS": 5, "WIDE_ROW_SLOTS": 16}
 DECODE_THREADS, DECODE_ROWS_MAX, NMS_THREADS, TILE, KEPT_CACHE = (
     DEFINES[k] for k in ("DECODE_THREADS", "DECODE_ROWS_MAX", "NMS_THREADS", "TILE", "KEPT_CACHE"))
@@ -119,6 +121,10 @@ MAX_GRID_Y = 65535  # decode_kernel's images per launch row (it loops over more)
 # type: float, or double for float64); batched_nms.cu's decode_lists_bytes
 DECODE_LISTS_ROW_BYTES = (12 + 4, 12 + 8)
 MIN_SORT_CAPACITY = 32
+# The class-segmented path's shared region a candidate, outside the masks: the sort's two
+# buffers (24 bytes), the keeps staged for the second sort (12) and the records staged by
+# slot before the gather (box, score, candidate index, label: 28).
+REGION_BYTES_A_CANDIDATE = 72
 
 
 def _round16(size: int) -> int:
@@ -141,15 +147,15 @@ def nms_shared_bytes(sort_capacity: int, dtype: torch.dtype) -> int:
 def fast_shared_bytes(fast_max: int) -> int:
     """The class-segmented path's dynamic shared memory for ``fast_max`` candidates (a power
     of two, 0: no such path), carved in batched_nms.cu's order (each part rounded up to 16
-    bytes): by slot the tie keys; by position classes, slots, boxes, areas; by segment
-    first, end and mask offset; the keep bits and the scan's words; then one region for
-    the masks (at most fast_max rows of fast_max / 32 words) or the sorts' buffers and
-    staged keeps (44 bytes a candidate). Float arithmetic only."""
+    bytes): by position classes, boxes, areas, scores, candidate indices and labels; by
+    segment first, end and mask offset; the keep bits; then one region for the masks (at
+    most fast_max rows of fast_max / 32 words) or the sorts' buffers, the staged keeps and
+    the records staged by slot (REGION_BYTES_A_CANDIDATE). Float arithmetic only."""
     if not fast_max:
         return 0
-    region = max(fast_max * fast_max // 8, 44 * fast_max)
-    parts = (4 * fast_max, 4 * fast_max, 4 * fast_max, 16 * fast_max, 4 * fast_max, 4 * fast_max, 4 * fast_max,
-             4 * fast_max, 4 * (fast_max // 32), 4 * (NMS_THREADS // 32 + 1), region)
+    region = max(fast_max * fast_max // 8, REGION_BYTES_A_CANDIDATE * fast_max)
+    parts = (4 * fast_max, 16 * fast_max, 4 * fast_max, 4 * fast_max, 4 * fast_max, 4 * fast_max, 4 * fast_max,
+             4 * fast_max, 4 * fast_max, 4 * (fast_max // 32), region)
     return sum(_round16(p) for p in parts)
 
 

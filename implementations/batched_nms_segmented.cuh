@@ -53,6 +53,7 @@ __device__ void block_count_sort(unsigned long long& key, unsigned int& tie, uns
     if (entry < count) {
         const unsigned long long mine = x_key[entry];
         const unsigned int mine_tie = x_tie[entry];
+#pragma unroll 4  // the shared loads of several entries in flight at once
         for (int j = t % share; j < count; j += share) {
             const unsigned long long other = x_key[j];
             const unsigned int other_tie = x_tie[j];
@@ -158,18 +159,27 @@ __device__ void block_sort(unsigned long long& key, unsigned int& tie, unsigned 
 // Greedy NMS per class of image b's n candidates (n <= fast_max, float scores, no
 // pre_nms_top_k cut), the padded outputs written; false (nothing written, block-uniform)
 // where a class does not fit 32 bits. The steps, each over the whole block:
-//   1. sort the candidates by (class, score key, lower candidate index): one run per class;
-//   2. the runs ("segments"): their first and end positions and where their mask words go;
-//   3. each segment's suppression mask (row r, word w: bit k set iff r suppresses
-//      32 w + k > r of its segment), a warp's lanes on consecutive rows against one word;
-//   4. a warp a segment resolves it (lane l holds "removed" word l of the segment, a
-//      ballot finds the next live candidate), stopping at max_per_class keeps;
+//   1. every record read once (key, class, box, score, candidate index: one round trip to
+//      memory), staged by slot; the sort by (class, score key, lower candidate index),
+//      one run per class, then each position gathers its record from the staging;
+//   2. the runs ("segments"): their first and end positions, a slot each from a shared
+//      counter (their order is free: each is resolved on its own and the keeps are bits by
+//      position); segments above LAZY_MAX candidates also take mask words;
+//   3. (only for segments above LAZY_MAX) their suppression masks (row r, word w: bit k
+//      set iff r suppresses 32 w + k > r of its segment);
+//   4. a warp a segment resolves it, stopping at min(max_per_class, max_output) keeps (a
+//      class's later keeps rank below max_output others): up to LAZY_MAX candidates
+//      lazily, every lane holding the segment's "removed" words, each keep testing its own
+//      row against the live candidates after it (a usual class keeps a few of its tens of
+//      candidates: the masks tested every pair), larger ones from their masks (lane l
+//      holds removed word l, a ballot finds the next live candidate);
 //   5. the keeps sorted by rank (score, then lower index); the first max_output are the
 //      detections.
 // Shared memory (dynamic, carved in this order; batched_nms.fast_shared_bytes computes the
-// same): by slot the tie keys; by position the classes, slots, boxes and areas; by
+// same): by position the classes, boxes, areas, scores, candidate indices and labels; by
 // segment first, end and mask offset; the keep bits; the scan's words; then one region
-// that holds the mask, or the sort's buffers and the keeps staged for the second sort.
+// that holds the mask, or the sort's buffers, the keeps staged for the second sort and the
+// records staged by slot.
 template <typename T>
 __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long long* keys, const int* cands,
                               const long long* cand_classes, const typename Arith<T>::type* cand_boxes,
@@ -178,18 +188,22 @@ __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long lo
                               long long* num_detections, T* out_boxes, T* out_scores, long long* out_classes,
                               long long* out_indices) {
     typedef typename Arith<T>::type A;
+    constexpr int LAZY_WORDS = LAZY_MAX / 32;
+    constexpr int MASKED_MAX = NMS_THREADS / (LAZY_MAX + 1);  // segments above LAZY_MAX an image holds at most
     extern __shared__ __align__(16) unsigned char shared[];
+    __shared__ unsigned int s_segments, s_masked;  // segments so far; masked ones and their words (packed)
+    __shared__ unsigned int s_masked_seg[MASKED_MAX > 0 ? MASKED_MAX : 1], s_masked_off[MASKED_MAX > 0 ? MASKED_MAX : 1];
     unsigned char* at = shared;
-    unsigned int* f_tie = (unsigned int*)carve(at, 4ull * fast_max);
     unsigned int* f_group = (unsigned int*)carve(at, 4ull * fast_max);
-    unsigned int* f_slot = (unsigned int*)carve(at, 4ull * fast_max);
     Box<A>* f_box = (Box<A>*)carve(at, sizeof(Box<A>) * fast_max);
     A* f_area = (A*)carve(at, sizeof(A) * fast_max);
+    A* f_score = (A*)carve(at, sizeof(A) * fast_max);
+    int* f_cand = (int*)carve(at, 4ull * fast_max);
+    int* f_label = (int*)carve(at, 4ull * fast_max);
     unsigned int* f_seg_first = (unsigned int*)carve(at, 4ull * fast_max);
     unsigned int* f_seg_end = (unsigned int*)carve(at, 4ull * fast_max);
     unsigned int* f_seg_off = (unsigned int*)carve(at, 4ull * fast_max);
     unsigned int* f_keep = (unsigned int*)carve(at, 4ull * (fast_max / 32));
-    unsigned int* f_scan = (unsigned int*)carve(at, 4ull * (NMS_WARPS + 1));
     unsigned char* region = at;
     unsigned int* f_mask = (unsigned int*)region;
     unsigned long long* x_key = (unsigned long long*)region;  // 2 fast_max each
@@ -197,6 +211,10 @@ __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long lo
     unsigned int* x_val = (unsigned int*)(region + 24ull * fast_max);
     unsigned long long* staged_key = (unsigned long long*)(region + 32ull * fast_max);  // fast_max each
     unsigned int* staged_val = (unsigned int*)(region + 40ull * fast_max);
+    Box<A>* slot_box = (Box<A>*)(region + 44ull * fast_max);  // by slot, until the gather
+    A* slot_score = (A*)(region + 60ull * fast_max);
+    int* slot_cand = (int*)(region + 64ull * fast_max);
+    int* slot_label = (int*)(region + 68ull * fast_max);
 
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const long long image = (long long)b * capacity;
@@ -206,9 +224,16 @@ __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long lo
     unsigned int tie = 0u, val = 0xffffffffu;
     bool wide = false;
     if (tid < n) {
-        const unsigned long long record = keys[image + tid];  // score key << 32 | ~candidate
-        const long long cls = cand_classes[image + tid];
-        wide = !class_agnostic && cls != (long long)(int)cls;
+        const long long row = image + tid;
+        const unsigned long long record = keys[row];  // score key << 32 | ~candidate
+        const long long cls = cand_classes[row];
+        const Box<A> box = {cand_boxes[4 * row], cand_boxes[4 * row + 1], cand_boxes[4 * row + 2],
+                            cand_boxes[4 * row + 3]};
+        slot_box[tid] = box;
+        slot_score[tid] = cand_scores[row];
+        slot_cand[tid] = cands[row];
+        slot_label[tid] = (int)cls;
+        wide = cls != (long long)(int)cls;  // the label is written back from 32 bits
         const unsigned int group = class_agnostic ? 0u : (unsigned int)(int)cls;
         key = ((unsigned long long)group << 32) | (record >> 32);
         tie = (unsigned int)record;
@@ -220,20 +245,22 @@ __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long lo
     block_sort(key, tie, val, n, p, x_key, x_tie, x_val);
     if (tid < n) {  // thread t holds position t from here on
         f_group[tid] = (unsigned int)(key >> 32);
-        f_slot[tid] = val;
-        const long long row = image + val;
-        const Box<A> box = {cand_boxes[4 * row], cand_boxes[4 * row + 1], cand_boxes[4 * row + 2],
-                            cand_boxes[4 * row + 3]};
+        const Box<A> box = slot_box[val];
         f_box[tid] = box;
         f_area[tid] = box_area(box);
+        f_score[tid] = slot_score[val];
+        f_cand[tid] = slot_cand[val];
+        f_label[tid] = slot_label[val];
     }
     if (tid < fast_max / 32) f_keep[tid] = 0u;
+    if (tid == 0) {
+        s_segments = 0u;
+        s_masked = 0u;
+    }
     __syncthreads();
 
     // 2. segments: a class's first position starts one, its end found by a binary search
-    const bool head = tid < n && (tid == 0 || f_group[tid - 1] != f_group[tid]);
-    unsigned int end = 0u, words = 0u;
-    if (head) {
+    if (tid < n && (tid == 0 || f_group[tid - 1] != f_group[tid])) {
         const unsigned int group = f_group[tid];
         int lo = tid + 1, hi = n;
         while (lo < hi) {
@@ -241,102 +268,112 @@ __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long lo
             if (f_group[mid] == group) lo = mid + 1;
             else hi = mid;
         }
-        end = lo;
-        words = (end - tid) * ((end - 1) / 32 - tid / 32 + 1);  // rows x the words they span
-    }
-    unsigned int total;
-    // at most fast_max (<= 1024) segments below bit 11, their mask words above
-    const unsigned int before = block_exclusive_sum(head ? (words << 11) | 1u : 0u, f_scan, total);
-    if (head) {
-        const unsigned int s = before & 0x7ffu;
+        const unsigned int s = atomicAdd(&s_segments, 1u);
         f_seg_first[s] = tid;
-        f_seg_end[s] = end;
-        f_seg_off[s] = before >> 11;
+        f_seg_end[s] = lo;
+        if (lo - tid > LAZY_MAX) {  // rows x the words they span; the masked segments below bit 11
+            const unsigned int words = (lo - tid) * ((lo - 1) / 32 - tid / 32 + 1);
+            const unsigned int before = atomicAdd(&s_masked, (words << 11) | 1u);
+            s_masked_seg[before & 0x7ffu] = s;
+            s_masked_off[before & 0x7ffu] = before >> 11;
+            f_seg_off[s] = before >> 11;
+        }
     }
-    const int segments = total & 0x7ffu, mask_words = total >> 11;
     __syncthreads();
+    const int segments = s_segments, masked = s_masked & 0x7ffu, mask_words = s_masked >> 11;
 
-    // 3. the masks: word q is segment s's row first + (q - off) % m against word w0 + (q - off) / m.
-    //    Where the words are few (a usual image), g lanes make a word (g a power of two: the
-    //    most that still give each group of g lanes one word at most), each testing every g-th
-    //    of its 32 positions, and an OR across the g lanes joins them: one thread a word was a
-    //    chain of up to 31 dependent tests while most of the block's threads had none. With
-    //    as many words as threads or more, one thread a word, in a loop of its own.
+    // 3. the masks of the segments above LAZY_MAX: word q is masked segment i's row first +
+    //    (q - off) % m against word w0 + (q - off) / m. Where the words are few, g lanes make
+    //    a word (g a power of two: the most that still give each group of g lanes one word at
+    //    most), each testing every g-th of its 32 positions, and an OR across the g lanes
+    //    joins them; with as many words as threads or more, one thread a word.
     const IouThreshold threshold(iou_threshold);
-    int g = 1;
-    while (g < 32 && mask_words * (2 * g) <= NMS_THREADS) g <<= 1;
-    if (g == 1) {
-        for (int q = tid; q < mask_words; q += NMS_THREADS) {
-            int lo = 0, hi = segments - 1;  // the last segment whose words start at or before q
-            while (lo < hi) {
-                const int mid = (lo + hi + 1) / 2;
-                if ((int)f_seg_off[mid] <= q) lo = mid;
-                else hi = mid - 1;
-            }
-            const int first = f_seg_first[lo], last = f_seg_end[lo], m = last - first, local = q - (int)f_seg_off[lo];
-            const int w = first / 32 + local / m, r = first + local % m;
-            if (w < r / 32) continue;  // read by no resolve
-            const Box<A> box = f_box[r];
-            const A area = f_area[r];
-            const int from = max(r + 1, 32 * w), to = min(last, 32 * w + 32);
+    if (masked > 0) {  // block-uniform
+        int g = 1;
+        while (g < 32 && mask_words * (2 * g) <= NMS_THREADS) g <<= 1;
+        for (int base = 0; base < mask_words; base += NMS_THREADS / g) {  // whole warps: every lane reaches the OR
+            const int q = base + tid / g, k0 = tid % g;
             unsigned int bits = 0u;
-            for (int j = from; j < to; ++j)
-                if (overlaps_decisive(box, area, f_box[j], f_area[j], threshold)) bits |= 1u << (j - 32 * w);
-            f_mask[q] = bits;
-        }
-    } else {  // one pass: groups >= words
-        const int q = tid / g, k0 = tid % g;
-        unsigned int bits = 0u;
-        bool store = false;
-        if (q < mask_words) {
-            int lo = 0, hi = segments - 1;
-            while (lo < hi) {
-                const int mid = (lo + hi + 1) / 2;
-                if ((int)f_seg_off[mid] <= q) lo = mid;
-                else hi = mid - 1;
+            bool store = false;
+            if (q < mask_words) {
+                int i = 0;  // the last masked segment whose words start at or before q (offsets ascend)
+                while (i + 1 < masked && (int)s_masked_off[i + 1] <= q) ++i;
+                const int s = s_masked_seg[i];
+                const int first = f_seg_first[s], last = f_seg_end[s], m = last - first;
+                const int local = q - (int)s_masked_off[i], w = first / 32 + local / m, r = first + local % m;
+                if (w >= r / 32) {  // else read by no resolve
+                    store = k0 == 0;
+                    const Box<A> box = f_box[r];
+                    const A area = f_area[r];
+                    const int k_from = max(r + 1 - 32 * w, 0), k_to = min(last - 32 * w, 32);
+                    int k = k0;
+                    if (k < k_from) k += (k_from - k + g - 1) / g * g;  // this lane's first position past r
+                    for (; k < k_to; k += g)
+                        if (overlaps_decisive(box, area, f_box[32 * w + k], f_area[32 * w + k], threshold))
+                            bits |= 1u << k;
+                }
             }
-            const int first = f_seg_first[lo], last = f_seg_end[lo], m = last - first;
-            const int local = q - (int)f_seg_off[lo], w = first / 32 + local / m, r = first + local % m;
-            if (w >= r / 32) {  // else read by no resolve
-                store = k0 == 0;
-                const Box<A> box = f_box[r];
-                const A area = f_area[r];
-                const int k_from = max(r + 1 - 32 * w, 0), k_to = min(last - 32 * w, 32);
-                int k = k0;
-                if (k < k_from) k += (k_from - k + g - 1) / g * g;  // this lane's first position past r
-                for (; k < k_to; k += g)
-                    if (overlaps_decisive(box, area, f_box[32 * w + k], f_area[32 * w + k], threshold)) bits |= 1u << k;
-            }
+            for (int d = 1; d < g; d <<= 1) bits |= __shfl_xor_sync(0xffffffffu, bits, d);
+            if (store) f_mask[q] = bits;
         }
-        for (int d = 1; d < g; d <<= 1) bits |= __shfl_xor_sync(0xffffffffu, bits, d);  // every lane takes part
-        if (store) f_mask[q] = bits;
+        __syncthreads();
     }
-    __syncthreads();
 
     // 4. a warp a segment
+    const int cap = min(max_per_class, max_output);
     for (int s = warp; s < segments; s += NMS_WARPS) {
-        const int first = f_seg_first[s], last = f_seg_end[s], m = last - first, off = f_seg_off[s];
-        const int w0 = first / 32, span = (last - 1) / 32 - w0 + 1;
-        unsigned int removed = 0xffffffffu;
-        if (lane < span) {  // positions outside the segment start removed
-            const int lo = 32 * (w0 + lane);
-            unsigned int live = 0xffffffffu;
-            if (first > lo) live &= 0xffffffffu << (first - lo);
-            if (last - lo < 32) live &= (1u << (last - lo)) - 1u;
-            removed = ~live;
-        }
+        const int first = f_seg_first[s], last = f_seg_end[s], m = last - first;
         int keeps = 0;
-        while (keeps < max_per_class) {
-            const unsigned int live = ~removed;
-            const unsigned int lanes = __ballot_sync(0xffffffffu, live != 0u);
-            if (lanes == 0u) break;
-            const int word = __ffs(lanes) - 1;
-            const int bit = __ffs(__shfl_sync(0xffffffffu, live, word)) - 1;
-            const int r = 32 * (w0 + word) + bit;
-            if (lane == 0) atomicOr(&f_keep[r / 32], 1u << bit);  // segments share boundary words
-            ++keeps;
-            if (lane == word) removed |= 1u << bit;
-            if (lane >= word && lane < span) removed |= f_mask[off + lane * m + (r - first)];
+        if (m <= LAZY_MAX) {  // uniform over the warp
+            // bit l of removed[i]: the segment's candidate 32 i + l (first + 32 i + l) is out
+            const int words = (m + 31) / 32;
+            unsigned int removed[LAZY_WORDS];
+#pragma unroll
+            for (int i = 0; i < LAZY_WORDS; ++i)
+                removed[i] = m >= 32 * (i + 1) ? 0u : m <= 32 * i ? 0xffffffffu : 0xffffffffu << (m - 32 * i);
+            while (keeps < cap) {
+                int r = -1;  // the first live candidate
+#pragma unroll
+                for (int i = LAZY_WORDS - 1; i >= 0; --i)
+                    if (removed[i] != 0xffffffffu) r = 32 * i + __ffs(~removed[i]) - 1;
+                if (r < 0) break;
+                ++keeps;
+                if (lane == 0) atomicOr(&f_keep[(first + r) / 32], 1u << ((first + r) % 32));  // shared words
+                const Box<A> kept = f_box[first + r];
+                const A kept_area = f_area[first + r];
+#pragma unroll
+                for (int i = 0; i < LAZY_WORDS; ++i) {
+                    if (i < words && i >= r / 32) {  // uniform: r's word and those after it
+                        const int j = 32 * i + lane;
+                        bool out = j == r;  // the keep itself, and the live candidates after it that it suppresses
+                        if (j > r && !((removed[i] >> lane) & 1u))  // live (so inside the segment)
+                            out = overlaps_decisive(kept, kept_area, f_box[first + j], f_area[first + j], threshold);
+                        removed[i] |= __ballot_sync(0xffffffffu, out);  // (no indexing by r: the words stay in registers)
+                    }
+                }
+            }
+        } else {
+            const int off = f_seg_off[s], w0 = first / 32, span = (last - 1) / 32 - w0 + 1;
+            unsigned int removed = 0xffffffffu;
+            if (lane < span) {  // positions outside the segment start removed
+                const int lo = 32 * (w0 + lane);
+                unsigned int live = 0xffffffffu;
+                if (first > lo) live &= 0xffffffffu << (first - lo);
+                if (last - lo < 32) live &= (1u << (last - lo)) - 1u;
+                removed = ~live;
+            }
+            while (keeps < cap) {
+                const unsigned int live = ~removed;
+                const unsigned int lanes = __ballot_sync(0xffffffffu, live != 0u);
+                if (lanes == 0u) break;
+                const int word = __ffs(lanes) - 1;
+                const int bit = __ffs(__shfl_sync(0xffffffffu, live, word)) - 1;
+                const int r = 32 * (w0 + word) + bit;
+                if (lane == 0) atomicOr(&f_keep[r / 32], 1u << bit);  // segments share boundary words
+                ++keeps;
+                if (lane == word) removed |= 1u << bit;
+                if (lane >= word && lane < span) removed |= f_mask[off + lane * m + (r - first)];
+            }
         }
     }
     __syncthreads();
@@ -373,9 +410,9 @@ __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long lo
         for (int d = share / 2; d > 0; d >>= 1) before += __shfl_xor_sync(0xffffffffu, before, d);  // whole warps
         if (entry < detections && tid % share == 0 && before < output) {
             const unsigned int position = staged_val[entry];
-            const long long row = image + f_slot[position];
-            write_detection((long long)b * max_output + before, f_box[position], cand_scores[row], cand_classes[row],
-                            cands[row], multi_label, classes, out_boxes, out_scores, out_classes, out_indices);
+            write_detection((long long)b * max_output + before, f_box[position], f_score[position],
+                            (long long)f_label[position], f_cand[position], multi_label, classes, out_boxes,
+                            out_scores, out_classes, out_indices);
         }
     } else {
         unsigned long long rank_key = 0ull;
@@ -385,11 +422,10 @@ __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long lo
             position = staged_val[tid];
         }
         block_sort(rank_key, rank_tie, position, detections, q, x_key, x_tie, x_val);
-        if (tid < output) {
-            const long long row = image + f_slot[position];
-            write_detection((long long)b * max_output + tid, f_box[position], cand_scores[row], cand_classes[row],
-                            cands[row], multi_label, classes, out_boxes, out_scores, out_classes, out_indices);
-        }
+        if (tid < output)
+            write_detection((long long)b * max_output + tid, f_box[position], f_score[position],
+                            (long long)f_label[position], f_cand[position], multi_label, classes, out_boxes,
+                            out_scores, out_classes, out_indices);
     }
     pad_detections(b, output, max_output, out_boxes, out_scores, out_classes, out_indices);
     if (tid == 0) num_detections[b] = output;

@@ -962,5 +962,11 @@ def test_the_host_sizes_the_class_segmented_paths_shared_memory_as_the_kernel_ca
                  "NMS_WARPS": backend.NMS_THREADS // 32}
         parts = _carved_parts(source, "__device__ bool segmented_nms(", "unsigned char* region = at;", sizes)
         assert len(parts) >= 10
-        region = max(4 * fast_max * (fast_max // 32), 44 * fast_max)
+        region = max(4 * fast_max * (fast_max // 32), backend.REGION_BYTES_A_CANDIDATE * fast_max)
         assert backend.fast_shared_bytes(fast_max) == sum(-(-p // 16) * 16 for p in parts) + region
+    # the region's parts (offsets in bytes a candidate): the last, the labels staged by slot
+    # (4 bytes), ends at REGION_BYTES_A_CANDIDATE
+    body = source[source.index("__device__ bool segmented_nms("):]
+    body = body[:body.index("const int tid = threadIdx.x")]
+    offsets = sorted({int(k) for k in re.findall(r"region \+ (\d+)ull \* fast_max", body)})
+    assert offsets[0] == 16 and offsets[-1] + 4 == backend.REGION_BYTES_A_CANDIDATE
