@@ -57,16 +57,14 @@ from nmsbench.cuda import (CompiledLaunch, CudaModule, Scratch, _current_stream,
 # by the bitonic sort's log^2 barriers, and the most entries the class-segmented path's
 # two sorts rank by counting (all the block's threads sharing the O(n^2) comparisons)
 # rather than by the merge sort. FAST_MAX: the most candidates of the
-# class-segmented path (a thread each, at most NMS_THREADS); LAZY_MAX: the most candidates
-# of a class that path resolves lazily (a warp testing each keep's row; a multiple of 32,
-# its words in each lane's registers), larger classes from suppression masks.
+# class-segmented path (a thread each, at most NMS_THREADS).
 # WIDE_CHUNK: the candidates a block of wide_sort_kernel sorts in shared memory, WIDE_SHARE
 # the outputs a thread of its merge passes takes (a binary search and a short merge),
 # WIDE_SIZE_CLASSES the box widths its overlap graph searches apart (factors of two), with
 # WIDE_EXTENTS numbers each, WIDE_ROW_SLOTS the higher neighbours a candidate's row keeps
 # (the highest-ranked; a longer row is searched again where those are all removed).
 DEFINES = {"DECODE_THREADS": 256, "DECODE_ROWS_MAX": 4, "DECODE_CLASS_LOADS": 3, "NMS_THREADS": 1024, "TILE": 256,
-           "KEPT_CACHE": 512, "COUNT_RANK_MAX": 512, "COUNT_SORT_MAX": 256, "LAZY_MAX": 256, "WIDE_CHUNK": 2048, "WIDE_SHARE": 4,
+           "KEPT_CACHE": 512, "COUNT_RANK_MAX": 512, "COUNT_SORT_MAX": 256, "WIDE_CHUNK": 2048, "WIDE_SHARE": 4,
            "WIDE_SIZE_CLASSES": 16, "WIDE_EXTENTS": 5, "WIDE_ROW_SLOTS": 16}
 DECODE_THREADS, DECODE_ROWS_MAX, NMS_THREADS, TILE, KEPT_CACHE = (
     DEFINES[k] for k in ("DECODE_THREADS", "DECODE_ROWS_MAX", "NMS_THREADS", "TILE", "KEPT_CACHE"))
@@ -114,6 +112,11 @@ CUDA_MODULE = CudaModule(
         "wide_sort_kernel": "QQQQQiiiiidiQQQQQQQQQQ",
     },
     defines=DEFINES,
+    # the most candidates of a class that the class-segmented path resolves lazily (a warp
+    # testing each keep's row against the live candidates after it; at most 32 * 32); larger
+    # classes take suppression masks, which test every pair but side by side. Read by no host
+    # code: a probe may compare other values (NMSBENCH_CUDA_TUNABLES=LAZY_MAX=...).
+    tunables={"LAZY_MAX": 256},
 )
 LAYOUTS = {"scores": 0, "yolov5": 1, "yolov8": 2}  # batched_nms.cu's LAYOUT_*
 MAX_GRID_Y = 65535  # decode_kernel's images per launch row (it loops over more)

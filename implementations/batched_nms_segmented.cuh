@@ -188,7 +188,7 @@ __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long lo
                               long long* num_detections, T* out_boxes, T* out_scores, long long* out_classes,
                               long long* out_indices) {
     typedef typename Arith<T>::type A;
-    constexpr int LAZY_WORDS = LAZY_MAX / 32;
+    static_assert(LAZY_MAX >= 0 && LAZY_MAX <= 32 * 32, "a lane holds each of a lazy segment's removed words");
     constexpr int MASKED_MAX = NMS_THREADS / (LAZY_MAX + 1);  // segments above LAZY_MAX an image holds at most
     extern __shared__ __align__(16) unsigned char shared[];
     __shared__ unsigned int s_segments, s_masked;  // segments so far; masked ones and their words (packed)
@@ -325,32 +325,30 @@ __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long lo
         const int first = f_seg_first[s], last = f_seg_end[s], m = last - first;
         int keeps = 0;
         if (m <= LAZY_MAX) {  // uniform over the warp
-            // bit l of removed[i]: the segment's candidate 32 i + l (first + 32 i + l) is out
+            // lane i < words holds the segment's removed word i (its candidates 32 i + k, at
+            // position first + 32 i + k); candidates past m start removed
             const int words = (m + 31) / 32;
-            unsigned int removed[LAZY_WORDS];
-#pragma unroll
-            for (int i = 0; i < LAZY_WORDS; ++i)
-                removed[i] = m >= 32 * (i + 1) ? 0u : m <= 32 * i ? 0xffffffffu : 0xffffffffu << (m - 32 * i);
+            unsigned int removed = lane >= words ? 0xffffffffu : m - 32 * lane >= 32 ? 0u : 0xffffffffu << (m - 32 * lane);
             while (keeps < cap) {
-                int r = -1;  // the first live candidate
-#pragma unroll
-                for (int i = LAZY_WORDS - 1; i >= 0; --i)
-                    if (removed[i] != 0xffffffffu) r = 32 * i + __ffs(~removed[i]) - 1;
-                if (r < 0) break;
+                const unsigned int open = __ballot_sync(0xffffffffu, removed != 0xffffffffu);
+                if (open == 0u) break;
+                const int w = __ffs(open) - 1;
+                const int r = 32 * w + __ffs(~__shfl_sync(0xffffffffu, removed, w)) - 1;  // the first live one
                 ++keeps;
                 if (lane == 0) atomicOr(&f_keep[(first + r) / 32], 1u << ((first + r) % 32));  // shared words
                 const Box<A> kept = f_box[first + r];
                 const A kept_area = f_area[first + r];
-#pragma unroll
-                for (int i = 0; i < LAZY_WORDS; ++i) {
-                    if (i < words && i >= r / 32) {  // uniform: r's word and those after it
-                        const int j = 32 * i + lane;
-                        bool out = j == r;  // the keep itself, and the live candidates after it that it suppresses
-                        if (j > r && !((removed[i] >> lane) & 1u))  // live (so inside the segment)
-                            out = overlaps_decisive(kept, kept_area, f_box[first + j], f_area[first + j], threshold);
-                        removed[i] |= __ballot_sync(0xffffffffu, out);  // (no indexing by r: the words stay in registers)
-                    }
+                unsigned int out = 0u;  // lane i: word i's candidates removed by this keep (itself among them)
+                for (int i = w; i < words; ++i) {  // no iteration waits on another's tests
+                    const unsigned int word = __shfl_sync(0xffffffffu, removed, i);
+                    const int j = 32 * i + lane;
+                    bool gone = j == r;
+                    if (j > r && !((word >> lane) & 1u))  // live, so inside the segment
+                        gone = overlaps_decisive(kept, kept_area, f_box[first + j], f_area[first + j], threshold);
+                    const unsigned int bits = __ballot_sync(0xffffffffu, gone);
+                    if (lane == i) out = bits;
                 }
+                removed |= out;
             }
         } else {
             const int off = f_seg_off[s], w0 = first / 32, span = (last - 1) / 32 - w0 + 1;

@@ -276,6 +276,30 @@ def test_the_class_segmented_path_equals_the_tile_path(n, dtype):
         assert n == 1 or (cpu.num_detections > 0).all()
 
 
+@pytest.mark.parametrize("m", [31, 32, 33, 255, 256, 257, 300])
+def test_a_class_resolved_lazily_or_from_masks_equals_the_reference(m):
+    """The class-segmented path resolves a class of up to LAZY_MAX candidates lazily (a
+    warp testing each keep's row against the live candidates after it) and a larger one
+    from its masks: one class of m candidates on both sides of the limit and of a word's
+    32, in dense clusters (chains of suppression) beside scattered small classes (many
+    keeps), ties; max_output and the per-class cap below the keeps."""
+    from nmsbench.variants import batched_nms as backend
+
+    assert backend.CUDA_MODULE.tunables["LAZY_MAX"] == 256  # the limit these sizes straddle
+    generator = torch.Generator().manual_seed(m)
+    boxes = torch.cat([random_boxes(generator, (2, m), span=int(3 * m**0.5) + 8, side=24),
+                       random_boxes(generator, (2, 60), span=900, side=12)], dim=1).float()
+    scores = torch.randint(1, 40, (2, m + 60), generator=generator) / 40  # ties
+    labels = torch.cat([torch.zeros(2, m, dtype=torch.int64), torch.randint(1, 5, (2, 60), generator=generator)], 1)
+    for extra in (dict(max_output_boxes=300), dict(max_output_boxes=3),
+                  dict(max_output_boxes=300, max_output_boxes_per_class=4)):
+        kwargs = dict(iou_threshold=0.3, score_threshold=0.0, **extra)  # every box a candidate
+        det = nmsbench.batched_nms(boxes.cuda(), scores.cuda(), labels.cuda(), **kwargs)
+        assert (det.num_candidates.cpu() == m + 60).all()
+        assert_matches(det, reference(boxes, scores, labels, **kwargs), boxes.dtype)
+        assert_same(det, nmsbench.batched_nms(boxes, scores, labels, **kwargs))
+
+
 @pytest.mark.parametrize("classes", [1, 33, 96, 97, 200])
 @pytest.mark.parametrize("rows_per_thread", [1, 2, 4])
 def test_yolov5_rows_decoded_a_warp_a_row_equal_the_cpu_backend(classes, rows_per_thread):
