@@ -1,7 +1,9 @@
 """Where the batched op's nms_kernel spends one image's time, phase by phase: a copy of
-the kernel whose thread 0 of block 0 reads ``clock64`` at the end of each phase of the
-class-segmented path (the path a usual image takes), run on synthetic YOLOv5 batches
-(``--block`` stamps another image's block);
+the kernel whose thread 0 of block 0 reads ``clock64`` at the end of each phase of
+select_nms (the class-segmented path a usual image takes: its classes small enough to
+select without sorting), run on synthetic YOLOv5 batches (``--block`` stamps another
+image's block; an image that leaves select_nms for the sorted path stamps its first
+phases only);
 the medians of the phases' SM cycles and the kernels' CUPTI times beside them:
 
     python benchmarks/batched_phases.py --batches 1,8 --calls 200
@@ -38,26 +40,29 @@ __device__ int stamp_pass;
 STAMPS = [
     ("entry", "    const long long image = (long long)b * capacity;\n    const int* image_cands = cands + image;\n"),
     ("counts read", "    __syncthreads();\n    const int n = s_count;\n"),
-    ("sort", "    block_sort(key, tie, val, n, p, x_key, x_tie, x_val);\n"),
-    ("gather", "        s_masked = 0u;\n    }\n    __syncthreads();\n"),
-    ("segments", "    const int segments = s_segments, masked = s_masked & 0x7ffu, mask_words = s_masked >> 11;\n"),
-    ("masks", "    // 4. a warp a segment\n"),
-    ("resolve", "removed |= f_mask[off + lane * m + (r - first)];\n            }\n        }\n    }\n    __syncthreads();\n"),
-    ("keeps staged", "        staged_val[e] = tid;\n    }\n    __syncthreads();\n"),
+    ("records", "    unsigned int slot = 0u, local = 0u;\n"),
+    ("classes hashed", "        local = atomicAdd(&t_count[slot], 1u);\n    }\n    __syncthreads();\n"),
+    ("segments", "    if (__syncthreads_or(big)) return false;\n"),
+    ("runs written", "    const int segments = s_segments;\n"),
+    ("resolve", "    if (__syncthreads_or(exhausted)) return false;\n"),
+    ("ranked", "    for (int d = share / 2; d > 0; d >>= 1) before += __shfl_xor_sync(0xffffffffu, before, d);  // whole warps\n"
+               "    if (entry < detections && tid % share == 0 && before < output) {\n"
+               "        const unsigned int position = k_pos[entry];\n"),
+    ("written", "                        out_classes, out_indices);\n    }\n"
+                "    pad_detections(b, output, max_output, out_boxes, out_scores, out_classes, out_indices);\n"),
 ]
-WRITTEN = "    if (tid == 0) num_detections[b] = output;\n    return true;"  # the last stamp goes before it
 TWICE = r'''
 template <typename T, typename... Args>
-__device__ bool segmented_twice(Args... args) {
-    segmented_nms<T>(args...);
+__device__ bool select_twice(Args... args) {
+    select_nms<T>(args...);
     __syncthreads();
     if (threadIdx.x == 0) stamp_pass = 1;
     __syncthreads();
-    return segmented_nms<T>(args...);
+    return select_nms<T>(args...);
 }
 '''
 KERNEL = "template <typename T>\n__device__ __forceinline__ void nms_image("  # the path twice: before its caller
-PHASES = [name for name, _ in STAMPS[1:]] + ["written"]
+PHASES = [name for name, _ in STAMPS[1:]]
 
 
 def instrumented(text: str, twice: bool, block: int = 0) -> str:
@@ -70,11 +75,9 @@ def instrumented(text: str, twice: bool, block: int = 0) -> str:
         once(anchor)
         reset = "if (threadIdx.x == 0) stamp_pass = 0; " if k == 0 else ""
         text = text.replace(anchor, f"{anchor}{reset}STAMP({k});\n")
-    once(WRITTEN)
-    text = text.replace(WRITTEN, f"STAMP({len(STAMPS)});\n{WRITTEN}")
     if twice:
         once(KERNEL)
-        text = text.replace(KERNEL, TWICE + KERNEL).replace("if (segmented_nms<T>(", "if (segmented_twice<T>(")
+        text = text.replace(KERNEL, TWICE + KERNEL).replace("if (select_nms<T>(", "if (select_twice<T>(")
     return f"#define STAMP_BLOCK {block}\n" + HEADER + text
 
 

@@ -833,6 +833,11 @@ __device__ __forceinline__ void nms_image(
     const int n = s_count;
     if constexpr (sizeof(A) == 4) {  // float scores: keys of 32 bits leave room for the class
         if (n <= fast_max && top_k >= n) {
+            if (select_nms<T>(b, n, fast_max, keys, cands, cand_classes, cand_boxes, cand_scores, capacity, classes,
+                              multi_label, class_agnostic, iou_threshold, max_output, max_per_class, num_detections,
+                              out_boxes, out_scores, out_classes, out_indices))
+                return;
+            __syncthreads();
             if (segmented_nms<T>(b, n, fast_max, keys, cands, cand_classes, cand_boxes, cand_scores, capacity, classes,
                                  multi_label, class_agnostic, iou_threshold, max_output, max_per_class, num_detections,
                                  out_boxes, out_scores, out_classes, out_indices))

@@ -116,7 +116,10 @@ CUDA_MODULE = CudaModule(
     # testing each keep's row against the live candidates after it; at most 32 * 32); larger
     # classes take suppression masks, which test every pair but side by side. Read by no host
     # code: a probe may compare other values (NMSBENCH_CUDA_TUNABLES=LAZY_MAX=...).
-    tunables={"LAZY_MAX": 256},
+    # SELECT_MAX: the most candidates of a class for which the segmented path's selection
+    # (no sort; select_nms) is tried, SELECT_WORD_STEPS the most keeps times 32-candidate
+    # words a class's warp takes there before the image goes to the sorted path.
+    tunables={"LAZY_MAX": 256, "SELECT_MAX": 256, "SELECT_WORD_STEPS": 128},
 )
 LAYOUTS = {"scores": 0, "yolov5": 1, "yolov8": 2}  # batched_nms.cu's LAYOUT_*
 MAX_GRID_Y = 65535  # decode_kernel's images per launch row (it loops over more)
@@ -149,11 +152,30 @@ def nms_shared_bytes(sort_capacity: int, dtype: torch.dtype) -> int:
 
 def fast_shared_bytes(fast_max: int) -> int:
     """The class-segmented path's dynamic shared memory for ``fast_max`` candidates (a power
-    of two, 0: no such path), carved in batched_nms.cu's order (each part rounded up to 16
-    bytes): by position classes, boxes, areas, scores, candidate indices and labels; by
-    segment first, end and mask offset; the keep bits; then one region for the masks (at
-    most fast_max rows of fast_max / 32 words) or the sorts' buffers, the staged keeps and
-    the records staged by slot (REGION_BYTES_A_CANDIDATE). Float arithmetic only."""
+    of two, 0: no such path): the larger of its two forms, segmented_nms (sorted) and
+    select_nms (``select_shared_bytes``)."""
+    return max(sorted_shared_bytes(fast_max), select_shared_bytes(fast_max))
+
+
+def select_shared_bytes(fast_max: int) -> int:
+    """select_nms's dynamic shared memory, carved in batched_nms_segmented.cuh's order (each
+    part rounded up to 16 bytes): by position keys, boxes, areas, scores, candidate indices
+    and labels; the hash table's classes, counts and run starts (2 fast_max slots); by
+    segment first and size; the keeps' keys and positions. Float arithmetic only."""
+    if not fast_max:
+        return 0
+    parts = (8 * fast_max, 16 * fast_max, 4 * fast_max, 4 * fast_max, 4 * fast_max, 4 * fast_max,
+             16 * fast_max, 8 * fast_max, 8 * fast_max, 4 * fast_max, 4 * fast_max, 8 * fast_max, 4 * fast_max)
+    return sum(_round16(p) for p in parts)
+
+
+def sorted_shared_bytes(fast_max: int) -> int:
+    """segmented_nms's dynamic shared memory for ``fast_max`` candidates, carved in
+    batched_nms_segmented.cuh's order (each part rounded up to 16 bytes): by position
+    classes, boxes, areas, scores, candidate indices and labels; by segment first, end and
+    mask offset; the keep bits; then one region for the masks (at most fast_max rows of
+    fast_max / 32 words) or the sorts' buffers, the staged keeps and the records staged by
+    slot (REGION_BYTES_A_CANDIDATE). Float arithmetic only."""
     if not fast_max:
         return 0
     region = max(fast_max * fast_max // 8, REGION_BYTES_A_CANDIDATE * fast_max)

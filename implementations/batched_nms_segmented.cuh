@@ -429,3 +429,219 @@ __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long lo
     if (tid == 0) num_detections[b] = output;
     return true;
 }
+
+// The warp's maximum of v, in every lane.
+__device__ __forceinline__ unsigned int warp_max(unsigned int v) {
+#if __CUDA_ARCH__ >= 800
+    return __reduce_max_sync(0xffffffffu, v);
+#else
+    for (int d = 16; d > 0; d >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, d));
+    return v;
+#endif
+}
+
+// The same answer as segmented_nms without sorting the candidates, for images whose classes
+// are all small (at most SELECT_MAX candidates): true when it wrote the outputs, false
+// (nothing written, block-uniform) where segmented_nms must run instead: a class above
+// SELECT_MAX, one whose keeps ran past SELECT_WORD_STEPS, more than COUNT_SORT_MAX keeps,
+// or a class beyond 32 bits. The steps, each over the whole block:
+//   1. every record read once; its class placed in a hash table in shared memory (open
+//      addressing; a slot a class), the slot's count giving the candidate its place in
+//      the class;
+//   2. each class a run ("segment") of positions, taken from a shared counter by its
+//      first candidate;
+//   3. each candidate written to its class's run (in no particular order);
+//   4. a warp a segment: greedy NMS by selection, the live candidate with the largest key
+//      (score, then lower index) kept, the live ones it suppresses removed, until none is
+//      live or min(max_per_class, max_output) are kept. Keys are unique, so the keeps are
+//      greedy NMS's whatever the order within a run. A lane holds the run's candidates
+//      lane, lane + 32, ... (the first in registers), so a keep costs a warp maximum and
+//      one test a live candidate; a run's keeps times its words (SELECT_WORD_STEPS at most)
+//      bound the chain, past which the sorted path's masks are cheaper;
+//   5. the keeps (listed by a shared counter) sorted by key; the first max_output are the
+//      detections.
+// Shared memory (dynamic, carved in this order; batched_nms.select_shared_bytes computes the
+// same): by position the keys, boxes, areas, scores, candidate indices and labels; the hash
+// table's classes, counts and run starts (2 fast_max slots); by segment first and size;
+// the keeps' keys and positions.
+template <typename T>
+__device__ bool select_nms(int b, int n, int fast_max, const unsigned long long* keys, const int* cands,
+                           const long long* cand_classes, const typename Arith<T>::type* cand_boxes,
+                           const typename Arith<T>::type* cand_scores, int capacity, int classes, int multi_label,
+                           int class_agnostic, double iou_threshold, int max_output, int max_per_class,
+                           long long* num_detections, T* out_boxes, T* out_scores, long long* out_classes,
+                           long long* out_indices) {
+    typedef typename Arith<T>::type A;
+    static_assert(SELECT_MAX >= 0 && SELECT_MAX <= 32 * 32, "a lane's live bits are one word");
+    extern __shared__ __align__(16) unsigned char shared[];
+    __shared__ unsigned int s_segments, s_next, s_keeps;
+    unsigned char* at = shared;
+    unsigned long long* g_key = (unsigned long long*)carve(at, 8ull * fast_max);
+    Box<A>* g_box = (Box<A>*)carve(at, sizeof(Box<A>) * fast_max);
+    A* g_area = (A*)carve(at, sizeof(A) * fast_max);
+    A* g_score = (A*)carve(at, sizeof(A) * fast_max);
+    int* g_cand = (int*)carve(at, 4ull * fast_max);
+    int* g_label = (int*)carve(at, 4ull * fast_max);
+    unsigned long long* t_class = (unsigned long long*)carve(at, 8ull * 2 * fast_max);
+    unsigned int* t_count = (unsigned int*)carve(at, 4ull * 2 * fast_max);
+    unsigned int* t_start = (unsigned int*)carve(at, 4ull * 2 * fast_max);
+    unsigned int* seg_first = (unsigned int*)carve(at, 4ull * fast_max);
+    unsigned int* seg_size = (unsigned int*)carve(at, 4ull * fast_max);
+    unsigned long long* k_key = (unsigned long long*)carve(at, 8ull * fast_max);
+    unsigned int* k_pos = (unsigned int*)carve(at, 4ull * fast_max);
+    constexpr unsigned long long EMPTY = 0xffffffffffffffffull;  // no class (classes are 32-bit)
+
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const long long image = (long long)b * capacity;
+    const unsigned int slots = 2u * fast_max, table_bits = __ffs(slots) - 1;  // a power of two
+
+    // 1. the records, and the hash table emptied
+    for (unsigned int h = tid; h < slots; h += NMS_THREADS) {
+        t_class[h] = EMPTY;
+        t_count[h] = 0u;
+    }
+    if (tid == 0) {
+        s_segments = 0u;
+        s_next = 0u;
+        s_keeps = 0u;
+    }
+    unsigned long long key = 0ull, group = 0ull;
+    Box<A> box = {A(0), A(0), A(0), A(0)};
+    A score = A(0);
+    int cand = 0, label = 0;
+    bool wide = false;
+    if (tid < n) {
+        const long long row = image + tid;
+        key = keys[row];  // score key << 32 | ~candidate: unique, larger ranks first
+        const long long cls = cand_classes[row];
+        box = {cand_boxes[4 * row], cand_boxes[4 * row + 1], cand_boxes[4 * row + 2], cand_boxes[4 * row + 3]};
+        score = cand_scores[row];
+        cand = cands[row];
+        label = (int)cls;
+        wide = cls != (long long)label;  // the label is written back from 32 bits
+        group = class_agnostic ? 0ull : (unsigned long long)(unsigned int)label;
+    }
+    if (__syncthreads_or(wide)) return false;
+    unsigned int slot = 0u, local = 0u;
+    if (tid < n) {
+        slot = ((unsigned int)group * 2654435761u) >> (32 - table_bits);  // the high bits of a multiplicative hash
+        for (;;) {  // at most n classes in 2 fast_max slots: a free slot is always found
+            const unsigned long long before = atomicCAS(&t_class[slot], EMPTY, group);
+            if (before == EMPTY || before == group) break;
+            slot = (slot + 1u) & (slots - 1u);
+        }
+        local = atomicAdd(&t_count[slot], 1u);
+    }
+    __syncthreads();
+
+    // 2. a class's first candidate (local 0) takes its segment and run
+    bool big = false;
+    if (tid < n && local == 0u) {
+        const unsigned int m = t_count[slot];
+        big = m > SELECT_MAX;
+        const unsigned int s = atomicAdd(&s_segments, 1u), start = atomicAdd(&s_next, m);
+        seg_first[s] = start;
+        seg_size[s] = m;
+        t_start[slot] = start;
+    }
+    if (__syncthreads_or(big)) return false;
+
+    // 3. the candidates into their runs
+    if (tid < n) {
+        const unsigned int position = t_start[slot] + local;
+        g_key[position] = key;
+        g_box[position] = box;
+        g_area[position] = box_area(box);
+        g_score[position] = score;
+        g_cand[position] = cand;
+        g_label[position] = label;
+    }
+    __syncthreads();
+    const int segments = s_segments;
+
+    // 4. a warp a segment
+    const IouThreshold threshold(iou_threshold);
+    const int cap = min(max_per_class, max_output);  // a class's later keeps rank below max_output others
+    bool exhausted = false;
+    for (int s = warp; s < segments; s += NMS_WARPS) {
+        const int first = seg_first[s], m = seg_size[s], words = (m + 31) / 32;
+        unsigned int live = 0u;  // bit i: the run's candidate 32 i + lane
+        for (int i = 0; i < words; ++i)
+            if (32 * i + lane < m) live |= 1u << i;
+        unsigned long long key0 = 0ull;  // the first word's candidate in registers (most runs fit one word)
+        Box<A> box0 = {A(0), A(0), A(0), A(0)};
+        A area0 = A(0);
+        if (live & 1u) {
+            key0 = g_key[first + lane];
+            box0 = g_box[first + lane];
+            area0 = g_area[first + lane];
+        }
+        int keeps = 0, budget = SELECT_WORD_STEPS;
+        for (;;) {
+            unsigned long long best = live & 1u ? key0 : 0ull;  // key 0 is no candidate's
+            int best_i = 0;
+            for (int i = 1; i < words; ++i) {
+                if ((live >> i) & 1u) {
+                    const unsigned long long k = g_key[first + 32 * i + lane];
+                    if (k > best) {
+                        best = k;
+                        best_i = i;
+                    }
+                }
+            }
+            const unsigned int hi = warp_max((unsigned int)(best >> 32));
+            if (hi == 0u || keeps >= cap) break;  // none live (a candidate's score key is never 0), or the cap
+            if (budget < words) {  // uniform: the sorted path's masks take this image
+                exhausted = true;
+                break;
+            }
+            budget -= words;
+            const unsigned int lo = warp_max((unsigned int)(best >> 32) == hi ? (unsigned int)best : 0u);
+            const unsigned long long kept_key = ((unsigned long long)hi << 32) | lo;
+            const int winner = __ffs(__ballot_sync(0xffffffffu, best == kept_key)) - 1;  // keys are unique
+            const int kept = first + 32 * __shfl_sync(0xffffffffu, best_i, winner) + winner;
+            if (lane == 0) {
+                const unsigned int q = atomicAdd(&s_keeps, 1u);
+                k_key[q] = kept_key;
+                k_pos[q] = kept;
+            }
+            ++keeps;
+            const Box<A> kept_box = g_box[kept];
+            const A kept_area = g_area[kept];
+            if ((live & 1u) && (first + lane == kept || overlaps_decisive(kept_box, kept_area, box0, area0, threshold)))
+                live &= ~1u;  // the keep itself, and the live candidates it suppresses
+            for (int i = 1; i < words; ++i) {
+                const int j = first + 32 * i + lane;
+                if (((live >> i) & 1u) &&
+                    (j == kept || overlaps_decisive(kept_box, kept_area, g_box[j], g_area[j], threshold)))
+                    live &= ~(1u << i);
+            }
+        }
+    }
+    if (__syncthreads_or(exhausted)) return false;
+    const int detections = s_keeps;
+    if (detections > COUNT_SORT_MAX) return false;  // block-uniform: the sorted path's merge sort ranks them
+
+    // 5. the keeps in rank order: NMS_THREADS / q threads share a keep and count the keeps
+    //    that rank before it, and the first writes it there
+    const int output = min(detections, max_output);
+    int q = 32;
+    while (q < detections) q <<= 1;
+    const int share = NMS_THREADS / q, entry = tid / share;
+    int before = 0;
+    unsigned long long mine = 0ull;
+    if (entry < detections) {
+        mine = k_key[entry];
+        for (int j = tid % share; j < detections; j += share) before += k_key[j] > mine;
+    }
+    for (int d = share / 2; d > 0; d >>= 1) before += __shfl_xor_sync(0xffffffffu, before, d);  // whole warps
+    if (entry < detections && tid % share == 0 && before < output) {
+        const unsigned int position = k_pos[entry];
+        write_detection((long long)b * max_output + before, g_box[position], g_score[position],
+                        (long long)g_label[position], g_cand[position], multi_label, classes, out_boxes, out_scores,
+                        out_classes, out_indices);
+    }
+    pad_detections(b, output, max_output, out_boxes, out_scores, out_classes, out_indices);
+    if (tid == 0) num_detections[b] = output;
+    return true;
+}

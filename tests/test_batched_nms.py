@@ -951,9 +951,10 @@ def _carved_parts(source: str, function: str, end: str, sizes: dict) -> list[int
 
 def test_the_host_sizes_the_class_segmented_paths_shared_memory_as_the_kernel_carves_it():
     """fast_shared_bytes (the launch's dynamic shared memory) against the carve calls of
-    segmented_nms in the kernel's text, for every fast_max: each part rounded to 16 bytes,
-    then the region of the masks or the sorts' buffers and staged keeps. Read off the
-    source, so a part added on one side only fails here rather than overrunning on a GPU."""
+    segmented_nms and select_nms in the kernel's text, for every fast_max: each part
+    rounded to 16 bytes (segmented_nms's then the region of the masks or the sorts' buffers
+    and staged records). Read off the source, so a part added on one side only fails here
+    rather than overrunning on a GPU."""
     from nmsbench.variants import batched_nms as backend
 
     source = backend.CUDA_MODULE.source()
@@ -963,7 +964,12 @@ def test_the_host_sizes_the_class_segmented_paths_shared_memory_as_the_kernel_ca
         parts = _carved_parts(source, "__device__ bool segmented_nms(", "unsigned char* region = at;", sizes)
         assert len(parts) >= 10
         region = max(4 * fast_max * (fast_max // 32), backend.REGION_BYTES_A_CANDIDATE * fast_max)
-        assert backend.fast_shared_bytes(fast_max) == sum(-(-p // 16) * 16 for p in parts) + region
+        assert backend.sorted_shared_bytes(fast_max) == sum(-(-p // 16) * 16 for p in parts) + region
+        parts = _carved_parts(source, "__device__ bool select_nms(", "constexpr unsigned long long EMPTY", sizes)
+        assert len(parts) >= 10
+        assert backend.select_shared_bytes(fast_max) == sum(-(-p // 16) * 16 for p in parts)
+        assert backend.fast_shared_bytes(fast_max) == max(backend.sorted_shared_bytes(fast_max),
+                                                          backend.select_shared_bytes(fast_max))
     # the region's parts (offsets in bytes a candidate): the last, the labels staged by slot
     # (4 bytes), ends at REGION_BYTES_A_CANDIDATE
     body = source[source.index("__device__ bool segmented_nms("):]
