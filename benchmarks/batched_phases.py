@@ -43,8 +43,9 @@ STAMPS = [
     ("records", "    unsigned int slot = 0u, local = 0u;\n"),
     ("classes hashed", "        local = atomicAdd(&t_count[slot], 1u);\n    }\n    __syncthreads();\n"),
     ("segments", "    if (__syncthreads_or(big)) return false;\n"),
-    ("runs written", "    const int segments = s_segments;\n"),
-    ("resolve", "    if (__syncthreads_or(exhausted)) return false;\n"),
+    ("runs written", "    const IouThreshold threshold(iou_threshold);\n    __syncthreads();\n"),
+    ("ranks and masks", "    const int segments = s_segments;\n"),
+    ("resolve", "    __syncthreads();\n    const int detections = s_keeps;\n"),
     ("ranked", "    for (int d = share / 2; d > 0; d >>= 1) before += __shfl_xor_sync(0xffffffffu, before, d);  // whole warps\n"
                "    if (entry < detections && tid % share == 0 && before < output) {\n"
                "        const unsigned int position = k_pos[entry];\n"),

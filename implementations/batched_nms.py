@@ -57,14 +57,16 @@ from nmsbench.cuda import (CompiledLaunch, CudaModule, Scratch, _current_stream,
 # by the bitonic sort's log^2 barriers, and the most entries the class-segmented path's
 # two sorts rank by counting (all the block's threads sharing the O(n^2) comparisons)
 # rather than by the merge sort. FAST_MAX: the most candidates of the
-# class-segmented path (a thread each, at most NMS_THREADS).
+# class-segmented path (a thread each, at most NMS_THREADS); SELECT_MAX: the largest class
+# (a multiple of 32, at most 32 * 32) of an image that path takes without sorting the image
+# (select_nms: classes grouped by a hash table; its masks sized for it), larger ones sorted.
 # WIDE_CHUNK: the candidates a block of wide_sort_kernel sorts in shared memory, WIDE_SHARE
 # the outputs a thread of its merge passes takes (a binary search and a short merge),
 # WIDE_SIZE_CLASSES the box widths its overlap graph searches apart (factors of two), with
 # WIDE_EXTENTS numbers each, WIDE_ROW_SLOTS the higher neighbours a candidate's row keeps
 # (the highest-ranked; a longer row is searched again where those are all removed).
 DEFINES = {"DECODE_THREADS": 256, "DECODE_ROWS_MAX": 4, "DECODE_CLASS_LOADS": 3, "NMS_THREADS": 1024, "TILE": 256,
-           "KEPT_CACHE": 512, "COUNT_RANK_MAX": 512, "COUNT_SORT_MAX": 256, "WIDE_CHUNK": 2048, "WIDE_SHARE": 4,
+           "KEPT_CACHE": 512, "COUNT_RANK_MAX": 512, "COUNT_SORT_MAX": 256, "SELECT_MAX": 256, "WIDE_CHUNK": 2048, "WIDE_SHARE": 4,
            "WIDE_SIZE_CLASSES": 16, "WIDE_EXTENTS": 5, "WIDE_ROW_SLOTS": 16}
 DECODE_THREADS, DECODE_ROWS_MAX, NMS_THREADS, TILE, KEPT_CACHE = (
     DEFINES[k] for k in ("DECODE_THREADS", "DECODE_ROWS_MAX", "NMS_THREADS", "TILE", "KEPT_CACHE"))
@@ -116,10 +118,7 @@ CUDA_MODULE = CudaModule(
     # testing each keep's row against the live candidates after it; at most 32 * 32); larger
     # classes take suppression masks, which test every pair but side by side. Read by no host
     # code: a probe may compare other values (NMSBENCH_CUDA_TUNABLES=LAZY_MAX=...).
-    # SELECT_MAX: the most candidates of a class for which the segmented path's selection
-    # (no sort; select_nms) is tried, SELECT_WORD_STEPS the most keeps times 32-candidate
-    # words a class's warp takes there before the image goes to the sorted path.
-    tunables={"LAZY_MAX": 256, "SELECT_MAX": 256, "SELECT_WORD_STEPS": 128},
+    tunables={"LAZY_MAX": 256},
 )
 LAYOUTS = {"scores": 0, "yolov5": 1, "yolov8": 2}  # batched_nms.cu's LAYOUT_*
 MAX_GRID_Y = 65535  # decode_kernel's images per launch row (it loops over more)
@@ -161,11 +160,14 @@ def select_shared_bytes(fast_max: int) -> int:
     """select_nms's dynamic shared memory, carved in batched_nms_segmented.cuh's order (each
     part rounded up to 16 bytes): by position keys, boxes, areas, scores, candidate indices
     and labels; the hash table's classes, counts and run starts (2 fast_max slots); by
-    segment first and size; the keeps' keys and positions. Float arithmetic only."""
+    segment first, size and mask offset; the keeps' keys and positions; by rank in a run
+    its position, box and area; the masks (SELECT_MAX / 32 words a candidate at most).
+    Float arithmetic only."""
     if not fast_max:
         return 0
     parts = (8 * fast_max, 16 * fast_max, 4 * fast_max, 4 * fast_max, 4 * fast_max, 4 * fast_max,
-             16 * fast_max, 8 * fast_max, 8 * fast_max, 4 * fast_max, 4 * fast_max, 8 * fast_max, 4 * fast_max)
+             16 * fast_max, 8 * fast_max, 8 * fast_max, 4 * fast_max, 4 * fast_max, 4 * fast_max, 8 * fast_max,
+             4 * fast_max, 4 * fast_max, 16 * fast_max, 4 * fast_max, 4 * fast_max * (DEFINES["SELECT_MAX"] // 32))
     return sum(_round16(p) for p in parts)
 
 

@@ -440,30 +440,36 @@ __device__ __forceinline__ unsigned int warp_max(unsigned int v) {
 #endif
 }
 
-// The same answer as segmented_nms without sorting the candidates, for images whose classes
-// are all small (at most SELECT_MAX candidates): true when it wrote the outputs, false
-// (nothing written, block-uniform) where segmented_nms must run instead: a class above
-// SELECT_MAX, one whose keeps ran past SELECT_WORD_STEPS, more than COUNT_SORT_MAX keeps,
-// or a class beyond 32 bits. The steps, each over the whole block:
+// The same answer as segmented_nms without sorting the image's candidates, for images
+// whose classes are all small (at most SELECT_MAX candidates, a multiple of 32): true when
+// it wrote the outputs, false (nothing written, block-uniform) where segmented_nms must run
+// instead: a class above SELECT_MAX, more than COUNT_SORT_MAX keeps, or a class beyond 32
+// bits. The steps, each over the whole block:
 //   1. every record read once; its class placed in a hash table in shared memory (open
 //      addressing; a slot a class), the slot's count giving the candidate its place in
 //      the class;
 //   2. each class a run ("segment") of positions, taken from a shared counter by its
-//      first candidate;
-//   3. each candidate written to its class's run (in no particular order);
-//   4. a warp a segment: greedy NMS by selection, the live candidate with the largest key
-//      (score, then lower index) kept, the live ones it suppresses removed, until none is
-//      live or min(max_per_class, max_output) are kept. Keys are unique, so the keeps are
-//      greedy NMS's whatever the order within a run. A lane holds the run's candidates
-//      lane, lane + 32, ... (the first in registers), so a keep costs a warp maximum and
-//      one test a live candidate; a run's keeps times its words (SELECT_WORD_STEPS at most)
-//      bound the chain, past which the sorted path's masks are cheaper;
-//   5. the keeps (listed by a shared counter) sorted by key; the first max_output are the
+//      first candidate; a run of more than 32 also takes mask words;
+//   3. each candidate written to its class's run (in no particular order); in a run of
+//      more than 32, its rank in the run (the run's candidates with a larger key, counted)
+//      and its box at that rank;
+//   4. the masks of the runs of more than 32, in rank order (row r, word w: bit k set iff r
+//      suppresses 32 w + k > r of its run);
+//   5. a warp a segment, until none is live or min(max_per_class, max_output) are kept
+//      (a class's later keeps rank below max_output others): a run of up to 32 (a lane a
+//      candidate) by selection, the live candidate with the largest key (score, then lower
+//      index; keys are unique, so the order within the run does not matter) kept and the
+//      live ones it suppresses removed: a warp maximum and one test a lane a keep; a
+//      larger run from its masks (lane l holds removed word l, a ballot finds the next
+//      live rank): the selection's tests a keep grow with the run, the masks' are side by
+//      side over the block;
+//   6. the keeps (listed by a shared counter) sorted by key; the first max_output are the
 //      detections.
 // Shared memory (dynamic, carved in this order; batched_nms.select_shared_bytes computes the
 // same): by position the keys, boxes, areas, scores, candidate indices and labels; the hash
-// table's classes, counts and run starts (2 fast_max slots); by segment first and size;
-// the keeps' keys and positions.
+// table's classes, counts and run starts (2 fast_max slots); by segment first, size and
+// mask offset; the keeps' keys and positions; by rank in a run its position, box and area;
+// the masks.
 template <typename T>
 __device__ bool select_nms(int b, int n, int fast_max, const unsigned long long* keys, const int* cands,
                            const long long* cand_classes, const typename Arith<T>::type* cand_boxes,
@@ -472,9 +478,11 @@ __device__ bool select_nms(int b, int n, int fast_max, const unsigned long long*
                            long long* num_detections, T* out_boxes, T* out_scores, long long* out_classes,
                            long long* out_indices) {
     typedef typename Arith<T>::type A;
-    static_assert(SELECT_MAX >= 0 && SELECT_MAX <= 32 * 32, "a lane's live bits are one word");
+    static_assert(SELECT_MAX % 32 == 0 && SELECT_MAX <= 32 * 32, "a lane holds each of a run's removed words");
+    constexpr int MASKED_MAX = NMS_THREADS / 33;  // runs of more than 32 an image holds at most
     extern __shared__ __align__(16) unsigned char shared[];
-    __shared__ unsigned int s_segments, s_next, s_keeps;
+    __shared__ unsigned int s_segments, s_next, s_keeps, s_masked;  // s_masked: mask words << 11 | runs
+    __shared__ unsigned int s_masked_first[MASKED_MAX], s_masked_size[MASKED_MAX], s_masked_off[MASKED_MAX];
     unsigned char* at = shared;
     unsigned long long* g_key = (unsigned long long*)carve(at, 8ull * fast_max);
     Box<A>* g_box = (Box<A>*)carve(at, sizeof(Box<A>) * fast_max);
@@ -487,8 +495,13 @@ __device__ bool select_nms(int b, int n, int fast_max, const unsigned long long*
     unsigned int* t_start = (unsigned int*)carve(at, 4ull * 2 * fast_max);
     unsigned int* seg_first = (unsigned int*)carve(at, 4ull * fast_max);
     unsigned int* seg_size = (unsigned int*)carve(at, 4ull * fast_max);
+    unsigned int* seg_off = (unsigned int*)carve(at, 4ull * fast_max);
     unsigned long long* k_key = (unsigned long long*)carve(at, 8ull * fast_max);
     unsigned int* k_pos = (unsigned int*)carve(at, 4ull * fast_max);
+    unsigned int* r_pos = (unsigned int*)carve(at, 4ull * fast_max);
+    Box<A>* r_box = (Box<A>*)carve(at, sizeof(Box<A>) * fast_max);
+    A* r_area = (A*)carve(at, sizeof(A) * fast_max);
+    unsigned int* mask = (unsigned int*)carve(at, 4ull * fast_max * (SELECT_MAX / 32));
     constexpr unsigned long long EMPTY = 0xffffffffffffffffull;  // no class (classes are 32-bit)
 
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -504,6 +517,7 @@ __device__ bool select_nms(int b, int n, int fast_max, const unsigned long long*
         s_segments = 0u;
         s_next = 0u;
         s_keeps = 0u;
+        s_masked = 0u;
     }
     unsigned long long key = 0ull, group = 0ull;
     Box<A> box = {A(0), A(0), A(0), A(0)};
@@ -534,7 +548,7 @@ __device__ bool select_nms(int b, int n, int fast_max, const unsigned long long*
     }
     __syncthreads();
 
-    // 2. a class's first candidate (local 0) takes its segment and run
+    // 2. a class's first candidate (local 0) takes its segment, run and mask words
     bool big = false;
     if (tid < n && local == 0u) {
         const unsigned int m = t_count[slot];
@@ -543,12 +557,21 @@ __device__ bool select_nms(int b, int n, int fast_max, const unsigned long long*
         seg_first[s] = start;
         seg_size[s] = m;
         t_start[slot] = start;
+        if (m > 32u && !big) {  // rows x words, in rank order; the masked runs below bit 11
+            const unsigned int before = atomicAdd(&s_masked, (m * ((m + 31u) / 32u)) << 11 | 1u);
+            const unsigned int i = before & 0x7ffu;  // offsets ascend with i
+            s_masked_first[i] = start;
+            s_masked_size[i] = m;
+            s_masked_off[i] = before >> 11;
+            seg_off[s] = before >> 11;
+        }
     }
     if (__syncthreads_or(big)) return false;
 
     // 3. the candidates into their runs
+    const unsigned int run = tid < n ? t_start[slot] : 0u, run_size = tid < n ? t_count[slot] : 0u;
     if (tid < n) {
-        const unsigned int position = t_start[slot] + local;
+        const unsigned int position = run + local;
         g_key[position] = key;
         g_box[position] = box;
         g_area[position] = box_area(box);
@@ -556,73 +579,112 @@ __device__ bool select_nms(int b, int n, int fast_max, const unsigned long long*
         g_cand[position] = cand;
         g_label[position] = label;
     }
-    __syncthreads();
-    const int segments = s_segments;
-
-    // 4. a warp a segment
+    const int masked = s_masked & 0x7ffu, mask_words = s_masked >> 11;
     const IouThreshold threshold(iou_threshold);
-    const int cap = min(max_per_class, max_output);  // a class's later keeps rank below max_output others
-    bool exhausted = false;
-    for (int s = warp; s < segments; s += NMS_WARPS) {
-        const int first = seg_first[s], m = seg_size[s], words = (m + 31) / 32;
-        unsigned int live = 0u;  // bit i: the run's candidate 32 i + lane
-        for (int i = 0; i < words; ++i)
-            if (32 * i + lane < m) live |= 1u << i;
-        unsigned long long key0 = 0ull;  // the first word's candidate in registers (most runs fit one word)
-        Box<A> box0 = {A(0), A(0), A(0), A(0)};
-        A area0 = A(0);
-        if (live & 1u) {
-            key0 = g_key[first + lane];
-            box0 = g_box[first + lane];
-            area0 = g_area[first + lane];
+    __syncthreads();
+    if (masked > 0) {  // block-uniform
+        if (tid < n && run_size > 32u) {  // its rank in the run: the run's candidates with a larger key
+            unsigned int rank = 0u;
+#pragma unroll 4
+            for (unsigned int j = run; j < run + run_size; ++j) rank += g_key[j] > key;
+            r_pos[run + rank] = run + local;
+            r_box[run + rank] = box;
+            r_area[run + rank] = box_area(box);
         }
-        int keeps = 0, budget = SELECT_WORD_STEPS;
-        for (;;) {
-            unsigned long long best = live & 1u ? key0 : 0ull;  // key 0 is no candidate's
-            int best_i = 0;
-            for (int i = 1; i < words; ++i) {
-                if ((live >> i) & 1u) {
-                    const unsigned long long k = g_key[first + 32 * i + lane];
-                    if (k > best) {
-                        best = k;
-                        best_i = i;
-                    }
+        __syncthreads();
+        // 4. word q is masked run i's row (q - off) % m against word (q - off) / m; g lanes make
+        //    a word where the words are few (each testing every g-th of its 32 positions, an OR
+        //    joining them), one thread a word with as many words as threads or more
+        int g = 1;
+        while (g < 32 && mask_words * (2 * g) <= NMS_THREADS) g <<= 1;
+        for (int base = 0; base < mask_words; base += NMS_THREADS / g) {  // whole warps: every lane reaches the OR
+            const int q = base + tid / g, k0 = tid % g;
+            unsigned int bits = 0u;
+            bool store = false;
+            if (q < mask_words) {
+                int i = 0;  // the last masked run whose words start at or before q
+                while (i + 1 < masked && (int)s_masked_off[i + 1] <= q) ++i;
+                const int first = s_masked_first[i], m = s_masked_size[i], local_word = q - (int)s_masked_off[i];
+                const int w = local_word / m, r = local_word % m;
+                if (w >= r / 32) {  // else read by no resolve
+                    store = k0 == 0;
+                    const Box<A> row_box = r_box[first + r];
+                    const A row_area = r_area[first + r];
+                    const int k_from = max(r + 1 - 32 * w, 0), k_to = min(m - 32 * w, 32);
+                    int k = k0;
+                    if (k < k_from) k += (k_from - k + g - 1) / g * g;  // this lane's first position past r
+                    for (; k < k_to; k += g)
+                        if (overlaps_decisive(row_box, row_area, r_box[first + 32 * w + k], r_area[first + 32 * w + k],
+                                              threshold))
+                            bits |= 1u << k;
                 }
             }
-            const unsigned int hi = warp_max((unsigned int)(best >> 32));
-            if (hi == 0u || keeps >= cap) break;  // none live (a candidate's score key is never 0), or the cap
-            if (budget < words) {  // uniform: the sorted path's masks take this image
-                exhausted = true;
-                break;
+            for (int d = 1; d < g; d <<= 1) bits |= __shfl_xor_sync(0xffffffffu, bits, d);
+            if (store) mask[q] = bits;
+        }
+        __syncthreads();
+    }
+    const int segments = s_segments;
+
+    // 5. a warp a segment
+    const int cap = min(max_per_class, max_output);  // a class's later keeps rank below max_output others
+    for (int s = warp; s < segments; s += NMS_WARPS) {
+        const int first = seg_first[s], m = seg_size[s];
+        int keeps = 0;
+        if (m > 32) {  // uniform over the warp: from the masks, in rank order
+            const int off = seg_off[s], words = (m + 31) / 32;
+            unsigned int removed = lane >= words ? 0xffffffffu : m - 32 * lane >= 32 ? 0u : 0xffffffffu << (m - 32 * lane);
+            while (keeps < cap) {
+                const unsigned int lanes = __ballot_sync(0xffffffffu, removed != 0xffffffffu);
+                if (lanes == 0u) break;
+                const int w = __ffs(lanes) - 1;
+                const int bit = __ffs(~__shfl_sync(0xffffffffu, removed, w)) - 1, r = 32 * w + bit;
+                if (lane == 0) {
+                    const unsigned int position = r_pos[first + r], q = atomicAdd(&s_keeps, 1u);
+                    k_key[q] = g_key[position];
+                    k_pos[q] = position;
+                }
+                ++keeps;
+                if (lane == w) removed |= 1u << bit;
+                if (lane >= w && lane < words) removed |= mask[off + lane * m + r];
             }
-            budget -= words;
+            continue;
+        }
+        // by selection: lane l holds the run's candidate l
+        bool live = lane < m;
+        unsigned long long held_key = 0ull;  // key 0 is no candidate's
+        Box<A> held_box = {A(0), A(0), A(0), A(0)};
+        A held_area = A(0);
+        if (live) {
+            held_key = g_key[first + lane];
+            held_box = g_box[first + lane];
+            held_area = g_area[first + lane];
+        }
+        while (keeps < cap) {
+            const unsigned long long best = live ? held_key : 0ull;
+            const unsigned int hi = warp_max((unsigned int)(best >> 32));
+            if (hi == 0u) break;  // none live (a candidate's score key is never 0)
             const unsigned int lo = warp_max((unsigned int)(best >> 32) == hi ? (unsigned int)best : 0u);
             const unsigned long long kept_key = ((unsigned long long)hi << 32) | lo;
             const int winner = __ffs(__ballot_sync(0xffffffffu, best == kept_key)) - 1;  // keys are unique
-            const int kept = first + 32 * __shfl_sync(0xffffffffu, best_i, winner) + winner;
             if (lane == 0) {
                 const unsigned int q = atomicAdd(&s_keeps, 1u);
                 k_key[q] = kept_key;
-                k_pos[q] = kept;
+                k_pos[q] = first + winner;
             }
             ++keeps;
-            const Box<A> kept_box = g_box[kept];
-            const A kept_area = g_area[kept];
-            if ((live & 1u) && (first + lane == kept || overlaps_decisive(kept_box, kept_area, box0, area0, threshold)))
-                live &= ~1u;  // the keep itself, and the live candidates it suppresses
-            for (int i = 1; i < words; ++i) {
-                const int j = first + 32 * i + lane;
-                if (((live >> i) & 1u) &&
-                    (j == kept || overlaps_decisive(kept_box, kept_area, g_box[j], g_area[j], threshold)))
-                    live &= ~(1u << i);
-            }
+            const Box<A> kept_box = g_box[first + winner];
+            const A kept_area = g_area[first + winner];
+            // the keep itself, and the live candidates it suppresses
+            if (live && (lane == winner || overlaps_decisive(kept_box, kept_area, held_box, held_area, threshold)))
+                live = false;
         }
     }
-    if (__syncthreads_or(exhausted)) return false;
+    __syncthreads();
     const int detections = s_keeps;
     if (detections > COUNT_SORT_MAX) return false;  // block-uniform: the sorted path's merge sort ranks them
 
-    // 5. the keeps in rank order: NMS_THREADS / q threads share a keep and count the keeps
+    // 6. the keeps in rank order: NMS_THREADS / q threads share a keep and count the keeps
     //    that rank before it, and the first writes it there
     const int output = min(detections, max_output);
     int q = 32;

@@ -960,7 +960,7 @@ def test_the_host_sizes_the_class_segmented_paths_shared_memory_as_the_kernel_ca
     source = backend.CUDA_MODULE.source()
     for fast_max in (32, 64, 128, 256, 512, 1024):
         sizes = {"sizeof(Box<A>)": 16, "sizeof(A)": 4, "fast_max": fast_max,
-                 "NMS_WARPS": backend.NMS_THREADS // 32}
+                 "NMS_WARPS": backend.NMS_THREADS // 32, "SELECT_MAX": backend.DEFINES["SELECT_MAX"]}
         parts = _carved_parts(source, "__device__ bool segmented_nms(", "unsigned char* region = at;", sizes)
         assert len(parts) >= 10
         region = max(4 * fast_max * (fast_max // 32), backend.REGION_BYTES_A_CANDIDATE * fast_max)

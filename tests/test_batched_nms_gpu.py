@@ -278,18 +278,18 @@ def test_the_class_segmented_path_equals_the_tile_path(n, dtype):
 
 @pytest.mark.parametrize("m", [31, 32, 33, 255, 256, 257, 300])
 def test_a_class_resolved_lazily_or_from_masks_equals_the_reference(m):
-    """The class-segmented path's three ways to resolve a class: by selection without a
-    sort (select_nms, classes of up to SELECT_MAX candidates whose keeps stay within
-    SELECT_WORD_STEPS), else sorted, lazily up to LAZY_MAX (a warp testing each keep's row
-    against the live candidates after it) or from masks beyond: one class of m
-    candidates on both sides of those limits and of a word's 32, in dense clusters (chains
-    of suppression) beside scattered small classes, about half of them kept (so from 255
-    candidates the selection runs out of word steps and the sorted path takes the image),
-    ties; max_output and the per-class cap below the keeps (which end the selection early)."""
+    """The class-segmented path's ways to resolve a class: without sorting the image
+    (select_nms, every class of up to SELECT_MAX candidates), a class of up to 32 by
+    selection and a larger one from masks in its rank order; else sorted (segmented_nms),
+    lazily up to LAZY_MAX (a warp testing each keep's row against the live candidates after
+    it) and from masks beyond: one class of m candidates on both sides of those limits and
+    of a word's 32 (257 and 300 leave the image to the sorted path), in dense clusters
+    (chains of suppression) beside scattered small classes, about half of them kept, ties;
+    max_output and the per-class cap below the keeps. (Images of more than COUNT_SORT_MAX
+    keeps, which select_nms also leaves to the sorted path: the tile-edge test's.)"""
     from nmsbench.variants import batched_nms as backend
 
-    tunables = backend.CUDA_MODULE.tunables  # the limits these sizes straddle
-    assert tunables["LAZY_MAX"] == tunables["SELECT_MAX"] == 256 and tunables["SELECT_WORD_STEPS"] == 128
+    assert backend.CUDA_MODULE.tunables["LAZY_MAX"] == backend.DEFINES["SELECT_MAX"] == 256  # the limits straddled
     generator = torch.Generator().manual_seed(m)
     boxes = torch.cat([random_boxes(generator, (2, m), span=int(3 * m**0.5) + 8, side=24),
                        random_boxes(generator, (2, 60), span=900, side=12)], dim=1).float()
