@@ -15,9 +15,11 @@
 //     the GPU's SMs at once and no wide_sort_kernel is needed: a batch of one on the usual
 //     heads): one launch, each image's last decode block to finish runs its NMS (below).
 //   nms_kernel: a block per image. Up to fast_max candidates with float scores (and no
-//     pre_nms_top_k cut) take the class-segmented path: one sort by (class, score), the
-//     suppression mask within each class, a warp resolving each class, the detections
-//     sorted by score. Otherwise: rank its candidates (higher score first, ties by the
+//     pre_nms_top_k cut) take the class-segmented path: the classes grouped by a hash
+//     table without a sort where all are small (select_nms), else one sort by (class,
+//     score) (segmented_nms); a warp resolving each class (small ones by selection or
+//     lazily, large ones from suppression masks within the class), the detections sorted
+//     by score. Otherwise: rank its candidates (higher score first, ties by the
 //     lower candidate index) by counting (a few), sort them in shared memory, or, beyond
 //     what shared memory holds, in sorted chunks merged in global memory (or takes
 //     wide_sort_kernel's order); then greedy NMS
@@ -25,7 +27,8 @@
 //     (the only boxes that can still matter), and write the padded outputs.
 //
 // (DECODE_THREADS, DECODE_ROWS_MAX, DECODE_CLASS_LOADS, NMS_THREADS, TILE, KEPT_CACHE,
-// COUNT_RANK_MAX, COUNT_SORT_MAX, WIDE_CHUNK and WIDE_SHARE come from batched_nms.DEFINES.)
+// COUNT_RANK_MAX, COUNT_SORT_MAX, SELECT_MAX, WIDE_CHUNK and WIDE_SHARE come from
+// batched_nms.DEFINES; LAZY_MAX from its tunables.)
 
 #define LAYOUT_SCORES 0  // boxes [B, N, 4] and scores [B, N, C] (C = 1: scores [B, N], labels [B, N] or none)
 #define LAYOUT_YOLOV5 1  // raw [B, N, 5 + C]: cx, cy, w, h, objectness, class scores
@@ -787,7 +790,7 @@ __device__ __forceinline__ void pad_detections(int b, int first, int max_output,
 }
 
 // ------------------------------------------------------------------ the class-segmented path
-#include "batched_nms_segmented.cuh"  // segmented_nms and the block-wide scan and sort it uses
+#include "batched_nms_segmented.cuh"  // select_nms, segmented_nms and the block-wide sort it uses
 
 // nms_kernel's work for image b (its block's), also fused_kernel's last block of an image.
 // Every thread of the block calls it.

@@ -1,35 +1,7 @@
-// batched_nms.cu's class-segmented path (segmented_nms, for float scores and at most
-// fast_max candidates), included by it after the helpers it uses (carve, write_detection,
+// batched_nms.cu's class-segmented path, for float scores and at most fast_max candidates:
+// select_nms (no sort; every class of at most SELECT_MAX candidates), else segmented_nms
+// (sorted). Included by batched_nms.cu after the helpers it uses (carve, write_detection,
 // pad_detections); CudaModule.source puts this text in place of the #include.
-
-// A block-wide exclusive prefix sum of one value a thread; every thread of the block calls
-// it. `scan` holds NMS_WARPS + 1 words; *total gets the sum of all values.
-__device__ __forceinline__ unsigned int block_exclusive_sum(unsigned int value, unsigned int* scan,
-                                                            unsigned int& total) {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    unsigned int inclusive = value;
-    for (int d = 1; d < 32; d <<= 1) {
-        const unsigned int v = __shfl_up_sync(0xffffffffu, inclusive, d);
-        if (lane >= d) inclusive += v;
-    }
-    if (lane == 31) scan[warp] = inclusive;
-    __syncthreads();
-    if (warp == 0) {
-        const unsigned int mine = lane < NMS_WARPS ? scan[lane] : 0u;
-        unsigned int sum = mine;
-        for (int d = 1; d < 32; d <<= 1) {
-            const unsigned int v = __shfl_up_sync(0xffffffffu, sum, d);
-            if (lane >= d) sum += v;
-        }
-        if (lane < NMS_WARPS) scan[lane] = sum - mine;
-        if (lane == 31) scan[NMS_WARPS] = sum;
-    }
-    __syncthreads();
-    total = scan[NMS_WARPS];
-    const unsigned int before = scan[warp] + inclusive - value;
-    __syncthreads();  // scan is free for the next call
-    return before;
-}
 
 // block_sort by counting, for count <= COUNT_SORT_MAX entries: NMS_THREADS / p threads (a
 // power of two, lanes of one warp) share an entry and count, each over every share-th of
