@@ -128,6 +128,36 @@ __device__ void block_sort(unsigned long long& key, unsigned int& tie, unsigned 
     __syncthreads();  // x_* are free for the caller
 }
 
+// The keeps written in rank order, at most COUNT_SORT_MAX of them (keys unique, a larger key
+// ranking first; each keep's position indexes the by-position boxes, scores, labels and
+// candidate indices): NMS_THREADS / q threads share a keep and count the keeps that rank
+// before it (one barrier-free pass, where a scan and a block sort took seven barriers for a
+// usual image's few keeps), and the first writes it at that rank if it is below `output`.
+// Every thread of the block calls it.
+template <typename T, typename A>
+__device__ __forceinline__ void write_ranked_keeps(int b, int detections, int output, int max_output,
+                                                   const unsigned long long* keep_keys,
+                                                   const unsigned int* keep_positions, const Box<A>* boxes,
+                                                   const A* scores, const int* labels, const int* cands,
+                                                   int multi_label, int classes, T* out_boxes, T* out_scores,
+                                                   long long* out_classes, long long* out_indices) {
+    int q = 32;
+    while (q < detections) q <<= 1;
+    const int tid = threadIdx.x, share = NMS_THREADS / q, entry = tid / share;
+    int before = 0;
+    if (entry < detections) {
+        const unsigned long long mine = keep_keys[entry];
+        for (int j = tid % share; j < detections; j += share) before += keep_keys[j] > mine;
+    }
+    for (int d = share / 2; d > 0; d >>= 1) before += __shfl_xor_sync(0xffffffffu, before, d);  // whole warps
+    if (entry < detections && tid % share == 0 && before < output) {
+        const unsigned int position = keep_positions[entry];
+        write_detection((long long)b * max_output + before, boxes[position], scores[position],
+                        (long long)labels[position], cands[position], multi_label, classes, out_boxes, out_scores,
+                        out_classes, out_indices);
+    }
+}
+
 // Greedy NMS per class of image b's n candidates (n <= fast_max, float scores, no
 // pre_nms_top_k cut), the padded outputs written; false (nothing written, block-uniform)
 // where a class does not fit 32 bits. The steps, each over the whole block:
@@ -149,9 +179,9 @@ __device__ void block_sort(unsigned long long& key, unsigned int& tie, unsigned 
 //      detections.
 // Shared memory (dynamic, carved in this order; batched_nms.fast_shared_bytes computes the
 // same): by position the classes, boxes, areas, scores, candidate indices and labels; by
-// segment first, end and mask offset; the keep bits; the scan's words; then one region
-// that holds the mask, or the sort's buffers, the keeps staged for the second sort and the
-// records staged by slot.
+// segment first, end and mask offset; the keep bits; then one region that holds the mask,
+// or the sort's buffers, the keeps staged for the second sort and the records staged by
+// slot.
 template <typename T>
 __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long long* keys, const int* cands,
                               const long long* cand_classes, const typename Arith<T>::type* cand_boxes,
@@ -349,10 +379,8 @@ __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long lo
     __syncthreads();
 
     // 5. the keeps in rank order (score key << 32 | tie, unique), staged in position order:
-    //    each thread finds its keep's place among them from the keep bits, no scan. Up to
-    //    COUNT_SORT_MAX keeps, NMS_THREADS / q threads share a keep and count the keeps that
-    //    rank before it, and the first writes it there: one barrier in all, where a scan and
-    //    the block sort took seven for a usual image's few keeps. More keeps take the sort.
+    //    each thread finds its keep's place among them from the keep bits, no scan; up to
+    //    COUNT_SORT_MAX keeps write_ranked_keeps writes them, more take the sort.
     const int keep_words = (n + 31) / 32;
     int detections = 0, e = 0;
     for (int w = 0; w < keep_words; ++w) {  // every thread: the same total
@@ -367,24 +395,12 @@ __device__ bool segmented_nms(int b, int n, int fast_max, const unsigned long lo
     }
     __syncthreads();
     const int output = min(detections, max_output);
-    int q = 32;
-    while (q < detections) q <<= 1;
     if (detections <= COUNT_SORT_MAX) {  // block-uniform
-        const int share = NMS_THREADS / q, entry = tid / share;
-        int before = 0;
-        unsigned long long mine = 0ull;
-        if (entry < detections) {
-            mine = staged_key[entry];
-            for (int j = tid % share; j < detections; j += share) before += staged_key[j] > mine;
-        }
-        for (int d = share / 2; d > 0; d >>= 1) before += __shfl_xor_sync(0xffffffffu, before, d);  // whole warps
-        if (entry < detections && tid % share == 0 && before < output) {
-            const unsigned int position = staged_val[entry];
-            write_detection((long long)b * max_output + before, f_box[position], f_score[position],
-                            (long long)f_label[position], f_cand[position], multi_label, classes, out_boxes,
-                            out_scores, out_classes, out_indices);
-        }
+        write_ranked_keeps(b, detections, output, max_output, staged_key, staged_val, f_box, f_score, f_label, f_cand,
+                           multi_label, classes, out_boxes, out_scores, out_classes, out_indices);
     } else {
+        int q = 32;
+        while (q < detections) q <<= 1;
         unsigned long long rank_key = 0ull;
         unsigned int rank_tie = 0u, position = 0xffffffffu;
         if (tid < detections) {
@@ -656,25 +672,10 @@ __device__ bool select_nms(int b, int n, int fast_max, const unsigned long long*
     const int detections = s_keeps;
     if (detections > COUNT_SORT_MAX) return false;  // block-uniform: the sorted path's merge sort ranks them
 
-    // 6. the keeps in rank order: NMS_THREADS / q threads share a keep and count the keeps
-    //    that rank before it, and the first writes it there
+    // 6. the keeps in rank order
     const int output = min(detections, max_output);
-    int q = 32;
-    while (q < detections) q <<= 1;
-    const int share = NMS_THREADS / q, entry = tid / share;
-    int before = 0;
-    unsigned long long mine = 0ull;
-    if (entry < detections) {
-        mine = k_key[entry];
-        for (int j = tid % share; j < detections; j += share) before += k_key[j] > mine;
-    }
-    for (int d = share / 2; d > 0; d >>= 1) before += __shfl_xor_sync(0xffffffffu, before, d);  // whole warps
-    if (entry < detections && tid % share == 0 && before < output) {
-        const unsigned int position = k_pos[entry];
-        write_detection((long long)b * max_output + before, g_box[position], g_score[position],
-                        (long long)g_label[position], g_cand[position], multi_label, classes, out_boxes, out_scores,
-                        out_classes, out_indices);
-    }
+    write_ranked_keeps(b, detections, output, max_output, k_key, k_pos, g_box, g_score, g_label, g_cand, multi_label,
+                       classes, out_boxes, out_scores, out_classes, out_indices);
     pad_detections(b, output, max_output, out_boxes, out_scores, out_classes, out_indices);
     if (tid == 0) num_detections[b] = output;
     return true;
