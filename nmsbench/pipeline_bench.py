@@ -34,7 +34,6 @@ images cycle through the recordings that keep raw rows); ``synthetic`` is a YOLO
 
 from __future__ import annotations
 
-import contextlib
 import json
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -238,13 +237,8 @@ def _pipeline_pass(grid: PipelineGrid, emit: Callable[[dict], None], done, betwe
     known = pipelines()
     gauge = gauge or HostGauge()
     loaded = {} if loaded is None else loaded
-    later = SlowHostRetries(grid.slow_retries, emit)
-    try:
+    with SlowHostRetries(grid.slow_retries, emit) as later:  # a stopped pass writes the held rows as they are
         _cases_of_pass(grid, emit, done, between_turns, gauge, loaded, known, later)
-    except BaseException:  # stopped (Ctrl-C) or failed: the rows held for a retry are written as they are
-        with contextlib.suppress(Exception):
-            later.flush()
-        raise
 
 
 def _cases_of_pass(grid: PipelineGrid, emit: Callable[[dict], None], done, between_turns: Callable[[], None],

@@ -23,7 +23,6 @@ too, when the profiler sees no GPU work in a call); the sweep goes on.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import itertools
@@ -324,13 +323,8 @@ def _sweep_pass(grid: Grid, emit: Callable[[dict], None], done, between_turns: C
         return [row for row in rows if case_key(row) not in done]
 
     seen: dict = {}  # real scenario: (recording, knob, N) -> the n cap that ran that box set
-    later = SlowHostRetries(grid.slow_retries, emit)
-    try:
+    with SlowHostRetries(grid.slow_retries, emit) as later:  # a stopped pass writes the held rows as they are
         _cases_of_pass(grid, emit, pending, impls, params_by_impl, seen, box_sets, between_turns, gauge, later)
-    except BaseException:  # stopped (Ctrl-C) or failed: the rows held for a retry are written as they are
-        with contextlib.suppress(Exception):
-            later.flush()
-        raise
 
 
 def _cases_of_pass(grid, emit, pending, impls, params_by_impl, seen, box_sets, between_turns, gauge, later) -> None:

@@ -4,6 +4,7 @@ the same way."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Callable
 
 from ..results import case_key
@@ -44,11 +45,22 @@ class SlowHostRetries:
     are written as they are when the pass stops early (:meth:`flush`).
 
     A group is ``members``, a list of (contender, its rows to produce); ``run(members)``
-    yields the rows of such a list (the benchmark's group runner)."""
+    yields the rows of such a list (the benchmark's group runner). Used as a context
+    manager around a pass: a pass that stops (Ctrl-C) or fails writes its held rows as
+    they are on the way out."""
 
     def __init__(self, retries: int, emit: Callable[[dict], None]):
         self.retries, self.emit = retries, emit
         self.held: dict = {}  # id(members) -> (run, members, {case key: (template row, the row as timed)})
+
+    def __enter__(self) -> "SlowHostRetries":
+        return self
+
+    def __exit__(self, kind, error, trace) -> bool:
+        if kind is not None:  # the pass's own error goes on, whatever writing the held rows meets
+            with contextlib.suppress(Exception):
+                self.flush()
+        return False
 
     def hold(self, row: dict, members, run: Callable) -> bool:
         """Hold ``row`` (True) when it is worth timing again; ``run(members)`` times its group."""
