@@ -428,6 +428,38 @@ __device__ __forceinline__ unsigned int warp_max(unsigned int v) {
 #endif
 }
 
+// A masked run's mask (m candidates in rank order, words = (m + 31) / 32 words a row; bit
+// k of row r's word w set iff r suppresses rank 32 w + k > r) holds only the words its
+// resolve reads: row r's words r / 32 .. words - 1, the rows one after another. Row r of
+// row block j = r / 32 starts after the j full blocks before it (32 rows of words - j'
+// words each) and the r - 32 j rows of its own block (words - j each).
+__device__ __forceinline__ int mask_row_start(int words, int r) {
+    const int j = r / 32;
+    return 32 * (j * words - j * (j - 1) / 2) + (r - 32 * j) * (words - j);
+}
+
+// The words a masked run of m candidates holds: each row block's rows times its words.
+__device__ __forceinline__ unsigned int mask_words_of_run(unsigned int m) {
+    const unsigned int words = (m + 31u) / 32u;
+    unsigned int total = 0u;
+    for (unsigned int j = 0u; j < words; ++j) total += min(32u, m - 32u * j) * (words - j);
+    return total;
+}
+
+// The row r and the word w (of the row's 32-position words) of a masked run's word u.
+__device__ __forceinline__ void mask_word_at(int m, int u, int& r, int& w) {
+    const int words = (m + 31) / 32;
+    int j = 0;
+    for (;;) {  // u is below mask_words_of_run(m): some block holds it
+        const int block = min(32, m - 32 * j) * (words - j);
+        if (u < block) break;
+        u -= block;
+        ++j;
+    }
+    r = 32 * j + u / (words - j);
+    w = j + u % (words - j);
+}
+
 // The same answer as segmented_nms without sorting the image's candidates, for images
 // whose classes are all small (at most SELECT_MAX candidates, a multiple of 32): true when
 // it wrote the outputs, false (nothing written, block-uniform) where segmented_nms must run
@@ -439,10 +471,10 @@ __device__ __forceinline__ unsigned int warp_max(unsigned int v) {
 //   2. each class a run ("segment") of positions, taken from a shared counter by its
 //      first candidate; a run of more than 32 also takes mask words;
 //   3. each candidate written to its class's run (in no particular order); in a run of
-//      more than 32, its rank in the run (the run's candidates with a larger key, counted)
-//      and its box at that rank;
-//   4. the masks of the runs of more than 32, in rank order (row r, word w: bit k set iff r
-//      suppresses 32 w + k > r of its run);
+//      more than 32, its rank in the run (the run's candidates with a larger key, counted
+//      by several threads a candidate where the block has them) and its box at that rank;
+//   4. the masks of the runs of more than 32, in rank order, only the words a resolve
+//      reads (mask_row_start), several threads a word where the block has them;
 //   5. a warp a segment, until none is live or min(max_per_class, max_output) are kept
 //      (a class's later keeps rank below max_output others): a run of up to 32 (a lane a
 //      candidate) by selection, the live candidate with the largest key (score, then lower
@@ -469,8 +501,10 @@ __device__ bool select_nms(int b, int n, int fast_max, const unsigned long long*
     static_assert(SELECT_MAX % 32 == 0 && SELECT_MAX <= 32 * 32, "a lane holds each of a run's removed words");
     constexpr int MASKED_MAX = NMS_THREADS / 33;  // runs of more than 32 an image holds at most
     extern __shared__ __align__(16) unsigned char shared[];
-    __shared__ unsigned int s_segments, s_next, s_keeps, s_masked;  // s_masked: mask words << 11 | runs
-    __shared__ unsigned int s_masked_first[MASKED_MAX], s_masked_size[MASKED_MAX], s_masked_off[MASKED_MAX];
+    __shared__ unsigned int s_segments, s_next, s_keeps;
+    __shared__ unsigned long long s_masked;  // the masked runs' candidates << 43 | mask words << 11 | runs
+    __shared__ unsigned int s_masked_first[MASKED_MAX], s_masked_size[MASKED_MAX], s_masked_off[MASKED_MAX],
+        s_masked_cand[MASKED_MAX];
     unsigned char* at = shared;
     unsigned long long* g_key = (unsigned long long*)carve(at, 8ull * fast_max);
     Box<A>* g_box = (Box<A>*)carve(at, sizeof(Box<A>) * fast_max);
@@ -505,7 +539,7 @@ __device__ bool select_nms(int b, int n, int fast_max, const unsigned long long*
         s_segments = 0u;
         s_next = 0u;
         s_keeps = 0u;
-        s_masked = 0u;
+        s_masked = 0ull;
     }
     unsigned long long key = 0ull, group = 0ull;
     Box<A> box = {A(0), A(0), A(0), A(0)};
@@ -545,13 +579,15 @@ __device__ bool select_nms(int b, int n, int fast_max, const unsigned long long*
         seg_first[s] = start;
         seg_size[s] = m;
         t_start[slot] = start;
-        if (m > 32u && !big) {  // rows x words, in rank order; the masked runs below bit 11
-            const unsigned int before = atomicAdd(&s_masked, (m * ((m + 31u) / 32u)) << 11 | 1u);
-            const unsigned int i = before & 0x7ffu;  // offsets ascend with i
+        if (m > 32u && !big) {  // the words its rows read (mask_words_of_run), in rank order
+            const unsigned long long before =
+                atomicAdd(&s_masked, (unsigned long long)m << 43 | (unsigned long long)mask_words_of_run(m) << 11 | 1ull);
+            const unsigned int i = (unsigned int)before & 0x7ffu;  // both offsets ascend with i
             s_masked_first[i] = start;
             s_masked_size[i] = m;
-            s_masked_off[i] = before >> 11;
-            seg_off[s] = before >> 11;
+            s_masked_off[i] = (unsigned int)(before >> 11);
+            s_masked_cand[i] = (unsigned int)(before >> 43);
+            seg_off[s] = (unsigned int)(before >> 11);
         }
     }
     if (__syncthreads_or(big)) return false;
@@ -567,48 +603,66 @@ __device__ bool select_nms(int b, int n, int fast_max, const unsigned long long*
         g_cand[position] = cand;
         g_label[position] = label;
     }
-    const int masked = s_masked & 0x7ffu, mask_words = s_masked >> 11;
+    const unsigned long long masked_all = s_masked;
+    const int masked = (int)(masked_all & 0x7ffu), mask_words = (int)(unsigned int)(masked_all >> 11),
+              masked_cands = (int)(masked_all >> 43);
     const IouThreshold threshold(iou_threshold);
     __syncthreads();
     if (masked > 0) {  // block-uniform
-        if (tid < n && run_size > 32u) {  // its rank in the run: the run's candidates with a larger key
-            unsigned int rank = 0u;
+        // the masked runs' candidates by rank (the run's candidates with a larger key), g
+        // threads counting for each (every g-th of its run, a sum joining them; at most
+        // fast_max candidates, so one pass); candidate u of the masked runs is run i's
+        // u - s_masked_cand[i]
+        int g = 1;
+        while (g < 32 && masked_cands * (2 * g) <= NMS_THREADS) g <<= 1;
+        {
+            const int u = tid / g;
+            unsigned int rank = 0u, first = 0u, position = 0u;
+            if (u < masked_cands) {
+                int i = 0;  // the last masked run whose candidates start at or before u
+                while (i + 1 < masked && (int)s_masked_cand[i + 1] <= u) ++i;
+                first = s_masked_first[i];
+                position = first + (unsigned int)u - s_masked_cand[i];
+                const unsigned long long mine = g_key[position];
+                const unsigned int end = first + s_masked_size[i];
 #pragma unroll 4
-            for (unsigned int j = run; j < run + run_size; ++j) rank += g_key[j] > key;
-            r_pos[run + rank] = run + local;
-            r_box[run + rank] = box;
-            r_area[run + rank] = box_area(box);
+                for (unsigned int j = first + tid % g; j < end; j += g) rank += g_key[j] > mine;
+            }
+            for (int d = 1; d < g; d <<= 1) rank += __shfl_xor_sync(0xffffffffu, rank, d);  // whole warps
+            if (u < masked_cands && tid % g == 0) {
+                r_pos[first + rank] = position;
+                r_box[first + rank] = g_box[position];
+                r_area[first + rank] = g_area[position];
+            }
         }
         __syncthreads();
-        // 4. word q is masked run i's row (q - off) % m against word (q - off) / m; g lanes make
-        //    a word where the words are few (each testing every g-th of its 32 positions, an OR
-        //    joining them), one thread a word with as many words as threads or more
-        int g = 1;
+        // 4. word q is masked run i's word q - s_masked_off[i] (mask_word_at gives its row and
+        //    its word in the row); g lanes make a word where the words are few (each testing
+        //    every g-th of its 32 positions, an OR joining them), one thread a word with as
+        //    many words as threads or more
+        g = 1;
         while (g < 32 && mask_words * (2 * g) <= NMS_THREADS) g <<= 1;
         for (int base = 0; base < mask_words; base += NMS_THREADS / g) {  // whole warps: every lane reaches the OR
             const int q = base + tid / g, k0 = tid % g;
             unsigned int bits = 0u;
-            bool store = false;
             if (q < mask_words) {
                 int i = 0;  // the last masked run whose words start at or before q
                 while (i + 1 < masked && (int)s_masked_off[i + 1] <= q) ++i;
-                const int first = s_masked_first[i], m = s_masked_size[i], local_word = q - (int)s_masked_off[i];
-                const int w = local_word / m, r = local_word % m;
-                if (w >= r / 32) {  // else read by no resolve
-                    store = k0 == 0;
-                    const Box<A> row_box = r_box[first + r];
-                    const A row_area = r_area[first + r];
-                    const int k_from = max(r + 1 - 32 * w, 0), k_to = min(m - 32 * w, 32);
-                    int k = k0;
-                    if (k < k_from) k += (k_from - k + g - 1) / g * g;  // this lane's first position past r
-                    for (; k < k_to; k += g)
-                        if (overlaps_decisive(row_box, row_area, r_box[first + 32 * w + k], r_area[first + 32 * w + k],
-                                              threshold))
-                            bits |= 1u << k;
-                }
+                const int first = s_masked_first[i], m = s_masked_size[i];
+                int r, w;
+                mask_word_at(m, q - (int)s_masked_off[i], r, w);
+                const Box<A> row_box = r_box[first + r];
+                const A row_area = r_area[first + r];
+                const int k_from = max(r + 1 - 32 * w, 0), k_to = min(m - 32 * w, 32);
+                int k = k0;
+                if (k < k_from) k += (k_from - k + g - 1) / g * g;  // this lane's first position past r
+                for (; k < k_to; k += g)
+                    if (overlaps_decisive(row_box, row_area, r_box[first + 32 * w + k], r_area[first + 32 * w + k],
+                                          threshold))
+                        bits |= 1u << k;
             }
             for (int d = 1; d < g; d <<= 1) bits |= __shfl_xor_sync(0xffffffffu, bits, d);
-            if (store) mask[q] = bits;
+            if (q < mask_words && k0 == 0) mask[q] = bits;
         }
         __syncthreads();
     }
@@ -634,7 +688,7 @@ __device__ bool select_nms(int b, int n, int fast_max, const unsigned long long*
                 }
                 ++keeps;
                 if (lane == w) removed |= 1u << bit;
-                if (lane >= w && lane < words) removed |= mask[off + lane * m + r];
+                if (lane >= w && lane < words) removed |= mask[off + mask_row_start(words, r) + lane - w];
             }
             continue;
         }

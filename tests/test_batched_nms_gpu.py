@@ -304,6 +304,33 @@ def test_a_class_resolved_lazily_or_from_masks_equals_the_reference(m):
         assert_same(det, nmsbench.batched_nms(boxes, scores, labels, **kwargs))
 
 
+@pytest.mark.parametrize("m", [33, 100, 256])
+@pytest.mark.parametrize("groups", [1, 8, 17, 40])
+def test_a_large_class_with_few_or_many_keeps_equals_the_reference(m, groups):
+    """select_nms resolves a class of more than 32 from masks of only the words its resolve
+    reads (row r's words r / 32 onwards), its candidates ranked by several threads each: a
+    class of m candidates in `groups` far-apart clusters of near-duplicates keeps one a
+    cluster (1 to 40 keeps, ended by the last cluster, by the per-class cap or by
+    max_output), beside two more large classes of scattered boxes and their ties."""
+    generator = torch.Generator().manual_seed(m * 100 + groups)
+    cluster = torch.arange(m) % groups
+    corner = torch.stack([cluster % 8 * 100.0, cluster // 8 * 100.0], dim=-1)  # clusters 100 apart, boxes ~30
+    jitter = torch.randint(0, 4, (m, 2), generator=generator).float()
+    big = torch.cat([corner + jitter, corner + jitter + 30], dim=-1)
+    others = random_boxes(generator, (1, 90), span=900, side=40)[0].float()
+    boxes = torch.cat([big, others]).unsqueeze(0)
+    scores = (torch.randint(1, 60, (1, m + 90), generator=generator) / 60)  # ties
+    labels = torch.cat([torch.zeros(m, dtype=torch.int64), torch.randint(1, 3, (90,), generator=generator)])[None]
+    for extra in (dict(max_output_boxes=300), dict(max_output_boxes=300, max_output_boxes_per_class=16),
+                  dict(max_output_boxes=300, max_output_boxes_per_class=17), dict(max_output_boxes=5)):
+        kwargs = dict(iou_threshold=0.5, score_threshold=0.0, **extra)  # every box a candidate
+        det = nmsbench.batched_nms(boxes.cuda(), scores.cuda(), labels.cuda(), **kwargs)
+        assert_matches(det, reference(boxes, scores, labels, **kwargs), boxes.dtype)
+        assert_same(det, nmsbench.batched_nms(boxes, scores, labels, **kwargs))
+    kept = reference(boxes, scores, labels, iou_threshold=0.5, score_threshold=0.0, max_output_boxes=300)[0]
+    assert kept.classes.count(0) == min(groups, m)  # a keep a cluster
+
+
 @pytest.mark.parametrize("classes", [1, 33, 96, 97, 200])
 @pytest.mark.parametrize("rows_per_thread", [1, 2, 4])
 def test_yolov5_rows_decoded_a_warp_a_row_equal_the_cpu_backend(classes, rows_per_thread):
