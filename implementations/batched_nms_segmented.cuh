@@ -430,12 +430,14 @@ __device__ __forceinline__ unsigned int warp_max(unsigned int v) {
 
 // A masked run's mask (m candidates in rank order, words = (m + 31) / 32 words a row; bit
 // k of row r's word w set iff r suppresses rank 32 w + k > r) holds only the words its
-// resolve reads: row r's words r / 32 .. words - 1, the rows one after another. Row r of
-// row block j = r / 32 starts after the j full blocks before it (32 rows of words - j'
-// words each) and the r - 32 j rows of its own block (words - j each).
-__device__ __forceinline__ int mask_row_start(int words, int r) {
-    const int j = r / 32;
-    return 32 * (j * words - j * (j - 1) / 2) + (r - 32 * j) * (words - j);
+// resolve reads: row r's words r / 32 .. words - 1. Row block j (rows 32 j .. , rows_j of
+// them) follows the j full blocks before it (32 rows of words - j' words each) and holds its
+// words one after another, each the block's rows side by side, so that the threads making
+// neighbouring words read the same boxes (of ranks 32 w + k) rather than boxes 32 apart,
+// which share a bank.
+__device__ __forceinline__ int mask_word_index(int m, int r, int w) {
+    const int words = (m + 31) / 32, j = r / 32;
+    return 32 * (j * words - j * (j - 1) / 2) + (w - j) * min(32, m - 32 * j) + (r - 32 * j);
 }
 
 // The words a masked run of m candidates holds: each row block's rows times its words.
@@ -446,7 +448,7 @@ __device__ __forceinline__ unsigned int mask_words_of_run(unsigned int m) {
     return total;
 }
 
-// The row r and the word w (of the row's 32-position words) of a masked run's word u.
+// The row r and the word w of a masked run's word u (mask_word_index's inverse).
 __device__ __forceinline__ void mask_word_at(int m, int u, int& r, int& w) {
     const int words = (m + 31) / 32;
     int j = 0;
@@ -456,8 +458,9 @@ __device__ __forceinline__ void mask_word_at(int m, int u, int& r, int& w) {
         u -= block;
         ++j;
     }
-    r = 32 * j + u / (words - j);
-    w = j + u % (words - j);
+    const int rows = min(32, m - 32 * j);
+    r = 32 * j + u % rows;
+    w = j + u / rows;
 }
 
 // The same answer as segmented_nms without sorting the image's candidates, for images
@@ -474,7 +477,7 @@ __device__ __forceinline__ void mask_word_at(int m, int u, int& r, int& w) {
 //      more than 32, its rank in the run (the run's candidates with a larger key, counted
 //      by several threads a candidate where the block has them) and its box at that rank;
 //   4. the masks of the runs of more than 32, in rank order, only the words a resolve
-//      reads (mask_row_start), several threads a word where the block has them;
+//      reads (mask_word_index), several threads a word where the block has them;
 //   5. a warp a segment, until none is live or min(max_per_class, max_output) are kept
 //      (a class's later keeps rank below max_output others): a run of up to 32 (a lane a
 //      candidate) by selection, the live candidate with the largest key (score, then lower
@@ -688,7 +691,7 @@ __device__ bool select_nms(int b, int n, int fast_max, const unsigned long long*
                 }
                 ++keeps;
                 if (lane == w) removed |= 1u << bit;
-                if (lane >= w && lane < words) removed |= mask[off + mask_row_start(words, r) + lane - w];
+                if (lane >= w && lane < words) removed |= mask[off + mask_word_index(m, r, lane)];
             }
             continue;
         }
