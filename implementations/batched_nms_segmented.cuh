@@ -596,7 +596,7 @@ __device__ bool select_nms(int b, int n, int fast_max, const unsigned long long*
     if (__syncthreads_or(big)) return false;
 
     // 3. the candidates into their runs
-    const unsigned int run = tid < n ? t_start[slot] : 0u, run_size = tid < n ? t_count[slot] : 0u;
+    const unsigned int run = tid < n ? t_start[slot] : 0u;
     if (tid < n) {
         const unsigned int position = run + local;
         g_key[position] = key;
